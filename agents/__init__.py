@@ -1,0 +1,1 @@
+"""The persona runtime on pydantic-ai (issue 5)."""

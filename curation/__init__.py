@@ -1,0 +1,1 @@
+"""The data engine: a plain, typed library; imports no agents or workflows."""

@@ -1,0 +1,1 @@
+"""Persona cards and Jinja2 instruction templates (data, read with importlib.resources)."""

@@ -1,0 +1,1 @@
+"""SKILL.md documents that personas load when a task needs them (data)."""

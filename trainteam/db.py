@@ -1,0 +1,81 @@
+"""The workspace database: one SQLAlchemy MetaData that every component's tables join.
+
+A leaf module (imports only SQLAlchemy) so that `trainteam.graph` and the other
+subpackages can define their tables without importing each other. Tables are
+created with ``create_all`` (which never drops or alters); the schema version in
+``tt_meta`` guards against a newer workspace being opened by older code.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from sqlalchemy import Column, MetaData, String, Table, Text, create_engine, event, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.types import TypeDecorator
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+meta_table = Table(
+    "tt_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+
+class JSONText(TypeDecorator):
+    """JSON stored as text: identical on SQLite and Postgres, readable with any client."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else json.dumps(value, sort_keys=True, default=str)
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else json.loads(value)
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # several processes share the file
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class SchemaTooNew(RuntimeError):
+    pass
+
+
+def ensure_schema(engine: Engine) -> int:
+    """Create missing tables; never drop or rewrite existing data. Returns the version."""
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        row = conn.execute(select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
+        if row is None:
+            conn.execute(meta_table.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+            return SCHEMA_VERSION
+        found = int(row[0])
+        if found > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"workspace schema version {found} is newer than this trainteam ({SCHEMA_VERSION}); upgrade trainteam"
+            )
+        # Future migrations from `found` to SCHEMA_VERSION go here, additive only.
+        return found

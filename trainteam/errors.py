@@ -1,0 +1,35 @@
+"""Errors a person can act on. Each maps to an exit code of the CLI."""
+
+from __future__ import annotations
+
+
+class TrainteamError(Exception):
+    """A failure the user should see as one line, no traceback."""
+
+    exit_code = 1
+
+
+class BadInput(TrainteamError):
+    """Malformed task, spec or argument: the message names the field or file."""
+
+    exit_code = 2
+
+
+class NotFound(BadInput):
+    pass
+
+
+class Conflict(TrainteamError):
+    """The request contradicts what is stored (e.g. deciding an approval twice)."""
+
+    exit_code = 2
+
+
+def format_validation_error(exc, source: str) -> str:
+    """One line from a pydantic ValidationError: `source: field.path: message`."""
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "(root)"
+        parts.append(f"{loc}: {err.get('msg')}")
+    more = f" (+{exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+    return f"{source}: " + "; ".join(parts) + more

@@ -1,0 +1,1 @@
+"""trainteam.workflows"""
