@@ -1,0 +1,123 @@
+"""Typed configuration of the training stack (pydantic; imports no torch).
+
+One base ``TrainConfig`` holds what every method shares; each method's own
+settings sit in a sub-model (``sft``, ``dpo``, ``grpo``, ``lora``) mapped one to
+one onto the TRL config of that method. The CLI and task files are built from
+these same classes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Method = Literal["pretrain", "sft", "dpo", "grpo"]
+Precision = Literal["fp32", "fp16", "bf16"]
+Strategy = Literal["single", "ddp", "fsdp", "zero2", "zero3"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Strict):
+    """A model built from config with random init, or a local HF model folder."""
+
+    path: Path | None = Field(default=None, description="local HF model folder; no hub downloads")
+    arch: Literal["llama", "qwen2", "gpt2"] = "llama"
+    hidden_size: int = Field(default=128, gt=0)
+    num_layers: int = Field(default=2, gt=0)
+    num_heads: int = Field(default=4, gt=0)
+    num_kv_heads: int | None = Field(default=None, gt=0)
+    intermediate_size: int | None = Field(default=None, gt=0)
+    max_position_embeddings: int = Field(default=256, gt=0)
+    vocab_size: int | None = Field(default=None, gt=0, description="default: the tokenizer's")
+    trust_remote_code: bool = Field(default=False, description="only a person turns this on")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ModelSpec":
+        if self.path is None and self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        return self
+
+
+class TokenizerConfig(_Strict):
+    vocab_size: int = Field(default=256, gt=0)
+    split_digits: bool = Field(default=True, description="one token per digit; arithmetic fails without it")
+    min_frequency: int = Field(default=1, ge=1)
+    special_tokens: list[str] = Field(default_factory=lambda: ["<pad>", "<s>", "</s>", "<unk>"])
+    extra_tokens: list[str] = Field(default_factory=list, description="functional tokens added after training")
+
+
+class LoraOptions(_Strict):
+    r: int = Field(default=8, gt=0)
+    alpha: int = Field(default=16, gt=0)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+    quantize_4bit: bool = Field(default=False, description="QLoRA; needs a CUDA device")
+
+
+class SFTOptions(_Strict):
+    packing: bool | None = Field(default=None, description="None: trainteam chooses")
+    padding_free: bool | None = None
+    completion_only_loss: bool = True
+
+
+class DPOOptions(_Strict):
+    beta: float = Field(default=0.1, gt=0)
+    loss_type: list[str] = Field(default_factory=lambda: ["sigmoid"])
+    precompute_ref_log_probs: bool = False
+
+
+class GRPOOptions(_Strict):
+    num_generations: int = Field(default=8, ge=2)
+    max_completion_length: int = Field(default=16, gt=0)
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
+    beta: float = Field(default=0.0, ge=0)
+    epsilon: float = Field(default=0.2, gt=0)
+    epsilon_high: float | None = Field(default=None, gt=0, description="clip-higher (DAPO)")
+    temperature: float = Field(default=1.0, gt=0)
+    vllm_server_url: str | None = Field(default=None, description="separate generation server")
+
+
+class SpikeOptions(_Strict):
+    enabled: bool = True
+    window: int = Field(default=128, ge=4)
+    sigma: float = Field(default=6.0, gt=0)
+    warmup_steps: int = Field(default=64, ge=0)
+    watch_grad_norm: bool = True
+
+
+class TrainConfig(_Strict):
+    method: Method = "sft"
+    output_dir: Path | None = None
+    seed: int = 0
+    max_steps: int = Field(default=100, gt=0)
+    per_device_batch_size: int = Field(default=8, gt=0)
+    grad_accum: int = Field(default=1, gt=0)
+    learning_rate: float = Field(default=3e-4, gt=0)
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup", "warmup_stable_decay"] = "cosine"
+    warmup_steps: int = Field(default=0, ge=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    seq_len: int = Field(default=128, gt=0)
+    precision: Precision = "fp32"
+    gradient_checkpointing: bool = False
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] = "sdpa"
+    use_liger: bool = False
+    logging_steps: int = Field(default=1, gt=0)
+    save_steps: int | None = Field(default=None, gt=0)
+    save_total_limit: int = Field(default=2, gt=0)
+    resume: Literal["auto", "never"] | Path = "auto"
+    strategy: Strategy = "single"
+    num_nodes: int = Field(default=1, gt=0)
+    devices_per_node: int = Field(default=1, gt=0)
+    tracker: Literal["none", "mlflow", "tensorboard", "wandb"] = "none"
+    threads: int | None = Field(default=None, gt=0, description="torch threads; None: chosen from load")
+    lora: LoraOptions | None = None
+    sft: SFTOptions = Field(default_factory=SFTOptions)
+    dpo: DPOOptions = Field(default_factory=DPOOptions)
+    grpo: GRPOOptions = Field(default_factory=GRPOOptions)
+    spike: SpikeOptions = Field(default_factory=SpikeOptions)

@@ -1,0 +1,9 @@
+"""CLI command groups, one module each. Every module defines ``register(app)`` and keeps
+heavy imports (torch, transformers, dbos) inside its command functions."""
+
+COMMAND_MODULES = [
+    "runs",
+    "approvals",
+    "graph",
+    "workflows",
+]
