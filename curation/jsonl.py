@@ -1,0 +1,84 @@
+"""JSON Lines in and out: the one on-disk record format every stage shares.
+
+Reading streams line by line (constant memory) and a malformed line stops with
+``file:line: reason`` -- or, when the caller asks for skipping, is counted, never
+silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from trainteam.errors import BadInput
+
+
+class SkipCounter:
+    """Counts (and remembers the first few) lines skipped by a lenient reader."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.examples: list[str] = []
+
+    def add(self, where: str) -> None:
+        self.count += 1
+        if len(self.examples) < 5:
+            self.examples.append(where)
+
+
+def iter_jsonl(path: str | Path, *, skip_bad: bool = False, skipped: SkipCounter | None = None) -> Iterator[dict[str, Any]]:
+    """Yield one dict per non-blank line. Bad lines raise ``BadInput("file:line: reason")``
+    unless ``skip_bad``, in which case they are counted in ``skipped``."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    with path.open("r", encoding="utf-8", errors="strict") as fh:
+        lineno = 0
+        while True:
+            try:
+                line = fh.readline()
+            except UnicodeDecodeError as exc:
+                where = f"{path}:{lineno + 1}: not UTF-8 ({exc.reason})"
+                raise BadInput(where) from None
+            if not line:
+                return
+            lineno += 1
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                reason = f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
+                if skip_bad:
+                    if skipped is not None:
+                        skipped.add(reason)
+                    continue
+                raise BadInput(reason) from None
+            if not isinstance(obj, dict):
+                reason = f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}"
+                if skip_bad:
+                    if skipped is not None:
+                        skipped.add(reason)
+                    continue
+                raise BadInput(reason)
+            yield obj
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a JSON Lines file; a malformed line raises ``BadInput`` naming ``file:line``."""
+    return list(iter_jsonl(path))
+
+
+def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """Write records atomically (temp file + rename) so a crash never leaves half a dataset."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False))
+            fh.write("\n")
+    os.replace(tmp, path)
+    return path
