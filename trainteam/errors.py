@@ -29,7 +29,12 @@ def format_validation_error(exc, source: str) -> str:
     """One line from a pydantic ValidationError: `source: field.path: message`."""
     parts = []
     for err in exc.errors()[:3]:
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "(root)"
-        parts.append(f"{loc}: {err.get('msg')}")
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        if err.get("type") == "missing":
+            msg = "required field is missing"
+        elif err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        parts.append(f"{loc}: {msg}" if loc else msg)
     more = f" (+{exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
     return f"{source}: " + "; ".join(parts) + more
