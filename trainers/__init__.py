@@ -1,1 +1,49 @@
-"""The training stack on transformers, TRL, PEFT and accelerate; imports no agents or workflows."""
+"""The training stack on transformers, TRL, PEFT and accelerate; imports no agents or workflows.
+
+Importing this package is light (no torch): names resolve on first use (PEP 562).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "TrainConfig": "config", "ModelSpec": "config", "TokenizerConfig": "config", "LoraOptions": "config",
+    "SFTOptions": "config", "DPOOptions": "config", "GRPOOptions": "config", "SpikeOptions": "config",
+    "prompt_text": "formats", "completion_text": "formats",
+    "TrainReport": "reports", "RestartProposal": "reports", "EvalResult": "reports",
+    "train_tokenizer": "tokenizer", "load_tokenizer": "tokenizer",
+    "build_model": "models", "load_model": "models",
+    "train": "api",
+    "exact_match": "evaluation",
+    "merge_adapters": "merge",
+    "SpikeDetector": "spike",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainteam.trainers.api import train
+    from trainteam.trainers.config import (DPOOptions, GRPOOptions, LoraOptions, ModelSpec, SFTOptions, SpikeOptions,
+                                           TokenizerConfig, TrainConfig)
+    from trainteam.trainers.evaluation import exact_match
+    from trainteam.trainers.formats import completion_text, prompt_text
+    from trainteam.trainers.merge import merge_adapters
+    from trainteam.trainers.models import build_model, load_model
+    from trainteam.trainers.reports import EvalResult, RestartProposal, TrainReport
+    from trainteam.trainers.spike import SpikeDetector
+    from trainteam.trainers.tokenizer import load_tokenizer, train_tokenizer
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'trainteam.trainers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"trainteam.trainers.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

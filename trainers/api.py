@@ -1,0 +1,160 @@
+"""``train()``: one entry for every method, with checkpoints, resume, spike monitor and telemetry."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from trainteam.errors import BadInput
+from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.reports import RestartProposal, TrainReport
+
+log = logging.getLogger("trainteam.trainers")
+METHODS = ("pretrain", "sft", "dpo", "grpo")
+
+
+def _prepare_model(model, config: TrainConfig, out: Path):
+    from trainteam.trainers.models import load_model
+    from trainteam.trainers.runtime import quantization_kwargs
+
+    if isinstance(model, (str, Path)):
+        q = quantization_kwargs(config)
+        if q:
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True, **q)
+        else:
+            model = load_model(Path(model), attn_implementation=config.attn_implementation)
+    elif config.lora and config.lora.quantize_4bit:
+        raise BadInput("lora.quantize_4bit: QLoRA loads the base in 4-bit; pass the model as a local folder path")
+    if config.lora is not None and not hasattr(model, "peft_config"):
+        # PEFT records the base model's location in the adapter; an in-memory base gets one on disk
+        # so the saved adapter loads on its own.
+        name = str(getattr(model.config, "_name_or_path", "") or "")
+        if not name or not Path(name).is_dir():
+            base = out / "base"
+            if not (base / "config.json").is_file():
+                model.save_pretrained(str(base))
+            model.config._name_or_path = str(base.resolve())
+            model.name_or_path = str(base.resolve())
+    return model
+
+
+def train(
+    method: str,
+    config: TrainConfig,
+    model: Any,
+    data: Any,
+    *,
+    tokenizer,
+    eval_data: Any = None,
+    callbacks: list | None = None,
+    progress: bool = True,
+    apply_proposal: RestartProposal | None = None,
+    reward_funcs: list | None = None,
+) -> TrainReport:
+    """Train ``model`` with ``method`` and return what happened.
+
+    ``config.resume``: "auto" continues from the latest complete checkpoint in
+    ``config.output_dir`` (an incomplete one is skipped with a warning), "never" starts
+    fresh, a path resumes from that checkpoint. ``apply_proposal`` resumes from an
+    approved spike proposal instead (rollback, skipped batches, scaled LR).
+    """
+    wall_start = time.perf_counter()
+    if method not in METHODS:
+        raise BadInput(f"method: {method!r} is not one of {', '.join(METHODS)}")
+    if config.output_dir is None:
+        raise BadInput("output_dir: required (checkpoints and the final model go there)")
+    if tokenizer is None:
+        raise BadInput("tokenizer: required")
+    config = config.model_copy(update={"method": method})
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    from trainteam.trainers import data as D
+    from trainteam.trainers.checkpoints import resolve_resume
+    from trainteam.trainers.methods import BUILDERS
+    from trainteam.trainers.progress import RichProgress, quiet_libraries
+    from trainteam.trainers.runtime import choose_threads
+    from trainteam.trainers.spike import SpikeMonitor, make_proposal
+    from trainteam.trainers.telemetry import GracefulStop, RunHistory, Telemetry
+
+    quiet_libraries()
+    threads = choose_threads(config)
+    ds = D.load_data(data, method, "data")
+    eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None
+    model = _prepare_model(model, config, out)
+
+    if apply_proposal is not None:
+        from trainteam.trainers.restart import prepare_rollback
+
+        resume_from = prepare_rollback(apply_proposal, out)
+    else:
+        resume_from = resolve_resume(config.resume, out)
+
+    history = RunHistory(out)
+    interruptions = history.interruptions()
+    history.record("start", method=method, resume_from=resume_from)
+
+    telemetry = Telemetry(model, config.seq_len, wall_start)
+    spike = SpikeMonitor(config.spike) if config.spike.enabled else None
+    stop = GracefulStop()
+    cbs = [telemetry, stop] + ([spike] if spike else []) + list(callbacks or [])
+    if progress:
+        cbs.append(RichProgress(f"{method}"))
+
+    kwargs = {"reward_funcs": reward_funcs} if method == "grpo" else {}
+    trainer = BUILDERS[method](config, model, tokenizer, ds, eval_ds, out, cbs, **kwargs)
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+
+    stop.install()
+    try:
+        result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    except BaseException as exc:
+        history.record("end", reason="interrupted", error=type(exc).__name__)
+        raise
+    finally:
+        stop.uninstall()
+
+    steps_done = trainer.state.global_step
+    proposal = None
+    if spike is not None and spike.evidence is not None:
+        reason = "spike"
+        spiked = out / f"checkpoint-{steps_done}"
+        final_dir = out / f"spike-{steps_done}"
+        if spiked.is_dir():  # kept as evidence, but never resumed from by "auto"
+            if final_dir.exists():
+                import shutil
+
+                shutil.rmtree(final_dir)
+            spiked.rename(final_dir)
+        else:
+            trainer.save_model(str(final_dir))
+        tokenizer.save_pretrained(str(final_dir))
+        proposal = make_proposal(spike.evidence, out)
+    else:
+        reason = "interrupted" if stop.requested else "completed"
+        final_dir = out / "final"
+        trainer.save_model(str(final_dir))
+        tokenizer.save_pretrained(str(final_dir))
+    history.record("end", reason=reason, step=steps_done)
+
+    from trainteam.trainers.checkpoints import complete_checkpoints
+
+    metrics = dict(result.metrics)
+    if eval_ds is not None and method in ("pretrain", "sft", "dpo"):
+        metrics.update(trainer.evaluate())
+    tel = telemetry.summary(interruptions)
+    tel["threads"] = threads
+    losses = telemetry.losses
+    if losses:
+        metrics.setdefault("final_loss", losses[-1][1])
+    return TrainReport(
+        method=method, steps_done=steps_done, losses=losses, metrics=metrics,
+        checkpoints=complete_checkpoints(out), final_dir=final_dir, stopped_reason=reason,
+        proposal=proposal, telemetry=tel, resumed_from=resume_from,
+    )

@@ -1,0 +1,124 @@
+"""Training data in, method-shaped ``datasets.Dataset`` out.
+
+Every method takes the same three input forms (records, a ``.jsonl`` path, a
+``datasets.Dataset``) and gets its text from ``formats.py``, so the context a model
+is trained on is exactly the context evaluation gives it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from trainteam.errors import BadInput
+from trainteam.trainers.formats import completion_text, prompt_text
+
+REQUIRED = {
+    "pretrain": [("text",), ("prompt", "completion")],
+    "sft": [("prompt", "completion"), ("text",)],
+    "dpo": [("prompt", "chosen", "rejected")],
+    "grpo": [("prompt", "completion")],
+}
+
+
+def load_data(data: Any, method: str, name: str = "data"):
+    """Return a ``datasets.Dataset`` and check that it has the columns ``method`` needs."""
+    from datasets import Dataset
+
+    if isinstance(data, (str, Path)):
+        path = Path(data)
+        if path.suffix != ".jsonl":
+            raise BadInput(f"{name}: {path} is not a .jsonl file")
+        from trainteam.curation.jsonl import read_jsonl
+
+        records = read_jsonl(path)
+        name = str(path)
+        ds = Dataset.from_list(records) if records else None
+    elif isinstance(data, Dataset):
+        ds = data
+    elif isinstance(data, (list, tuple)):
+        bad = next((i for i, r in enumerate(data) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise BadInput(f"{name}[{bad}]: expected a dict record, got {type(data[bad]).__name__}")
+        ds = Dataset.from_list(list(data)) if data else None
+    else:
+        raise BadInput(f"{name}: expected records, a .jsonl path or a datasets.Dataset, got {type(data).__name__}")
+    if ds is None or len(ds) == 0:
+        raise BadInput(f"{name}: no records")
+    cols = set(ds.column_names)
+    options = REQUIRED[method]
+    if not any(set(opt) <= cols for opt in options):
+        want = " or ".join("{" + ", ".join(o) + "}" for o in options)
+        raise BadInput(f"{name}: {method} needs fields {want}; found {sorted(cols)}")
+    return ds
+
+
+def record_text(tokenizer, rec: dict) -> str:
+    """The full training text of one record (prompt context + completion, or raw text)."""
+    if rec.get("prompt") is not None and rec.get("completion") is not None:
+        return prompt_text(tokenizer, rec["prompt"]) + completion_text(tokenizer, str(rec["completion"]))
+    return rec["text"]
+
+
+def packed_windows(tokenizer, ds, seq_len: int):
+    """Concatenate all texts (each closed by EOS) and cut fixed ``seq_len`` windows for pretraining."""
+    from datasets import Dataset
+
+    eos = tokenizer.eos_token_id
+    stream: list[int] = []
+    for rec in ds:
+        ids = tokenizer(record_text(tokenizer, rec), add_special_tokens=False)["input_ids"]
+        stream.extend(ids)
+        if not ids or ids[-1] != eos:
+            stream.append(eos)
+    n = len(stream) // seq_len
+    if n == 0:
+        raise BadInput(f"data: {len(stream)} tokens are fewer than one window of seq_len={seq_len}")
+    windows = [stream[i * seq_len : (i + 1) * seq_len] for i in range(n)]
+    return Dataset.from_dict({"input_ids": windows, "labels": [list(w) for w in windows]})
+
+
+def sft_dataset(tokenizer, ds):
+    """Prompt/completion (loss on the completion) or plain text, formatted as ``formats.py`` says."""
+    if "prompt" in ds.column_names and "completion" in ds.column_names:
+        def fmt(r):
+            return {"prompt": prompt_text(tokenizer, r["prompt"]), "completion": completion_text(tokenizer, str(r["completion"]))}
+
+        keep = ["prompt", "completion"]
+    else:
+        def fmt(r):
+            return {"text": r["text"]}
+
+        keep = ["text"]
+    drop = [c for c in ds.column_names if c not in keep]
+    return ds.map(fmt, remove_columns=drop)
+
+
+def dpo_dataset(tokenizer, ds):
+    def fmt(r):
+        return {
+            "prompt": prompt_text(tokenizer, r["prompt"]),
+            "chosen": completion_text(tokenizer, str(r["chosen"])),
+            "rejected": completion_text(tokenizer, str(r["rejected"])),
+        }
+
+    return ds.map(fmt, remove_columns=[c for c in ds.column_names if c not in ("prompt", "chosen", "rejected")])
+
+
+def grpo_dataset(tokenizer, ds):
+    """Prompts in the training context; the reference answer moves to ``answer`` for the rewards."""
+    def fmt(r):
+        return {"prompt": prompt_text(tokenizer, r["prompt"]), "answer": str(r["completion"])}
+
+    return ds.map(fmt, remove_columns=list(ds.column_names))
+
+
+def texts_of(records: Iterable[dict] | Any) -> Iterable[str]:
+    """Plain strings for tokenizer training from any record shape."""
+    for r in records:
+        if isinstance(r, str):
+            yield r
+        elif "text" in r:
+            yield r["text"]
+        else:
+            yield " ".join(str(r[k]) for k in ("prompt", "completion", "chosen", "rejected") if r.get(k) is not None)

@@ -1,0 +1,65 @@
+"""Apply an approved RestartProposal: a rollback checkpoint advanced past the bad batches.
+
+The rollback folder is a copy of the pre-spike checkpoint (hard links where possible)
+whose trainer state and LR scheduler are moved ``skip_batches`` steps on — so the
+Trainer's own data fast-forward skips exactly those batches — and whose learning
+rates are scaled by ``lr_scale``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from trainteam.errors import BadInput
+from trainteam.trainers.checkpoints import is_complete
+from trainteam.trainers.reports import RestartProposal
+
+
+def _link_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def prepare_rollback(proposal: RestartProposal, output_dir: Path) -> Path:
+    import torch
+
+    src = Path(proposal.rollback_checkpoint)
+    if not is_complete(src):
+        raise BadInput(f"proposal.rollback_checkpoint: {src} is not a complete checkpoint")
+    dst = Path(output_dir) / f"rollback-{proposal.spike_step}"
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, copy_function=_link_copy)
+    skip = proposal.skip_batches
+
+    state_path = dst / "trainer_state.json"
+    state = json.loads(state_path.read_text())
+    state["global_step"] = int(state["global_step"]) + skip
+    state_path.unlink()  # hard link: never write through to the original checkpoint
+    state_path.write_text(json.dumps(state, indent=2))
+
+    sched_path = dst / "scheduler.pt"
+    if sched_path.is_file():
+        sched = torch.load(sched_path, weights_only=False)
+        sched["last_epoch"] = sched.get("last_epoch", 0) + skip
+        sched["_step_count"] = sched.get("_step_count", 0) + skip
+        sched["base_lrs"] = [lr * proposal.lr_scale for lr in sched.get("base_lrs", [])]
+        sched["_last_lr"] = [lr * proposal.lr_scale for lr in sched.get("_last_lr", [])]
+        sched_path.unlink()
+        torch.save(sched, sched_path)
+
+    opt_path = dst / "optimizer.pt"
+    if opt_path.is_file():
+        opt = torch.load(opt_path, weights_only=False)
+        for group in opt.get("param_groups", []):
+            for key in ("lr", "initial_lr"):
+                if key in group:
+                    group[key] = group[key] * proposal.lr_scale
+        opt_path.unlink()
+        torch.save(opt, opt_path)
+    return dst
