@@ -23,6 +23,7 @@ def _register_tables() -> None:
     # Importing these modules adds their tables to trainteam.db.metadata.
     import trainteam.graph.store  # noqa: F401
     import trainteam.workflows.store  # noqa: F401
+    import trainteam.agents.registry  # noqa: F401
 
 
 class Workspace:

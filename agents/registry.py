@@ -1,0 +1,233 @@
+"""The model registry: checkpoints the team trained, and which one serves each role.
+
+A registered model is identified by the content hash of its weights, config and
+tokenizer files, so registering the same checkpoint twice (a re-run step after a
+crash, a person repeating a command) returns the existing record instead of a
+duplicate. A role ("eval_judge", "chat", ...) points to at most one model through
+a unique tag ``role:<name>``; binding moves the tag, so there is never any doubt
+which model a persona gets.
+
+Imports no torch: the CLI lists and binds models without loading them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from sqlalchemy import Column, ForeignKey, String, Table, Text, delete, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+
+from trainteam.db import JSONText, metadata, utcnow
+from trainteam.errors import BadInput, NotFound
+from trainteam.graph import EdgeKind, KnowledgeGraph, NodeKind
+
+models_table = Table(
+    "registry_models",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("content_hash", String(64), nullable=False, unique=True),
+    Column("name", String(128), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("base", String(255)),
+    Column("stage", String(64), nullable=False),
+    Column("metrics", JSONText, nullable=False),
+    Column("lineage", JSONText, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+
+tags_table = Table(
+    "registry_tags",
+    metadata,
+    Column("tag", String(128), primary_key=True),  # unique: one model per tag
+    Column("model_id", String(64), ForeignKey("registry_models.id"), nullable=False, index=True),
+    Column("bound_by", String(128)),
+    Column("bound_at", String(40), nullable=False),
+)
+
+# Files that define what a checkpoint computes. Trainer state (optimizer, rng,
+# trainer_state.json) is left out: it changes nothing about the model.
+_IDENTITY_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "adapter_config.json",
+)
+_ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class ModelRecord(BaseModel):
+    id: str
+    content_hash: str
+    name: str
+    path: str
+    base: str | None = None
+    stage: str
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    lineage: dict[str, Any] = Field(default_factory=dict)
+    created_at: str
+    roles: list[str] = Field(default_factory=list)
+
+
+def checkpoint_hash(path: Path) -> str:
+    """sha256 over the names and bytes of the weight, config and tokenizer files."""
+    path = Path(path)
+    if not path.is_dir():
+        raise BadInput(f"checkpoint {path}: not a folder")
+    weights = sorted(p for p in path.glob("*.safetensors"))
+    if not weights:
+        found = sorted(p.name for p in path.glob("*.bin")) or ["nothing"]
+        raise BadInput(f"checkpoint {path}: no *.safetensors weights (found {', '.join(found)}); "
+                       "checkpoints must be safetensors")
+    files = weights + sorted(path / n for n in _IDENTITY_FILES if (path / n).is_file())
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda p: p.name):
+        h.update(f.name.encode() + b"\0")
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _role_tag(role: str) -> str:
+    if not _ROLE_RE.match(role or ""):
+        raise BadInput(f"role: {role!r} is not a valid role name (letters, digits, _ . -; at most 64)")
+    return f"role:{role}"
+
+
+class ModelRegistry:
+    """Registered checkpoints in the workspace database, mirrored as Model nodes in the graph."""
+
+    def __init__(self, engine: Engine, graph: KnowledgeGraph | None = None):
+        self.engine = engine
+        self.graph = graph if graph is not None else KnowledgeGraph(engine)
+
+    @classmethod
+    def of(cls, ws) -> "ModelRegistry":
+        return cls(ws.engine, ws.graph)
+
+    # -- writing -------------------------------------------------------------
+    def register_checkpoint(
+        self,
+        path: str | Path,
+        *,
+        stage: str,
+        base: str | None = None,
+        metrics: dict[str, Any] | None = None,
+        name: str | None = None,
+        run_id: str | None = None,
+        checkpoint_node: str | None = None,
+        lineage: dict[str, Any] | None = None,
+    ) -> ModelRecord:
+        """Record a checkpoint folder; the same content registered again returns the first record.
+
+        ``checkpoint_node`` is the graph id of the Checkpoint the trainer recorded (made here if
+        absent); ``base`` is a registered model id or a local path the checkpoint started from.
+        """
+        path = Path(path).resolve()
+        digest = checkpoint_hash(path)
+        existing = self._by_hash(digest)
+        if existing is not None:
+            return existing
+        model_id = f"m-{digest[:12]}"
+        lin = dict(lineage or {})
+        if run_id:
+            lin.setdefault("run_id", run_id)
+        record = dict(
+            id=model_id, content_hash=digest, name=name or path.name, path=str(path), base=base,
+            stage=stage, metrics=dict(metrics or {}), lineage=lin, created_at=utcnow(),
+        )
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(models_table.insert().values(**record))
+        except IntegrityError:  # another process registered it in between
+            found = self._by_hash(digest)
+            if found is not None:
+                return found
+            raise
+        self._record_lineage(record, checkpoint_node, run_id)
+        return self.get(model_id)
+
+    def _record_lineage(self, rec: dict[str, Any], checkpoint_node: str | None, run_id: str | None) -> None:
+        g = self.graph
+        if checkpoint_node is None or not g.has_node(checkpoint_node):
+            checkpoint_node = g.add_node(NodeKind.CHECKPOINT, rec["content_hash"][:16], path=rec["path"],
+                                         stage=rec["stage"])
+        edges: list[tuple[EdgeKind, str]] = [(EdgeKind.REGISTERS, checkpoint_node)]
+        if run_id and g.has_node(f"{NodeKind.RUN.value}:{run_id}"):
+            edges.append((EdgeKind.PRODUCED_BY, f"{NodeKind.RUN.value}:{run_id}"))
+        base = rec["base"]
+        if base and g.has_node(f"{NodeKind.MODEL.value}:{base}"):
+            edges.append((EdgeKind.DERIVED_FROM, f"{NodeKind.MODEL.value}:{base}"))
+        g.link(NodeKind.MODEL, rec["id"], edges, name=rec["name"], path=rec["path"], stage=rec["stage"],
+               base=base, metrics=rec["metrics"], content_hash=rec["content_hash"])
+
+    def bind(self, role: str, model: str, *, by: str | None = None) -> ModelRecord:
+        """Point ``role`` at ``model`` (id, unique id prefix or name); moves the role if bound."""
+        tag = _role_tag(role)
+        rec = self.get(model)
+        with self.engine.begin() as conn:
+            conn.execute(delete(tags_table).where(tags_table.c.tag == tag))
+            conn.execute(tags_table.insert().values(tag=tag, model_id=rec.id, bound_by=by, bound_at=utcnow()))
+        return self.get(rec.id)
+
+    def unbind(self, role: str) -> str | None:
+        """Free ``role``; returns the model id it was bound to (None when it was free)."""
+        tag = _role_tag(role)
+        with self.engine.begin() as conn:
+            row = conn.execute(select(tags_table.c.model_id).where(tags_table.c.tag == tag)).first()
+            conn.execute(delete(tags_table).where(tags_table.c.tag == tag))
+        return row[0] if row else None
+
+    # -- reading -------------------------------------------------------------
+    def pick_for_role(self, role: str) -> ModelRecord:
+        tag = _role_tag(role)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(tags_table.c.model_id).where(tags_table.c.tag == tag)).first()
+        if row is None:
+            raise NotFound(f"role {role!r}: no model bound (see `trainteam models bind ROLE MODEL`)")
+        return self.get(row[0])
+
+    def get(self, ref: str) -> ModelRecord:
+        """A model by id, unique id prefix, or unique name."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(models_table).where(models_table.c.id == ref)).mappings().all()
+            if not rows:
+                rows = conn.execute(select(models_table).where(models_table.c.id.like(f"{ref}%"))).mappings().all()
+            if not rows:
+                rows = conn.execute(select(models_table).where(models_table.c.name == ref)).mappings().all()
+        if not rows:
+            raise NotFound(f"model {ref!r} is not registered (see `trainteam models list`)")
+        if len(rows) > 1:
+            raise NotFound(f"model {ref!r} is ambiguous: {', '.join(r['id'] for r in rows[:5])}")
+        return self._record(rows[0])
+
+    def list(self) -> list[ModelRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(models_table).order_by(models_table.c.created_at)).mappings().all()
+        return [self._record(r) for r in rows]
+
+    def roles(self) -> dict[str, str]:
+        """role -> model id."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(tags_table.c.tag, tags_table.c.model_id)).all()
+        return {t.split(":", 1)[1]: m for t, m in rows if t.startswith("role:")}
+
+    def _by_hash(self, digest: str) -> ModelRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(models_table).where(models_table.c.content_hash == digest)).mappings().first()
+        return self._record(row) if row else None
+
+    def _record(self, row) -> ModelRecord:
+        with self.engine.connect() as conn:
+            tags = conn.execute(select(tags_table.c.tag).where(tags_table.c.model_id == row["id"])).scalars().all()
+        roles = sorted(t.split(":", 1)[1] for t in tags if t.startswith("role:"))
+        return ModelRecord(**{k: row[k] for k in models_table.c.keys()}, roles=roles)

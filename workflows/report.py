@@ -1,0 +1,239 @@
+"""The run report a person reads at a glance: markdown plus PNG plots.
+
+It takes a plain typed ``ReportInput`` (filled by the caller from the runs table,
+the trainers' reports and the gate decisions), so it can be rendered from any
+source and tested without running a workflow. Every plot's data is saved as JSON
+beside its PNG: the figures can be checked (and re-plotted) without reading pixels.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from jinja2 import Environment, StrictUndefined
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainteam.workflows.gates import GateRule, as_rules
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepRecord(_Strict):
+    name: str
+    persona: str | None = None
+    status: str
+    started: str | None = None
+    finished: str | None = None
+    seconds: float | None = Field(default=None, ge=0)
+    cost: float = Field(default=0.0, ge=0, description="USD")
+
+
+class LossEvent(_Strict):
+    """A loss spike the monitor caught, or a restart from an earlier checkpoint."""
+
+    stage: str
+    step: int
+    kind: Literal["spike", "restart"]
+    loss: float | None = None
+    note: str = ""
+
+
+class GateOutcome(_Strict):
+    passed: bool
+    reasons: list[str] = Field(default_factory=list)
+    accepted_by: str | None = None
+
+
+class ReportInput(_Strict):
+    run_id: str
+    task_name: str
+    status: str = ""
+    steps: list[StepRecord] = Field(default_factory=list)
+    losses: dict[str, list[tuple[int, float]]] = Field(default_factory=dict, description="stage -> [(step, loss)]")
+    events: list[LossEvent] = Field(default_factory=list)
+    evals: dict[str, dict[str, float]] = Field(default_factory=dict, description="stage -> {metric: value}")
+    gates: dict[str, list[GateRule]] = Field(default_factory=dict, description="stage -> rules (thresholds)")
+    gate_outcomes: dict[str, GateOutcome] = Field(default_factory=dict)
+    model_id: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class ReportFiles(_Strict):
+    markdown: Path
+    plots: dict[str, Path]
+    data: dict[str, Path]
+
+
+_MD = """# Run {{ r.run_id }} — {{ r.task_name }}
+
+{% if r.status %}Status: **{{ r.status }}**{% endif %}{% if r.model_id %} · registered model `{{ r.model_id }}`{% endif %}
+
+Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
+
+## Steps
+
+| step | persona | status | seconds | cost (USD) |
+| --- | --- | --- | ---: | ---: |
+{% for s in r.steps -%}
+| {{ s.name }} | {{ s.persona or "" }} | {{ s.status }} | {{ "%.1f"|format(s.seconds) if s.seconds is not none else "" }} | {{ "%.4f"|format(s.cost) }} |
+{% endfor %}
+{% if plots.get("steps") %}![time and cost per step]({{ plots.steps }}){% endif %}
+
+## Training loss
+{% for stage, pts in r.losses.items() %}
+- {{ stage }}: {{ pts|length }} logged steps, first {{ "%.4f"|format(pts[0][1]) }}, last {{ "%.4f"|format(pts[-1][1]) }}
+{%- endfor %}
+{% for e in r.events %}
+- {{ e.kind }} in {{ e.stage }} at step {{ e.step }}{% if e.loss is not none %} (loss {{ "%.4f"|format(e.loss) }}){% endif %}{% if e.note %}: {{ e.note }}{% endif %}
+{%- endfor %}
+{% if plots.get("loss") %}
+![loss curves]({{ plots.loss }}){% endif %}
+
+## Evaluation and gates
+
+| stage | metric | value | gate |
+| --- | --- | ---: | --- |
+{% for stage, metrics in r.evals.items() %}{% for m, v in metrics.items() -%}
+| {{ stage }} | {{ m }} | {{ "%.4g"|format(v) }} | {{ thresholds.get(stage, {}).get(m, "") }} |
+{% endfor %}{% endfor %}
+{% for stage, g in r.gate_outcomes.items() %}
+- gate **{{ stage }}**: {{ "passed" if g.passed else "FAILED" }}{% if g.accepted_by %} (accepted by {{ g.accepted_by }}){% endif %}{% for reason in g.reasons %}
+  - {{ reason }}{% endfor %}
+{%- endfor %}
+{% if plots.get("evals") %}
+![eval metrics per stage]({{ plots.evals }}){% endif %}
+{% for n in r.notes %}
+> {{ n }}
+{% endfor %}
+"""
+
+
+def _offsets(losses: dict[str, list[tuple[int, float]]]) -> dict[str, int]:
+    """Stages are drawn one after another on a shared axis of global steps."""
+    out, start = {}, 0
+    for stage, pts in losses.items():
+        out[stage] = start
+        if pts:
+            start += max(s for s, _ in pts) + 1
+    return out
+
+
+def _loss_plot(r: ReportInput, plt, png: Path) -> dict:
+    offsets = _offsets(r.losses)
+    data: dict = {"stages": {}, "spikes": [], "restarts": []}
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for stage, pts in r.losses.items():
+        xs = [offsets[stage] + s for s, _ in pts]
+        ys = [v for _, v in pts]
+        ax.plot(xs, ys, label=stage, linewidth=1.2)
+        data["stages"][stage] = {"offset": offsets[stage], "steps": [s for s, _ in pts], "losses": ys}
+    for e in r.events:
+        x = offsets.get(e.stage, 0) + e.step
+        y = e.loss if e.loss is not None else dict(r.losses.get(e.stage, [])).get(e.step)
+        item = {"stage": e.stage, "step": e.step, "global_step": x, "loss": y, "note": e.note}
+        if e.kind == "spike":
+            data["spikes"].append(item)
+            if y is not None:
+                ax.scatter([x], [y], marker="x", color="red", s=60, zorder=3,
+                           label="spike" if len(data["spikes"]) == 1 else None)
+        else:
+            data["restarts"].append(item)
+            ax.axvline(x, color="gray", linestyle="--", linewidth=1,
+                       label="restart" if len(data["restarts"]) == 1 else None)
+    ax.set_xlabel("step (stages in order)")
+    ax.set_ylabel("training loss")
+    ax.set_title(f"{r.task_name}: loss per stage")
+    if r.losses:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return data
+
+
+def _thresholds(r: ReportInput) -> dict[str, dict[str, dict[str, float]]]:
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for stage, rules in r.gates.items():
+        for rule in as_rules(rules):
+            t = out.setdefault(stage, {}).setdefault(rule.metric, {})
+            for k in ("min", "max", "max_regression"):
+                if getattr(rule, k) is not None:
+                    t[k] = getattr(rule, k)
+    return out
+
+
+def _eval_plot(r: ReportInput, plt, png: Path) -> dict:
+    thresholds = _thresholds(r)
+    metrics = sorted({m for vals in r.evals.values() for m in vals})
+    stages = list(r.evals)
+    data = {}
+    fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(3.2 * max(1, len(metrics)), 3.6), squeeze=False)
+    for ax, m in zip(axes[0], metrics):
+        st = [s for s in stages if m in r.evals[s]]
+        vals = [r.evals[s][m] for s in st]
+        th = {s: thresholds[s][m] for s in st if m in thresholds.get(s, {})}
+        ax.bar(range(len(st)), vals, color="#4c72b0")
+        for i, s in enumerate(st):
+            for kind, color in (("min", "green"), ("max", "red")):
+                if kind in th.get(s, {}):
+                    ax.hlines(th[s][kind], i - 0.4, i + 0.4, colors=color, linestyles="--",
+                              label=f"gate {kind}" if i == 0 else None)
+        ax.set_xticks(range(len(st)), st, rotation=30, fontsize=8)
+        ax.set_title(m, fontsize=9)
+        data[m] = {"stages": st, "values": vals, "thresholds": th}
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return data
+
+
+def _steps_plot(r: ReportInput, plt, png: Path) -> dict:
+    names = [s.name for s in r.steps]
+    secs = [s.seconds or 0.0 for s in r.steps]
+    costs = [s.cost for s in r.steps]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, max(2.5, 0.35 * len(names) + 1)), sharey=True)
+    a1.barh(names, secs, color="#55a868")
+    a1.set_xlabel("seconds")
+    a2.barh(names, costs, color="#c44e52")
+    a2.set_xlabel("cost (USD)")
+    a1.invert_yaxis()
+    fig.suptitle("time and cost per step", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return {"steps": names, "seconds": secs, "cost": costs, "status": [s.status for s in r.steps]}
+
+
+def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
+    """Write ``report.md`` and ``{loss,evals,steps}.png`` (+ ``.json`` data) into ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots, data = {}, {}
+    for name, make, wanted in (("loss", _loss_plot, bool(r.losses)), ("evals", _eval_plot, bool(r.evals)),
+                               ("steps", _steps_plot, bool(r.steps))):
+        if not wanted:
+            continue
+        png, js = out / f"{name}.png", out / f"{name}.json"
+        js.write_text(json.dumps(make(r, plt, png), indent=1))
+        plots[name], data[name] = png, js
+    thresholds = {
+        stage: {m: ", ".join(f"{k} {v:g}" for k, v in t.items()) for m, t in per.items()}
+        for stage, per in _thresholds(r).items()
+    }
+    env = Environment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    md = env.from_string(_MD).render(
+        r=r, plots={k: v.name for k, v in plots.items()}, thresholds=thresholds,
+        total_seconds=sum(s.seconds or 0.0 for s in r.steps), total_cost=sum(s.cost for s in r.steps),
+    )
+    md_path = out / "report.md"
+    md_path.write_text(md)
+    return ReportFiles(markdown=md_path, plots=plots, data=data)
