@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import networkx as nx
 from sqlalchemy import Column, Integer, String, Table, UniqueConstraint, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from trainteam.db import JSONText, metadata, utcnow
 from trainteam.graph.kinds import EdgeKind, NodeKind, node_id
+
+if TYPE_CHECKING:  # networkx costs ~0.15 s to import: only queries load it
+    import networkx as nx
 
 nodes_table = Table(
     "graph_nodes",
@@ -108,7 +110,9 @@ class KnowledgeGraph:
             rows = conn.execute(query).mappings().all()
         return [{"id": r["id"], "kind": r["kind"], "created_at": r["created_at"], **r["attrs"]} for r in rows]
 
-    def to_networkx(self) -> nx.MultiDiGraph:
+    def to_networkx(self) -> "nx.MultiDiGraph":
+        import networkx as nx
+
         g = nx.MultiDiGraph()
         with self.engine.connect() as conn:
             for r in conn.execute(select(nodes_table)).mappings():
@@ -131,14 +135,18 @@ class KnowledgeGraph:
             raise UnknownNode(f"graph node {ref!r} does not exist")
         raise UnknownNode(f"graph node {ref!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
 
-    def lineage(self, ref: str) -> nx.MultiDiGraph:
+    def lineage(self, ref: str) -> "nx.MultiDiGraph":
         """Every ancestor of a node (what it was derived from, transitively), as a subgraph."""
+        import networkx as nx
+
         nid = self.resolve(ref)
         g = self.to_networkx()
         keep = nx.descendants(g, nid) | {nid}
         return g.subgraph(keep).copy()
 
     def export(self, path: Path, fmt: str) -> Path:
+        import networkx as nx
+
         g = self.to_networkx()
         if fmt == "graphml":
             # GraphML holds scalars only: nested attributes are written as JSON text.

@@ -2,6 +2,7 @@
 heavy imports (torch, transformers, dbos) inside its command functions."""
 
 COMMAND_MODULES = [
+    "execute",
     "runs",
     "approvals",
     "graph",

@@ -1,0 +1,29 @@
+"""Tool name → function. A spec naming a tool not listed here is rejected before a run starts."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from trainteam.agents.tools.base import StepResult, ToolContext
+from trainteam.agents.tools.data import prepare_corpus
+from trainteam.agents.tools.evaluation import evaluate, gate
+from trainteam.agents.tools.models import register_model
+from trainteam.agents.tools.training import train, train_tokenizer
+
+ToolFn = Callable[[ToolContext], StepResult]
+
+TOOLS: dict[str, ToolFn] = {
+    "prepare_corpus": prepare_corpus,
+    "train_tokenizer": train_tokenizer,
+    "train": train,
+    "evaluate": evaluate,
+    "gate": gate,
+    "register_model": register_model,
+}
+
+
+def get_tool(name: str) -> ToolFn:
+    try:
+        return TOOLS[name]
+    except KeyError:
+        raise KeyError(f"unknown tool {name!r} (known: {', '.join(sorted(TOOLS))})") from None

@@ -1,0 +1,79 @@
+"""`trainteam approvals list|show|approve|reject` — the human channel of the approval queue."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from trainteam.commands.common import console, print_json, workspace
+
+approvals_app = typer.Typer(help="Gated actions waiting for a person.", no_args_is_help=True)
+
+
+@approvals_app.command("list")
+def list_(
+    status: str = typer.Option("pending", help="pending | approved | rejected | expired | all"),
+    run: Optional[str] = typer.Option(None, "--run", help="only this run"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    from trainteam.workflows.approvals import approval_public
+    from trainteam.workflows.store import ApprovalStore
+
+    rows = ApprovalStore(workspace().engine).list(None if status == "all" else status, run)
+    if as_json:
+        return print_json([approval_public(r) for r in rows])
+    if not rows:
+        console.print(f"no {'' if status == 'all' else status + ' '}approvals")
+        return
+    from rich.table import Table
+
+    table = Table("id", "run", "step", "action", "status", "requested by", "created")
+    for r in rows:
+        table.add_row(r["id"], r["run_id"], r["step"], r["action"], r["status"], r["requested_by"], r["created_at"])
+    console.print(table)
+
+
+@approvals_app.command("show")
+def show(approval_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    from trainteam.workflows.approvals import approval_public, resolve
+    from trainteam.workflows.store import ApprovalStore
+
+    row = approval_public(resolve(ApprovalStore(workspace().engine), approval_id))
+    if as_json:
+        return print_json(row)
+    for key, value in row.items():
+        console.print(f"[bold]{key}[/bold]: {value}", highlight=False)
+
+
+def _decide(approval_id: str, approve: bool, note: Optional[str], by: Optional[str], as_json: bool) -> None:
+    from trainteam.workflows.approvals import decide
+
+    row = decide(workspace(), approval_id, approve=approve, by=by, note=note)
+    if as_json:
+        return print_json(row)
+    console.print(f"approval {row['id']} [bold]{row['status']}[/bold] by {row['decided_by']}")
+
+
+@approvals_app.command("approve")
+def approve(
+    approval_id: str,
+    note: Optional[str] = typer.Option(None, "--note", help="why"),
+    by: Optional[str] = typer.Option(None, "--by", help="who decides (default: your user name)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    _decide(approval_id, True, note, by, as_json)
+
+
+@approvals_app.command("reject")
+def reject(
+    approval_id: str,
+    note: Optional[str] = typer.Option(None, "--note", help="why"),
+    by: Optional[str] = typer.Option(None, "--by", help="who decides (default: your user name)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    _decide(approval_id, False, note, by, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(approvals_app, name="approvals")

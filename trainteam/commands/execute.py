@@ -1,0 +1,82 @@
+"""`trainteam execute-workflow`, `worker` and `demo`: the commands that run work."""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from trainteam.commands.common import console, err_console, print_json, workspace
+
+
+def _exit_for(status: str) -> int:
+    return 0 if status == "completed" else 1
+
+
+def execute(workflow: str, task_path: Path, run_id: Optional[str], quiet: bool, as_json: bool) -> int:
+    from trainteam.workflows.runner import check_runnable, new_run_id, run_foreground
+    from trainteam.workflows.spec import load_builtin
+    from trainteam.workflows.task import load_task_file
+    from trainteam.workflows.views import run_public
+
+    spec = load_builtin(workflow)
+    task = load_task_file(task_path)
+    check_runnable(spec, task, str(task_path))
+    ws = workspace()  # opened only after the task is known to be good: a bad file changes nothing
+    run_id = run_id or new_run_id(task.name)
+    if not quiet:
+        err_console.print(f"run [bold]{run_id}[/bold]: workflow {spec.name}, task {task.name} "
+                          f"(workspace {ws.root})", highlight=False)
+    try:
+        result = run_foreground(ws, spec, task, run_id, progress=not quiet)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: the run is kept; continue it with `trainteam runs resume {run_id}`")
+        sys.stderr.flush()
+        os._exit(130)  # DBOS threads parked in recv ignore SIGINT
+    if as_json:
+        print_json(run_public(ws, run_id))
+    elif not quiet:
+        console.print(f"run {run_id}: [bold]{result['status']}[/bold]" +
+                      (f" — {result['error']}" if result.get("error") else ""), highlight=False)
+    return _exit_for(result["status"])
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("execute-workflow")
+    def execute_workflow(
+        workflow: str = typer.Argument(..., help="bundled workflow name (train_model) or a spec YAML path"),
+        task: Path = typer.Option(..., "--task", "-t", help="task YAML file"),
+        run_id: Optional[str] = typer.Option(None, "--run-id", help="choose the run id (default: generated)"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
+        as_json: bool = typer.Option(False, "--json", help="print the finished run as JSON"),
+    ) -> None:
+        """Run a workflow on a task in this process, durably: if the process dies,
+        `trainteam runs resume RUN` continues where it stopped."""
+        raise typer.Exit(execute(workflow, task, run_id, quiet, as_json))
+
+    @app.command("worker")
+    def worker(
+        once: bool = typer.Option(False, "--once", help="resume orphaned runs, wait for them, then exit"),
+        poll: float = typer.Option(5.0, help="seconds between checks for orphaned runs"),
+    ) -> None:
+        """Serve runs: resumes runs whose process died (at start and then every poll)."""
+        from trainteam.workflows.runner import serve
+
+        try:
+            serve(workspace(), once=once, poll_s=poll)
+        except KeyboardInterrupt:
+            os._exit(130)
+
+    @app.command("demo")
+    def demo(
+        yes: bool = typer.Option(False, "--yes", "-y", help="accepted for symmetry; the demo never prompts"),
+        quiet: bool = typer.Option(False, "--quiet", "-q"),
+    ) -> None:
+        """Run the bundled demo task (addition) end to end."""
+        task_file = resources.files("trainteam.workflows").joinpath("examples/addition.yaml")
+        with resources.as_file(task_file) as path:
+            raise typer.Exit(execute("train_model", path, None, quiet, False))

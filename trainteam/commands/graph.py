@@ -1,0 +1,65 @@
+"""`trainteam graph lineage|export|nodes`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from trainteam.commands.common import console, print_json, workspace
+
+graph_app = typer.Typer(help="The knowledge graph of runs, data and models.", no_args_is_help=True)
+
+
+@graph_app.command("lineage")
+def lineage(node: str = typer.Argument(..., help="node id (Model:abc) or its unique key"),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every ancestor of a node: what it was derived from, trained on, produced by."""
+    from trainteam.errors import NotFound
+    from trainteam.graph.store import UnknownNode
+
+    try:
+        sub = workspace().graph.lineage(node)
+    except UnknownNode as exc:
+        raise NotFound(str(exc.args[0])) from None
+    nodes = sorted(sub.nodes(data=True), key=lambda x: (x[1]["kind"], x[0]))
+    edges = [{"src": u, "dst": v, "kind": k} for u, v, k in sub.edges(keys=True)]
+    if as_json:
+        return print_json({"nodes": [{"id": n, **d} for n, d in nodes], "edges": edges})
+    for n, d in nodes:
+        console.print(f"[bold]{d['kind']}[/bold] {n}", highlight=False)
+    for e in edges:
+        console.print(f"  {e['src']} --{e['kind']}--> {e['dst']}", highlight=False)
+
+
+@graph_app.command("export")
+def export(fmt: str = typer.Option("json", "--format", help="graphml | json"),
+           out: Optional[Path] = typer.Option(None, "--out", "-o", help="file (default: workspace/reports/graph.FMT)")) -> None:
+    from trainteam.errors import BadInput
+
+    if fmt not in ("graphml", "json"):
+        raise BadInput(f"--format: unknown format {fmt!r} (graphml, json)")
+    ws = workspace()
+    path = out or ws.dir("reports") / f"graph.{fmt}"
+    ws.graph.export(path, fmt)
+    console.print(str(path))
+
+
+@graph_app.command("nodes")
+def nodes(kind: Optional[str] = typer.Option(None, help="only this kind (Model, Run, ...)"),
+          as_json: bool = typer.Option(False, "--json")) -> None:
+    from trainteam.errors import BadInput
+    from trainteam.graph import NodeKind
+
+    if kind is not None and kind not in {k.value for k in NodeKind}:
+        raise BadInput(f"--kind: unknown node kind {kind!r} ({', '.join(k.value for k in NodeKind)})")
+    rows = workspace().graph.nodes(kind)
+    if as_json:
+        return print_json(rows)
+    for r in rows:
+        console.print(f"[bold]{r['kind']}[/bold] {r['id']}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(graph_app, name="graph")

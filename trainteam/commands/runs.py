@@ -1,0 +1,98 @@
+"""`trainteam runs list|show|resume|cancel`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from trainteam.commands.common import console, print_json, workspace
+
+runs_app = typer.Typer(help="Past and current runs.", no_args_is_help=True)
+
+
+@runs_app.command("list")
+def list_(limit: int = typer.Option(50), as_json: bool = typer.Option(False, "--json")) -> None:
+    from trainteam.workflows.views import runs_public
+
+    rows = runs_public(workspace(), limit)
+    if as_json:
+        return print_json(rows)
+    if not rows:
+        console.print("no runs")
+        return
+    from rich.table import Table
+
+    table = Table("run", "workflow", "task", "status", "step", "created")
+    for r in rows:
+        table.add_row(r["run_id"], r["workflow"], r["task_name"], r["status"], r["current_step"] or "", r["created_at"])
+    console.print(table)
+
+
+@runs_app.command("show")
+def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    from trainteam.workflows.views import run_public
+
+    view = run_public(workspace(), run_id)
+    if as_json:
+        return print_json(view)
+    from rich.table import Table
+
+    console.print(f"[bold]{view['run_id']}[/bold] {view['workflow']} / {view['task_name']}: "
+                  f"[bold]{view['status']}[/bold]" + (f" — {view['error']}" if view["error"] else ""),
+                  highlight=False)
+    table = Table("step", "visit", "persona", "status", "attempts", "seconds")
+    for s in view["steps"]:
+        table.add_row(s["name"], str(s["visit"]), s["persona"] or "", s["status"], str(s["attempts"]),
+                      f"{s['seconds']:.1f}" if s["seconds"] is not None else "")
+    console.print(table)
+    for k, v in sorted(view["metrics"].items()):
+        console.print(f"  {k} = {v:.4g}" if isinstance(v, float) else f"  {k} = {v}", highlight=False)
+    for a in view["approvals"]:
+        console.print(f"  approval {a['id']}: {a['status']}", highlight=False)
+
+
+@runs_app.command("resume")
+def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resume a run owned by another host"),
+           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+    """Continue a run whose process died; finished steps are not run again."""
+    from trainteam.workflows.runner import resume_foreground
+    from trainteam.workflows.views import run_public
+
+    ws = workspace()
+    run_public(ws, run_id)  # a clear error for an unknown run, before starting the engine
+    try:
+        result = resume_foreground(ws, run_id, force=force, progress=not quiet)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"interrupted: continue with `trainteam runs resume {run_id}`\n")
+        os._exit(130)
+    console.print(f"run {run_id}: [bold]{result['status']}[/bold]" +
+                  (f" — {result['error']}" if result.get("error") else ""), highlight=False)
+    raise typer.Exit(0 if result["status"] == "completed" else 1)
+
+
+@runs_app.command("cancel")
+def cancel(run_id: str) -> None:
+    """Stop a run at its next step boundary and mark it cancelled."""
+    from dbos import DBOSClient
+
+    from trainteam.workflows.store import RunStore
+    from trainteam.workflows.views import run_public
+
+    ws = workspace()
+    view = run_public(ws, run_id)
+    if view["status"] in ("completed", "failed", "cancelled"):
+        console.print(f"run {run_id} is already {view['status']}")
+        return
+    client = DBOSClient(system_database_url=ws.dbos_database_url)
+    try:
+        client.cancel_workflow(run_id)
+    finally:
+        client.destroy()
+    RunStore(ws.engine).set_status(run_id, "cancelled", error="cancelled by a person")
+    console.print(f"run {run_id} cancelled")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(runs_app, name="runs")

@@ -1,0 +1,106 @@
+"""The approval queue: gated actions wait here for a person.
+
+Two sides:
+- the *workflow side* (``request``/``read_decision``) runs inside DBOS steps of a run;
+- the *human side* (``decide``) runs in any other process (CLI, Python). It writes
+  the decision to the database first — the single source of truth the waiting run
+  re-reads — then wakes the run with a DBOS message.
+
+No agent tool is given ``decide``: it is reachable only from the human channel
+(``trainteam approvals approve|reject`` or this function called by a person's code).
+A message that does not match a recorded decision is ignored by the waiting run.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from trainteam.errors import Conflict, NotFound
+from trainteam.graph import EdgeKind, NodeKind
+from trainteam.workflows.store import ApprovalStore
+
+TOPIC_PREFIX = "approval:"
+
+
+def approval_topic(approval_id: str) -> str:
+    return TOPIC_PREFIX + approval_id
+
+
+def approval_public(row: dict[str, Any]) -> dict[str, Any]:
+    """The machine-readable shape printed by ``approvals list|show --json``."""
+    return {
+        "id": row["id"], "run_id": row["run_id"], "step": row["step"], "action": row["action"],
+        "status": row["status"], "proposed": row["proposed"], "evidence": row["evidence"],
+        "requested_by": row["requested_by"], "created_at": row["created_at"],
+        "decided_by": row["decided_by"], "decided_at": row["decided_at"], "note": row["note"],
+    }
+
+
+def resolve(store: ApprovalStore, ref: str) -> dict[str, Any]:
+    rows = store.find(ref)
+    if not rows:
+        raise NotFound(f"approval {ref!r} not found (see `trainteam approvals list`)")
+    if len(rows) > 1:
+        raise NotFound(f"approval {ref!r} is ambiguous: {', '.join(r['id'] for r in rows[:5])}")
+    return rows[0]
+
+
+def request(ws, *, run_id: str, step: str, visit: int, action: str, proposed: dict, evidence: dict,
+            requested_by: str) -> dict[str, Any]:
+    """Open (or, after a crash, find again) the approval for this step visit."""
+    approval_id = f"{run_id}.{step}.{visit}.{action}"
+    row = ApprovalStore(ws.engine).create(
+        approval_id=approval_id, run_id=run_id, step=step, action=action, proposed=proposed,
+        evidence=evidence, requested_by=requested_by,
+    )
+    g = ws.graph
+    step_node = g.add_node(NodeKind.STEP, f"{run_id}/{step}#{visit}", run_id=run_id, step=step, visit=visit)
+    g.link(NodeKind.APPROVAL, approval_id, [(EdgeKind.REQUESTED_BY, step_node)],
+           action=action, step=step, run_id=run_id, proposed=proposed, requested_by=requested_by)
+    return row
+
+
+def read_decision(ws, approval_id: str) -> dict[str, Any]:
+    row = ApprovalStore(ws.engine).get(approval_id)
+    if row is None:
+        raise NotFound(f"approval {approval_id!r} not found")
+    return {"id": row["id"], "status": row["status"], "decided_by": row["decided_by"], "note": row["note"]}
+
+
+def decide(ws, ref: str, *, approve: bool, by: str | None = None, note: str | None = None) -> dict[str, Any]:
+    """A person's decision. Final: deciding the same approval again is an error."""
+    store = ApprovalStore(ws.engine)
+    row = resolve(store, ref)
+    if row["status"] != "pending":
+        raise Conflict(
+            f"approval {row['id']} was already {row['status']} by {row['decided_by']} at {row['decided_at']}"
+        )
+    person = by or getpass.getuser()
+    status = "approved" if approve else "rejected"
+    if not store.decide(row["id"], status, person, note):
+        fresh = store.get(row["id"])
+        raise Conflict(f"approval {row['id']} was already {fresh['status']} by {fresh['decided_by']}")
+    g = ws.graph
+    person_node = g.add_node(NodeKind.PERSON, person, name=person)
+    decision = g.link(NodeKind.DECISION, f"approval/{row['id']}", [(EdgeKind.DECIDED_BY, person_node)],
+                      status=status, note=note, approval=row["id"], by=person)
+    approval_node = g.add_node(NodeKind.APPROVAL, row["id"], action=row["action"], step=row["step"],
+                               run_id=row["run_id"])
+    g.add_edge(approval_node, person_node, EdgeKind.APPROVED_BY if approve else EdgeKind.REJECTED_BY)
+    g.add_edge(decision, approval_node, EdgeKind.DECIDED_BY)
+    _wake_run(ws, row["run_id"], row["id"], status)
+    return approval_public(store.get(row["id"]))
+
+
+def _wake_run(ws, run_id: str, approval_id: str, status: str) -> None:
+    """Send the durable message the run waits for. If the run's process is gone the
+    message waits in the system database and is delivered when the run resumes."""
+    from dbos import DBOSClient  # imported here: ~1 s, only when a decision is made
+
+    client = DBOSClient(system_database_url=ws.dbos_database_url)
+    try:
+        client.send(run_id, {"approval_id": approval_id, "status": status},
+                    topic=approval_topic(approval_id), idempotency_key=f"decision:{approval_id}")
+    finally:
+        client.destroy()

@@ -1,0 +1,72 @@
+"""Start, resume and serve runs in this process (the long-running side)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timezone
+
+from trainteam.agents.tools import TOOLS
+from trainteam.errors import BadInput
+from trainteam.workflows.spec import WorkflowSpec
+from trainteam.workflows.task import TrainTask
+
+
+def new_run_id(task_name: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{task_name[:24]}-{stamp}-{secrets.token_hex(2)}"
+
+
+def check_runnable(spec: WorkflowSpec, task: TrainTask, source: str) -> None:
+    """Everything that can be known before a run starts is checked here, so a bad task
+    file fails with one line and leaves the workspace untouched."""
+    names = {s.name for s in spec.steps}
+    for i, step in enumerate(task.require_approval):
+        if step not in names:
+            raise BadInput(f"{source}: require_approval[{i}]: unknown step {step!r} (steps: {', '.join(sorted(names))})")
+    for step in spec.steps:
+        if step.tool not in TOOLS:
+            raise BadInput(f"workflow {spec.name}: steps.{step.name}.tool: unknown tool {step.tool!r}")
+    if task.workflow != spec.name:
+        raise BadInput(f"{source}: workflow: task is for {task.workflow!r}, not {spec.name!r}")
+
+
+def run_foreground(ws, spec: WorkflowSpec, task: TrainTask, run_id: str, progress: bool = True) -> dict:
+    from trainteam.workflows import engine
+
+    engine.launch(ws, progress)
+    try:
+        return engine.start(ws, spec, task, run_id).get_result()
+    finally:
+        engine.shutdown()
+
+
+def resume_foreground(ws, run_id: str, force: bool = False, progress: bool = True) -> dict:
+    from trainteam.workflows import engine
+
+    engine.launch(ws, progress)
+    try:
+        return engine.resume(ws, run_id, force=force).get_result()
+    finally:
+        engine.shutdown()
+
+
+def serve(ws, once: bool = False, poll_s: float = 5.0, progress: bool = True) -> None:
+    """A worker: resumes orphaned runs at start and every poll, and runs queued ones."""
+    from trainteam.workflows import engine
+
+    engine.launch(ws, progress)
+    try:
+        resumed = engine.recover_orphans(ws)
+        if resumed:
+            engine.console.print(f"resuming {len(resumed)} run(s): {', '.join(resumed)}")
+        while not once:
+            time.sleep(poll_s)
+            engine.recover_orphans(ws)
+        if once:
+            from dbos import DBOS
+
+            for run_id in resumed:
+                DBOS.retrieve_workflow(run_id).get_result()
+    finally:
+        engine.shutdown()
