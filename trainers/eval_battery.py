@@ -1,0 +1,317 @@
+"""The eval battery of a stage: what the eval_judge measures before a gate decides.
+
+Measures: held-out loss and perplexity (on the answer tokens, as training counts
+them), greedy exact match (``trainers.evaluation.exact_match``), and reliability
+checks that accuracy alone hides: answer-format adherence, determinism across
+runs with different batching, and the rate of degenerate repetition. Harness
+tasks run through ``lm_eval_runner``. Each stage kind has a fixed default
+battery; a task may override it per stage.
+
+Eval sets are decontaminated against the training data before anything is
+measured, through ``trainteam.curation`` when it provides decontamination; the
+data engine's report is attached to the result either way it was produced.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainteam.errors import BadInput
+from trainteam.trainers.formats import completion_text, prompt_text
+
+StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
+Metric = Literal["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition", "lm_eval"]
+
+# Training methods and curriculum stage names map onto the four stage kinds.
+STAGE_KINDS: dict[str, StageKind] = {
+    "pretrain": "pretrain", "mid_train": "mid_train", "midtrain": "mid_train", "long_context": "long_context",
+    "sft": "post_train", "dpo": "post_train", "grpo": "post_train", "post_train": "post_train",
+}
+
+
+class BatterySpec(BaseModel):
+    """Which checks run, and their settings. Task files give this per stage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: list[Metric] = Field(min_length=1)
+    max_new_tokens: int = Field(default=8, gt=0)
+    batch_size: int = Field(default=64, gt=0)
+    limit: int | None = Field(default=None, gt=0, description="evaluate at most this many problems")
+    reliability_limit: int = Field(default=64, gt=0, description="problems used by the reliability checks")
+    answer_pattern: str = Field(default=r"-?\d+", description="full-match regex an answer must follow")
+    loss_max_length: int = Field(default=512, gt=0, description="tokens per held-out row (longer rows are cut)")
+    repetition_ngram: int = Field(default=3, ge=1)
+    repetition_max_new_tokens: int = Field(default=32, gt=0)
+    degenerate_threshold: float = Field(default=0.5, gt=0, le=1, description="repeated n-gram share that counts as degenerate")
+    lm_eval_tasks: list[str] = Field(default_factory=list, description="harness tasks; empty: exact match as a harness task")
+    lm_eval_include: Path | None = Field(default=None, description="folder of local harness task YAML")
+
+
+DEFAULT_BATTERIES: dict[StageKind, BatterySpec] = {
+    "pretrain": BatterySpec(metrics=["heldout_loss", "exact_match", "repetition"]),
+    "mid_train": BatterySpec(metrics=["heldout_loss", "exact_match", "format_adherence", "repetition"]),
+    "long_context": BatterySpec(metrics=["heldout_loss", "determinism", "repetition"], loss_max_length=4096,
+                                repetition_max_new_tokens=128),
+    "post_train": BatterySpec(metrics=["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition"]),
+}
+
+
+def stage_kind(stage: str) -> StageKind:
+    try:
+        return STAGE_KINDS[stage]
+    except KeyError:
+        raise BadInput(f"stage {stage!r}: unknown stage kind (one of {sorted(STAGE_KINDS)})") from None
+
+
+def default_battery(stage: str) -> BatterySpec:
+    return DEFAULT_BATTERIES[stage_kind(stage)].model_copy(deep=True)
+
+
+class BatteryResult(BaseModel):
+    stage: str
+    kind: StageKind
+    metrics: dict[str, float] = Field(description="flat: heldout_loss, perplexity, exact_match, format_adherence, "
+                                                  "determinism, repetition_rate, lm_eval/<task>/<metric>")
+    n_eval: int
+    details: dict[str, Any] = Field(default_factory=dict)
+    decontamination: dict[str, Any] | None = None
+    seconds: float
+
+
+# -- individual measures -------------------------------------------------------------------
+
+def heldout_loss(model, tokenizer, records: Sequence[dict], *, batch_size: int = 32, max_length: int = 512) -> dict[str, float]:
+    """Token-weighted mean NLL: on the completion of prompt/completion rows (what SFT trains on),
+    on every token of ``text`` rows (pretraining)."""
+    import torch
+    import torch.nn.functional as F
+
+    rows: list[tuple[list[int], list[int]]] = []
+    for i, r in enumerate(records):
+        if "text" in r:
+            ids = tokenizer(prompt_text(tokenizer, r["text"]), add_special_tokens=False)["input_ids"][:max_length]
+            rows.append((ids, [-100] + ids[1:]))
+        elif "prompt" in r and "completion" in r:
+            p = tokenizer(prompt_text(tokenizer, r["prompt"]), add_special_tokens=False)["input_ids"]
+            c = tokenizer(completion_text(tokenizer, str(r["completion"])), add_special_tokens=False)["input_ids"]
+            ids = (p + c)[:max_length]
+            rows.append((ids, ([-100] * len(p) + c)[:max_length]))
+        else:
+            raise BadInput(f"held-out records[{i}]: needs 'text' or 'prompt' and 'completion'")
+    if not rows:
+        raise BadInput("held-out records: none to measure loss on")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, len(rows), batch_size):
+            chunk = rows[s : s + batch_size]
+            width = max(len(x) for x, _ in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for j, (x, y) in enumerate(chunk):
+                ids[j, : len(x)] = torch.tensor(x)
+                labels[j, : len(y)] = torch.tensor(y)
+                mask[j, : len(x)] = 1
+            logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits.float()
+            shift_logits, shift_labels = logits[:, :-1], labels[:, 1:].to(model.device)
+            total += float(F.cross_entropy(shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1),
+                                           ignore_index=-100, reduction="sum"))
+            count += int((shift_labels != -100).sum())
+    if count == 0:
+        raise BadInput("held-out records: no target tokens (empty completions?)")
+    loss = total / count
+    return {"heldout_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "heldout_tokens": float(count)}
+
+
+def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int) -> list[dict]:
+    """Greedy continuations of ``prompt_text(p)``: token ids up to (not incl.) EOS, and whether EOS came."""
+    import torch
+
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    eos = tokenizer.eos_token_id
+    model.eval()  # dropout on would make "greedy" answers random
+    out: list[dict] = []
+    try:
+        for s in range(0, len(prompts), batch_size):
+            texts = [prompt_text(tokenizer, p) for p in prompts[s : s + batch_size]]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            with torch.no_grad():
+                gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
+            for row in gen[:, enc["input_ids"].shape[1] :].tolist():
+                stop = row.index(eos) if eos in row else None
+                ids = row[:stop] if stop is not None else row
+                out.append({"ids": ids, "eos": stop is not None})
+    finally:
+        tokenizer.padding_side = side
+    return out
+
+
+def format_adherence(gens: Sequence[dict], tokenizer, pattern: str, max_new_tokens: int) -> dict[str, Any]:
+    """Share of answers that end with EOS within the budget and fully match ``pattern``."""
+    rx = re.compile(pattern)
+    ok, bad = 0, []
+    for g in gens:
+        ids = g["ids"]
+        text = tokenizer.decode(ids[:max_new_tokens], skip_special_tokens=True).strip()
+        good = g["eos"] and len(ids) < max_new_tokens and rx.fullmatch(text) is not None
+        ok += good
+        if not good and len(bad) < 5:
+            bad.append(text)
+    return {"format_adherence": ok / len(gens) if gens else 0.0, "format_violations": bad}
+
+
+def repetition_rate(gens: Sequence[dict], n: int, threshold: float) -> dict[str, Any]:
+    """Share of generations whose repeated n-gram fraction exceeds ``threshold`` (loops like "1111…")."""
+    fractions = []
+    for g in gens:
+        ids = g["ids"]
+        grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+        fractions.append(1.0 - len(set(grams)) / len(grams) if grams else 0.0)
+    degenerate = sum(f > threshold for f in fractions)
+    return {"repetition_rate": degenerate / len(gens) if gens else 0.0,
+            "mean_repeated_ngram_fraction": sum(fractions) / len(fractions) if fractions else 0.0}
+
+
+def determinism(first: Sequence[dict], second: Sequence[dict]) -> float:
+    """Share of prompts whose two greedy runs (different batching) gave identical tokens."""
+    same = sum(a["ids"] == b["ids"] and a["eos"] == b["eos"] for a, b in zip(first, second, strict=True))
+    return same / len(first) if first else 1.0
+
+
+# -- decontamination -----------------------------------------------------------------------
+
+def decontaminate(eval_records: list[dict], train_records: Sequence[dict] | None) -> tuple[list[dict], dict[str, Any] | None]:
+    """Drop eval records that overlap the training data, through the data engine when it has it.
+
+    Returns the clean records and the data engine's report, or the records unchanged and a
+    report saying why nothing was checked.
+    """
+    if train_records is None:
+        return eval_records, None
+    try:
+        from trainteam.curation import decontaminate as engine_decontaminate  # type: ignore[attr-defined]
+    except ImportError:
+        return eval_records, {"checked": False,
+                              "reason": "trainteam.curation provides no decontaminate(); eval set used as given"}
+    clean, report = engine_decontaminate(eval_records, train_records)
+    report = report.model_dump() if hasattr(report, "model_dump") else dict(report)
+    return list(clean), {"checked": True, **report}
+
+
+# -- the battery ---------------------------------------------------------------------------
+
+def _load(model_or_path, tokenizer):
+    if isinstance(model_or_path, (str, Path)):
+        from trainteam.trainers.models import load_model
+
+        path = Path(model_or_path)
+        model = load_model(path)
+        if tokenizer is None:
+            tokenizer = path
+        return model, tokenizer, path
+    return model_or_path, tokenizer, None
+
+
+def run_battery(
+    model_or_path: Any,
+    tokenizer: Any,
+    eval_records: list[dict],
+    *,
+    stage: str,
+    spec: BatterySpec | None = None,
+    heldout_records: list[dict] | None = None,
+    train_records: Sequence[dict] | None = None,
+    decontamination_report: dict[str, Any] | None = None,
+    out_dir: str | Path | None = None,
+) -> BatteryResult:
+    """Run the stage's battery on a model (object or checkpoint folder).
+
+    ``eval_records`` are prompt/completion problems; ``heldout_records`` (default: the same
+    problems) feed the loss; ``train_records`` are checked for overlap first unless the
+    data engine's ``decontamination_report`` for this eval set is given.
+    """
+    started = time.monotonic()
+    kind = stage_kind(stage)
+    spec = spec or default_battery(stage)
+    model, tokenizer, ckpt = _load(model_or_path, tokenizer)
+    if isinstance(tokenizer, (str, Path)):
+        from trainteam.trainers.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(Path(tokenizer))
+    if tokenizer is None:
+        raise BadInput("run_battery: a tokenizer (object or folder) is required with an in-memory model")
+    records = list(eval_records)
+    report = decontamination_report
+    if report is None:
+        records, report = decontaminate(records, train_records)
+    if spec.limit:
+        records = records[: spec.limit]
+    if not records and set(spec.metrics) - {"heldout_loss"}:
+        raise BadInput(f"battery {stage}: no eval problems left to measure")
+    metrics: dict[str, float] = {}
+    details: dict[str, Any] = {}
+
+    if "heldout_loss" in spec.metrics:
+        loss = heldout_loss(model, tokenizer, heldout_records if heldout_records is not None else records,
+                            batch_size=min(spec.batch_size, 32), max_length=spec.loss_max_length)
+        metrics.update({k: v for k, v in loss.items() if k != "heldout_tokens"})
+        details["heldout_tokens"] = int(loss["heldout_tokens"])
+    if "exact_match" in spec.metrics:
+        from trainteam.trainers.evaluation import exact_match
+
+        em = exact_match(model, tokenizer, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size)
+        metrics["exact_match"] = em.accuracy
+        details["exact_match"] = {"n": em.n, "correct": em.correct, "samples": em.samples[:10]}
+    reliability = {"format_adherence", "determinism", "repetition"} & set(spec.metrics)
+    if reliability:
+        prompts = [r["prompt"] for r in records[: spec.reliability_limit]]
+        budget = max(spec.max_new_tokens, spec.repetition_max_new_tokens if "repetition" in reliability else 0)
+        first = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=spec.batch_size)
+        if "format_adherence" in reliability:
+            fa = format_adherence(first, tokenizer, spec.answer_pattern, spec.max_new_tokens)
+            metrics["format_adherence"] = fa["format_adherence"]
+            details["format_violations"] = fa["format_violations"]
+        if "repetition" in reliability:
+            rep = repetition_rate(first, spec.repetition_ngram, spec.degenerate_threshold)
+            metrics["repetition_rate"] = rep["repetition_rate"]
+            details["mean_repeated_ngram_fraction"] = rep["mean_repeated_ngram_fraction"]
+        if "determinism" in reliability:
+            # Same prompts, other batch composition (other padding): greedy answers must not change.
+            other = max(1, min(spec.batch_size, len(prompts)) // 3)
+            second = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=other)
+            metrics["determinism"] = determinism(first, second)
+    if "lm_eval" in spec.metrics:
+        metrics.update(_lm_eval(spec, ckpt, tokenizer, records, stage, out_dir))
+    return BatteryResult(stage=stage, kind=kind, metrics=metrics, n_eval=len(records), details=details,
+                         decontamination=report, seconds=time.monotonic() - started)
+
+
+def _lm_eval(spec: BatterySpec, ckpt: Path | None, tokenizer, records: list[dict], stage: str,
+             out_dir: str | Path | None) -> dict[str, float]:
+    from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
+
+    if ckpt is None:
+        raise BadInput(f"battery {stage}: lm_eval needs a checkpoint folder, not an in-memory model")
+    if out_dir is None:
+        raise BadInput(f"battery {stage}: lm_eval needs out_dir for its task files and results")
+    tasks, include = spec.lm_eval_tasks, spec.lm_eval_include
+    if not tasks:
+        include = Path(out_dir) / "lm_eval_tasks"
+        name = f"{re.sub(r'[^A-Za-z0-9_]', '_', stage)}_exact_match"
+        write_exact_match_task(include, name, records, tokenizer, max_new_tokens=spec.max_new_tokens)
+        tasks = [name]
+    elif include is None:
+        raise BadInput(f"battery {stage}: lm_eval_tasks given without lm_eval_include (folder of task YAML)")
+    res = run_lm_eval(ckpt, tasks, include_path=include, batch_size=spec.batch_size, out_dir=out_dir)
+    return {f"lm_eval/{t}/{m}": v for t, vals in res.tasks.items() for m, v in vals.items()}
