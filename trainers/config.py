@@ -114,6 +114,7 @@ class TrainConfig(_Strict):
     strategy: Strategy = "single"
     num_nodes: int = Field(default=1, gt=0)
     devices_per_node: int = Field(default=1, gt=0)
+    tensor_parallel_size: int = Field(default=1, gt=0, description="devices one layer is split over")
     tracker: Literal["none", "mlflow", "tensorboard", "wandb"] = "none"
     threads: int | None = Field(default=None, gt=0, description="torch threads; None: chosen from load")
     lora: LoraOptions | None = None
@@ -121,3 +122,16 @@ class TrainConfig(_Strict):
     dpo: DPOOptions = Field(default_factory=DPOOptions)
     grpo: GRPOOptions = Field(default_factory=GRPOOptions)
     spike: SpikeOptions = Field(default_factory=SpikeOptions)
+
+    def plan(self, model=None, hardware=None, **kwargs):
+        """Token, memory and cost accounting on the hardware; raises PlanRefused. Imports no torch.
+
+        ``model``: a ModelSpec or a parameter count (default: ModelSpec() with the default
+        tokenizer's vocabulary); ``hardware``: a HardwareSpec (default: this machine).
+        See ``trainteam.trainers.planning.plan``.
+        """
+        from trainteam.trainers.planning import plan
+
+        if model is None:
+            model = ModelSpec(vocab_size=TokenizerConfig().vocab_size)
+        return plan(self, model, hardware, **kwargs)

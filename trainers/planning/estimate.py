@@ -1,0 +1,172 @@
+"""Closed-form counts: parameters, bytes per device, FLOPs. Plain arithmetic, no torch.
+
+The formulas are the standard ones, so a person can check them by hand:
+- parameters of the Llama / Qwen2 / GPT-2 blocks exactly as transformers builds them
+  (``trainers/models.py`` defaults: intermediate = 4 x hidden, tied embeddings);
+- model states after the ZeRO paper (Rajbhandari et al. 2020): fp32 training keeps
+  4 (weights) + 4 (grads) + 8 (Adam m, v) bytes per parameter; mixed precision keeps
+  2 + 2 + 12 (fp32 master copy, m, v). ZeRO-2 shards grads and optimizer states, ZeRO-3 and
+  FSDP full-shard shard all three over the data-parallel group;
+- activations after Korthikanti et al. 2022: ``s*b*h*(34 + 5*a*s/h)`` bytes per layer in
+  16-bit (the ``5*a*s/h`` attention-score term vanishes with SDPA / flash attention), doubled
+  in fp32; with gradient checkpointing only each layer's input (``2*s*b*h``) is kept, plus
+  one layer recomputed; the logits (``s*b*V`` fp32, twice for the softmax gradient) come on top;
+- training FLOPs per token ``6*N + 12*L*h*s`` (Kaplan / PaLM), x 4/3 with recomputation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from trainteam.errors import BadInput
+
+GIB = 2**30
+
+
+class ModelShape(BaseModel):
+    """The few numbers every estimate needs, from a ModelSpec or a local config.json."""
+
+    arch: str = "llama"
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    max_position_embeddings: int = Field(gt=0)
+    tie_word_embeddings: bool = True
+
+    @classmethod
+    def from_spec(cls, spec, vocab_size: int | None = None) -> "ModelShape":
+        """From a ``ModelSpec``; a spec with ``path`` is read from its ``config.json``."""
+        if spec.path is not None:
+            return cls.from_config_json(Path(spec.path) / "config.json")
+        vocab = spec.vocab_size or vocab_size
+        if vocab is None:
+            raise BadInput("model.vocab_size: unknown; give it in the spec or pass the tokenizer's vocab_size")
+        return cls(
+            arch=spec.arch, hidden_size=spec.hidden_size, num_layers=spec.num_layers,
+            num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads or spec.num_heads,
+            intermediate_size=spec.intermediate_size or 4 * spec.hidden_size, vocab_size=vocab,
+            max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True,
+        )
+
+    @classmethod
+    def from_config_json(cls, path: Path) -> "ModelShape":
+        if not path.is_file():
+            raise BadInput(f"model.path: {path} not found (a local HF model folder has a config.json)")
+        c = json.loads(path.read_text())
+        arch = c.get("model_type", "llama")
+        if arch == "gpt2":
+            h = c["n_embd"]
+            return cls(arch="gpt2", hidden_size=h, num_layers=c["n_layer"], num_heads=c["n_head"],
+                       num_kv_heads=c["n_head"], intermediate_size=c.get("n_inner") or 4 * h,
+                       vocab_size=c["vocab_size"], max_position_embeddings=c.get("n_positions", 1024),
+                       tie_word_embeddings=c.get("tie_word_embeddings", True))
+        try:
+            return cls(arch=arch, hidden_size=c["hidden_size"], num_layers=c["num_hidden_layers"],
+                       num_heads=c["num_attention_heads"],
+                       num_kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
+                       intermediate_size=c["intermediate_size"], vocab_size=c["vocab_size"],
+                       max_position_embeddings=c.get("max_position_embeddings", 2048),
+                       tie_word_embeddings=c.get("tie_word_embeddings", False))
+        except KeyError as exc:
+            raise BadInput(f"model.path: {path} lacks {exc.args[0]}") from None
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def linear_shapes(self) -> list[tuple[int, int]]:
+        """(in, out) of every linear layer of one block: what LoRA 'all-linear' adapts."""
+        h, i, kv = self.hidden_size, self.intermediate_size, self.num_kv_heads * self.head_dim
+        if self.arch == "gpt2":
+            return [(h, 3 * h), (h, h), (h, i), (i, h)]
+        return [(h, h), (h, kv), (h, kv), (h, h), (h, i), (h, i), (i, h)]
+
+    def num_params(self) -> int:
+        h, L, V = self.hidden_size, self.num_layers, self.vocab_size
+        head = 0 if self.tie_word_embeddings else V * h
+        if self.arch == "gpt2":
+            i = self.intermediate_size
+            per_layer = 4 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h)
+            return V * h + self.max_position_embeddings * h + L * per_layer + 2 * h + head
+        kv = self.num_kv_heads * self.head_dim
+        per_layer = sum(a * b for a, b in self.linear_shapes()) + 2 * h
+        if self.arch == "qwen2":
+            per_layer += h + 2 * kv  # q, k, v biases
+        return V * h + L * per_layer + h + head
+
+    def lora_params(self, r: int) -> int:
+        return self.num_layers * sum(r * (a + b) for a, b in self.linear_shapes())
+
+
+class MemoryEstimate(BaseModel):
+    """Bytes one device holds at the peak of a step, in GiB."""
+
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    overhead_gib: float
+    total_gib: float
+    device_memory_gib: float
+    headroom: float = Field(description="fraction of device memory the plan may use")
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.device_memory_gib * self.headroom
+
+
+def state_bytes_per_param(precision: str) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per trained parameter."""
+    return (4.0, 4.0, 8.0) if precision == "fp32" else (2.0, 2.0, 12.0)
+
+
+def memory_estimate(
+    shape: ModelShape, *, precision: str, strategy: str, dp_size: int, tp_size: int,
+    micro_batch: int, seq_len: int, gradient_checkpointing: bool, attn_implementation: str,
+    lora_r: int | None, quantize_4bit: bool, device_memory_gib: float, cuda: bool,
+) -> MemoryEstimate:
+    n = shape.num_params() / tp_size
+    w_b, g_b, o_b = state_bytes_per_param(precision)
+    if lora_r is not None:
+        trained = shape.lora_params(lora_r) / tp_size
+        frozen_bytes = 0.55 if quantize_4bit else (4.0 if precision == "fp32" else 2.0)
+        weights = n * frozen_bytes + trained * w_b
+        grads, opt = trained * g_b, trained * o_b
+    else:
+        weights, grads, opt = n * w_b, n * g_b, n * o_b
+    if strategy in ("zero2", "zero3", "fsdp"):
+        grads, opt = grads / dp_size, opt / dp_size
+    if strategy in ("zero3", "fsdp"):
+        weights = weights / dp_size
+    act = activation_bytes(shape, micro_batch=micro_batch, seq_len=seq_len, precision=precision,
+                           gradient_checkpointing=gradient_checkpointing,
+                           attn_implementation=attn_implementation) / tp_size
+    overhead = 1.0 * GIB if cuda else 0.3 * GIB  # CUDA context + allocator slack; Python + libs on CPU
+    parts = [weights, grads, opt, act, overhead]
+    return MemoryEstimate(
+        weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=opt / GIB,
+        activations_gib=act / GIB, overhead_gib=overhead / GIB, total_gib=sum(parts) / GIB,
+        device_memory_gib=device_memory_gib, headroom=0.9,
+    )
+
+
+def activation_bytes(shape: ModelShape, *, micro_batch: int, seq_len: int, precision: str,
+                     gradient_checkpointing: bool, attn_implementation: str) -> float:
+    s, b, h, a, L = seq_len, micro_batch, shape.hidden_size, shape.num_heads, shape.num_layers
+    scale = 2.0 if precision == "fp32" else 1.0
+    scores = 5 * a * s / h if attn_implementation == "eager" else 0.0
+    per_layer = s * b * h * (34 + scores) * scale
+    layers = L * 2 * s * b * h * scale + per_layer if gradient_checkpointing else L * per_layer
+    logits = 2 * s * b * shape.vocab_size * 4
+    return layers + logits
+
+
+def train_flops_per_token(shape: ModelShape, seq_len: int, gradient_checkpointing: bool) -> float:
+    f = 6 * shape.num_params() + 12 * shape.num_layers * shape.hidden_size * seq_len
+    return f * (4 / 3 if gradient_checkpointing else 1.0)

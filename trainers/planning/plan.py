@@ -1,0 +1,346 @@
+"""``plan()`` checks a config against the hardware; ``recommend()`` chooses one. No torch.
+
+A plan is the contract the training engineer shows a person before a run spends money: how
+many tokens, how much memory per device, how long, what it costs, and why each setting is
+what it is. Settings that cannot work are refused (``kind="impossible"``); settings that work
+but waste the hardware are refused too (``kind="wasteful"``) unless ``strict=False``, in which
+case they become warnings a person sees.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from trainteam.errors import BadInput
+from trainteam.trainers.config import ModelSpec, TrainConfig
+from trainteam.trainers.planning.estimate import (
+    GIB,
+    MemoryEstimate,
+    ModelShape,
+    memory_estimate,
+    train_flops_per_token,
+)
+from trainteam.trainers.planning.hardware import HardwareSpec
+
+FITS_MANY_TIMES = 4  # a replica this many times smaller than a device does not need sharding
+
+
+class Refusal(BaseModel):
+    field: str
+    reason: str
+    kind: Literal["impossible", "wasteful"]
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
+
+
+class PlanRefused(BadInput):
+    """The config cannot run, or would waste the hardware; each refusal names its field."""
+
+    def __init__(self, refusals: list[Refusal]):
+        self.refusals = refusals
+        super().__init__("; ".join(str(r) for r in refusals))
+
+    @property
+    def fields(self) -> list[str]:
+        return [r.field for r in self.refusals]
+
+
+class CostEstimate(BaseModel):
+    flops: float
+    tokens_per_second: float = Field(description="whole job; from peak FLOP/s x assumed MFU unless measured")
+    hours: float
+    device_hours: float
+    price_per_device_hour: float
+    cost: float
+
+
+class RunPlan(BaseModel):
+    config: TrainConfig
+    hardware: HardwareSpec
+    model_arch: str = "llama"
+    params: int
+    trainable_params: int
+    world_size: int
+    data_parallel_size: int
+    tensor_parallel_size: int
+    global_batch_size: int
+    tokens_per_step: int
+    total_tokens: int
+    epochs: float | None = None
+    memory: MemoryEstimate
+    cost: CostEstimate
+    reasons: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+def model_shape(model: ModelSpec | ModelShape | int, vocab_size: int | None = None) -> tuple[ModelShape, list[str]]:
+    """A shape for estimates. A bare parameter count gets a Llama-like shape (hidden/layers = 128)."""
+    if isinstance(model, ModelShape):
+        return model, []
+    if isinstance(model, ModelSpec):
+        return ModelShape.from_spec(model, vocab_size=vocab_size), []
+    if isinstance(model, bool) or not isinstance(model, int) or model <= 0:
+        raise BadInput(f"model: expected a ModelSpec or a positive parameter count, got {model!r}")
+    vocab = vocab_size or 32000
+    # 16 h^2 parameters per Llama block with a 4h MLP, L = h / 128 layers  =>  N ~ h^3 / 8
+    h = max(64, int(round((8 * model) ** (1 / 3) / 64)) * 64)
+    layers = max(1, round(h / 128))
+    shape = ModelShape(hidden_size=h, num_layers=layers, num_heads=max(1, h // 64), num_kv_heads=max(1, h // 64),
+                       intermediate_size=4 * h, vocab_size=vocab, max_position_embeddings=4096)
+    note = f"model: {model:,} parameters given as a number; activations estimated for hidden {h} x {layers} layers"
+    return shape, [note]
+
+
+def _scaled_shape(shape: ModelShape, params: int) -> ModelShape:
+    """Keep the shape for activations but make the state estimate use the given count."""
+    return _Fixed(**shape.model_dump(), fixed_params=params)
+
+
+class _Fixed(ModelShape):
+    fixed_params: int
+
+    def num_params(self) -> int:
+        return self.fixed_params
+
+
+def _memory(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, *, strategy: str | None = None,
+            micro_batch: int | None = None, gc: bool | None = None) -> MemoryEstimate:
+    world = cfg.num_nodes * cfg.devices_per_node
+    tp = cfg.tensor_parallel_size
+    mem = memory_estimate(
+        shape, precision=cfg.precision, strategy=strategy or cfg.strategy, dp_size=max(1, world // tp), tp_size=tp,
+        micro_batch=micro_batch or cfg.per_device_batch_size, seq_len=cfg.seq_len,
+        gradient_checkpointing=cfg.gradient_checkpointing if gc is None else gc,
+        attn_implementation=cfg.attn_implementation, lora_r=cfg.lora.r if cfg.lora else None,
+        quantize_4bit=bool(cfg.lora and cfg.lora.quantize_4bit), device_memory_gib=hw.device_memory_gib,
+        cuda=hw.device == "cuda",
+    )
+    ref = _reference_model_bytes(cfg, shape, strategy or cfg.strategy, max(1, world // tp)) / tp
+    if ref:
+        mem = mem.model_copy(update={"weights_gib": mem.weights_gib + ref / GIB, "total_gib": mem.total_gib + ref / GIB})
+    return mem
+
+
+def _reference_model_bytes(cfg: TrainConfig, shape: ModelShape, strategy: str, dp: int) -> float:
+    """DPO (unless log-probs are precomputed) and GRPO with a KL term hold a frozen reference copy."""
+    needs = (cfg.method == "dpo" and not cfg.dpo.precompute_ref_log_probs) or (cfg.method == "grpo" and cfg.grpo.beta > 0)
+    if not needs or cfg.lora is not None:  # with PEFT the reference is the base with adapters disabled
+        return 0.0
+    b = shape.num_params() * (4.0 if cfg.precision == "fp32" else 2.0)
+    return b / dp if strategy in ("zero3", "fsdp") else b
+
+
+def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec) -> list[Refusal]:
+    """Every refusal for this config on this hardware (empty: it may run)."""
+    out: list[Refusal] = []
+
+    def no(field: str, reason: str, kind: Literal["impossible", "wasteful"] = "impossible") -> None:
+        out.append(Refusal(field=field, reason=reason, kind=kind))
+
+    cpu = hw.device == "cpu"
+    world = cfg.num_nodes * cfg.devices_per_node
+    tp = cfg.tensor_parallel_size
+    if cfg.num_nodes > hw.nodes:
+        no("num_nodes", f"{cfg.num_nodes} nodes asked, the hardware has {hw.nodes}")
+    if cfg.devices_per_node > hw.devices_per_node:
+        no("devices_per_node", f"{cfg.devices_per_node} devices per node asked, the hardware has {hw.devices_per_node}")
+    if cfg.precision == "fp16" and cpu:
+        no("precision", "fp16 mixed precision needs a CUDA device; on a CPU use fp32 (or bf16 on a bf16 CPU)")
+    if cfg.precision == "bf16" and not hw.bf16:
+        if cpu:
+            no("precision", "bf16 on a CPU without native bf16 is emulated, 6-8x slower than fp32", "wasteful")
+        else:
+            no("precision", f"{hw.name or 'this GPU'} has no bf16; use fp16")
+    if cfg.precision == "fp32" and hw.device == "cuda" and hw.bf16:
+        no("precision", "fp32 on a bf16-capable GPU doubles memory and forgoes tensor cores; use bf16", "wasteful")
+    if cfg.lora and cfg.lora.quantize_4bit and hw.device != "cuda":
+        no("lora.quantize_4bit", "QLoRA (4-bit bitsandbytes) needs a CUDA device")
+    if cfg.attn_implementation == "flash_attention_2" and cpu:
+        no("attn_implementation", "flash_attention_2 needs a CUDA device; use sdpa")
+    if cfg.use_liger and cpu:
+        no("use_liger", "Liger kernels are Triton kernels and need a GPU")
+    if cfg.seq_len > shape.max_position_embeddings:
+        no("seq_len", f"{cfg.seq_len} exceeds the model's max_position_embeddings {shape.max_position_embeddings}")
+    if cfg.warmup_steps >= cfg.max_steps:
+        no("warmup_steps", f"{cfg.warmup_steps} >= max_steps {cfg.max_steps}: the LR never leaves warm-up", "wasteful")
+    if world % tp:
+        no("tensor_parallel_size", f"{tp} does not divide the {world} devices")
+    if tp > 1:
+        if cpu:
+            no("tensor_parallel_size", "tensor parallelism needs CUDA devices")
+        if tp > cfg.devices_per_node and not hw.fast_fabric:
+            no("tensor_parallel_size", f"tensor parallel over {tp} devices spans nodes; {hw.fabric} is too slow "
+               "for per-layer all-reduces (needs infiniband or nvlink)")
+        if shape.num_heads % tp:
+            no("tensor_parallel_size", f"{tp} does not divide the model's {shape.num_heads} attention heads")
+    if cfg.strategy == "single" and world > 1:
+        no("strategy", f"single with {world} devices leaves {world - 1} idle; use ddp", "wasteful")
+    if cfg.strategy != "single" and world == 1:
+        no("strategy", f"{cfg.strategy} needs more than one device/process; use single", "wasteful")
+    if cfg.strategy == "fsdp" and cpu:
+        no("strategy", "FSDP through Trainer/accelerate silently falls back to DDP on a CPU; use ddp")
+    if cfg.strategy in ("zero2", "zero3") and cpu:
+        no("strategy", "DeepSpeed ZeRO needs CUDA devices; use ddp on a CPU")
+    if cfg.strategy in ("fsdp", "zero2", "zero3") and world > 1:
+        replica = _memory(cfg, shape, hw, strategy="ddp")
+        if replica.total_gib * FITS_MANY_TIMES <= hw.device_memory_gib:
+            no("strategy", f"{cfg.strategy} shards a model whose whole training state ({replica.total_gib:.2f} GiB) "
+               f"fits one device ({hw.device_memory_gib:g} GiB) {hw.device_memory_gib / replica.total_gib:.0f}x over; "
+               "use ddp (no all-gathers)", "wasteful")
+    mem = _memory(cfg, shape, hw)
+    if not mem.fits:
+        one = _memory(cfg, shape, hw, micro_batch=1)
+        field = "per_device_batch_size" if one.fits else "strategy"
+        hint = "lower the micro-batch and raise grad_accum" if one.fits else \
+            "shard (fsdp / zero3), use LoRA, or turn on gradient_checkpointing"
+        no(field, f"needs {mem.total_gib:.2f} GiB per device, {hw.device_memory_gib:g} GiB available "
+           f"(x{mem.headroom} headroom); {hint}")
+    elif cfg.gradient_checkpointing:
+        without = _memory(cfg, shape, hw, gc=False)
+        if without.total_gib * 2 <= hw.device_memory_gib * without.headroom:
+            no("gradient_checkpointing", f"the run fits in {without.total_gib:.2f} GiB without it; recomputation "
+               "costs a third more compute", "wasteful")
+    return out
+
+
+def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int, hardware: HardwareSpec | None = None, *,
+         vocab_size: int | None = None, dataset_rows: int | None = None, tokens_per_second: float | None = None,
+         strict: bool = True) -> RunPlan:
+    """Account for a config on the hardware, or raise ``PlanRefused`` naming the fields.
+
+    ``hardware=None`` reads this machine (torch is imported only if a GPU may be present).
+    ``tokens_per_second`` (measured, whole job) replaces the FLOP-based throughput guess.
+    """
+    if hardware is None:
+        from trainteam.trainers.planning.hardware import detect_hardware
+
+        hardware = detect_hardware(processes=cfg.devices_per_node)
+    shape, notes = model_shape(model, vocab_size)
+    if isinstance(model, int):
+        shape = _scaled_shape(shape, model)
+    refusals = check(cfg, shape, hardware)
+    blocking = [r for r in refusals if strict or r.kind == "impossible"]
+    if blocking:
+        raise PlanRefused(blocking)
+    warnings = [str(r) for r in refusals if r not in blocking]
+
+    world = cfg.num_nodes * cfg.devices_per_node
+    tp = cfg.tensor_parallel_size
+    dp = world // tp
+    gbs = cfg.per_device_batch_size * cfg.grad_accum * dp
+    tokens_step = gbs * cfg.seq_len
+    total = tokens_step * cfg.max_steps
+    mem = _memory(cfg, shape, hardware)
+    n = shape.num_params()
+    trainable = shape.lora_params(cfg.lora.r) if cfg.lora else n
+    fpt = train_flops_per_token(shape, cfg.seq_len, cfg.gradient_checkpointing)
+    tps = tokens_per_second or world * hardware.peak_flops() * hardware.assumed_mfu / fpt
+    hours = total / tps / 3600
+    cost = CostEstimate(flops=fpt * total, tokens_per_second=tps, hours=hours, device_hours=hours * world,
+                        price_per_device_hour=hardware.price_per_device_hour,
+                        cost=hours * world * hardware.price_per_device_hour)
+    reasons = notes + [
+        f"global batch {gbs} = {cfg.per_device_batch_size} per device x {cfg.grad_accum} accumulation x "
+        f"{dp} data-parallel ranks; {tokens_step:,} tokens per step (at seq_len {cfg.seq_len})",
+        f"{total:,} tokens over {cfg.max_steps} steps",
+        f"{mem.total_gib:.2f} GiB per device of {hardware.device_memory_gib:g} GiB (weights {mem.weights_gib:.2f}, "
+        f"grads {mem.gradients_gib:.2f}, optimizer {mem.optimizer_gib:.2f}, activations {mem.activations_gib:.2f})",
+        f"~{hours * 60:.1f} min at {tps:,.0f} tokens/s, {hours * world:.2f} device-hours"
+        + (f", cost {cost.cost:.2f}" if hardware.price_per_device_hour else ""),
+    ]
+    if cfg.strategy in ("zero2", "zero3") and importlib.util.find_spec("deepspeed") is None:
+        warnings.append("strategy: DeepSpeed is not installed here; install it on the training machines")
+    if cfg.num_nodes > 1 and cfg.strategy in ("fsdp", "zero3") and hardware.fabric == "ethernet":
+        warnings.append("strategy: full sharding over ethernet all-gathers every layer across nodes; expect low MFU")
+    epochs = gbs * cfg.max_steps / dataset_rows if dataset_rows else None
+    return RunPlan(config=cfg, hardware=hardware, model_arch=shape.arch, params=n, trainable_params=trainable, world_size=world,
+                   data_parallel_size=dp, tensor_parallel_size=tp, global_batch_size=gbs, tokens_per_step=tokens_step,
+                   total_tokens=total, epochs=epochs, memory=mem, cost=cost, reasons=reasons, warnings=warnings)
+
+
+def recommend(model: ModelSpec | ModelShape | int, hardware: HardwareSpec, *, base: TrainConfig | None = None,
+              global_batch_size: int | None = None, vocab_size: int | None = None,
+              deepspeed_available: bool | None = None, **plan_kwargs) -> RunPlan:
+    """Choose precision, strategy, micro-batch, accumulation (and checkpointing) for the hardware.
+
+    The global batch is kept at ``global_batch_size`` (default: the base config's
+    per-device batch x accumulation), so a run moved to more devices optimises the same way.
+    """
+    base = base or TrainConfig()
+    shape, _ = model_shape(model, vocab_size)
+    if isinstance(model, int):
+        shape = _scaled_shape(shape, model)
+    why: list[str] = []
+    world = hardware.world_size
+    tp = base.tensor_parallel_size if world % base.tensor_parallel_size == 0 else 1
+    dp = world // tp
+    gbs = global_batch_size or base.per_device_batch_size * base.grad_accum
+    if gbs < dp:
+        raise BadInput(f"global_batch_size: {gbs} is smaller than the {dp} data-parallel ranks")
+
+    if hardware.device == "cuda":
+        precision = "bf16" if hardware.bf16 else "fp16"
+        why.append(f"precision {precision}: " + ("the GPU has native bf16 (no loss scaling)" if hardware.bf16
+                                                 else "no bf16 on this GPU; fp16 with loss scaling"))
+    else:
+        precision = "bf16" if hardware.bf16 and base.precision == "bf16" else "fp32"
+        why.append(f"precision {precision}: CPU training" + (" with native bf16" if precision == "bf16" else
+                                                               "; fp16 needs CUDA and emulated bf16 is 6-8x slower"))
+    update: dict = {"precision": precision, "num_nodes": hardware.nodes, "devices_per_node": hardware.devices_per_node,
+                    "tensor_parallel_size": tp}
+    if hardware.device == "cpu":
+        if base.attn_implementation == "flash_attention_2":
+            update["attn_implementation"] = "sdpa"
+            why.append("attn_implementation sdpa: flash attention needs CUDA")
+        if base.use_liger:
+            update["use_liger"] = False
+            why.append("use_liger off: Liger kernels need a GPU")
+
+    if world == 1:
+        strategies = ["single"]
+    elif hardware.device == "cpu":
+        strategies = ["ddp"]
+    else:
+        ds = importlib.util.find_spec("deepspeed") is not None if deepspeed_available is None else deepspeed_available
+        strategies = ["ddp"] + (["zero2"] if ds else []) + ["fsdp"] + (["zero3"] if ds else [])
+    cap = max(1, math.ceil(gbs / dp))
+    for strategy in strategies:
+        for gc in (False, True):
+            mb = 1 << int(math.log2(cap))
+            while mb >= 1:
+                cfg = base.model_copy(update={**update, "strategy": strategy, "gradient_checkpointing": gc,
+                                              "per_device_batch_size": mb, "grad_accum": math.ceil(gbs / (mb * dp))})
+                if _memory(cfg, shape, hardware).fits:
+                    break
+                mb //= 2
+            if mb >= 1:
+                break
+        if mb >= 1:
+            break
+    else:
+        full = _memory(base.model_copy(update={**update, "strategy": strategies[-1], "gradient_checkpointing": True,
+                                               "per_device_batch_size": 1}), shape, hardware)
+        raise PlanRefused([Refusal(field="model", kind="impossible", reason=(
+            f"needs {full.total_gib:.2f} GiB per device even with {strategies[-1]}, micro-batch 1 and gradient "
+            f"checkpointing; {hardware.device_memory_gib:g} GiB available: use LoRA, a smaller model or more devices"))])
+
+    why.append({
+        "single": "strategy single: one device",
+        "ddp": f"strategy ddp: a full replica fits each of the {world} devices; only gradients are all-reduced",
+        "zero2": "strategy zero2: replicas do not fit; sharding gradients and optimizer states is enough",
+        "fsdp": "strategy fsdp: the training state must be fully sharded to fit (FSDP2, native torch)",
+        "zero3": "strategy zero3: fully sharded with DeepSpeed",
+    }[strategy])
+    actual = mb * cfg.grad_accum * dp
+    why.append(f"micro-batch {mb} x accumulation {cfg.grad_accum} x {dp} ranks = global batch {actual}"
+               + ("" if actual == gbs else f" (asked {gbs}; rounded up to whole micro-batches)")
+               + ("; the largest power-of-two micro-batch that fits" if mb < cap else ""))
+    if gc:
+        why.append("gradient checkpointing on: activations do not fit otherwise")
+    result = plan(cfg, shape, hardware, vocab_size=vocab_size, **plan_kwargs)
+    return result.model_copy(update={"params": shape.num_params(), "reasons": why + result.reasons})
