@@ -1,0 +1,73 @@
+"""Gates: absolute thresholds, regression against the previous stage, and human acceptance."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainteam.errors import BadInput
+from trainteam.workflows.gates import GateRule, accept_failed_gate, evaluate_gate, record_gate
+from trainteam.workflows.task import GateSpec
+
+
+def test_absolute_thresholds_pass_and_fail():
+    rules = [GateRule(metric="exact_match", min=0.9), GateRule(metric="heldout_loss", max=1.0)]
+    ok = evaluate_gate("sft", {"exact_match": 0.95, "heldout_loss": 0.4}, rules)
+    assert ok.passed and ok.promote
+    bad = evaluate_gate("sft", {"exact_match": 0.85, "heldout_loss": 1.3}, rules)
+    assert not bad.passed and not bad.promote
+    assert bad.reasons == ["exact_match 0.85 < min 0.9", "heldout_loss 1.3 > max 1"]
+
+
+def test_missing_metric_fails_with_its_name():
+    d = evaluate_gate("sft", {"heldout_loss": 0.4}, GateRule(metric="exact_match", min=0.5))
+    assert not d.passed
+    assert d.reasons == ["exact_match was not measured in stage sft"]
+
+
+def test_regression_against_previous_stage():
+    rule = GateRule(metric="exact_match", max_regression=0.02)
+    within = evaluate_gate("dpo", {"exact_match": 0.94}, rule, previous={"exact_match": 0.95}, previous_stage="sft")
+    assert within.passed
+    beyond = evaluate_gate("dpo", {"exact_match": 0.90}, rule, previous={"exact_match": 0.95}, previous_stage="sft")
+    assert not beyond.passed
+    assert "dropped 0.05 against sft" in beyond.reasons[0] and "beyond allowed 0.02" in beyond.reasons[0]
+    # Lower-is-better metrics regress upwards.
+    loss = evaluate_gate("dpo", {"heldout_loss": 0.9}, GateRule(metric="heldout_loss", max_regression=0.1),
+                         previous={"heldout_loss": 0.5})
+    assert not loss.passed
+    # First stage: nothing to regress from.
+    assert evaluate_gate("sft", {"exact_match": 0.1}, rule).passed
+
+
+def test_task_gate_spec_is_accepted():
+    spec = GateSpec(metric="exact_match", min=0.95, max_regression=0.01)
+    d = evaluate_gate("grpo", {"exact_match": 0.96}, spec, previous={"exact_match": 0.98})
+    assert [c.kind for c in d.checks] == ["min", "regression"]
+    assert [c.passed for c in d.checks] == [True, False]
+
+
+def test_only_an_approved_person_decision_accepts_a_failed_gate(tmp_path):
+    from trainteam.graph import KnowledgeGraph
+    from trainteam.workspace import Workspace
+
+    d = evaluate_gate("sft", {"exact_match": 0.5}, GateRule(metric="exact_match", min=0.9))
+    with pytest.raises(BadInput, match="approved decision by a person"):
+        accept_failed_gate(d, {"id": "a1", "status": "pending", "decided_by": None})
+    with pytest.raises(BadInput):
+        accept_failed_gate(d, {"id": "a1", "status": "rejected", "decided_by": "ana"})
+    accepted = accept_failed_gate(d, {"id": "a1", "status": "approved", "decided_by": "ana"})
+    assert accepted.promote and not accepted.passed and accepted.accepted_by == "ana"
+    assert "accepted by ana" in accepted.summary
+
+    ws = Workspace.open(tmp_path / "ws")
+    g: KnowledgeGraph = ws.graph
+    first = record_gate(g, d, run_id="r1")
+    second = record_gate(g, accepted, run_id="r1")
+    assert g.get_node(first)["passed"] is False and g.get_node(first)["promote"] is False
+    node = g.get_node(second)
+    assert node["accepted_by"] == "ana" and node["promote"] is True
+
+
+def test_rule_without_threshold_is_rejected():
+    with pytest.raises(BadInput, match=r"gates\[0\]"):
+        evaluate_gate("sft", {"exact_match": 1.0}, [{"metric": "exact_match"}])
