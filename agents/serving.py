@@ -1,0 +1,248 @@
+"""The serving seam: a registered model behind an OpenAI-compatible endpoint on 127.0.0.1.
+
+Any OpenAI-compatible client (the ``openai`` package, pydantic-ai's OpenAI or vLLM
+provider) can then use a model the team trained, so a persona can be bound to it
+by configuration. Two backends:
+
+- ``transformers``: stdlib ``http.server`` + ``model.generate``; no extra package,
+  fine for the small models trained here; requests are served one at a time.
+- ``vllm``: when vLLM is installed and a GPU is present, its own OpenAI server is
+  started on the checkpoint folder (``vllm serve``); nothing of it is re-implemented.
+
+Prompts: a tokenizer with a chat template gets the messages through it; one without
+(the team's task models) gets the last user message in the training format
+(``prompt_text``), which is what it learned to answer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+
+from trainteam.errors import BadInput
+
+Backend = Literal["auto", "transformers", "vllm"]
+
+
+class _RequestError(Exception):
+    def __init__(self, status: HTTPStatus, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+
+class ChatModel:
+    """A loaded checkpoint that answers chat messages (greedy at temperature 0)."""
+
+    def __init__(self, path: str | Path, model_id: str, *, max_new_tokens: int = 64):
+        from trainteam.trainers.models import load_model
+        from trainteam.trainers.tokenizer import load_tokenizer
+
+        self.path = Path(path)
+        self.model_id = model_id
+        self.max_new_tokens = max_new_tokens
+        self.model = load_model(self.path).eval()
+        self.tokenizer = load_tokenizer(self.path)
+        self.created = int(time.time())
+        self._lock = threading.Lock()  # one generate at a time: torch threads are shared
+
+    def _prompt(self, messages: list[dict[str, Any]]) -> str:
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        from trainteam.trainers.formats import prompt_text
+
+        users = [m for m in messages if m.get("role") == "user"]
+        if not users:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "messages: needs a user message", "messages")
+        content = users[-1].get("content")
+        if isinstance(content, list):  # OpenAI content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return prompt_text(tok, str(content))
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "messages: a non-empty list is required", "messages")
+        if body.get("stream"):
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "stream: not supported by this server", "stream")
+        if int(body.get("n") or 1) != 1:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "n: only 1 choice is supported", "n")
+        max_new = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
+        if not isinstance(max_new, int) or max_new <= 0:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "max_tokens: a positive integer is required", "max_tokens")
+        temperature = float(body.get("temperature") if body.get("temperature") is not None else 0.0)
+        text = self._prompt(messages)
+        tok = self.tokenizer
+        enc = tok(text, return_tensors="pt", add_special_tokens=False).to(self.model.device)
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id,
+                                  "eos_token_id": tok.eos_token_id}
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=float(body.get("top_p") or 1.0))
+            if body.get("seed") is not None:
+                torch.manual_seed(int(body["seed"]))
+        else:
+            kwargs["do_sample"] = False
+        with self._lock, torch.no_grad():
+            out = self.model.generate(**enc, **kwargs)
+        gen = out[0, enc["input_ids"].shape[1] :].tolist()
+        stopped = tok.eos_token_id in gen
+        if stopped:
+            gen = gen[: gen.index(tok.eos_token_id)]
+        content = tok.decode(gen, skip_special_tokens=True)
+        n_prompt = int(enc["input_ids"].shape[1])
+        return {
+            "id": f"chatcmpl-{secrets.token_hex(12)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_id,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop" if stopped else "length", "logprobs": None}],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(gen) + int(stopped),
+                      "total_tokens": n_prompt + len(gen) + int(stopped)},
+        }
+
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.model_id, "object": "model", "created": self.created,
+                                             "owned_by": "trainteam"}]}
+
+
+def _handler(chat: ChatModel, api_key: str | None):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "trainteam-serve"
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # quiet; requests are not logged (they may hold data)
+            pass
+
+        def _send(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, e: _RequestError) -> None:
+            kind = "invalid_request_error" if e.status < 500 else "server_error"
+            self._send(e.status, {"error": {"message": e.message, "type": kind, "param": e.param, "code": None}})
+
+        def _authorized(self) -> bool:
+            if api_key is None:
+                return True
+            if self.headers.get("Authorization", "") == f"Bearer {api_key}":
+                return True
+            self._error(_RequestError(HTTPStatus.UNAUTHORIZED, "invalid API key"))
+            return False
+
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            if not self._authorized():
+                return
+            if self.path.rstrip("/") == "/v1/models":
+                return self._send(HTTPStatus.OK, chat.models())
+            if self.path.rstrip("/") == f"/v1/models/{chat.model_id}":
+                return self._send(HTTPStatus.OK, chat.models()["data"][0])
+            self._error(_RequestError(HTTPStatus.NOT_FOUND, f"no route {self.path}"))
+
+        def do_POST(self):  # noqa: N802
+            if not self._authorized():
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                return self._error(_RequestError(HTTPStatus.NOT_FOUND, f"no route {self.path}"))
+            try:
+                body = json.loads(raw or b"{}")
+                if not isinstance(body, dict):
+                    raise _RequestError(HTTPStatus.BAD_REQUEST, "body: a JSON object is required")
+                if body.get("model") not in (None, chat.model_id):
+                    raise _RequestError(HTTPStatus.NOT_FOUND, f"model {body.get('model')!r} is not served here "
+                                        f"(serving {chat.model_id!r})", "model")
+                self._send(HTTPStatus.OK, chat.complete(body))
+            except json.JSONDecodeError as exc:
+                self._error(_RequestError(HTTPStatus.BAD_REQUEST, f"body: not JSON ({exc.msg})"))
+            except _RequestError as exc:
+                self._error(exc)
+            except Exception as exc:  # the server keeps serving; the client gets the reason
+                self._error(_RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+
+    return Handler
+
+
+class ChatServer:
+    """An OpenAI-compatible server for one model, on 127.0.0.1. ``port=0`` picks a free port."""
+
+    def __init__(self, chat: ChatModel, *, port: int = 0, api_key: str | None = None, host: str = "127.0.0.1"):
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise BadInput(f"host {host!r}: the serving seam only listens on the loopback interface")
+        self.chat = chat
+        self.httpd = ThreadingHTTPServer((host, port), _handler(chat, api_key))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "ChatServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="trainteam-serve", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "ChatServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def choose_backend(backend: Backend = "auto") -> Literal["transformers", "vllm"]:
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if backend == "vllm" and not has_vllm:
+        raise BadInput("--backend vllm: vLLM is not installed (pip install vllm on a GPU machine)")
+    if backend == "auto":
+        if not has_vllm:
+            return "transformers"
+        import torch
+
+        return "vllm" if torch.cuda.is_available() else "transformers"
+    return backend
+
+
+def vllm_command(path: str | Path, model_id: str, port: int, api_key: str | None = None) -> list[str]:
+    """vLLM's own OpenAI server on the checkpoint folder (remote code stays off)."""
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path),
+           "--served-model-name", model_id, "--host", "127.0.0.1", "--port", str(port)]
+    if api_key:
+        cmd += ["--api-key", api_key]
+    return cmd
+
+
+def serve_model(path: str | Path, model_id: str, *, port: int, backend: Backend = "auto",
+                api_key: str | None = None, max_new_tokens: int = 64) -> ChatServer | subprocess.Popen:
+    """Start serving: a started ``ChatServer`` (transformers) or the vLLM server process."""
+    if choose_backend(backend) == "vllm":
+        return subprocess.Popen(vllm_command(path, model_id, port, api_key))
+    return ChatServer(ChatModel(path, model_id, max_new_tokens=max_new_tokens), port=port, api_key=api_key).start()

@@ -1,0 +1,64 @@
+"""The serving seam answered over real HTTP on 127.0.0.1 by the openai client."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainteam.agents.serving import ChatModel, ChatServer
+
+
+@pytest.fixture(scope="module")
+def server(tiny_checkpoint):
+    with ChatServer(ChatModel(tiny_checkpoint, "m-tiny"), port=0, api_key="k-test") as srv:
+        yield srv
+
+
+def _client(server, key="k-test"):
+    from openai import OpenAI
+
+    return OpenAI(base_url=server.base_url, api_key=key, max_retries=0, timeout=30)
+
+
+def test_chat_completion_answers_like_the_model(server, tiny_checkpoint, addition_data):
+    """Over HTTP, the served answer is the model's own greedy answer in the training format."""
+    from trainteam.trainers.evaluation import exact_match
+    from trainteam.trainers.tokenizer import load_tokenizer
+
+    probs = addition_data[1][:4]
+    expected = exact_match(tiny_checkpoint, load_tokenizer(tiny_checkpoint), probs).samples
+    client = _client(server)
+    for prob, sample in zip(probs, expected):
+        resp = client.chat.completions.create(model="m-tiny", messages=[{"role": "user", "content": prob["prompt"]}],
+                                              temperature=0, max_tokens=8)
+        choice = resp.choices[0]
+        assert choice.message.role == "assistant"
+        assert choice.message.content == sample["got"]
+        assert choice.finish_reason == "stop"
+        assert resp.model == "m-tiny" and resp.usage.completion_tokens >= 1
+
+
+def test_models_listed_and_errors_in_openai_shape(server):
+    import openai
+
+    client = _client(server)
+    assert [m.id for m in client.models.list().data] == ["m-tiny"]
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "1+1="}])
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        client.chat.completions.create(model="m-tiny", messages=[])
+    with pytest.raises(openai.AuthenticationError):
+        _client(server, key="wrong").models.list()
+
+
+def test_length_limit_reported(server):
+    resp = _client(server).chat.completions.create(
+        model="m-tiny", messages=[{"role": "user", "content": "9+9="}], max_tokens=1, temperature=0)
+    assert resp.choices[0].finish_reason == "length"
+    assert resp.usage.completion_tokens == 1 and len(resp.choices[0].message.content) == 1
+
+
+def test_only_loopback():
+    from trainteam.errors import BadInput
+
+    with pytest.raises(BadInput, match="loopback"):
+        ChatServer(None, host="0.0.0.0")
