@@ -87,10 +87,12 @@ def train(
     eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None
     model = _prepare_model(model, config, out)
 
+    extra_cbs = []
     if apply_proposal is not None:
-        from trainteam.trainers.restart import prepare_rollback
+        from trainteam.trainers.restart import lr_sync_callback, prepare_rollback
 
         resume_from = prepare_rollback(apply_proposal, out)
+        extra_cbs.append(lr_sync_callback())
     else:
         resume_from = resolve_resume(config.resume, out)
 
@@ -101,7 +103,7 @@ def train(
     telemetry = Telemetry(model, config.seq_len, wall_start)
     spike = SpikeMonitor(config.spike) if config.spike.enabled else None
     stop = GracefulStop()
-    cbs = [telemetry, stop] + ([spike] if spike else []) + list(callbacks or [])
+    cbs = extra_cbs + [telemetry, stop] + ([spike] if spike else []) + list(callbacks or [])
     if progress:
         cbs.append(RichProgress(f"{method}"))
 
@@ -156,5 +158,5 @@ def train(
     return TrainReport(
         method=method, steps_done=steps_done, losses=losses, metrics=metrics,
         checkpoints=complete_checkpoints(out), final_dir=final_dir, stopped_reason=reason,
-        proposal=proposal, telemetry=tel, resumed_from=resume_from,
+        proposal=proposal, telemetry=tel, resumed_from=resume_from, log_history=telemetry.logs,
     )

@@ -30,6 +30,7 @@ class TrainReport(BaseModel):
     proposal: RestartProposal | None = None
     telemetry: dict[str, Any] = Field(default_factory=dict)
     resumed_from: Path | None = None
+    log_history: list[dict[str, Any]] = Field(default_factory=list, description="every numeric log entry, by step")
 
 
 class EvalResult(BaseModel):

@@ -63,3 +63,23 @@ def prepare_rollback(proposal: RestartProposal, output_dir: Path) -> Path:
         opt_path.unlink()
         torch.save(opt, opt_path)
     return dst
+
+
+def lr_sync_callback():
+    """A callback that, once the checkpoint is loaded, sets each group's LR to what the
+    (advanced, scaled) scheduler says for the current step — otherwise the first update
+    after the rollback would use the LR stored in the optimizer at the checkpoint."""
+    from transformers import TrainerCallback
+
+    class SyncLR(TrainerCallback):
+        def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kw):
+            sched = getattr(lr_scheduler, "scheduler", lr_scheduler)
+            lambdas = getattr(sched, "lr_lambdas", None)
+            if optimizer is None or sched is None or lambdas is None:
+                return
+            lrs = [base * fn(sched.last_epoch) for base, fn in zip(sched.base_lrs, lambdas)]
+            for group, lr in zip(optimizer.param_groups, lrs):
+                group["lr"] = lr
+            sched._last_lr = lrs
+
+    return SyncLR()

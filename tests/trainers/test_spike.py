@@ -1,0 +1,97 @@
+"""Loss-spike monitor: an injected LR blow-up is caught within one log, a proposal rolls back."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from transformers import TrainerCallback
+
+from trainteam.trainers import ModelSpec, RestartProposal, TrainConfig, build_model, train
+from trainteam.trainers.config import SpikeOptions
+from trainteam.trainers.spike import SpikeDetector
+
+
+class LrBlowUp(TrainerCallback):
+    """One update at 1000× the learning rate: the next step's loss explodes."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_step_begin(self, args, state, control, optimizer=None, **kw):
+        if state.global_step + 1 == self.at:
+            for g in optimizer.param_groups:
+                g["lr"] *= 1000
+
+
+class NanWeights(TrainerCallback):
+    def on_step_begin(self, args, state, control, model=None, **kw):
+        if state.global_step + 1 == 3:
+            import torch
+
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("nan"))
+
+
+def _cfg(out, **kw):
+    return TrainConfig(output_dir=out, max_steps=30, per_device_batch_size=8, learning_rate=3e-3, seq_len=32,
+                       save_steps=4, save_total_limit=10, spike=SpikeOptions(window=8, warmup_steps=6, sigma=6), **kw)
+
+
+def _model(tok):
+    return build_model(ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=128), tok)
+
+
+def _cosine(step, total=30, base=3e-3):
+    return base * 0.5 * (1 + math.cos(math.pi * step / total))
+
+
+def test_injected_spike_is_caught_and_approved_proposal_resumes_before_it(tmp_path, tok, arith):
+    out = tmp_path / "run"
+    rep = train("pretrain", _cfg(out), _model(tok), arith[0], tokenizer=tok, callbacks=[LrBlowUp(at=14)], progress=False)
+    # The update of step 14 is blown up; the loss of step 15 shows it, and the run stops there.
+    assert rep.stopped_reason == "spike" and rep.steps_done == 15
+    p = rep.proposal
+    assert isinstance(p, RestartProposal)
+    assert p.spike_step == 15 and p.rollback_checkpoint == out / "checkpoint-12"
+    assert p.skip_batches == 3 and p.lr_scale == 0.5
+    assert p.evidence["metric"] == "loss" and p.evidence["z"] > 6
+    assert "loss spike" in p.reason
+    assert rep.final_dir == out / "spike-15" and (rep.final_dir / "model.safetensors").is_file()
+    assert not (out / "checkpoint-15").exists()  # evidence is kept aside, never auto-resumed
+    lr10 = next(e["learning_rate"] for e in rep.log_history if e["step"] == 10)
+    assert lr10 == pytest.approx(_cosine(9), rel=1e-4)  # the LR logged at step s drove update s
+
+    # The person approves; training resumes from the pre-spike checkpoint, past the bad batches, at half LR.
+    again = train("pretrain", _cfg(out), _model(tok), arith[0], tokenizer=tok, apply_proposal=p, progress=False)
+    assert again.stopped_reason == "completed" and again.steps_done == 30
+    assert again.resumed_from.name == "rollback-15"
+    assert again.losses[0][0] == 16
+    lr16 = next(e["learning_rate"] for e in again.log_history if e["step"] == 16)
+    assert lr16 == pytest.approx(0.5 * _cosine(15), rel=1e-4)
+    pre_spike = [v for s, v in rep.losses if s < 15]
+    assert max(v for _, v in again.losses) < max(pre_spike)  # no second blow-up
+    # The rollback copy never wrote through to the original checkpoint.
+    import json
+
+    assert json.loads((out / "checkpoint-12" / "trainer_state.json").read_text())["global_step"] == 12
+
+
+def test_non_finite_loss_stops_even_in_warmup(tmp_path, tok, arith):
+    rep = train("pretrain", _cfg(tmp_path), _model(tok), arith[0], tokenizer=tok, callbacks=[NanWeights()], progress=False)
+    assert rep.stopped_reason == "spike" and rep.steps_done == 3
+    assert rep.proposal is None  # no checkpoint before step 3 to roll back to
+    assert (tmp_path / "spike-3").is_dir()
+
+
+def test_detector_rules():
+    d = SpikeDetector(SpikeOptions(window=16, warmup_steps=8, sigma=6))
+    vals = [2.0 + 0.01 * ((i * 7) % 5) for i in range(20)]
+    assert all(d.observe(i, v, 1.0) is None for i, v in enumerate(vals))
+    assert d.observe(20, 2.5, 1.0)["metric"] == "loss"
+    assert d.observe(21, 2.01, 50.0)["metric"] == "grad_norm"
+    assert d.observe(22, 2.02, 1.0) is None  # spikes never entered the window
+    early = SpikeDetector(SpikeOptions(warmup_steps=64))
+    assert early.observe(0, 100.0) is None  # warm-up: big values are fine...
+    assert early.observe(1, float("inf"))["rule"] == "non-finite"  # ...non-finite never is
+    assert SpikeOptions().window == 128 and SpikeOptions().sigma == 6 and SpikeOptions().warmup_steps == 64
