@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from trainteam.errors import BadInput
 
@@ -28,9 +28,16 @@ class SkipCounter:
             self.examples.append(where)
 
 
-def iter_jsonl(path: str | Path, *, skip_bad: bool = False, skipped: SkipCounter | None = None) -> Iterator[dict[str, Any]]:
+def iter_jsonl(
+    path: str | Path,
+    *,
+    skip_bad: bool = False,
+    skipped: SkipCounter | None = None,
+    on_line: Callable[[int], None] | None = None,
+) -> Iterator[dict[str, Any]]:
     """Yield one dict per non-blank line. Bad lines raise ``BadInput("file:line: reason")``
-    unless ``skip_bad``, in which case they are counted in ``skipped``."""
+    unless ``skip_bad``, in which case they are counted in ``skipped``. ``on_line`` is told
+    the line number of each record just before it is yielded."""
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: no such file")
@@ -63,6 +70,8 @@ def iter_jsonl(path: str | Path, *, skip_bad: bool = False, skipped: SkipCounter
                         skipped.add(reason)
                     continue
                 raise BadInput(reason)
+            if on_line is not None:
+                on_line(lineno)
             yield obj
 
 

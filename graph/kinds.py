@@ -38,6 +38,7 @@ class EdgeKind(str, Enum):
     REGISTERS = "registers"  # model -> checkpoint
     RECORDS = "records"  # transcript -> step
     CALLED_BY = "called_by"  # tool call -> step
+    DECONTAMINATED_AGAINST = "decontaminated_against"  # dataset version -> eval set it was checked against
 
 
 def node_id(kind: NodeKind | str, key: str) -> str:

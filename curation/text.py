@@ -1,0 +1,129 @@
+"""Text normalization and vectorized word / n-gram hashing.
+
+Near-dup detection and decontamination both need the word n-grams of every
+document. Tokenizing word by word in Python costs ~0.6 µs a word and capped the
+whole pipeline (LIBRARY-NOTES: rensa end to end ~6k docs/s because of Python
+shingling), so a batch of documents is hashed at once in numpy: NFKC + lower-case
+each text, join them, mark word bytes ([0-9a-z_] and every non-ASCII byte), and
+hash each word from its bytes read as little-endian uint64 chunks, mixed by the
+splitmix64 finalizer. The hashes are stable across processes and machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from typing import Sequence
+
+import numpy as np
+
+_U64 = np.uint64
+
+_WORD_BYTE = np.zeros(256, dtype=bool)
+for _c in b"0123456789abcdefghijklmnopqrstuvwxyz_":
+    _WORD_BYTE[_c] = True
+_WORD_BYTE[0x80:] = True  # UTF-8 lead/continuation bytes: letters of other scripts
+
+_MAX_CHUNKS = 64  # words longer than 512 bytes are hashed on their first 512
+_NGRAM_MULT = np.random.default_rng(0x5EED).integers(1, 2**63, size=64, dtype=np.uint64) | _U64(1)
+
+
+def content_hash(text: str) -> str:
+    """Hex digest of the normalized word sequence (16 bytes of BLAKE2b: collision-safe at
+    any corpus size). Case, punctuation and spacing do not change it."""
+    hashes, offsets = word_hashes([text])
+    return content_hashes(hashes, offsets)[0]
+
+
+def content_hashes(hashes: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """:func:`content_hash` of every document of a :func:`word_hashes` batch."""
+    return [
+        hashlib.blake2b(hashes[offsets[i] : offsets[i + 1]].tobytes(), digest_size=16).hexdigest()
+        for i in range(offsets.size - 1)
+    ]
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer: spreads bits so that band keys and min-hashes are uniform."""
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+def word_hashes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Hash the words of many texts at once.
+
+    Returns ``(hashes, offsets)``: ``hashes[offsets[i]:offsets[i+1]]`` are the uint64
+    hashes of the words of ``texts[i]``, in order. A word is read 8 bytes at a time
+    through an unaligned uint64 view, so the cost is per word, not per byte.
+    """
+    n = len(texts)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64), offsets
+    encoded = [unicodedata.normalize("NFKC", t).lower().encode("utf-8") for t in texts]
+    lens = np.fromiter((len(b) + 1 for b in encoded), dtype=np.int64, count=n)
+    doc_starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    buf = b"\n".join(encoded) + b"\n" + bytes(8)
+    data = np.frombuffer(buf, dtype=np.uint8)
+    is_word = np.zeros(data.size + 1, dtype=np.int8)
+    is_word[1:] = _WORD_BYTE[data]
+    edges = np.flatnonzero(np.diff(is_word))
+    starts, ends = edges[0::2], edges[1::2]
+    if starts.size == 0:
+        return np.zeros(0, dtype=np.uint64), offsets
+    wlen = ends - starts
+    chunks = np.ndarray(shape=(data.size - 7,), dtype="<u8", buffer=buf, strides=(1,))
+    hashes = _chunk(chunks, starts, wlen) ^ (wlen.astype(np.uint64) * _U64(0x9E3779B97F4A7C15))
+    hashes = _mix(hashes)
+    for k in range(1, _MAX_CHUNKS):
+        sel = np.flatnonzero(wlen > 8 * k)
+        if sel.size == 0:
+            break
+        hashes[sel] = _mix(hashes[sel] ^ _chunk(chunks, starts[sel] + 8 * k, wlen[sel] - 8 * k))
+    doc_of_word = np.searchsorted(doc_starts, starts, side="right") - 1
+    counts = np.bincount(doc_of_word, minlength=n)
+    np.cumsum(counts, out=offsets[1:])
+    return hashes, offsets
+
+
+def _chunk(chunks: np.ndarray, at: np.ndarray, remaining: np.ndarray) -> np.ndarray:
+    """The next (up to) 8 bytes of each word, the bytes past its end zeroed."""
+    nbytes = np.minimum(remaining, 8).astype(np.uint64)
+    mask = np.where(nbytes >= 8, _U64(0xFFFFFFFFFFFFFFFF), (_U64(1) << (nbytes * _U64(8))) - _U64(1))
+    return chunks[at] & mask
+
+
+def ngram_hashes(hashes: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of every word n-gram inside each document (never across two documents).
+
+    A document shorter than ``n`` words gets one n-gram: all its words (so short
+    texts still have a shingle); an empty document gets none.
+    Returns ``(ngrams, ngram_offsets)`` laid out like :func:`word_hashes`.
+    """
+    if n < 1 or n > len(_NGRAM_MULT):
+        raise ValueError(f"ngram size must be 1..{len(_NGRAM_MULT)}, got {n}")
+    counts = np.diff(offsets)
+    n_docs = counts.size
+    total = hashes.size
+    out_counts = np.where(counts >= n, counts - n + 1, np.minimum(counts, 1))
+    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(out_counts, out=out_offsets[1:])
+    if total == 0:
+        return np.zeros(0, dtype=np.uint64), out_offsets
+    # Window starting at word i (global index) covering i..i+n-1, computed with padding.
+    padded = np.concatenate((hashes, np.zeros(n, dtype=np.uint64)))
+    acc = np.zeros(total, dtype=np.uint64)
+    doc_end = np.repeat(offsets[1:], counts)  # end (exclusive) of the doc of each word
+    gidx = np.arange(total, dtype=np.int64)
+    for k in range(n):
+        inside = (gidx + k) < doc_end
+        acc += np.where(inside, padded[k : k + total], 0) * _NGRAM_MULT[k]
+    acc = _mix(acc + _U64(n))
+    full = gidx + n <= doc_end  # complete windows
+    doc_start = np.repeat(offsets[:-1], counts)
+    short_first = (doc_end - doc_start < n) & (gidx == doc_start)
+    keep = full | short_first
+    return acc[keep], out_offsets
