@@ -16,7 +16,7 @@ _EXPORTS = {
     "train_tokenizer": "tokenizer", "load_tokenizer": "tokenizer",
     "build_model": "models", "load_model": "models",
     "train": "api",
-    "exact_match": "evaluation",
+    "exact_match": "evaluation", "heldout_loss": "evaluation",
     "merge_adapters": "merge",
     "SpikeDetector": "spike",
 }
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainteam.trainers.api import train
     from trainteam.trainers.config import (DPOOptions, GRPOOptions, LoraOptions, ModelSpec, SFTOptions, SpikeOptions,
                                            TokenizerConfig, TrainConfig)
-    from trainteam.trainers.evaluation import exact_match
+    from trainteam.trainers.evaluation import exact_match, heldout_loss
     from trainteam.trainers.formats import completion_text, prompt_text
     from trainteam.trainers.merge import merge_adapters
     from trainteam.trainers.models import build_model, load_model

@@ -45,3 +45,44 @@ def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: 
         tokenizer.padding_side = side
     n = len(problems)
     return EvalResult(accuracy=correct / n if n else 0.0, n=n, correct=correct, samples=samples)
+
+
+def heldout_loss(model: Any, tokenizer, records: list[dict], *, batch_size: int = 64, completion_only: bool = True) -> float:
+    """Mean token cross-entropy on ``records`` in the training context.
+
+    Prompt/completion records score the completion tokens only (what SFT trains);
+    ``{"text"}`` records score every token.
+    """
+    import torch
+
+    from trainteam.trainers.data import record_text
+    from trainteam.trainers.models import load_model
+
+    if isinstance(model, (str, Path)):
+        model = load_model(Path(model))
+    if not records:
+        raise BadInput("records: no records to score")
+    model.eval()
+    total, count = 0.0, 0
+    pad = tokenizer.pad_token_id
+    for start in range(0, len(records), batch_size):
+        rows, labels = [], []
+        for r in records[start : start + batch_size]:
+            ids = tokenizer(record_text(tokenizer, r), add_special_tokens=False)["input_ids"]
+            lab = list(ids)
+            if completion_only and r.get("prompt") is not None and r.get("completion") is not None:
+                n_prompt = len(tokenizer(prompt_text(tokenizer, r["prompt"]), add_special_tokens=False)["input_ids"])
+                lab[:n_prompt] = [-100] * n_prompt
+            rows.append(ids)
+            labels.append(lab)
+        width = max(len(x) for x in rows)
+        ids_t = torch.tensor([x + [pad] * (width - len(x)) for x in rows], device=model.device)
+        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in rows], device=model.device)
+        lab_t = torch.tensor([x + [-100] * (width - len(x)) for x in labels], device=model.device)
+        with torch.no_grad():
+            logits = model(input_ids=ids_t, attention_mask=mask).logits[:, :-1].float()
+        tgt = lab_t[:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100, reduction="sum")
+        total += float(loss)
+        count += int((tgt != -100).sum())
+    return total / max(count, 1)
