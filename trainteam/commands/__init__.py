@@ -2,6 +2,8 @@
 heavy imports (torch, transformers, dbos) inside its command functions."""
 
 COMMAND_MODULES = [
+    "models",
+    "serve",
     "execute",
     "runs",
     "approvals",

@@ -1,0 +1,72 @@
+"""`trainteam models list|show|bind|unbind`: the model registry and role binding.
+
+Registering happens in the workflow's gated ``register_model`` step (a person approves
+it); these commands read the registry and move role tags. No torch is imported.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from trainteam.commands.common import console, print_json, workspace
+
+models_app = typer.Typer(help="Registered models and the roles they serve.", no_args_is_help=True)
+
+
+def _registry():
+    from trainteam.agents.registry import ModelRegistry
+
+    return ModelRegistry.of(workspace())
+
+
+@models_app.command("list")
+def list_models(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every registered model, oldest first, with its stage, key metrics and roles."""
+    rows = _registry().list()
+    if as_json:
+        return print_json([m.model_dump() for m in rows])
+    if not rows:
+        console.print("no models registered")
+        return
+    from rich.table import Table
+
+    table = Table("id", "name", "stage", "metrics", "roles", "registered")
+    for m in rows:
+        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(m.metrics.items())[:4])
+        table.add_row(m.id, m.name, m.stage, metrics, ", ".join(m.roles), m.created_at[:19])
+    console.print(table)
+
+
+@models_app.command("show")
+def show(model: str = typer.Argument(..., help="model id, unique id prefix or name"),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    rec = _registry().get(model)
+    if as_json:
+        return print_json(rec.model_dump())
+    for key, value in rec.model_dump().items():
+        console.print(f"[bold]{key}[/bold]: {value}", highlight=False)
+
+
+@models_app.command("bind")
+def bind(role: str = typer.Argument(..., help="role name, e.g. eval_judge or chat"),
+         model: str = typer.Argument(..., help="model id, unique id prefix or name"),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """Point a role at a model (moves the role if another model had it)."""
+    import getpass
+
+    rec = _registry().bind(role, model, by=getpass.getuser())
+    if as_json:
+        return print_json({"role": role, "model": rec.id})
+    console.print(f"{role} -> {rec.id} ({rec.name})", highlight=False)
+
+
+@models_app.command("unbind")
+def unbind(role: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    was = _registry().unbind(role)
+    if as_json:
+        return print_json({"role": role, "was": was})
+    console.print(f"{role} unbound (was {was})" if was else f"{role} was not bound", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(models_app, name="models")

@@ -1,0 +1,47 @@
+"""`trainteam serve MODEL --port P`: a registered model behind an OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from trainteam.commands.common import console, workspace
+
+
+def serve(
+    model: str = typer.Argument(..., help="model id, unique id prefix, name, or role:NAME"),
+    port: int = typer.Option(8000, "--port", "-p", min=0, max=65535, help="port on 127.0.0.1 (0: any free port)"),
+    backend: str = typer.Option("auto", "--backend", help="auto | transformers | vllm"),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="default when a request gives none"),
+) -> None:
+    """Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."""
+    from trainteam.agents.registry import ModelRegistry
+    from trainteam.errors import BadInput
+
+    if backend not in ("auto", "transformers", "vllm"):
+        raise BadInput(f"--backend: unknown backend {backend!r} (auto, transformers, vllm)")
+    reg = ModelRegistry.of(workspace())
+    rec = reg.pick_for_role(model[5:]) if model.startswith("role:") else reg.get(model)
+    from trainteam.agents.serving import ChatServer, serve_model
+
+    api_key = os.environ.get("TRAINTEAM_SERVE_API_KEY") or None
+    server = serve_model(rec.path, rec.id, port=port, backend=backend, api_key=api_key,  # type: ignore[arg-type]
+                         max_new_tokens=max_new_tokens)
+    if isinstance(server, ChatServer):
+        console.print(f"serving {rec.id} ({rec.name}) at {server.base_url}", highlight=False)
+        try:
+            server._thread.join() if server._thread else None  # noqa: SLF001
+        except KeyboardInterrupt:
+            server.stop()
+    else:  # vLLM's own server process
+        console.print(f"serving {rec.id} ({rec.name}) with vLLM at http://127.0.0.1:{port}/v1", highlight=False)
+        try:
+            server.wait()
+        except KeyboardInterrupt:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
