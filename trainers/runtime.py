@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trainteam.errors import BadInput
 from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.tracking import tracking_args
 
 
 def choose_threads(config: TrainConfig) -> int:
@@ -35,21 +36,6 @@ def has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def tracking_args(config: TrainConfig, output_dir: Path) -> dict:
-    """``report_to`` and the offline locations of the tracker stores (MLflow file store, TB dir)."""
-    if config.tracker == "none":
-        return {"report_to": "none"}
-    if config.tracker == "mlflow":
-        os.environ.setdefault("MLFLOW_TRACKING_URI", (Path(output_dir) / "mlruns").resolve().as_uri())
-        os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", "trainteam")
-    elif config.tracker == "tensorboard":
-        os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir) / "tensorboard")
-    elif config.tracker == "wandb":
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_DIR", str(output_dir))
-    return {"report_to": [config.tracker], "run_name": Path(output_dir).name}
 
 
 def common_args(config: TrainConfig, output_dir: Path) -> dict:
@@ -89,7 +75,7 @@ def common_args(config: TrainConfig, output_dir: Path) -> dict:
         disable_tqdm=True,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
-        **tracking_args(config, output_dir),
+        **tracking_args(config.tracker, output_dir),
     )
 
 
