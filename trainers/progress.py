@@ -40,11 +40,13 @@ class RichProgress(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeRemainingColumn(), TextColumn("{task.fields[status]}"), transient=False,
+            console=Console(stderr=True),  # stdout stays machine-readable (--json)
         )
         self.progress.start()
         self.task = self.progress.add_task(self.label, total=state.max_steps, completed=state.global_step, status="")

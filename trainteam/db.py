@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import Column, MetaData, String, Table, Text, create_engine, event, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.types import TypeDecorator
 
 SCHEMA_VERSION = 1
@@ -66,16 +67,24 @@ class SchemaTooNew(RuntimeError):
 
 def ensure_schema(engine: Engine) -> int:
     """Create missing tables; never drop or rewrite existing data. Returns the version."""
-    metadata.create_all(engine)
-    with engine.begin() as conn:
-        row = conn.execute(select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
-        if row is None:
+    for attempt in range(5):
+        try:
+            metadata.create_all(engine)
+            break
+        except (OperationalError, ProgrammingError, IntegrityError) as exc:
+            # Two processes opening a new workspace at once both try to create a table.
+            if "already exists" not in str(exc) or attempt == 4:
+                raise
+    try:
+        with engine.begin() as conn:
             conn.execute(meta_table.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
-            return SCHEMA_VERSION
-        found = int(row[0])
+    except IntegrityError:
+        pass  # already recorded (by us earlier, or by another process just now)
+    with engine.connect() as conn:
+        found = int(conn.execute(select(meta_table.c.value).where(meta_table.c.key == "schema_version")).scalar_one())
         if found > SCHEMA_VERSION:
             raise SchemaTooNew(
                 f"workspace schema version {found} is newer than this trainteam ({SCHEMA_VERSION}); upgrade trainteam"
             )
-        # Future migrations from `found` to SCHEMA_VERSION go here, additive only.
-        return found
+    # Future migrations from `found` to SCHEMA_VERSION go here, additive only.
+    return found

@@ -29,9 +29,8 @@ from trainteam.workflows.task import TrainTask
 
 APP_NAME = "trainteam"
 WORKFLOW_NAME = "trainteam.run"
-RUN_QUEUE = "trainteam_runs"
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 class _Process:
@@ -57,11 +56,8 @@ def dbos_config(ws, executor_id: str) -> dict[str, Any]:
 def launch(ws, progress: bool = True) -> str:
     if _Process.launched:
         raise RuntimeError("the workflow engine is already launched in this process")
-    from dbos import Queue
-
     executor_id = new_executor_id()
     DBOS(config=dbos_config(ws, executor_id))
-    Queue(RUN_QUEUE, concurrency=1)
     _Process.ws, _Process.executor_id, _Process.progress = ws, executor_id, progress
     DBOS.launch()
     _Process.launched = True
@@ -122,9 +118,12 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
         seconds = time.monotonic() - t0
         message = f"{type(exc).__name__}: {exc}".splitlines()[0]
         runs.finish_attempt(attempt, "failed", seconds, None, message)
-        import logging
+        from trainteam.errors import TrainteamError
 
-        logging.getLogger("trainteam").warning("step %s failed", name, exc_info=True)
+        if not isinstance(exc, TrainteamError):  # a bug, not bad input: keep the traceback
+            import logging
+
+            logging.getLogger("trainteam").warning("step %s failed", name, exc_info=True)
         _say(f"[red]✗ {name} failed:[/red] {message}")
         return {"outcome": "error", "summary": message, "artifacts": {}, "metrics": {}, "nodes": {}, "details": {}}
     seconds = time.monotonic() - t0

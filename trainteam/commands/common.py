@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.console import Console
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 @dataclass
