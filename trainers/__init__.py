@@ -16,9 +16,9 @@ _EXPORTS = {
     "train_tokenizer": "tokenizer", "load_tokenizer": "tokenizer",
     "build_model": "models", "load_model": "models",
     "train": "api",
-    "exact_match": "evaluation", "heldout_loss": "evaluation",
+    "exact_match": "evaluation",
     "merge_adapters": "merge",
-    "SpikeDetector": "spike",
+    "SpikeDetector": "spike", "record_training": "graphlog", "heldout_loss": "evaluation",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
                                            TokenizerConfig, TrainConfig)
     from trainteam.trainers.evaluation import exact_match, heldout_loss
     from trainteam.trainers.formats import completion_text, prompt_text
+    from trainteam.trainers.graphlog import record_training
     from trainteam.trainers.merge import merge_adapters
     from trainteam.trainers.models import build_model, load_model
     from trainteam.trainers.reports import EvalResult, RestartProposal, TrainReport
