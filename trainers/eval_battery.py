@@ -23,7 +23,7 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.errors import BadInput
-from trainteam.trainers.formats import completion_text, prompt_text
+from trainteam.trainers.formats import prompt_text
 
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
 Metric = Literal["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition", "lm_eval"]
@@ -46,7 +46,6 @@ class BatterySpec(BaseModel):
     limit: int | None = Field(default=None, gt=0, description="evaluate at most this many problems")
     reliability_limit: int = Field(default=64, gt=0, description="problems used by the reliability checks")
     answer_pattern: str = Field(default=r"-?\d+", description="full-match regex an answer must follow")
-    loss_max_length: int = Field(default=512, gt=0, description="tokens per held-out row (longer rows are cut)")
     repetition_ngram: int = Field(default=3, ge=1)
     repetition_max_new_tokens: int = Field(default=32, gt=0)
     degenerate_threshold: float = Field(default=0.5, gt=0, le=1, description="repeated n-gram share that counts as degenerate")
@@ -57,8 +56,7 @@ class BatterySpec(BaseModel):
 DEFAULT_BATTERIES: dict[StageKind, BatterySpec] = {
     "pretrain": BatterySpec(metrics=["heldout_loss", "exact_match", "repetition"]),
     "mid_train": BatterySpec(metrics=["heldout_loss", "exact_match", "format_adherence", "repetition"]),
-    "long_context": BatterySpec(metrics=["heldout_loss", "determinism", "repetition"], loss_max_length=4096,
-                                repetition_max_new_tokens=128),
+    "long_context": BatterySpec(metrics=["heldout_loss", "determinism", "repetition"], repetition_max_new_tokens=128),
     "post_train": BatterySpec(metrics=["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition"]),
 }
 
@@ -87,49 +85,18 @@ class BatteryResult(BaseModel):
 
 # -- individual measures -------------------------------------------------------------------
 
-def heldout_loss(model, tokenizer, records: Sequence[dict], *, batch_size: int = 32, max_length: int = 512) -> dict[str, float]:
-    """Token-weighted mean NLL: on the completion of prompt/completion rows (what SFT trains on),
-    on every token of ``text`` rows (pretraining)."""
-    import torch
-    import torch.nn.functional as F
+def heldout_loss(model, tokenizer, records: Sequence[dict], *, batch_size: int = 32) -> dict[str, float]:
+    """Held-out loss and perplexity, scored by ``trainers.evaluation.heldout_loss`` (the answer
+    tokens of prompt/completion rows, as SFT trains them; every token of ``text`` rows)."""
+    from trainteam.trainers.evaluation import heldout_loss as score
 
-    rows: list[tuple[list[int], list[int]]] = []
     for i, r in enumerate(records):
-        if "text" in r:
-            ids = tokenizer(prompt_text(tokenizer, r["text"]), add_special_tokens=False)["input_ids"][:max_length]
-            rows.append((ids, [-100] + ids[1:]))
-        elif "prompt" in r and "completion" in r:
-            p = tokenizer(prompt_text(tokenizer, r["prompt"]), add_special_tokens=False)["input_ids"]
-            c = tokenizer(completion_text(tokenizer, str(r["completion"])), add_special_tokens=False)["input_ids"]
-            ids = (p + c)[:max_length]
-            rows.append((ids, ([-100] * len(p) + c)[:max_length]))
-        else:
+        if "text" not in r and not ("prompt" in r and "completion" in r):
             raise BadInput(f"held-out records[{i}]: needs 'text' or 'prompt' and 'completion'")
-    if not rows:
+    if not records:
         raise BadInput("held-out records: none to measure loss on")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    total, count = 0.0, 0
-    model.eval()
-    with torch.no_grad():
-        for s in range(0, len(rows), batch_size):
-            chunk = rows[s : s + batch_size]
-            width = max(len(x) for x, _ in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for j, (x, y) in enumerate(chunk):
-                ids[j, : len(x)] = torch.tensor(x)
-                labels[j, : len(y)] = torch.tensor(y)
-                mask[j, : len(x)] = 1
-            logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits.float()
-            shift_logits, shift_labels = logits[:, :-1], labels[:, 1:].to(model.device)
-            total += float(F.cross_entropy(shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1),
-                                           ignore_index=-100, reduction="sum"))
-            count += int((shift_labels != -100).sum())
-    if count == 0:
-        raise BadInput("held-out records: no target tokens (empty completions?)")
-    loss = total / count
-    return {"heldout_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "heldout_tokens": float(count)}
+    loss = score(model, tokenizer, list(records), batch_size=batch_size)
+    return {"heldout_loss": loss, "perplexity": math.exp(min(loss, 50.0))}
 
 
 def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int) -> list[dict]:
@@ -263,10 +230,8 @@ def run_battery(
     details: dict[str, Any] = {}
 
     if "heldout_loss" in spec.metrics:
-        loss = heldout_loss(model, tokenizer, heldout_records if heldout_records is not None else records,
-                            batch_size=min(spec.batch_size, 32), max_length=spec.loss_max_length)
-        metrics.update({k: v for k, v in loss.items() if k != "heldout_tokens"})
-        details["heldout_tokens"] = int(loss["heldout_tokens"])
+        metrics.update(heldout_loss(model, tokenizer, heldout_records if heldout_records is not None else records,
+                                    batch_size=min(spec.batch_size, 32)))
     if "exact_match" in spec.metrics:
         from trainteam.trainers.evaluation import exact_match
 

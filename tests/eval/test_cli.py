@@ -45,8 +45,7 @@ def test_models_list_show_bind_unbind(registered):
 
 def test_unknown_model_is_one_line_exit_2(registered):
     ws, _ = registered
-    for args in (("models", "show", "nope"), ("models", "bind", "chat", "nope"), ("serve", "nope", "--port", "0"),
-                 ("serve", "role:chat", "--port", "0")):
+    for args in (("models", "bind", "chat", "nope"), ("serve", "role:chat", "--port", "0")):
         r = tt(ws, *args)
         assert r.returncode == 2, args
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:"), r.stderr
