@@ -60,8 +60,8 @@ def _alpha_word_fraction(text: str, words: list[str]) -> float:
     return 1.0 - len(_NO_ALPHA_WORD.findall(text)) / max(1, len(words))
 
 
-def _non_alpha_char_fraction(text: str) -> float:
-    body = len("".join(text.split()))
+def _non_alpha_char_fraction(text: str, words: list[str]) -> float:
+    body = _chars(words)
     rest = text.translate(_DROP_ASCII_LETTERS_AND_SPACE)  # C speed; few chars survive
     return sum(1 for c in rest if not c.isalpha() and not c.isspace()) / max(1, body)
 
@@ -121,7 +121,7 @@ def _rules(cfg: QualityConfig) -> list[tuple[str, Rule]]:
     if c.min_alpha_word_fraction is not None:
         rules.append(("min_alpha_word_fraction", lambda t, w: _alpha_word_fraction(t, w) >= c.min_alpha_word_fraction))
     if c.max_non_alpha_char_fraction is not None:
-        rules.append(("max_non_alpha_char_fraction", lambda t, w: _non_alpha_char_fraction(t) <= c.max_non_alpha_char_fraction))
+        rules.append(("max_non_alpha_char_fraction", lambda t, w: _non_alpha_char_fraction(t, w) <= c.max_non_alpha_char_fraction))
     if c.max_duplicate_line_fraction is not None:
         rules.append(("max_duplicate_line_fraction", lambda t, w: _duplicate_line_fraction(t) <= c.max_duplicate_line_fraction))
     if c.max_top_bigram_char_fraction is not None:

@@ -110,7 +110,7 @@ class TextCorpusConfig(BaseModel):
     n_docs: int = Field(2000, ge=1)
     doc_chars: int = Field(1000, ge=50)
     near_dup_fraction: float = Field(0.1, ge=0, le=0.9)
-    max_edits: int = Field(4, ge=0, description="near-copies get 1..max_edits word edits")
+    max_edits: int = Field(3, ge=0, description="near-copies get 1..max_edits word edits (3 keeps Jaccard >= ~0.8)")
     exact_dup_fraction: float = Field(0.0, ge=0, le=0.9)
     seed: int = 0
 
@@ -180,26 +180,23 @@ def _junk(kind: str, writer: TextWriter, rng: random.Random) -> str:
 def iter_demo_corpus(cfg: DemoCorpusConfig, eval_sets: dict[str, list[dict]] | None = None) -> Iterator[dict]:
     """Stream the demo corpus. Injected defects are labelled in ``meta`` so a report can
     count what curation caught: ``near_dup_of`` / ``exact_dup_of``, ``leak_of``
-    (``"set/id"``), ``junk`` (the kind)."""
+    (``"set/id"``), ``junk`` (the kind). Leaky and junk documents come in addition to
+    the ``n_docs`` of the text corpus (originals stay intact for their near-copies)."""
     eval_sets = eval_sets if eval_sets is not None else demo_eval_sets(cfg)
     leak_pool = [(name, ex) for name, exs in eval_sets.items() for ex in exs]
     writer = TextWriter(cfg.seed + 7)
     rng = random.Random(f"demo:{cfg.seed}")
     base = TextCorpusConfig(**{k: getattr(cfg, k) for k in TextCorpusConfig.model_fields})
     for rec in iter_text_corpus(base):
-        if rec["meta"]:
-            yield rec
-            continue
+        yield rec
         roll = rng.random()
         if roll < cfg.leak_fraction and leak_pool:
             name, ex = rng.choice(leak_pool)
             leaked = ex["text"] if "text" in ex else f"{ex['prompt']}{ex['completion']}"
-            sentences = rec["text"].split(". ")
+            sentences = writer.text(cfg.doc_chars).split(". ")
             cut = len(sentences) // 2
             text = ". ".join(sentences[:cut]) + ". " + leaked + " " + ". ".join(sentences[cut:])
-            yield {**rec, "text": text, "meta": {"leak_of": f"{name}/{ex['id']}"}}
+            yield {"id": f"{rec['id']}-leak", "text": text, "meta": {"leak_of": f"{name}/{ex['id']}"}}
         elif roll < cfg.leak_fraction + cfg.junk_fraction:
             kind = _JUNK_KINDS[rng.randrange(len(_JUNK_KINDS))]
-            yield {**rec, "text": _junk(kind, writer, rng), "meta": {"junk": kind}}
-        else:
-            yield rec
+            yield {"id": f"{rec['id']}-junk", "text": _junk(kind, writer, rng), "meta": {"junk": kind}}

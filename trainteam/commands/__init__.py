@@ -9,4 +9,5 @@ COMMAND_MODULES = [
     "approvals",
     "graph",
     "workflows",
+    "curate",
 ]

@@ -1,0 +1,383 @@
+"""``curate()``: the whole chain in one call, streaming, with lineage.
+
+source -> exact dedup -> quality filters -> decontamination -> near-dup dedup -> output.
+
+Near-dup removal needs to see every document before it can choose survivors, so
+the records that pass the first stages are spilled to disk (byte offsets kept)
+while their LSH band keys are indexed; candidate pairs are then verified from the
+spill and a second pass copies the survivors. Memory is the band keys and offsets
+(~140 bytes a document), not the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from array import array
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterator, Literal, Mapping
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainteam.curation.decontam import DecontamConfig, EvalIndex, decontaminate
+from trainteam.curation.dedup import ExactDeduper, MinHashLSH, NearDupConfig, NearDupResult
+from trainteam.curation.jsonl import read_jsonl
+from trainteam.curation.lineage import (
+    existing_version,
+    file_fingerprint,
+    input_node,
+    record_version,
+    records_fingerprint,
+    source_fingerprint,
+    version_key,
+)
+from trainteam.curation.quality import QualityConfig, QualityFilter
+from trainteam.curation.sources import SkipCounter, iter_records, source_name
+from trainteam.errors import BadInput
+
+_DUP_FLAGS = ("near_dup_of", "exact_dup_of")
+
+
+class CurationConfig(BaseModel):
+    """Every stage is configurable; set a stage to ``None`` (or ``exact_dedup=False``) to skip it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text_field: str = "text"
+    skip_bad: bool = Field(False, description="skip (and count) malformed input lines instead of stopping")
+    txt_mode: Literal["paragraph", "line", "file"] = "paragraph"
+    streaming: bool = Field(False, description="read files through datasets' streaming mode")
+    exact_dedup: bool = True
+    quality: QualityConfig | None = Field(default_factory=QualityConfig)
+    decontam: DecontamConfig | None = Field(default_factory=DecontamConfig)
+    near_dedup: NearDupConfig | None = Field(default_factory=NearDupConfig)
+    batch_size: int = Field(2000, ge=1)
+    max_listed: int = Field(1000, ge=0, description="ids listed per category in the report (counts are exact)")
+
+
+class InjectedCount(BaseModel):
+    injected: int = 0
+    caught: int = 0
+
+
+class CurationReport(BaseModel):
+    version: str
+    node_id: str | None = None
+    output: str | None = None
+    content_hash: str | None = None
+    reused: bool = False
+    counts: dict[str, int] = Field(default_factory=dict)
+    quality_dropped: dict[str, int] = Field(default_factory=dict)
+    leaked_eval_examples: dict[str, list[str]] = Field(default_factory=dict)
+    leak_dropped_ids: list[str] = Field(default_factory=list)
+    leak_cut_ids: list[str] = Field(default_factory=list)
+    exact_duplicates: list[tuple[str, str]] = Field(default_factory=list, description="(dropped id, kept id)")
+    near_duplicates: list[tuple[str, str, float]] = Field(default_factory=list, description="(dropped, kept, jaccard)")
+    lsh: dict[str, int] = Field(default_factory=dict)
+    injected: dict[str, InjectedCount] = Field(default_factory=dict)
+    skipped_examples: list[str] = Field(default_factory=list)
+    unchecked_eval_examples: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+    records: list[dict] | None = Field(None, exclude=True, description="the output, when no out_dir was given")
+
+    def summary(self) -> str:
+        c = self.counts
+        lines = [
+            f"dataset version {self.version}" + (" (reused: already curated)" if self.reused else ""),
+            f"  input {c.get('input', 0)}  ->  output {c.get('output', 0)}",
+            f"  skipped malformed {c.get('skipped_bad', 0)}, exact dups {c.get('exact_duplicates', 0)}, "
+            f"quality {c.get('quality_dropped', 0)}, leaks dropped {c.get('leak_dropped', 0)} / cut {c.get('leak_cut', 0)}, "
+            f"near dups {c.get('near_duplicates', 0)}",
+        ]
+        for name, n in self.injected.items():
+            if n.injected:
+                lines.append(f"  injected {name}: caught {n.caught}/{n.injected}")
+        if self.output:
+            lines.append(f"  written to {self.output}")
+        return "\n".join(lines)
+
+
+def load_eval_sets(eval_sets: Mapping[str, Any] | None) -> dict[str, list[dict]]:
+    """Eval sets as lists of examples; a path is read (``.jsonl`` as-is, other kinds as records)."""
+    out: dict[str, list[dict]] = {}
+    for name, src in (eval_sets or {}).items():
+        if isinstance(src, (str, Path)):
+            p = Path(src)
+            out[name] = read_jsonl(p) if p.suffix == ".jsonl" else list(iter_records(p))
+        else:
+            out[name] = [dict(x) for x in src]
+    return out
+
+
+def _batches(it: Iterator[dict], size: int) -> Iterator[list[dict]]:
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+class _Run:
+    """State of one curation pass: counters, report lists, and the stages."""
+
+    def __init__(self, config: CurationConfig, eval_sets: dict[str, list[dict]]):
+        self.cfg = config
+        self.counts = dict.fromkeys(
+            ("input", "skipped_bad", "exact_duplicates", "quality_dropped", "leak_dropped", "leak_cut", "near_duplicates", "output"), 0
+        )
+        self.injected = {k: InjectedCount() for k in ("duplicates", "leaks", "junk")}
+        self.exact = ExactDeduper() if config.exact_dedup else None
+        self.quality = QualityFilter(config.quality) if config.quality else None
+        self.index = EvalIndex.build(eval_sets, config.decontam) if config.decontam and eval_sets else None
+        self.lsh = MinHashLSH(config.near_dedup) if config.near_dedup else None
+        self.leaked: dict[str, set[str]] = {}
+        self.exact_pairs: list[tuple[str, str]] = []
+        self.leak_dropped: list[str] = []
+        self.leak_cut: list[str] = []
+
+    def _flags(self, rec: dict) -> tuple[bool, bool, bool]:
+        meta = rec.get("meta") or {}
+        return any(k in meta for k in _DUP_FLAGS), "leak_of" in meta, "junk" in meta
+
+    def _caught(self, rec: dict) -> None:
+        dup, leak, junk = self._flags(rec)
+        for flag, name in ((dup, "duplicates"), (leak, "leaks"), (junk, "junk")):
+            if flag:
+                self.injected[name].caught += 1
+
+    def stage_one(self, batch: list[dict]) -> list[dict]:
+        """Exact dedup, quality, decontamination; returns the records that go on."""
+        listed = self.cfg.max_listed
+        for rec in batch:
+            for flag, name in zip(self._flags(rec), ("duplicates", "leaks", "junk")):
+                if flag:
+                    self.injected[name].injected += 1
+        if self.exact is not None:
+            kept = []
+            for rec, first in zip(batch, self.exact.batch([r["id"] for r in batch], [r["text"] for r in batch])):
+                if first is None:
+                    kept.append(rec)
+                    continue
+                self.counts["exact_duplicates"] += 1
+                self._caught(rec)
+                if len(self.exact_pairs) < listed:
+                    self.exact_pairs.append((rec["id"], first))
+            batch = kept
+        if self.quality is not None:
+            kept = []
+            for rec in batch:
+                if self.quality(rec["text"]):
+                    kept.append(rec)
+                else:
+                    self.counts["quality_dropped"] += 1
+                    self._caught(rec)
+            batch = kept
+        if self.index is not None and batch:
+            kept = []
+            for rec, outcome in zip(batch, decontaminate(batch, self.index)):
+                kept.extend(outcome.kept)
+                if outcome.action == "clean":
+                    continue
+                self._caught(rec)
+                for name in outcome.leaked:
+                    set_name, _, ex_id = name.partition("/")
+                    self.leaked.setdefault(set_name, set()).add(ex_id)
+                key = "leak_dropped" if outcome.action == "dropped" else "leak_cut"
+                self.counts[key] += 1
+                target = self.leak_dropped if outcome.action == "dropped" else self.leak_cut
+                if len(target) < listed:
+                    target.append(rec["id"])
+            batch = kept
+        return batch
+
+
+def _read_lines(path: Path, offsets: array, indices: list[int]) -> dict[int, dict]:
+    out = {}
+    with path.open("rb") as fh:
+        for i in sorted(indices):
+            fh.seek(offsets[i])
+            out[i] = json.loads(fh.readline())
+    return out
+
+
+def _verify_from_spill(lsh: MinHashLSH, spill: Path, offsets: array) -> NearDupResult:
+    def get_shingles(indices: list[int]) -> dict[int, np.ndarray]:
+        sets: dict[int, np.ndarray] = {}
+        for start in range(0, len(indices), 5000):
+            chunk = indices[start : start + 5000]
+            recs = _read_lines(spill, offsets, chunk)
+            sh, off = lsh.shingles([recs[i]["text"] for i in chunk])
+            for k, i in enumerate(chunk):
+                sets[i] = np.unique(sh[off[k] : off[k + 1]])
+        return sets
+
+    return lsh.resolve(get_shingles)
+
+
+def curate(
+    corpus: Any,
+    eval_sets: Mapping[str, Any] | None = None,
+    config: CurationConfig | None = None,
+    graph: Any = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+) -> CurationReport:
+    """Run the whole chain over ``corpus`` (any source ``iter_records`` takes).
+
+    With ``out_dir`` the output is ``out_dir/data.jsonl`` and the report
+    ``out_dir/report.json``; without, the records come back in ``report.records``.
+    With a ``graph`` the result is a DatasetVersion node; the same corpus, eval sets
+    and config give the same version, and a version already on disk is returned
+    without any work (``report.reused``).
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    config = config or CurationConfig()
+    evals = load_eval_sets(eval_sets)
+    if graph is not None and out_dir is None:
+        raise BadInput("out_dir: needed to record a dataset version in the knowledge graph")
+    params = config.model_dump(mode="json")
+    eval_fps = {name: records_fingerprint(exs) for name, exs in evals.items()}
+    corpus_fp = source_fingerprint(corpus)
+
+    def key_for(fp: str) -> str:
+        return _key(fp, eval_fps, params)
+
+    if graph is not None and corpus_fp is not None:
+        node = existing_version(graph, key_for(corpus_fp))
+        if node is not None:
+            report = CurationReport.model_validate_json(Path(node["report"]).read_text())
+            return report.model_copy(update={"reused": True})
+
+    t0 = time.perf_counter()
+    run = _Run(config, evals)
+    skipped = SkipCounter()
+    tmp = tempfile.TemporaryDirectory(prefix="curate-")
+    work = Path(out_dir) if out_dir is not None else Path(tmp.name)
+    work.mkdir(parents=True, exist_ok=True)
+    final = work / "data.jsonl"
+    spill = work / ".stage1.jsonl"
+    stream_hash = None
+    if corpus_fp is None:
+        import hashlib
+
+        stream_hash = hashlib.blake2b(digest_size=16)
+    offsets = array("q")
+    records = iter_records(
+        corpus, text_field=config.text_field, skip_bad=config.skip_bad, skipped=skipped,
+        txt_mode=config.txt_mode, streaming=config.streaming,
+    )
+    bar = Progress(
+        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("kept {task.fields[kept]}"), TimeElapsedColumn(), disable=not progress, transient=False,
+    )
+    try:
+        with bar, spill.open("wb") as out:
+            task = bar.add_task("curating: dedup, quality, decontamination", total=None, kept=0)
+            pos = 0
+            for batch in _batches(records, config.batch_size):
+                run.counts["input"] += len(batch)
+                if stream_hash is not None:
+                    for rec in batch:
+                        stream_hash.update(json.dumps(rec, sort_keys=True, default=str).encode() + b"\n")
+                kept = run.stage_one(batch)
+                lines = [json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in kept]
+                for line in lines:
+                    offsets.append(pos)
+                    pos += len(line)
+                out.write(b"".join(lines))
+                if run.lsh is not None and kept:
+                    run.lsh.add([r["text"] for r in kept])
+                bar.update(task, advance=len(batch), kept=len(offsets))
+            near = None
+            if run.lsh is not None:
+                out.flush()
+                bar.update(task, description="near-duplicates: verifying candidate pairs")
+                near = _verify_from_spill(run.lsh, spill, offsets)
+            bar.update(task, description="curated")
+        near_pairs = _second_pass(spill, final, near, run, config.max_listed)
+    finally:
+        spill.unlink(missing_ok=True)
+    run.counts["skipped_bad"] = skipped.count
+    fp = corpus_fp or stream_hash.hexdigest()
+    report = CurationReport(
+        version=key_for(fp),
+        counts=run.counts,
+        quality_dropped=dict(run.quality.dropped) if run.quality else {},
+        leaked_eval_examples={k: sorted(v) for k, v in sorted(run.leaked.items())},
+        leak_dropped_ids=run.leak_dropped,
+        leak_cut_ids=run.leak_cut,
+        exact_duplicates=run.exact_pairs,
+        near_duplicates=near_pairs,
+        lsh={"bands": run.lsh.bands, "rows": run.lsh.rows, "candidates": near.candidates, "verified_pairs": len(near.pairs)}
+        if run.lsh is not None and near is not None
+        else {},
+        injected=run.injected,
+        skipped_examples=skipped.examples,
+        unchecked_eval_examples=run.index.unchecked if run.index else [],
+    )
+    if out_dir is None:
+        report.records = read_jsonl(final) if final.stat().st_size else []
+        tmp.cleanup()
+    else:
+        report.output = str(final)
+        report.content_hash = file_fingerprint(final)
+    report.seconds = round(time.perf_counter() - t0, 3)
+    if out_dir is not None:
+        report_path = work / "report.json"
+        if graph is not None:
+            parents = [input_node(graph, fp, source_name(corpus))]
+            against = [input_node(graph, efp, f"eval:{name}") for name, efp in eval_fps.items()]
+            report.node_id = record_version(
+                graph, report.version, path=final, counts=run.counts, params=params,
+                parents=parents, decontaminated_against=against, report=str(report_path),
+            )
+        report_path.write_text(report.model_dump_json(indent=1))
+    return report
+
+
+def _key(corpus_fp: str, eval_fps: Mapping[str, str], params: Mapping[str, Any]) -> str:
+    return version_key("curated", {"corpus": corpus_fp, **{f"eval:{n}": f for n, f in eval_fps.items()}}, params)
+
+
+def planned_version(corpus: Any, eval_sets: Mapping[str, Any] | None = None, config: CurationConfig | None = None) -> str | None:
+    """The version ``curate`` will produce, known before any work when the corpus can be
+    fingerprinted up front (files, lists, saved datasets); None for one-shot streams."""
+    config = config or CurationConfig()
+    fp = source_fingerprint(corpus)
+    if fp is None:
+        return None
+    evals = load_eval_sets(eval_sets)
+    return _key(fp, {n: records_fingerprint(e) for n, e in evals.items()}, config.model_dump(mode="json"))
+
+
+def _second_pass(spill: Path, final: Path, near: NearDupResult | None, run: _Run, listed: int) -> list[tuple[str, str, float]]:
+    """Copy the survivors of near-dup removal from the spill to the output."""
+    if near is None:
+        spill.replace(final)
+        run.counts["output"] = sum(1 for _ in final.open("rb"))
+        return []
+    drop = near.survivor_of
+    sim = {}
+    for i, j, s in near.pairs:
+        sim.setdefault(j, (i, s))
+    keep_ids = set(drop.values())
+    ids: dict[int, str] = {}
+    dropped: list[int] = []
+    with spill.open("rb") as src, final.open("wb") as dst:
+        for i, line in enumerate(src):
+            if i in drop:
+                rec = json.loads(line)
+                ids[i] = rec["id"]
+                dropped.append(i)
+                run.counts["near_duplicates"] += 1
+                run._caught(rec)
+                continue
+            if i in keep_ids:
+                ids[i] = json.loads(line)["id"]
+            dst.write(line)
+            run.counts["output"] += 1
+    pairs = []
+    for i in dropped[:listed]:
+        pairs.append((ids[i], ids[drop[i]], round(sim.get(i, (None, 0.0))[1], 4)))
+    return pairs

@@ -1,0 +1,116 @@
+"""`trainteam curate run|demo`: the data engine on the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from trainteam.commands.common import console, print_json, workspace
+
+curate_app = typer.Typer(help="Curate training data: dedup, decontaminate, filter, version.", no_args_is_help=True)
+
+
+def _eval_sets(specs: list[str]) -> dict[str, Path]:
+    from trainteam.errors import BadInput
+
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise BadInput(f"--eval: expected NAME=PATH, got {spec!r}")
+        if not Path(path).exists():
+            raise BadInput(f"--eval {name}: {path}: no such file")
+        out[name] = Path(path)
+    return out
+
+
+def _load_config(path: Optional[Path]):
+    from pydantic import ValidationError
+
+    from trainteam.curation.pipeline import CurationConfig
+    from trainteam.errors import BadInput, format_validation_error
+
+    if path is None:
+        return CurationConfig()
+    import yaml
+
+    if not path.is_file():
+        raise BadInput(f"--config: {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise BadInput(f"--config: {path}: not YAML/JSON ({exc.__class__.__name__})") from None
+    try:
+        return CurationConfig.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(format_validation_error(exc, str(path))) from None
+
+
+@curate_app.command("run")
+def run(
+    corpus: Path = typer.Argument(..., help=".jsonl / .txt / .parquet file, or a folder of them, or a saved HF dataset"),
+    eval_: List[str] = typer.Option([], "--eval", help="NAME=PATH of an eval set to decontaminate against (repeatable)"),
+    config: Optional[Path] = typer.Option(None, "--config", help="CurationConfig as YAML or JSON"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output folder (default: workspace datasets/<version>)"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="skip and count malformed lines instead of stopping"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Run the whole chain and record the result as a DatasetVersion in the knowledge graph."""
+    from trainteam.curation.pipeline import curate, planned_version
+    from trainteam.errors import BadInput
+
+    if not corpus.exists():
+        raise BadInput(f"corpus: {corpus}: no such file or folder")
+    cfg = _load_config(config)
+    if skip_bad:
+        cfg = cfg.model_copy(update={"skip_bad": True})
+    evals = _eval_sets(eval_)
+    ws = workspace()
+    out_dir = out or ws.dir("datasets") / (planned_version(corpus, evals, cfg) or "curated")
+    report = curate(corpus, evals, cfg, graph=ws.graph, out_dir=out_dir, progress=not as_json)
+    if as_json:
+        return print_json(report.model_dump(mode="json"))
+    console.print(report.summary(), highlight=False)
+    if report.node_id:
+        console.print(f"  graph node {report.node_id}", highlight=False)
+
+
+@curate_app.command("demo")
+def demo(
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets/demo)"),
+    docs: int = typer.Option(2000, "--docs", min=1, help="English-like documents (before injected ones)"),
+    task: str = typer.Option("addition", "--task", help="addition | subtraction | multiplication"),
+    n_train: int = typer.Option(20000, "--n-train", min=0),
+    n_eval: int = typer.Option(200, "--n-eval", min=1),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Write the bundled demo data: a text corpus with injected near-dups, leaks and junk,
+    its eval sets, and the arithmetic train/eval split."""
+    from pydantic import ValidationError
+
+    from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
+    from trainteam.curation.jsonl import write_jsonl
+    from trainteam.curation.synthetic import DemoCorpusConfig, demo_eval_sets, iter_demo_corpus
+    from trainteam.errors import BadInput, format_validation_error
+
+    try:
+        arith = ArithmeticConfig(task=task, n_train=n_train, n_eval=n_eval, seed=seed)
+    except ValidationError as exc:
+        raise BadInput(format_validation_error(exc, "demo")) from None
+    folder = out or workspace().dir("datasets") / "demo"
+    cfg = DemoCorpusConfig(n_docs=docs, seed=seed)
+    evals = demo_eval_sets(cfg)
+    paths = {"corpus": write_jsonl(iter_demo_corpus(cfg, evals), folder / "corpus.jsonl")}
+    for name, exs in evals.items():
+        paths[f"eval:{name}"] = write_jsonl(exs, folder / f"eval_{name}.jsonl")
+    train, held_out = generate_arithmetic(arith)
+    paths[f"{task}_train"] = write_jsonl(train, folder / f"{task}_train.jsonl")
+    paths[f"{task}_eval"] = write_jsonl(held_out, folder / f"{task}_eval.jsonl")
+    for name, p in paths.items():
+        console.print(f"{name}: {p}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(curate_app, name="curate")
