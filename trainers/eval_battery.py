@@ -8,8 +8,8 @@ tasks run through ``lm_eval_runner``. Each stage kind has a fixed default
 battery; a task may override it per stage.
 
 Eval sets are decontaminated against the training data before anything is
-measured, through ``trainteam.curation`` when it provides decontamination; the
-data engine's report is attached to the result either way it was produced.
+measured, with the data engine's n-gram index (``trainteam.curation.decontam``);
+its report (or the one the data engine made when it curated) rides on the result.
 """
 
 from __future__ import annotations
@@ -158,22 +158,29 @@ def determinism(first: Sequence[dict], second: Sequence[dict]) -> float:
 
 # -- decontamination -----------------------------------------------------------------------
 
-def decontaminate(eval_records: list[dict], train_records: Sequence[dict] | None) -> tuple[list[dict], dict[str, Any] | None]:
-    """Drop eval records that overlap the training data, through the data engine when it has it.
-
-    Returns the clean records and the data engine's report, or the records unchanged and a
-    report saying why nothing was checked.
-    """
+def decontaminate(eval_records: list[dict], train_records: Sequence[dict] | None,
+                  config: Any | None = None) -> tuple[list[dict], dict[str, Any] | None]:
+    """Drop eval examples that occur in the training data (word n-gram overlap, the data
+    engine's ``EvalIndex``); returns the clean examples and the report of what was removed."""
     if train_records is None:
         return eval_records, None
-    try:
-        from trainteam.curation import decontaminate as engine_decontaminate  # type: ignore[attr-defined]
-    except ImportError:
-        return eval_records, {"checked": False,
-                              "reason": "trainteam.curation provides no decontaminate(); eval set used as given"}
-    clean, report = engine_decontaminate(eval_records, train_records)
-    report = report.model_dump() if hasattr(report, "model_dump") else dict(report)
-    return list(clean), {"checked": True, **report}
+    from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
+
+    cfg = config or DecontamConfig()
+    index = EvalIndex.build({"eval": eval_records}, cfg)
+    texts = []
+    for i, r in enumerate(train_records):
+        try:
+            texts.append(eval_text(r))
+        except ValueError:
+            raise BadInput(f"training records[{i}]: needs 'text' or 'prompt' to check for contamination") from None
+    leaked = sorted({o for hits in index.find(texts) for _, _, o in hits})
+    clean = [r for k, r in enumerate(eval_records) if k not in set(leaked)]
+    return clean, {
+        "checked": True, "method": f"curation word {cfg.ngram}-gram overlap", "eval_examples": len(eval_records),
+        "training_records": len(texts), "removed": len(leaked),
+        "contaminated": [index.names[o] for o in leaked][:50], "unchecked_too_short": len(index.unchecked),
+    }
 
 
 # -- the battery ---------------------------------------------------------------------------

@@ -103,3 +103,19 @@ def test_bad_records_name_the_field(loaded):
     model, tok = loaded
     with pytest.raises(BadInput, match=r"records\[1\]"):
         heldout_loss(model, tok, [{"text": "1+1=2"}, {"question": "x"}])
+
+
+def test_eval_set_is_decontaminated_against_training_data(tiny_checkpoint, addition_data):
+    """Eval problems that leaked into training are removed before measuring, and reported."""
+    train, held = addition_data
+    leaked = held[:5]
+    res = run_battery(tiny_checkpoint, None, held, stage="sft", spec=BatterySpec(metrics=["exact_match"]),
+                      train_records=list(train) + [{"text": f"{r['prompt']} {r['completion']}"} for r in leaked])
+    assert res.n_eval == len(held) - 5
+    assert res.details["exact_match"]["n"] == len(held) - 5
+    report = res.decontamination
+    assert report["checked"] and report["removed"] == 5
+    assert sorted(report["contaminated"]) == sorted(f"eval/{r['id']}" for r in leaked)
+    clean = run_battery(tiny_checkpoint, None, held, stage="sft", spec=BatterySpec(metrics=["exact_match"]),
+                        train_records=train)
+    assert clean.n_eval == len(held) and clean.decontamination["removed"] == 0
