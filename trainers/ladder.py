@@ -140,6 +140,14 @@ def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, m
         if n >= len(shuffled):
             raise BadInput(f"reference: {len(ref)} rows are too few to hold out {heldout_fraction:.0%}")
         heldout, ref, where = shuffled[:n], shuffled[n:], f"{n} held-out reference rows"
+    parsed = {}
+    for name, data in candidates.items():  # every input checked before any training
+        if name == "reference":
+            raise BadInput("candidates: 'reference' is a reserved name")
+        recs = _records(data, name)
+        if _method(recs, name) != method:
+            raise BadInput(f"{name}: its records are {_method(recs, name)}-shaped, the reference's are {method}-shaped")
+        parsed[name] = recs
     proxy = model_ladder(model, rungs)[0]
     cfg = config or TrainConfig(max_steps=40, per_device_batch_size=16, learning_rate=3e-3, seq_len=64,
                                 warmup_steps=0, seed=seed)
@@ -148,12 +156,7 @@ def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, m
     ref_run = _proxy_run("reference", method, cfg, proxy, tokenizer, ref, heldout, work_dir)
 
     verdicts = {}
-    for name, data in candidates.items():
-        if name == "reference":
-            raise BadInput("candidates: 'reference' is a reserved name")
-        recs = _records(data, name)
-        if _method(recs, name) != method:
-            raise BadInput(f"{name}: its records are {_method(recs, name)}-shaped, the reference's are {method}-shaped")
+    for name, recs in parsed.items():
         run = _proxy_run(name, method, cfg, proxy, tokenizer, recs, heldout, work_dir)
         verdicts[name] = _judge(run, ref_run, tolerance=tolerance, heldout=where, heldout_rows=len(heldout),
                                 proxy=proxy)
