@@ -69,7 +69,7 @@ class WorkflowSpec(_Strict):
             if e.max_loops is not None and e.source not in gates:
                 raise ValueError(f"edges[{i}].max_loops: only edges leaving a gate step may loop")
         forward = nx.DiGraph()
-        forward.add_nodes_from(known)
+        forward.add_nodes_from(names)  # spec order: error messages are deterministic
         forward.add_edges_from((e.source, e.target) for e in self.edges if e.max_loops is None)
         if not nx.is_directed_acyclic_graph(forward):
             cycle = nx.find_cycle(forward)

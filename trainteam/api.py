@@ -1,0 +1,92 @@
+"""The Python face of the CLI: the same operations, the same checks.
+
+``graph_orchestrate(action="execute_workflow", name="train_model", task=...)`` is
+the seed's entry point; the named functions are the readable form of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainteam.errors import BadInput
+from trainteam.workspace import Workspace
+
+
+def _ws(workspace: str | Path | Workspace | None) -> Workspace:
+    return workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
+
+
+def _task(task: Any, source: str = "task"):
+    from trainteam.workflows.task import TrainTask, load_task_file, parse_task
+
+    if isinstance(task, TrainTask):
+        return task
+    if isinstance(task, (str, Path)):
+        return load_task_file(Path(task))
+    return parse_task(task, source)
+
+
+def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=None, run_id: str | None = None,
+                     progress: bool = True) -> dict[str, Any]:
+    """Run a workflow to its end (or until it fails) in this process; returns the run view."""
+    from trainteam.workflows.runner import check_runnable, new_run_id, run_foreground
+    from trainteam.workflows.spec import load_builtin
+    from trainteam.workflows.views import run_public
+
+    if task is None:
+        raise BadInput("task: required (a TrainTask, a mapping, or a task YAML path)")
+    spec = load_builtin(name)
+    train_task = _task(task)
+    check_runnable(spec, train_task, "task")
+    ws = _ws(workspace)
+    run_id = run_id or new_run_id(train_task.name)
+    run_foreground(ws, spec, train_task, run_id, progress=progress)
+    return run_public(ws, run_id)
+
+
+def resume_run(run_id: str, *, workspace=None, force: bool = False, progress: bool = True) -> dict[str, Any]:
+    from trainteam.workflows.runner import resume_foreground
+    from trainteam.workflows.views import run_public
+
+    ws = _ws(workspace)
+    run_public(ws, run_id)
+    resume_foreground(ws, run_id, force=force, progress=progress)
+    return run_public(ws, run_id)
+
+
+def get_run(run_id: str, *, workspace=None) -> dict[str, Any]:
+    from trainteam.workflows.views import run_public
+
+    return run_public(_ws(workspace), run_id)
+
+
+def list_approvals(status: str | None = "pending", *, workspace=None) -> list[dict[str, Any]]:
+    from trainteam.workflows.approvals import approval_public
+    from trainteam.workflows.store import ApprovalStore
+
+    return [approval_public(r) for r in ApprovalStore(_ws(workspace).engine).list(status)]
+
+
+def approve(approval_id: str, *, by: str | None = None, note: str | None = None, workspace=None) -> dict[str, Any]:
+    """A person's approval. Agents are never handed this function."""
+    from trainteam.workflows.approvals import decide
+
+    return decide(_ws(workspace), approval_id, approve=True, by=by, note=note)
+
+
+def reject(approval_id: str, *, by: str | None = None, note: str | None = None, workspace=None) -> dict[str, Any]:
+    from trainteam.workflows.approvals import decide
+
+    return decide(_ws(workspace), approval_id, approve=False, by=by, note=note)
+
+
+def graph_orchestrate(action: str, name: str = "train_model", task: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """The seed's single entry point: ``action`` in execute_workflow | resume | show."""
+    if action == "execute_workflow":
+        return execute_workflow(name, task, **kwargs)
+    if action == "resume":
+        return resume_run(kwargs.pop("run_id"), **kwargs)
+    if action == "show":
+        return get_run(kwargs.pop("run_id"), **kwargs)
+    raise BadInput(f"action: unknown action {action!r} (execute_workflow, resume, show)")
