@@ -62,3 +62,18 @@ def test_only_loopback():
 
     with pytest.raises(BadInput, match="loopback"):
         ChatServer(None, host="0.0.0.0")
+
+
+def test_a_pydantic_ai_agent_can_use_the_served_model(server, tiny_checkpoint):
+    """What binding a persona to a trained model means: an Agent over the OpenAI provider."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from trainteam.trainers.evaluation import exact_match
+    from trainteam.trainers.tokenizer import load_tokenizer
+
+    model = OpenAIChatModel("m-tiny", provider=OpenAIProvider(base_url=server.base_url, api_key="k-test"))
+    out = Agent(model).run_sync("3+5=", model_settings={"temperature": 0.0, "max_tokens": 8}).output
+    expected = exact_match(tiny_checkpoint, load_tokenizer(tiny_checkpoint), [{"prompt": "3+5=", "completion": ""}])
+    assert out == expected.samples[0]["got"]
