@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainteam.errors import BadInput
+from trainteam.trainers.eval_battery import BatteryResult, record_battery
 from trainteam.workflows.gates import GateRule, accept_failed_gate, evaluate_gate, record_gate
 from trainteam.workflows.task import GateSpec
 
@@ -61,11 +62,17 @@ def test_only_an_approved_person_decision_accepts_a_failed_gate(tmp_path):
 
     ws = Workspace.open(tmp_path / "ws")
     g: KnowledgeGraph = ws.graph
-    first = record_gate(g, d, run_id="r1")
+    ckpt = g.add_node("Checkpoint", "c1", path="/x")
+    eval_node = record_battery(g, BatteryResult(stage="sft", kind="post_train", metrics={"exact_match": 0.5},
+                                                n_eval=10, seconds=1.0), run_id="r1", checkpoint_node=ckpt)
+    first = record_gate(g, d, run_id="r1", eval_node=eval_node)
     second = record_gate(g, accepted, run_id="r1")
     assert g.get_node(first)["passed"] is False and g.get_node(first)["promote"] is False
     node = g.get_node(second)
     assert node["accepted_by"] == "ana" and node["promote"] is True
+    # Lineage: gate -> eval -> checkpoint.
+    assert {ckpt, eval_node} <= set(g.lineage(first).nodes)
+    assert g.get_node(eval_node)["metrics"] == {"exact_match": 0.5}
 
 
 def test_rule_without_threshold_is_rejected():
