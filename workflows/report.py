@@ -176,7 +176,10 @@ def _eval_plot(r: ReportInput, plt, png: Path) -> dict:
         st = [s for s in stages if m in r.evals[s]]
         vals = [r.evals[s][m] for s in st]
         th = {s: thresholds[s][m] for s in st if m in thresholds.get(s, {})}
-        ax.bar(range(len(st)), vals, color="#4c72b0")
+        meets = [("min" not in th.get(s, {}) or v >= th[s]["min"]) and ("max" not in th.get(s, {}) or v <= th[s]["max"])
+                 for s, v in zip(st, vals)]
+        bars = ax.bar(range(len(st)), vals, color=["#4c72b0" if ok else "#c44e52" for ok in meets])
+        ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=8)
         for i, s in enumerate(st):
             for kind, color in (("min", "green"), ("max", "red")):
                 if kind in th.get(s, {}):
@@ -184,7 +187,7 @@ def _eval_plot(r: ReportInput, plt, png: Path) -> dict:
                               label=f"gate {kind}" if i == 0 else None)
         ax.set_xticks(range(len(st)), st, rotation=30, fontsize=8)
         ax.set_title(m, fontsize=9)
-        data[m] = {"stages": st, "values": vals, "thresholds": th}
+        data[m] = {"stages": st, "values": vals, "thresholds": th, "meets_threshold": meets}
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)

@@ -40,7 +40,8 @@ def test_report_plots_exist_and_hold_the_recorded_values(tmp_path):
     assert loss["restarts"][0]["note"] == "rolled back to step 1"
     evals = json.loads(files.data["evals"].read_text())
     assert evals["exact_match"] == {"stages": ["sft", "grpo"], "values": [0.93, 0.97],
-                                    "thresholds": {"sft": {"min": 0.95}, "grpo": {"min": 0.95}}}
+                                    "thresholds": {"sft": {"min": 0.95}, "grpo": {"min": 0.95}},
+                                    "meets_threshold": [False, True]}
     steps = json.loads(files.data["steps"].read_text())
     assert steps["seconds"] == [1.5, 110.0, 0.2] and steps["cost"] == [0.0, 0.012, 0.0]
 
