@@ -227,6 +227,29 @@ def launch_commands(plan: RunPlan, target: str | Path, args: list[str] | None = 
     return LaunchSpec(launcher=launcher, commands=commands, env=env, config_file=config_file)
 
 
+def prepare_distributed_run(plan: RunPlan, *, model, tokenizer: Path, data: Path, out_dir: Path,
+                            method: str = "sft", eval_data: Path | None = None, launcher: Launcher = "accelerate",
+                            main_process_ip: str = "127.0.0.1", main_process_port: int | None = None) -> LaunchSpec:
+    """Everything a cluster needs for one planned run, written under ``out_dir``: the accelerate
+    config, the worker's job file (training output in ``out_dir/run``, per-rank records in
+    ``out_dir/ranks``) and the command of every node. Nothing runs here.
+    """
+    from trainteam.trainers.launch_worker import WorkerJob
+
+    out_dir = Path(out_dir)
+    port = main_process_port or (free_port() if plan.config.num_nodes == 1 else 29500)
+    config = plan.config.model_copy(update={"output_dir": out_dir / "run"})
+    job = WorkerJob(method=method, config=config, model=model, tokenizer=Path(tokenizer), data=Path(data),
+                    eval_data=Path(eval_data) if eval_data else None, results_dir=out_dir / "ranks")
+    job_file = job.save(out_dir / "job.json")
+    cfg_file = None
+    if launcher == "accelerate":
+        ip = main_process_ip if plan.config.num_nodes > 1 else None
+        cfg_file = write_accelerate_config(plan, out_dir, main_process_ip=ip, main_process_port=port)
+    return launch_commands(plan, "trainteam.trainers.launch_worker", [str(job_file)], launcher=launcher, module=True,
+                           config_file=cfg_file, main_process_ip=main_process_ip, main_process_port=port)
+
+
 def run_launch(spec: LaunchSpec, *, machine_rank: int = 0, timeout: float | None = None,
                cwd: Path | None = None, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run one node's command here; the launcher programs are taken from this interpreter's venv."""

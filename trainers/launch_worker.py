@@ -57,9 +57,13 @@ def run_job(job: WorkerJob) -> dict:
 
     from trainteam.trainers import build_model, load_tokenizer, train
 
+    config = job.config
+    if os.environ.get("FSDP_ACTIVATION_CHECKPOINTING", "").lower() == "true":
+        # FSDP checkpoints activations itself; transformers refuses both switches at once.
+        config = config.model_copy(update={"gradient_checkpointing": False})
     tok = load_tokenizer(job.tokenizer)
-    model = build_model(job.model, tok, attn_implementation=job.config.attn_implementation, seed=job.config.seed)
-    report = train(job.method, job.config, model, str(job.data), tokenizer=tok,
+    model = build_model(job.model, tok, attn_implementation=config.attn_implementation, seed=config.seed)
+    report = train(job.method, config, model, str(job.data), tokenizer=tok,
                    eval_data=str(job.eval_data) if job.eval_data else None, progress=False)
     if dist.is_available() and dist.is_initialized():
         rank, world, backend = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())

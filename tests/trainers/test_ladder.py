@@ -53,3 +53,17 @@ def test_precheck_holds_out_part_of_the_reference_and_rejects_bad_input(tmp_path
                         config=TrainConfig(max_steps=2, per_device_batch_size=4, seq_len=64, threads=1))
     with pytest.raises(BadInput, match="^reference: "):
         ladder_precheck(arith[0], [], tokenizer=tok, model=TARGET, work_dir=tmp_path)
+
+
+def test_verdict_thresholds_and_unlearnable_data():
+    from trainteam.trainers.ladder import ProxyRun, _judge
+
+    ref = ProxyRun(name="reference", rows=100, heldout_loss=2.0, first_loss=5.0, last_loss=2.0, steps=10)
+
+    def judge(heldout, first=5.0, last=2.0):
+        run = ProxyRun(name="custom", rows=100, heldout_loss=heldout, first_loss=first, last_loss=last, steps=10)
+        return _judge(run, ref, tolerance=0.05, heldout="eval_data", heldout_rows=10, proxy=TARGET)
+
+    assert [judge(x).verdict for x in (1.8, 1.95, 2.09, 2.2)] == ["better", "comparable", "comparable", "worse"]
+    flat = judge(1.5, first=5.0, last=4.95)  # a low held-out loss cannot rescue data the proxy did not learn
+    assert flat.verdict == "unlearnable" and not flat.accept and "did not fall" in flat.reasons[-1]

@@ -11,8 +11,8 @@ import yaml
 from trainteam.errors import BadInput
 from trainteam.trainers.config import ModelSpec, TrainConfig
 from trainteam.trainers.launch import (
-    free_port,
     launch_commands,
+    prepare_distributed_run,
     run_launch,
     validate_accelerate_config,
     write_accelerate_config,
@@ -110,22 +110,20 @@ def test_two_process_sft_through_the_generated_accelerate_command(tmp_path, tok_
 
     data = write_jsonl(arith[0], tmp_path / "train.jsonl")
     common = dict(max_steps=10, learning_rate=3e-3, seq_len=64, threads=1, spike={"enabled": False})
-    ddp_cfg = TrainConfig(output_dir=tmp_path / "ddp", per_device_batch_size=8, strategy="ddp", devices_per_node=2,
+    ddp_cfg = TrainConfig(per_device_batch_size=8, strategy="ddp", devices_per_node=2,
                           **common)
     p = plan(ddp_cfg, SPEC, CPU2, vocab_size=300)
     assert p.global_batch_size == 16
-    port = free_port()
-    cfg_file = write_accelerate_config(p, tmp_path, main_process_port=port)
-    assert validate_accelerate_config(cfg_file)["num_processes"] == 2
-    job = WorkerJob(config=ddp_cfg, model=SPEC, tokenizer=tok_dir, data=data, results_dir=tmp_path / "ranks")
-    spec = launch_commands(p, "trainteam.trainers.launch_worker", [str(job.save(tmp_path / "job.json"))],
-                           module=True, config_file=cfg_file, main_process_port=port)
+    spec = prepare_distributed_run(p, model=SPEC, tokenizer=tok_dir, data=data, out_dir=tmp_path / "launch")
+    assert validate_accelerate_config(spec.config_file)["num_processes"] == 2
+    assert spec.commands[0][-3:] == ["-m", "trainteam.trainers.launch_worker", str(tmp_path / "launch" / "job.json")]
     run_launch(spec, timeout=240)
 
-    ranks = [json.loads((tmp_path / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = [json.loads((tmp_path / "launch" / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert all(r["world_size"] == 2 and r["backend"] == "gloo" for r in ranks)
     assert ranks[0]["pid"] != ranks[1]["pid"] and ranks[0]["steps"] == 10
+    assert (tmp_path / "launch" / "run" / "final" / "model.safetensors").is_file()
 
     # The same global batch (16) in one process: the loss must land in the same place.
     single = TrainConfig(output_dir=tmp_path / "single", per_device_batch_size=16, **common)

@@ -77,6 +77,16 @@ class RunPlan(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
+    def summary(self) -> str:
+        """A few lines a person reads before approving the run."""
+        c, hw = self.config, self.hardware
+        head = (f"{self.params:,} parameters ({self.trainable_params:,} trained) on {hw.nodes} x {hw.devices_per_node} "
+                f"{hw.device}{' ' + hw.name if hw.name else ''}: {c.strategy}, {c.precision}, micro-batch "
+                f"{c.per_device_batch_size} x accumulation {c.grad_accum}"
+                + (", gradient checkpointing" if c.gradient_checkpointing else ""))
+        lines = [head] + [f"  - {r}" for r in self.reasons] + [f"  ! {w}" for w in self.warnings]
+        return "\n".join(lines)
+
 
 def model_shape(model: ModelSpec | ModelShape | int, vocab_size: int | None = None) -> tuple[ModelShape, list[str]]:
     """A shape for estimates. A bare parameter count gets a Llama-like shape (hidden/layers = 128)."""
