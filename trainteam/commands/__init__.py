@@ -10,4 +10,5 @@ COMMAND_MODULES = [
     "graph",
     "workflows",
     "curate",
+    "plan",
 ]

@@ -1,0 +1,93 @@
+"""`trainteam plan`: token / memory / cost accounting, refusals and launch commands, before a run.
+
+Light on purpose: the planner imports no torch, so a person can plan a 70B run on a laptop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from trainteam.commands.common import console, print_json
+
+
+def _load(path: Path, cls, what: str):
+    import yaml
+    from pydantic import ValidationError
+
+    from trainteam.errors import BadInput, format_validation_error
+
+    if not path.is_file():
+        raise BadInput(f"{what}: {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise BadInput(f"{what}: {path}: not YAML/JSON ({exc.__class__.__name__})") from None
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(format_validation_error(exc, str(path))) from None
+
+
+def plan_command(
+    model: Optional[Path] = typer.Option(None, "--model", help="ModelSpec as YAML/JSON"),
+    params: Optional[float] = typer.Option(None, "--params", help="model size as a number of parameters, e.g. 7e9"),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="when the model spec leaves it open"),
+    config: Optional[Path] = typer.Option(None, "--config", help="TrainConfig as YAML/JSON (default: TrainConfig())"),
+    hardware: Optional[Path] = typer.Option(None, "--hardware", help="HardwareSpec as YAML/JSON (default: this machine)"),
+    recommend: bool = typer.Option(False, "--recommend", help="choose strategy, precision, micro-batch, accumulation"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="with --recommend: global batch to keep"),
+    lenient: bool = typer.Option(False, "--lenient", help="wasteful settings become warnings (impossible ones stay refused)"),
+    launch_dir: Optional[Path] = typer.Option(None, "--launch-dir", help="write the accelerate config here and print commands"),
+    script: str = typer.Option("train.py", "--script", help="with --launch-dir: the training script to launch"),
+    launcher: str = typer.Option("accelerate", "--launcher", help="accelerate or torchrun"),
+    main_ip: str = typer.Option("127.0.0.1", "--main-ip", help="address of the machine with rank 0"),
+    port: int = typer.Option(29500, "--port", help="rendezvous port"),
+    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+) -> None:
+    """Plan a run: tokens, memory per device, time and cost, and why; refuse what cannot work."""
+    from trainteam.errors import BadInput
+    from trainteam.trainers.config import ModelSpec, TrainConfig
+    from trainteam.trainers.planning import HardwareSpec, detect_hardware
+    from trainteam.trainers.planning import plan as make_plan
+    from trainteam.trainers.planning import recommend as make_recommendation
+
+    if (model is None) == (params is None):
+        raise BadInput("--model / --params: give exactly one")
+    spec = _load(model, ModelSpec, "--model") if model is not None else int(params)
+    cfg = _load(config, TrainConfig, "--config") if config is not None else TrainConfig()
+    hw = _load(hardware, HardwareSpec, "--hardware") if hardware is not None else detect_hardware(processes=cfg.devices_per_node)
+    if recommend:
+        result = make_recommendation(spec, hw, base=cfg, global_batch_size=global_batch, vocab_size=vocab_size,
+                                     strict=not lenient)
+    else:
+        if global_batch is not None:
+            raise BadInput("--global-batch: only with --recommend (otherwise it follows from the config)")
+        result = make_plan(cfg, spec, hw, vocab_size=vocab_size, strict=not lenient)
+    commands = None
+    if launch_dir is not None:
+        from trainteam.trainers.launch import launch_commands, write_accelerate_config
+
+        if launcher not in ("accelerate", "torchrun"):
+            raise BadInput(f"--launcher: {launcher!r} is not accelerate or torchrun")
+        cfg_file = None
+        if launcher == "accelerate":
+            ip = main_ip if result.config.num_nodes > 1 else None
+            cfg_file = write_accelerate_config(result, launch_dir, main_process_ip=ip, main_process_port=port)
+        spec_l = launch_commands(result, script, launcher=launcher, config_file=cfg_file, main_process_ip=main_ip,
+                                 main_process_port=port)
+        commands = [spec_l.shell(r) for r in range(len(spec_l.commands))]
+    if as_json:
+        out = result.model_dump(mode="json")
+        if commands is not None:
+            out["launch_commands"] = commands
+        return print_json(out)
+    console.print(result.summary(), highlight=False, markup=False)
+    for rank, line in enumerate(commands or []):
+        console.print(f"node {rank}: {line}", highlight=False, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)
