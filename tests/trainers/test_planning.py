@@ -211,3 +211,12 @@ def test_plan_imports_no_torch_and_detects_this_machine():
     assert out.returncode == 0, out.stderr
     device, mem_ok, tokens = out.stdout.split()
     assert device in ("cpu", "cuda") and mem_ok == "True" and int(tokens) == 10 * 8 * 128
+
+
+def test_dpo_reference_model_is_counted_unless_precomputed_or_peft():
+    cfg = TrainConfig(method="dpo", per_device_batch_size=1, seq_len=128)
+    n = 150_592
+    with_ref = plan(cfg, SPEC, CPU1).memory.weights_gib * GIB
+    assert with_ref == pytest.approx(2 * n * 4)  # policy + frozen reference, fp32
+    pre = TrainConfig(method="dpo", per_device_batch_size=1, seq_len=128, dpo={"precompute_ref_log_probs": True})
+    assert plan(pre, SPEC, CPU1).memory.weights_gib * GIB == pytest.approx(n * 4)
