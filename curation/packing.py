@@ -2,10 +2,13 @@
 
 Pretraining: every record's tokens closed by EOS, concatenated, cut into fixed
 windows (streaming; the remainder is kept or dropped). SFT: prompt/completion
-pairs tokenized with the shared ``formats.py`` text and a completion mask, then
-packed by TRL's own ``pack_dataset`` (best-fit decreasing keeps examples whole),
-which adds the ``seq_lengths`` column that TRL's padding-free collator turns into
-per-example ``position_ids``. A tokenizer is passed in, never imported here.
+pairs tokenized with the shared ``formats.py`` text into ``input_ids`` and
+``labels`` (-100 on the prompt), the columns SFTTrainer's own preparation ends
+with, then packed by TRL's ``pack_dataset`` (best-fit decreasing keeps examples
+whole), which adds the ``seq_lengths`` column that TRL's padding-free collator
+turns into per-example ``position_ids``. Such a dataset trains with
+``SFTConfig(padding_free=True, dataset_kwargs={"skip_prepare_dataset": True})``.
+A tokenizer is passed in, never imported here.
 """
 
 from __future__ import annotations
@@ -61,8 +64,8 @@ def pack_texts(
 
 
 def tokenize_sft(records: Iterable[dict], tokenizer: Any) -> list[dict]:
-    """``{input_ids, completion_mask}`` per prompt/completion record, with the same
-    separator and EOS that training and evaluation use (``trainers/formats.py``)."""
+    """``{input_ids, labels}`` per prompt/completion record (loss on the completion only),
+    with the separator and EOS that training and evaluation use (``trainers/formats.py``)."""
     from trainteam.trainers.formats import completion_text, prompt_text
 
     out = []
@@ -71,16 +74,15 @@ def tokenize_sft(records: Iterable[dict], tokenizer: Any) -> list[dict]:
             raise BadInput(f"records[{i}]: SFT packing needs 'prompt' and 'completion'")
         p = tokenizer(prompt_text(tokenizer, rec["prompt"]), add_special_tokens=False)["input_ids"]
         c = tokenizer(completion_text(tokenizer, str(rec["completion"])), add_special_tokens=False)["input_ids"]
-        out.append({"input_ids": p + c, "completion_mask": [0] * len(p) + [1] * len(c)})
+        out.append({"input_ids": p + c, "labels": [-100] * len(p) + c})
     return out
 
 
 def pack_sft(
     records: Iterable[dict], tokenizer: Any, seq_length: int, strategy: Literal["bfd", "bfd_split", "wrapped"] = "bfd"
 ):
-    """A ``datasets.Dataset`` of packed SFT rows (``input_ids``, ``completion_mask``,
-    ``seq_lengths``) as TRL's ``pack_dataset`` builds them for SFTTrainer's packing /
-    padding-free collator."""
+    """A ``datasets.Dataset`` of packed SFT rows (``input_ids``, ``labels``, ``seq_lengths``),
+    as TRL's ``pack_dataset`` builds them for SFTTrainer's packing / padding-free collator."""
     from datasets import Dataset
     from trl.data_utils import pack_dataset
 

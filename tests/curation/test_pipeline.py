@@ -1,0 +1,118 @@
+"""curate(): the whole chain on the demo corpus, lineage in a real workspace, and the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trainteam.curation.decontam import EvalIndex, decontaminate
+from trainteam.curation.jsonl import read_jsonl, write_jsonl
+from trainteam.curation.pipeline import CurationConfig, curate, planned_version
+from trainteam.curation.synthetic import DemoCorpusConfig, demo_eval_sets, iter_demo_corpus
+from trainteam.errors import BadInput
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("demo")
+    cfg = DemoCorpusConfig(n_docs=1200, seed=3)
+    evals = demo_eval_sets(cfg)
+    corpus = write_jsonl(iter_demo_corpus(cfg, evals), folder / "corpus.jsonl")
+    eval_paths = {name: write_jsonl(exs, folder / f"{name}.jsonl") for name, exs in evals.items()}
+    return corpus, eval_paths
+
+
+def test_every_injected_defect_is_caught_and_nothing_clean_is_lost(demo):
+    corpus, evals = demo
+    records = read_jsonl(corpus)
+    report = curate(corpus, evals, progress=False)
+    for kind in ("duplicates", "leaks", "junk"):
+        assert report.injected[kind].injected > 0
+    # leaks and junk are found deterministically; near-dups through LSH (p >= 0.98 a pair at 0.8)
+    assert report.injected["leaks"].caught == report.injected["leaks"].injected
+    assert report.injected["junk"].caught == report.injected["junk"].injected
+    assert report.injected["duplicates"].caught >= 0.98 * report.injected["duplicates"].injected
+    out = report.records
+    out_ids = {r["id"] for r in out}
+    clean = [r["id"] for r in records if not r["meta"]]
+    assert set(clean) <= out_ids  # no false removals
+    assert len(out) == report.counts["output"] == len(clean) + 2 * report.counts["leak_cut"]
+    injected_leaks = {r["meta"]["leak_of"] for r in records if "leak_of" in r["meta"]}
+    reported = {f"{s}/{i}" for s, ids in report.leaked_eval_examples.items() for i in ids}
+    assert reported == injected_leaks
+    index = EvalIndex.build({n: read_jsonl(p) for n, p in evals.items()})
+    assert all(o.action == "clean" for o in decontaminate(out, index))  # the output is clean
+    c = report.counts
+    assert c["input"] == len(records)
+    assert c["input"] - c["exact_duplicates"] - c["quality_dropped"] - c["leak_dropped"] - c["near_duplicates"] + c["leak_cut"] == c["output"]
+    assert report.lsh["bands"] * report.lsh["rows"] <= 128 and report.lsh["verified_pairs"] >= c["near_duplicates"]
+
+
+def test_lineage_same_inputs_same_version_no_work_twice(demo, tmp_path):
+    from trainteam.graph import EdgeKind, NodeKind
+    from trainteam.workspace import Workspace
+
+    corpus, evals = demo
+    graph = Workspace.open(tmp_path / "ws").graph
+    first = curate(corpus, evals, graph=graph, out_dir=tmp_path / "v1", progress=False)
+    assert first.version == planned_version(corpus, evals)
+    node = graph.get_node(first.node_id)
+    assert node["kind"] == NodeKind.DATASET_VERSION.value and node["counts"]["output"] == first.counts["output"]
+    mtime = os.stat(first.output).st_mtime_ns
+    n_nodes = len(graph.nodes())
+    again = curate(corpus, evals, graph=graph, out_dir=tmp_path / "elsewhere", progress=False)
+    assert again.reused and again.version == first.version and again.output == first.output
+    assert not (tmp_path / "elsewhere").exists() and os.stat(first.output).st_mtime_ns == mtime
+    assert len(graph.nodes()) == n_nodes
+    # other parameters: another version; curating the output again: a child version
+    other = curate(corpus, evals, CurationConfig(near_dedup=None), graph=graph, out_dir=tmp_path / "v2", progress=False)
+    assert other.version != first.version and not other.reused
+    child = curate(first.output, evals, graph=graph, out_dir=tmp_path / "v3", progress=False)
+    lineage = graph.lineage(child.node_id)
+    assert first.node_id in lineage
+    kinds = {(u, v, k) for u, v, k in lineage.edges(keys=True)}
+    assert (child.node_id, first.node_id, EdgeKind.DERIVED_FROM.value) in kinds
+    assert sum(1 for u, _, k in kinds if u == child.node_id and k == EdgeKind.DECONTAMINATED_AGAINST.value) == 2
+    # a changed output file is not silently reused
+    with open(first.output, "a") as fh:
+        fh.write(json.dumps({"id": "tampered", "text": "x"}) + "\n")
+    redo = curate(corpus, evals, graph=graph, out_dir=tmp_path / "v1", progress=False)
+    assert not redo.reused
+
+
+def test_streams_malformed_input_and_graph_without_folder(tmp_path):
+    good = {"id": "a", "text": "The cat and the dog sat with the bird. " * 10}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(good) + "\n{broken\n")
+    with pytest.raises(BadInput, match=r"bad\.jsonl:2"):
+        curate(bad, progress=False)
+    report = curate(bad, config=CurationConfig(skip_bad=True, quality=None), progress=False)
+    assert report.counts["skipped_bad"] == 1 and report.counts["output"] == 1
+    assert "bad.jsonl:2" in report.skipped_examples[0]
+    streamed = curate((r for r in [good, good]), config=CurationConfig(quality=None), progress=False)  # a one-shot stream
+    assert streamed.counts["exact_duplicates"] == 1 and streamed.version.startswith("curated-")
+    with pytest.raises(BadInput, match="out_dir"):
+        curate([good], graph=object(), progress=False)
+
+
+def test_cli_demo_then_curate(tmp_path):
+    env = {**os.environ, "TRAINTEAM_HOME": str(tmp_path / "ws")}
+    exe = [sys.executable, "-m", "trainteam.cli"]
+    out = subprocess.run(exe + ["curate", "demo", "--docs", "300", "--n-train", "50", "--n-eval", "20"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    folder = tmp_path / "ws" / "datasets" / "demo"
+    assert len(read_jsonl(folder / "addition_train.jsonl")) == 50
+    run = subprocess.run(
+        exe + ["curate", "run", str(folder / "corpus.jsonl"), "--eval", f"passages={folder / 'eval_passages.jsonl'}",
+               "--eval", f"addition={folder / 'eval_addition.jsonl'}", "--json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["node_id"].startswith("DatasetVersion:") and report["injected"]["leaks"]["caught"] > 0
+    bad = subprocess.run(exe + ["curate", "run", str(folder / "corpus.jsonl"), "--eval", "nonsense"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--eval: expected NAME=PATH" in bad.stderr
