@@ -15,7 +15,7 @@ from typing import Literal
 from jinja2 import Environment, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainteam.workflows.gates import GateRule, as_rules
+from trainteam.trainers.gates import GateRule, as_rules
 
 
 class _Strict(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from trainteam.workflows.gates import GateRule
+from trainteam.trainers.gates import GateRule
 from trainteam.workflows.report import GateOutcome, LossEvent, ReportInput, StepRecord, write_report
 
 

@@ -1,4 +1,4 @@
-"""Gates: may a stage's checkpoint be promoted, judged from its eval metrics.
+"""Gates: may a stage's checkpoint be promoted, judged from its eval metrics (pure; no torch).
 
 A gate is a list of rules from the task: absolute thresholds (``min`` / ``max``)
 and "no regression beyond x against the previous stage". The decision carries
