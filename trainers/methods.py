@@ -86,13 +86,19 @@ def build_dpo(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cal
     )
 
 
-def build_grpo(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbacks, reward_funcs=None):
-    from trl import GRPOConfig, GRPOTrainer
+def grpo_args(config: TrainConfig, out: Path):
+    """GRPOConfig from TrainConfig: loss variant, clip-higher, and a separate vLLM server if given."""
+    from trl import GRPOConfig
 
-    train_ds = D.grpo_dataset(tokenizer, ds)
+    from trainteam.errors import BadInput
+
     o = config.grpo
     vllm = {}
     if o.vllm_server_url:
+        from trl.import_utils import is_vllm_available
+
+        if not is_vllm_available():
+            raise BadInput("grpo.vllm_server_url: the vllm package is needed to talk to a generation server")
         vllm = dict(use_vllm=True, vllm_mode="server", vllm_server_base_url=o.vllm_server_url)
     batch = config.per_device_batch_size
     # The generation batch must divide by num_generations: round the batch up to a multiple.
@@ -100,11 +106,18 @@ def build_grpo(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, ca
         batch = ((batch // o.num_generations) + 1) * o.num_generations
     kw = common_args(config, out)
     kw["per_device_train_batch_size"] = batch
-    args = GRPOConfig(
+    return GRPOConfig(
         **kw, num_generations=o.num_generations, max_completion_length=o.max_completion_length,
         loss_type=o.loss_type, beta=o.beta, epsilon=o.epsilon, epsilon_high=o.epsilon_high,
         temperature=o.temperature, mask_truncated_completions=o.loss_type == "dapo", **vllm,
     )
+
+
+def build_grpo(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbacks, reward_funcs=None):
+    from trl import GRPOTrainer
+
+    train_ds = D.grpo_dataset(tokenizer, ds)
+    args = grpo_args(config, out)
     if tokenizer.padding_side != "left":
         tokenizer.padding_side = "left"
     return GRPOTrainer(
