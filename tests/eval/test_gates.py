@@ -78,3 +78,22 @@ def test_only_an_approved_person_decision_accepts_a_failed_gate(tmp_path):
 def test_rule_without_threshold_is_rejected():
     with pytest.raises(BadInput, match=r"gates\[0\]"):
         evaluate_gate("sft", {"exact_match": 1.0}, [{"metric": "exact_match"}])
+
+
+def test_failed_gate_accepted_through_the_approval_queue_record(tmp_path):
+    """The queue's own record (as `read_decision` returns it) is what accepts a failed gate."""
+    from trainteam.workflows.approvals import read_decision, request
+    from trainteam.workflows.store import ApprovalStore
+    from trainteam.workspace import Workspace
+
+    ws = Workspace.open(tmp_path / "ws")
+    d = evaluate_gate("sft", {"exact_match": 0.8}, GateRule(metric="exact_match", min=0.9))
+    row = request(ws, run_id="r7", step="gate_sft", visit=1, action="accept_failed_gate",
+                  proposed={"promote": True}, evidence=d.model_dump(), requested_by="eval_judge")
+    with pytest.raises(BadInput):  # still pending: nobody decided
+        accept_failed_gate(d, read_decision(ws, row["id"]))
+    assert ApprovalStore(ws.engine).decide(row["id"], "approved", "ana", "known flaky eval set")
+    accepted = accept_failed_gate(d, read_decision(ws, row["id"]))
+    assert accepted.promote and accepted.accepted_by == "ana" and accepted.approval_id == row["id"]
+    gate_node = record_gate(ws.graph, accepted, run_id="r7")
+    assert f"Approval:{row['id']}" in ws.graph.lineage(gate_node).nodes
