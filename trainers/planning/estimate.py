@@ -7,10 +7,10 @@ The formulas are the standard ones, so a person can check them by hand:
   4 (weights) + 4 (grads) + 8 (Adam m, v) bytes per parameter; mixed precision keeps
   2 + 2 + 12 (fp32 master copy, m, v). ZeRO-2 shards grads and optimizer states, ZeRO-3 and
   FSDP full-shard shard all three over the data-parallel group;
-- activations after Korthikanti et al. 2022: ``s*b*h*(34 + 5*a*s/h)`` bytes per layer in
-  16-bit (the ``5*a*s/h`` attention-score term vanishes with SDPA / flash attention), doubled
-  in fp32; with gradient checkpointing only each layer's input (``2*s*b*h``) is kept, plus
-  one layer recomputed; the logits (``s*b*V`` fp32, twice for the softmax gradient) come on top;
+- activations counted per block like Korthikanti et al. 2022, but for the blocks we build
+  (SwiGLU, no dropout; see ``activation_bytes``); with gradient checkpointing only each
+  layer's input is kept, plus one layer recomputed; the fp32 logits and their gradient
+  come on top;
 - training FLOPs per token ``6*N + 12*L*h*s`` (Kaplan / PaLM), x 4/3 with recomputation.
 """
 
@@ -158,13 +158,24 @@ def memory_estimate(
 
 def activation_bytes(shape: ModelShape, *, micro_batch: int, seq_len: int, precision: str,
                      gradient_checkpointing: bool, attn_implementation: str) -> float:
-    s, b, h, a, L = seq_len, micro_batch, shape.hidden_size, shape.num_heads, shape.num_layers
-    scale = 2.0 if precision == "fp32" else 1.0
-    scores = 5 * a * s / h if attn_implementation == "eager" else 0.0
-    per_layer = s * b * h * (34 + scores) * scale
-    layers = L * 2 * s * b * h * scale + per_layer if gradient_checkpointing else L * per_layer
-    logits = 2 * s * b * shape.vocab_size * 4
-    return layers + logits
+    """Bytes autograd keeps for backward, plus the logits gradient alive when backward starts.
+
+    Per token and layer a SwiGLU block (Llama, Qwen2) saves ``10h + 4I`` values (norm inputs
+    and outputs, q, k, v, attention output, gate, up, SiLU, product), a GPT-2 block about
+    ``8h + 2I``; eager attention adds ``a*s`` scores. Counted on this machine with
+    ``saved_tensors_hooks`` (see benchmarks/plan_accuracy.py).
+    """
+    tokens = micro_batch * seq_len
+    h, i, a, v, L = shape.hidden_size, shape.intermediate_size, shape.num_heads, shape.vocab_size, shape.num_layers
+    el = 4 if precision == "fp32" else 2
+    per_token = (8 * h + 2 * i) if shape.arch == "gpt2" else (10 * h + 4 * i)
+    layer = tokens * per_token * el
+    if attn_implementation == "eager":
+        layer += tokens * a * seq_len * (4 if precision == "fp32" else 6)  # probs (fp32 softmax, half copy)
+    layers = L * tokens * h * el + layer if gradient_checkpointing else L * layer
+    head = tokens * (3 * h * el + v * (4 if precision == "fp32" else 6))  # final norm, logits (upcast to fp32)
+    grad_logits = tokens * v * 4
+    return layers + head + grad_logits
 
 
 def train_flops_per_token(shape: ModelShape, seq_len: int, gradient_checkpointing: bool) -> float:
