@@ -25,11 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
-N_TRAIN, N_EVAL, BATCH, LR, SEED, ROUNDS = 192, 32, 8, 1e-3, 0, 2
+N_TRAIN, N_EVAL, BATCH, LR, SEED, ROUNDS = 128, 32, 8, 1e-3, 0, 2
 MIN_TOK, MAX_TOK = 32, 1024
+# TRL configs default to activation (gradient) checkpointing: hand tuning turns it off first.
+_NO_CKPT = {"activation_checkpointing": False}
 HAND = {
-    "trl_group_by_length": {"train_sampling_strategy": "group_by_length"},
-    "trl_padding_free": {"padding_free": True, "max_length": None},
+    "trl_no_checkpointing": {**_NO_CKPT},
+    "trl_group_by_length": {**_NO_CKPT, "train_sampling_strategy": "group_by_length"},
+    "trl_padding_free": {**_NO_CKPT, "padding_free": True, "max_length": None},
 }
 
 

@@ -76,7 +76,7 @@ def common_args(config: TrainConfig, output_dir: Path) -> dict:
         bf16=config.precision == "bf16",
         fp16=config.precision == "fp16",
         use_cpu=not cuda,
-        gradient_checkpointing=config.gradient_checkpointing,
+        activation_checkpointing=config.gradient_checkpointing,  # TRL configs default it to True
         use_liger_kernel=config.use_liger,
         logging_steps=config.logging_steps,
         logging_nan_inf_filter=False,

@@ -85,3 +85,25 @@ def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path, caplog):
 def test_resume_from_explicit_bad_path_names_the_field(tmp_path, tok, arith):
     with pytest.raises(BadInput, match="resume:"):
         train("pretrain", _cfg(tmp_path, resume=tmp_path / "nope"), _model(tok), arith[0], tokenizer=tok, progress=False)
+
+
+def test_sigterm_saves_and_stops_cleanly(tmp_path, tok_dir, arith):
+    from trainteam.trainers import TrainReport
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in arith[0]))
+    out = tmp_path / "run"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, str(HERE / "_train_until_signalled.py"), str(tok_dir), str(data), str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "beacon").exists() or int((out / "beacon").read_text() or 0) < 3:
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr[-2000:]
+    rep = TrainReport.model_validate_json(next(l for l in stdout.splitlines() if l.startswith("REPORT "))[7:])
+    assert rep.stopped_reason == "interrupted" and 3 <= rep.steps_done < 500
+    assert rep.checkpoints == [out / f"checkpoint-{rep.steps_done}"]  # saved where it stopped
+    assert is_complete(rep.checkpoints[0])
