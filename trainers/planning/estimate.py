@@ -3,10 +3,12 @@
 The formulas are the standard ones, so a person can check them by hand:
 - parameters of the Llama / Qwen2 / GPT-2 blocks exactly as transformers builds them
   (``trainers/models.py`` defaults: intermediate = 4 x hidden, tied embeddings);
-- model states after the ZeRO paper (Rajbhandari et al. 2020): fp32 training keeps
-  4 (weights) + 4 (grads) + 8 (Adam m, v) bytes per parameter; mixed precision keeps
-  2 + 2 + 12 (fp32 master copy, m, v). ZeRO-2 shards grads and optimizer states, ZeRO-3 and
-  FSDP full-shard shard all three over the data-parallel group;
+- model states after the ZeRO paper (Rajbhandari et al. 2020): 16 bytes per trained
+  parameter with AdamW. Under the Trainer's autocast (single, DDP, FSDP) the model itself
+  stays fp32: 4 (weights) + 4 (grads) + 8 (Adam m, v); DeepSpeed keeps half-precision
+  weights and grads and an fp32 master copy in the optimizer: 2 + 2 + 12. ZeRO-2 shards
+  grads and optimizer states, ZeRO-3 and FSDP full-shard shard all three over the
+  data-parallel group;
 - activations counted per block like Korthikanti et al. 2022, but for the blocks we build
   (SwiGLU, no dropout; see ``activation_bytes``); with gradient checkpointing only each
   layer's input is kept, plus one layer recomputed; the fp32 logits and their gradient
@@ -121,9 +123,11 @@ class MemoryEstimate(BaseModel):
         return self.total_gib <= self.device_memory_gib * self.headroom
 
 
-def state_bytes_per_param(precision: str) -> tuple[float, float, float]:
+def state_bytes_per_param(precision: str, strategy: str) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per trained parameter."""
-    return (4.0, 4.0, 8.0) if precision == "fp32" else (2.0, 2.0, 12.0)
+    if precision != "fp32" and strategy in ("zero2", "zero3"):
+        return (2.0, 2.0, 12.0)
+    return (4.0, 4.0, 8.0)
 
 
 def memory_estimate(
@@ -132,9 +136,10 @@ def memory_estimate(
     lora_r: int | None, quantize_4bit: bool, device_memory_gib: float, cuda: bool,
 ) -> MemoryEstimate:
     n = shape.num_params() / tp_size
-    w_b, g_b, o_b = state_bytes_per_param(precision)
+    w_b, g_b, o_b = state_bytes_per_param(precision, strategy)
     if lora_r is not None:
         trained = shape.lora_params(lora_r) / tp_size
+        # a frozen base is loaded in the training precision (4-bit NF4 + constants for QLoRA)
         frozen_bytes = 0.55 if quantize_4bit else (4.0 if precision == "fp32" else 2.0)
         weights = n * frozen_bytes + trained * w_b
         grads, opt = trained * g_b, trained * o_b

@@ -22,6 +22,7 @@ from trainteam.trainers.planning.estimate import (
     MemoryEstimate,
     ModelShape,
     memory_estimate,
+    state_bytes_per_param,
     train_flops_per_token,
 )
 from trainteam.trainers.planning.hardware import HardwareSpec
@@ -141,7 +142,7 @@ def _reference_model_bytes(cfg: TrainConfig, shape: ModelShape, strategy: str, d
     needs = (cfg.method == "dpo" and not cfg.dpo.precompute_ref_log_probs) or (cfg.method == "grpo" and cfg.grpo.beta > 0)
     if not needs or cfg.lora is not None:  # with PEFT the reference is the base with adapters disabled
         return 0.0
-    b = shape.num_params() * (4.0 if cfg.precision == "fp32" else 2.0)
+    b = shape.num_params() * state_bytes_per_param(cfg.precision, strategy)[0]
     return b / dp if strategy in ("zero3", "fsdp") else b
 
 
