@@ -1,0 +1,92 @@
+"""Every tool call and every decision of a persona goes into the knowledge graph, via pydantic-ai hooks.
+
+The hooks see validated arguments and results as pydantic-ai hands them over, so what
+is logged is what ran — not what a persona claims. Everything is redacted first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_ai import DeferredToolRequests
+from pydantic_ai.capabilities import Hooks
+
+from trainteam.agents.redact import redact
+from trainteam.graph import EdgeKind, NodeKind
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def ensure_step_node(ctx) -> str:
+    """The step node the engine creates; made here too when a persona runs outside the engine."""
+    g = ctx.graph
+    if not g.has_node(ctx.step_node):
+        if not g.has_node(ctx.run_node):
+            g.add_node(NodeKind.RUN, ctx.run_id, task=getattr(ctx.task, "name", None))
+        g.link(NodeKind.STEP, ctx.step_node.split(":", 1)[1], [(EdgeKind.PART_OF, ctx.run_node)],
+               run_id=ctx.run_id, step=ctx.step, visit=ctx.visit, persona=ctx.persona)
+    return ctx.step_node
+
+
+def log_tool_call(deps, tool_call_id: str, tool: str, args: Any, status: str, result: Any = None,
+                  error: str | None = None) -> str:
+    ctx = deps.ctx
+    step = ensure_step_node(ctx)
+    attrs: dict[str, Any] = {"tool": tool, "persona": deps.card.name, "run_id": ctx.run_id, "step": ctx.step,
+                             "visit": ctx.visit, "tool_call_id": tool_call_id, "status": status,
+                             "args": _jsonable(args)}
+    if isinstance(result, dict):
+        attrs["executed"] = bool(result.get("executed"))
+        attrs["outcome"] = result.get("outcome")
+        attrs["summary"] = str(result.get("summary") or result.get("next") or "")[:500]
+    if error:
+        attrs["error"] = error[:500]
+    return ctx.graph.link(NodeKind.TOOL_CALL, f"{ctx.run_id}/{deps.segment}/{tool_call_id}",
+                          [(EdgeKind.CALLED_BY, step)], **redact(attrs))
+
+
+def log_decision(deps, output: Any) -> str:
+    ctx = deps.ctx
+    step = ensure_step_node(ctx)
+    if isinstance(output, DeferredToolRequests):
+        attrs = {"decision": "needs_person", "summary": "waiting for a person's approval",
+                 "reasons": [f"{c.tool_name} requires approval" for c in output.approvals]}
+    else:
+        attrs = {"decision": output.decision, "summary": output.summary, "reasons": list(output.reasons)}
+    attrs.update(persona=deps.card.name, run_id=ctx.run_id, step=ctx.step, visit=ctx.visit)
+    return ctx.graph.link(NodeKind.DECISION, f"{ctx.run_id}/{deps.segment}", [(EdgeKind.CALLED_BY, step)],
+                          **redact(attrs))
+
+
+def graph_hooks() -> Hooks:
+    hooks = Hooks()
+
+    @hooks.on.after_tool_execute
+    async def _after(ctx, *, call, tool_def, args, result):
+        log_tool_call(ctx.deps, call.tool_call_id, call.tool_name, args, "ok", result)
+        return result
+
+    @hooks.on.tool_execute_error
+    async def _error(ctx, *, call, tool_def, args, error):
+        from pydantic_ai import ApprovalRequired
+
+        status = "needs_approval" if isinstance(error, ApprovalRequired) else "error"
+        log_tool_call(ctx.deps, call.tool_call_id, call.tool_name, args, status,
+                      error=None if status == "needs_approval" else f"{type(error).__name__}: {error}")
+        raise error
+
+    @hooks.on.after_run
+    async def _decided(ctx, *, result):
+        log_decision(ctx.deps, result.output)
+        return result
+
+    return hooks

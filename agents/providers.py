@@ -1,0 +1,102 @@
+"""Which model each persona talks to: settings only, never arguments.
+
+``TRAINTEAM_MODEL_<PERSONA>`` (e.g. ``TRAINTEAM_MODEL_EVAL_JUDGE``) wins over
+``TRAINTEAM_MODEL``; unset or ``offline`` means the built-in deterministic offline
+policy. A value is a pydantic-ai model id (``openai:gpt-4o``, ``anthropic:…``,
+``ollama:…``). With ``TRAINTEAM_MODEL_BASE_URL[_<PERSONA>]`` an ``openai:NAME`` model
+talks to any OpenAI-compatible server (vLLM, Ollama, a served trainteam model).
+
+Secrets come from the environment (``TRAINTEAM_MODEL_API_KEY[_<PERSONA>]``, or the
+provider's own variable such as ``OPENAI_API_KEY``) or from the system keyring
+(service ``trainteam``, user = persona or ``default``) when ``keyring`` is installed.
+They are handed to the provider object and never written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from trainteam.errors import BadInput
+
+OFFLINE = "offline"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What the settings say for one persona (no secret in here: safe to print and record)."""
+
+    persona: str
+    model: str = OFFLINE
+    base_url: str | None = None
+    source: str = "default"
+
+    @property
+    def offline(self) -> bool:
+        return self.model == OFFLINE
+
+    def describe(self) -> str:
+        return self.model + (f" @ {self.base_url}" if self.base_url else "")
+
+
+def _env(name: str, persona: str, environ: dict[str, str]) -> tuple[str | None, str | None]:
+    specific = f"{name}_{persona.upper()}"
+    if environ.get(specific):
+        return environ[specific], specific
+    if environ.get(name):
+        return environ[name], name
+    return None, None
+
+
+def choose_model(persona: str, environ: dict[str, str] | None = None) -> ModelChoice:
+    env = os.environ if environ is None else environ
+    model, source = _env("TRAINTEAM_MODEL", persona, env)
+    base_url, _ = _env("TRAINTEAM_MODEL_BASE_URL", persona, env)
+    if model is None:
+        return ModelChoice(persona=persona, base_url=None)
+    model = model.strip()
+    if model != OFFLINE and ":" not in model:
+        raise BadInput(f"{source}: {model!r} is not a model id like 'openai:NAME' (or 'offline')")
+    return ModelChoice(persona=persona, model=model, base_url=base_url, source=source or "default")
+
+
+def _api_key(persona: str, environ: dict[str, str]) -> str | None:
+    key, _ = _env("TRAINTEAM_MODEL_API_KEY", persona, environ)
+    if key:
+        return key
+    try:
+        import keyring  # optional: only when installed
+    except ImportError:
+        return None
+    try:
+        return keyring.get_password("trainteam", persona) or keyring.get_password("trainteam", "default")
+    except Exception:  # a locked or absent keyring backend means "no key here", not a crash
+        return None
+
+
+def build_model(choice: ModelChoice, environ: dict[str, str] | None = None) -> Any:
+    """A pydantic-ai Model for a non-offline choice."""
+    env = os.environ if environ is None else environ
+    provider_name, _, name = choice.model.partition(":")
+    key = _api_key(choice.persona, env)
+    if choice.base_url is not None:
+        if provider_name not in ("openai", "vllm", "ollama", "openai-compatible"):
+            raise BadInput(f"TRAINTEAM_MODEL_BASE_URL: only OpenAI-compatible models take a base URL, "
+                           f"not {provider_name!r}")
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        # Local servers (vLLM, Ollama) accept any key; the OpenAI client insists on one.
+        return OpenAIChatModel(name, provider=OpenAIProvider(base_url=choice.base_url, api_key=key or "local"))
+    from pydantic_ai.models import infer_model
+
+    if key is None:
+        return infer_model(choice.model)
+    from pydantic_ai.providers import infer_provider_class
+
+    try:
+        provider = infer_provider_class(provider_name)(api_key=key)
+    except TypeError:
+        raise BadInput(f"TRAINTEAM_MODEL_API_KEY: provider {provider_name!r} does not take an api key") from None
+    return infer_model(choice.model, provider_factory=lambda _name: provider)

@@ -1,0 +1,223 @@
+"""Run one workflow step as its persona: the entry points the workflow engine calls.
+
+``run_persona_step`` builds the persona's Agent (only its tools, typed deps and
+output, instructions from its card), lets the model — the offline policy by default —
+call the step's tool, and returns the tool's StepResult with the persona's report in
+``details["persona"]``. A gated call ends the agent run with pydantic-ai's
+``DeferredToolRequests``; the step then returns ``outcome="needs_approval"`` with a
+JSON ``pending`` that ``resume_persona_step`` continues in any process once a person
+decided (``DeferredToolResults``: ``ToolApproved`` / ``ToolDenied``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied, capture_run_messages
+from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+from trainteam.agents import briefing, transcripts
+from trainteam.agents.cards import PersonaCard, load_card
+from trainteam.agents.graphlog import ensure_step_node, graph_hooks
+from trainteam.agents.persona import PersonaDeps, PersonaReport, build_agent
+from trainteam.agents.policy import StepFacts, offline_model
+from trainteam.agents.providers import build_model, choose_model
+from trainteam.agents.redact import redact
+from trainteam.agents.tools import TOOLS, StepResult, ToolContext
+from trainteam.agents.tools.base import sha256_file, sha256_tree
+
+PENDING_VERSION = 1
+
+
+def _result(**fields: Any) -> StepResult:
+    """A StepResult; ``needs_approval`` is built even where the Outcome literal lacks it yet."""
+    try:
+        return StepResult(**fields)
+    except ValidationError:
+        if fields.get("outcome") != "needs_approval":
+            raise
+        return StepResult.model_construct(**{**StepResult().model_dump(), **fields})
+
+
+def _error(summary: str, **details: Any) -> StepResult:
+    return StepResult(outcome="error", summary=summary, details=details)
+
+
+def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
+    grant = card.grant(tool)
+    facts = StepFacts(persona=card.name, step=ctx.step, visit=ctx.visit, tool=tool,
+                      plan_first=bool(grant and grant.plan_first))
+    if tool == "gate":  # the judge re-derives the gate from the measured metric
+        try:
+            ev = ctx.output(ctx.inputs.get("of", "evaluate"))
+            spec = ctx.task.gates.get(ev.get("details", {}).get("stage"))
+        except LookupError:
+            spec, ev = None, {}
+        if spec is not None:
+            facts.gate_metric, facts.gate_min = spec.metric, spec.min
+            facts.measured = dict(ev.get("metrics") or {})
+    return facts
+
+
+def artifact_hashes(result: StepResult) -> dict[str, str]:
+    hashes = {}
+    for name, path in result.artifacts.items():
+        p = Path(path)
+        if p.is_file():
+            hashes[name] = sha256_file(p)
+        elif p.is_dir():
+            hashes[name] = sha256_tree(p)
+    return hashes
+
+
+class _Session:
+    """One agent run of one step (possibly resumed): builds, runs, records, maps the result."""
+
+    def __init__(self, ctx: ToolContext, tool: str, segment: str | None = None, model: Any = None):
+        self.ctx, self.tool = ctx, tool
+        self.card = load_card(ctx.persona)
+        ensure_step_node(ctx)  # the engine makes it; a persona run outside the engine needs it too
+        self.segment = segment or transcripts.choose_segment(ctx.ws, ctx.run_id, ctx.step, ctx.visit)
+        choice = choose_model(ctx.persona)
+        if model is not None:
+            self.model, self.model_desc = model, f"given:{getattr(model, 'model_name', type(model).__name__)}"
+        elif choice.offline:
+            self.model, self.model_desc = offline_model(_facts(ctx, self.card, tool)), "offline"
+        else:
+            self.model, self.model_desc = build_model(choice), choice.describe()
+        self.instructions = briefing.instructions(ctx, self.card, tool)
+        self.allowed = [n for n in self.card.tool_names if n in TOOLS]  # exactly what the Agent registers
+        self.deps = PersonaDeps(ctx=ctx, card=self.card, step_tool=tool, segment=self.segment)
+        self.agent = build_agent(self.card, self.model, instructions=self.instructions, capabilities=[graph_hooks()])
+        self.record: dict[str, Any] = {
+            "run_id": ctx.run_id, "step": ctx.step, "visit": ctx.visit, "segment": self.segment,
+            "persona": self.card.name, "tool": tool, "model": self.model_desc, "instructions": self.instructions,
+            "prompt": briefing.step_prompt(ctx, tool), "skills": briefing.loaded_skills(ctx, self.card),
+            "tools": self.allowed,
+            "task": ctx.task.model_dump(mode="json"),
+            "inputs": {k: v for k, v in ctx.inputs.items()}, "approvals": [],
+            "started_at": transcripts.utcnow(),
+        }
+
+    # -- running ---------------------------------------------------------
+    def run(self, **kwargs: Any) -> StepResult:
+        t0 = time.monotonic()
+        with capture_run_messages() as captured:
+            try:
+                result = self.agent.run_sync(deps=self.deps, **kwargs)
+            except UnexpectedModelBehavior as exc:
+                return self._failed(captured, exc, t0)
+            except Exception as exc:  # the tool's own failure: recorded, then handed to the engine as is
+                self._write(captured, "error", t0, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+                raise
+        return self._finish(result, t0)
+
+    def _failed(self, messages, exc: UnexpectedModelBehavior, t0: float) -> StepResult:
+        allowed = ", ".join(self.allowed)
+        unknown = sorted({p.tool_name for m in messages if m.kind == "response" for p in m.parts
+                          if getattr(p, "part_kind", "") == "tool-call" and p.tool_name not in self.allowed
+                          and not p.tool_name.startswith("final_result")})
+        if unknown:
+            summary = (f"{self.card.name} called unknown tool {', '.join(repr(u) for u in unknown)} "
+                       f"(its tools: {allowed}); gave up after retries")
+        else:
+            summary = f"{self.card.name}: the model misbehaved: {exc.message}"
+        path = self._write(messages, "error", t0, error=summary)
+        from trainteam.agents.graphlog import log_tool_call
+
+        for m in messages:
+            for p in getattr(m, "parts", []):
+                if getattr(p, "part_kind", "") == "tool-call" and p.tool_name in unknown:
+                    log_tool_call(self.deps, p.tool_call_id, p.tool_name, p.args_as_dict(), "unknown_tool",
+                                  error=f"unknown tool {p.tool_name!r}; allowed: {allowed}")
+        return _error(redact(summary), transcript=str(path), persona=self.card.name)
+
+    def _finish(self, result, t0: float) -> StepResult:
+        messages = result.all_messages()
+        output = result.output
+        if isinstance(output, DeferredToolRequests):
+            return self._needs_approval(output, messages, t0)
+        report: PersonaReport = output
+        tool_result = self.deps.results.get(self.tool)
+        persona = {"persona": self.card.name, "decision": report.decision, "summary": report.summary,
+                   "reasons": report.reasons, "model": self.model_desc}
+        if tool_result is None:
+            step = _error(f"{self.card.name} did not run {self.tool}: {report.summary}", persona=persona)
+        else:
+            step = tool_result.model_copy(deep=True)
+            if self.tool == "gate" and step.outcome == "passed" and report.decision == "fail":
+                step.outcome = "failed"  # a gate fails if the judge or the rule says so; never the reverse
+                step.summary = f"gate failed by the judge: {'; '.join(report.reasons)}"
+            step.details = {**step.details, "persona": persona}
+        path = self._write(messages, "completed" if step.outcome != "error" else "error", t0, result=step)
+        step.details["persona"]["transcript"] = str(path)
+        return step
+
+    def _needs_approval(self, output: DeferredToolRequests, messages, t0: float) -> StepResult:
+        calls = [{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "args": c.args_as_dict()}
+                 for c in output.approvals]
+        path = self._write(messages, "needs_approval", t0, pending_calls=calls)
+        pending = redact({
+            "version": PENDING_VERSION, "persona": self.card.name, "tool": self.tool, "segment": self.segment,
+            "started_at": self.record["started_at"], "messages": transcripts.dump_messages(messages),
+            "approvals": calls, "metadata": {k: v for k, v in output.metadata.items()},
+        })
+        first = calls[0]
+        meta = output.metadata.get(first["tool_call_id"], {})
+        proposed = redact({"tool": first["tool_name"], "args": first["args"], "step": self.ctx.step,
+                           "persona": self.card.name, "plan": meta.get("plan")})
+        return _result(outcome="needs_approval", summary=f"{self.card.name} asks a person to approve "
+                       f"{first['tool_name']}", details={"pending": pending, "action": first["tool_name"],
+                                                          "proposed": proposed, "transcript": str(path)})
+
+    def _write(self, messages, status: str, t0: float, *, result: StepResult | None = None,
+               error: str | None = None, pending_calls: list | None = None) -> Path:
+        rec = {**self.record, "status": status, "messages": transcripts.dump_messages(list(messages)),
+               "seconds": round(time.monotonic() - t0, 3) + self.record.get("seconds_before", 0.0)}
+        if result is not None:
+            rec["result"] = result.model_dump(mode="json")
+            rec["artifact_hashes"] = artifact_hashes(result)
+        if error:
+            rec["error"] = error
+        if pending_calls is not None:
+            rec["pending"] = pending_calls
+        return transcripts.write(self.ctx.ws, rec)
+
+
+def run_persona_step(ctx: ToolContext, tool_name: str, *, model: Any = None) -> StepResult:
+    """Run ``tool_name`` for this step as ``ctx.persona`` (model: settings, or the offline policy).
+
+    ``model`` overrides the settings (tests, replay). A tool outside the persona's card is
+    refused before any model is asked.
+    """
+    card = load_card(ctx.persona)
+    if card.grant(tool_name) is None or tool_name not in TOOLS:
+        allowed = ", ".join(n for n in card.tool_names if n in TOOLS)
+        why = "is not a known tool" if tool_name not in TOOLS else f"is not one of {ctx.persona}'s tools"
+        return _error(f"{tool_name!r} {why} (its tools: {allowed})", persona=ctx.persona)
+    session = _Session(ctx, tool_name, model=model)
+    return session.run(user_prompt=session.record["prompt"])
+
+
+def resume_persona_step(ctx: ToolContext, tool_name: str, pending: dict, approved: bool, note: str | None,
+                        *, model: Any = None) -> StepResult:
+    """Continue the conversation in ``pending`` with a person's decision on its gated call(s)."""
+    from trainteam.errors import BadInput
+
+    if not isinstance(pending, dict) or pending.get("version") != PENDING_VERSION or "messages" not in pending:
+        raise BadInput("pending: not a pending persona run (expected the details['pending'] of needs_approval)")
+    if pending.get("persona") != ctx.persona or pending.get("tool") != tool_name:
+        raise BadInput(f"pending: belongs to {pending.get('persona')}/{pending.get('tool')}, "
+                       f"not {ctx.persona}/{tool_name}")
+    session = _Session(ctx, tool_name, segment=pending.get("segment"), model=model)
+    session.record["started_at"] = pending.get("started_at", session.record["started_at"])
+    results = DeferredToolResults()
+    for call in pending["approvals"]:
+        results.approvals[call["tool_call_id"]] = ToolApproved() if approved else ToolDenied(
+            f"a person rejected {call['tool_name']}" + (f": {note}" if note else ""))
+        session.record["approvals"].append({**call, "approved": approved, "note": note,
+                                            "decided_at": transcripts.utcnow()})
+    return session.run(message_history=transcripts.load_messages(pending["messages"]), deferred_tool_results=results)
