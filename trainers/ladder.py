@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from trainteam.errors import BadInput
 from trainteam.trainers.config import ModelSpec, TrainConfig
+from trainteam.trainers.planning import RunPlan
 
 Verdict = Literal["better", "comparable", "worse", "unlearnable"]
 
@@ -115,12 +116,14 @@ def _proxy_run(name: str, method: str, config: TrainConfig, proxy: ModelSpec, to
                     tokens=report.telemetry.get("tokens"))
 
 
-def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, model: ModelSpec, work_dir: Path,
+def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, model: "ModelSpec | RunPlan",
+                     work_dir: Path,
                      config: TrainConfig | None = None, eval_data: Any = None, heldout_fraction: float = 0.1,
                      tolerance: float = 0.05, rungs: int = 3, seed: int = 0) -> dict[str, LadderVerdict]:
     """Judge each candidate data set against ``reference`` with one shared reference proxy run.
 
-    ``model`` is the planned (target) model; the proxy is the smallest rung of its ladder.
+    ``model`` is the planned (target) model, or the ``RunPlan`` made for it; the proxy is the
+    smallest rung of its ladder.
     ``config`` sets the proxy budget (default: 40 steps, batch 16, lr 3e-3, seq_len 64).
     """
     if not candidates:
@@ -148,6 +151,10 @@ def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, m
         if _method(recs, name) != method:
             raise BadInput(f"{name}: its records are {_method(recs, name)}-shaped, the reference's are {method}-shaped")
         parsed[name] = recs
+    if isinstance(model, RunPlan):
+        if model.model is None:
+            raise BadInput("model: the plan was made from a parameter count; pass the ModelSpec")
+        model = model.model
     proxy = model_ladder(model, rungs)[0]
     cfg = config or TrainConfig(max_steps=40, per_device_batch_size=16, learning_rate=3e-3, seq_len=64,
                                 warmup_steps=0, seed=seed)

@@ -9,6 +9,7 @@ import pytest
 from trainteam.errors import BadInput
 from trainteam.trainers.config import ModelSpec, TrainConfig
 from trainteam.trainers.ladder import compare_datasets, ladder_precheck, model_ladder
+from trainteam.trainers.planning import HardwareSpec, plan
 
 TARGET = ModelSpec(hidden_size=128, num_layers=2, num_heads=4, max_position_embeddings=128)
 
@@ -32,7 +33,8 @@ def test_proxy_runs_tell_good_data_from_garbage(tmp_path, tok, arith):
                 "completion": "".join(rng.choice("qwerty") for _ in range(3))} for _ in range(600)]
     cfg = TrainConfig(max_steps=20, per_device_batch_size=16, learning_rate=3e-3, seq_len=64, threads=1,
                       spike={"enabled": False})
-    verdicts = compare_datasets({"good": good, "garbage": garbage}, reference, tokenizer=tok, model=TARGET,
+    run_plan = plan(TrainConfig(), TARGET, HardwareSpec(device="cpu"), vocab_size=len(tok))
+    verdicts = compare_datasets({"good": good, "garbage": garbage}, reference, tokenizer=tok, model=run_plan,
                                 work_dir=tmp_path, config=cfg)
     g, bad = verdicts["good"], verdicts["garbage"]
     assert g.reference == bad.reference  # one shared reference run
@@ -53,6 +55,9 @@ def test_precheck_holds_out_part_of_the_reference_and_rejects_bad_input(tmp_path
                         config=TrainConfig(max_steps=2, per_device_batch_size=4, seq_len=64, threads=1))
     with pytest.raises(BadInput, match="^reference: "):
         ladder_precheck(arith[0], [], tokenizer=tok, model=TARGET, work_dir=tmp_path)
+    counted = plan(TrainConfig(), 1_000_000, HardwareSpec(device="cpu"))
+    with pytest.raises(BadInput, match="^model: .*ModelSpec"):
+        ladder_precheck(arith[0], arith[0], tokenizer=tok, model=counted, work_dir=tmp_path)
 
 
 def test_verdict_thresholds_and_unlearnable_data():

@@ -64,6 +64,7 @@ class RunPlan(BaseModel):
     config: TrainConfig
     hardware: HardwareSpec
     model_arch: str = "llama"
+    model: ModelSpec | None = Field(default=None, description="the planned model, when given as a spec")
     params: int
     trainable_params: int
     world_size: int
@@ -269,7 +270,8 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int, hardware: Hardwa
     if cfg.num_nodes > 1 and cfg.strategy in ("fsdp", "zero3") and hardware.fabric == "ethernet":
         warnings.append("strategy: full sharding over ethernet all-gathers every layer across nodes; expect low MFU")
     epochs = gbs * cfg.max_steps / dataset_rows if dataset_rows else None
-    return RunPlan(config=cfg, hardware=hardware, model_arch=shape.arch, params=n, trainable_params=trainable, world_size=world,
+    spec = model if isinstance(model, ModelSpec) else None
+    return RunPlan(config=cfg, hardware=hardware, model_arch=shape.arch, model=spec, params=n, trainable_params=trainable, world_size=world,
                    data_parallel_size=dp, tensor_parallel_size=tp, global_batch_size=gbs, tokens_per_step=tokens_step,
                    total_tokens=total, epochs=epochs, memory=mem, cost=cost, reasons=reasons, warnings=warnings)
 
@@ -354,4 +356,5 @@ def recommend(model: ModelSpec | ModelShape | int, hardware: HardwareSpec, *, ba
     if gc:
         why.append("gradient checkpointing on: activations do not fit otherwise")
     result = plan(cfg, shape, hardware, vocab_size=vocab_size, **plan_kwargs)
-    return result.model_copy(update={"params": shape.num_params(), "reasons": why + result.reasons})
+    spec = model if isinstance(model, ModelSpec) else None
+    return result.model_copy(update={"params": shape.num_params(), "model": spec, "reasons": why + result.reasons})
