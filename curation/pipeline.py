@@ -230,6 +230,7 @@ def curate(
     and config give the same version, and a version already on disk is returned
     without any work (``report.reused``).
     """
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     config = config or CurationConfig()
@@ -270,6 +271,7 @@ def curate(
     bar = Progress(
         SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("kept {task.fields[kept]}"), TimeElapsedColumn(), disable=not progress, transient=False,
+        console=Console(stderr=True),  # stdout stays machine-readable
     )
     try:
         with bar, spill.open("wb") as out:

@@ -103,11 +103,11 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     g.link(NodeKind.STEP, f"{run_id}/{name}#{visit}", [(EdgeKind.PART_OF, f"Run:{run_id}")],
            run_id=run_id, step=name, visit=visit, persona=step.persona, tool=step.tool)
     t0 = time.monotonic()
-    if step.stage and step.stage not in task.stages:
-        out = {"outcome": "skipped", "summary": f"stage {step.stage} not in task", "artifacts": {},
+    if not spec.applies(step, task.stages):
+        out = {"outcome": "skipped", "summary": f"stage {'/'.join(step.stage)} not in the task", "artifacts": {},
                "metrics": {}, "nodes": {}, "details": {}}
         runs.finish_attempt(attempt, "skipped", 0.0, out)
-        _say(f"  [dim]· {name}: skipped ({step.stage} not in stages)[/dim]")
+        _say(f"  [dim]· {name}: skipped ({'/'.join(step.stage)} not in stages)[/dim]")
         return out
     _say(f"[bold]▶ {name}[/bold] [cyan]({step.persona})[/cyan]")
     ctx = ToolContext(ws=ws, run_id=run_id, step=name, visit=visit, persona=step.persona, task=task,
@@ -198,7 +198,7 @@ def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any
         visits[current] += 1
         visit = visits[current]
         inputs: dict[str, Any] = {}
-        applicable = not step.stage or step.stage in task.stages
+        applicable = spec.applies(step, task.stages)
         if applicable:
             spent = DBOS.run_step({"name": f"budget:{current}#{visit}"}, _spent, run_id, task.budget.cost_per_hour_usd)
             over = spent["seconds"] > task.budget.max_wall_minutes * 60 or (

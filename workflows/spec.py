@@ -31,7 +31,7 @@ class StepSpec(_Strict):
     tool: str
     inputs: dict[str, Any] = Field(default_factory=dict)
     gate: bool = Field(default=False, description="a gate step decides 'passed' or 'failed'")
-    stage: str | None = Field(default=None, description="skipped unless the task lists this stage")
+    stage: list[str] | None = Field(default=None, description="skipped unless the task lists one of these stages")
     description: str = ""
 
 
@@ -80,6 +80,9 @@ class WorkflowSpec(_Strict):
             raise ValueError(f"steps: unreachable from start: {sorted(unreachable)}")
         return self
 
+    def applies(self, step: "StepSpec", stages: list[str]) -> bool:
+        return step.stage is None or any(s in stages for s in step.stage)
+
     def step(self, name: str) -> StepSpec:
         for s in self.steps:
             if s.name == name:
@@ -114,7 +117,7 @@ class WorkflowSpec(_Strict):
         lines = ["flowchart TD"]
         for s in self.steps:
             shape = ("{", "}") if s.gate else ("[", "]")
-            label = f"{s.name}<br/><i>{s.persona}</i>" + (f"<br/>stage: {s.stage}" if s.stage else "")
+            label = f"{s.name}<br/><i>{s.persona}</i>" + (f"<br/>stage: {' | '.join(s.stage)}" if s.stage else "")
             lines.append(f'    {s.name}{shape[0]}"{label}"{shape[1]}')
         for e in self.edges:
             label = e.when if e.when != "ok" else ""

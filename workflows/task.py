@@ -35,11 +35,17 @@ class DataSpec(_Strict):
     n_eval: int = Field(default=200, gt=0)
     max_operand: int = Field(default=99, gt=0)
     seed: int = 0
+    inject_leaks: int = Field(default=0, ge=0, description="demo only: copy this many eval problems into the "
+                              "training split, so curation has leaks to catch and report")
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataSpec":
         if (self.demo is None) == (self.path is None):
             raise ValueError("give exactly one of data.demo or data.path")
+        if self.inject_leaks and self.demo is None:
+            raise ValueError("data.inject_leaks: only for the bundled demo data")
+        if self.inject_leaks > self.n_eval:
+            raise ValueError(f"data.inject_leaks: {self.inject_leaks} is more than n_eval ({self.n_eval})")
         if self.path is not None and self.eval_path is None:
             raise ValueError("data.eval_path is required with data.path (exact-match needs held-out problems)")
         return self
@@ -73,7 +79,10 @@ class TrainTask(_Strict):
     training: dict[Stage, TrainConfig] = Field(default_factory=dict)
     gates: dict[Stage, GateSpec] = Field(default_factory=dict)
     eval: EvalSpec = Field(default_factory=EvalSpec)
-    require_approval: list[str] = Field(default_factory=list, description="steps that wait for a person first")
+    curation: dict[str, Any] | None = Field(default=None, description="trainteam.curation.CurationConfig fields; "
+                                            "default: chosen for the kind of data")
+    require_approval: list[str] = Field(default_factory=lambda: ["register_model"],
+                                        description="steps that wait for a person first")
     allow_retry: bool = Field(default=False, description="a failed gate may loop back once with a changed plan")
     description: str = ""
 
@@ -83,6 +92,13 @@ class TrainTask(_Strict):
             raise ValueError("stages: needs pretrain or sft")
         if "pretrain" in self.stages and self.model.path is not None:
             raise ValueError("stages: pretrain starts from random init; model.path is for fine-tuning")
+        if self.curation is not None:
+            from trainteam.curation.pipeline import CurationConfig
+
+            try:
+                CurationConfig.model_validate(self.curation)
+            except ValidationError as exc:
+                raise ValueError(format_validation_error(exc, "curation")) from None
         for stage in list(self.training) + list(self.gates):
             if stage not in self.stages:
                 raise ValueError(f"training/gates: stage {stage!r} is not in stages")

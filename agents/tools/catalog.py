@@ -5,17 +5,21 @@ from __future__ import annotations
 from typing import Callable
 
 from trainteam.agents.tools.base import StepResult, ToolContext
+from trainteam.agents.tools.curation import curate
 from trainteam.agents.tools.data import prepare_corpus
 from trainteam.agents.tools.evaluation import evaluate, gate
 from trainteam.agents.tools.models import register_model
-from trainteam.agents.tools.training import train, train_tokenizer
+from trainteam.agents.tools.training import align, merge_adapters, train, train_tokenizer
 
 ToolFn = Callable[[ToolContext], StepResult]
 
 TOOLS: dict[str, ToolFn] = {
     "prepare_corpus": prepare_corpus,
+    "curate": curate,
     "train_tokenizer": train_tokenizer,
     "train": train,
+    "align": align,
+    "merge_adapters": merge_adapters,
     "evaluate": evaluate,
     "gate": gate,
     "register_model": register_model,

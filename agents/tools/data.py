@@ -20,13 +20,16 @@ def prepare_corpus(ctx: ToolContext) -> StepResult:
     if data.demo:
         cfg = ArithmeticConfig(task=data.demo, max_operand=data.max_operand, n_train=data.n_train,
                                n_eval=data.n_eval, seed=data.seed)
-        params = cfg.model_dump()
+        params = {**cfg.model_dump(), "inject_leaks": data.inject_leaks}
         key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
         corpus = g.add_node(NodeKind.CORPUS, f"demo-{key}", source="demo", generator="arithmetic", params=params)
         folder = ctx.ws.dir("datasets") / f"demo-{key}"
         train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
         if not (train_path.exists() and eval_path.exists()):
             train, held_out = generate_arithmetic(cfg)
+            # Injected leaks (demo only): eval problems planted in the training split, marked
+            # so the curation report can say how many it caught.
+            train += [{**ex, "id": f"leak-{ex['id']}", "leak_of": ex["id"]} for ex in held_out[: data.inject_leaks]]
             tmp = folder.with_name(folder.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)

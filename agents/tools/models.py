@@ -1,16 +1,24 @@
-"""ml_orchestrator's tool: register the model that passed its gates."""
+"""ml_orchestrator's tool: register the model that passed its gates (a person approves first)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trainteam.agents.tools.base import StepResult, ToolContext
-from trainteam.graph import EdgeKind, NodeKind
+from trainteam.graph import NodeKind, node_id
 
 
 def register_model(ctx: ToolContext) -> StepResult:
-    gate_out = ctx.output(ctx.inputs.get("of", "gate"))
-    ckpt_node = gate_out["nodes"]["checkpoint"]
-    key = f"{ctx.task.name}-{ckpt_node.split(':', 1)[1][:12]}"
-    node = ctx.graph.link(NodeKind.MODEL, key, [(EdgeKind.REGISTERS, ckpt_node), (EdgeKind.PRODUCED_BY, ctx.step_node)],
-                          name=ctx.task.name, path=gate_out["artifacts"]["checkpoint"], run_id=ctx.run_id)
-    return StepResult(summary=f"registered model {key}", nodes={"model": node},
-                      artifacts={"model": gate_out["artifacts"]["checkpoint"]}, details={"model_id": key})
+    from trainteam.agents.registry import ModelRegistry
+
+    final = ctx.output(ctx.inputs.get("of", "final_eval"))
+    ckpt = Path(final["artifacts"]["checkpoint"])
+    record = ModelRegistry.of(ctx.ws).register_checkpoint(
+        ckpt, stage=final["details"]["stage"], metrics=final["metrics"], name=ctx.task.name, run_id=ctx.run_id,
+        checkpoint_node=final["nodes"]["checkpoint"],
+        lineage={"run": ctx.run_id, "task": ctx.task.name, "stages": list(ctx.task.stages)},
+    )
+    ctx.graph.add_edge(node_id(NodeKind.MODEL, record.id), ctx.step_node, "produced_by")
+    return StepResult(summary=f"registered model {record.id} ({record.stage})",
+                      nodes={"model": node_id(NodeKind.MODEL, record.id), "checkpoint": final["nodes"]["checkpoint"]},
+                      artifacts={"model": str(ckpt)}, details={"model_id": record.id})

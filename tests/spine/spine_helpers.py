@@ -22,6 +22,7 @@ TINY_TASK = {
     "training": {"pretrain": {"max_steps": 6, "per_device_batch_size": 8, "seq_len": 32, "save_steps": 3}},
     "gates": {"pretrain": {"metric": "exact_match", "min": 0.0}},
     "budget": {"max_wall_minutes": 30},
+    "require_approval": [],
 }
 
 

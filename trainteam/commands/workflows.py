@@ -35,7 +35,7 @@ def show(name: str, mermaid: bool = typer.Option(False, "--mermaid", help="print
     else:
         for s in spec.steps:
             console.print(f"[bold]{s.name}[/bold] ({s.persona}, tool {s.tool})" + (" [gate]" if s.gate else "") +
-                          (f" stage={s.stage}" if s.stage else ""), highlight=False)
+                          (f" stage={'|'.join(s.stage)}" if s.stage else ""), highlight=False)
         for e in spec.edges:
             console.print(f"  {e.source} -> {e.target} when {e.when}" + (f" max {e.max_loops}x" if e.max_loops else ""),
                           highlight=False)
