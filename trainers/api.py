@@ -29,11 +29,24 @@ def _prepare_model(model, config: TrainConfig, out: Path):
             model = load_model(Path(model), attn_implementation=config.attn_implementation)
     elif config.lora and config.lora.quantize_4bit:
         raise BadInput("lora.quantize_4bit: QLoRA loads the base in 4-bit; pass the model as a local folder path")
+    return model
+
+
+def _fit_embeddings(model, tokenizer) -> bool:
+    """Functional tokens added to the tokenizer after the model was built need embedding rows."""
+    emb = model.get_input_embeddings()
+    if emb is not None and len(tokenizer) > emb.weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+        return True
+    return False
+
+
+def _anchor_base(model, config: TrainConfig, out: Path, changed: bool = False):
     if config.lora is not None and not hasattr(model, "peft_config"):
-        # PEFT records the base model's location in the adapter; an in-memory base gets one on disk
-        # so the saved adapter loads on its own.
+        # PEFT records the base model's location in the adapter; an in-memory (or resized) base
+        # gets one on disk so the saved adapter loads on its own.
         name = str(getattr(model.config, "_name_or_path", "") or "")
-        if not name or not Path(name).is_dir():
+        if changed or not name or not Path(name).is_dir():
             base = out / "base"
             if not (base / "config.json").is_file():
                 model.save_pretrained(str(base))
@@ -86,6 +99,8 @@ def train(
     ds = D.load_data(data, method, "data")
     eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None
     model = _prepare_model(model, config, out)
+    resized = not hasattr(model, "peft_config") and _fit_embeddings(model, tokenizer)
+    model = _anchor_base(model, config, out, changed=resized)
 
     extra_cbs = []
     if apply_proposal is not None:

@@ -116,3 +116,27 @@ def test_bad_config_and_data_errors_name_the_field(tmp_path, tiny, tok, arith):
         train("sft", _cfg(tmp_path), tiny, [arith[0][0], "oops"], tokenizer=tok)
     with pytest.raises(BadInput, match="not a .jsonl"):
         train("sft", _cfg(tmp_path), tiny, tmp_path / "x.csv", tokenizer=tok)
+
+
+def test_text_records_for_pretrain_and_sft(tmp_path, tiny, tok):
+    texts = [{"text": f"the number {i} comes after {i - 1}."} for i in range(1, 200)]
+    rep = train("pretrain", _cfg(tmp_path / "p", max_steps=3, seq_len=32), tiny, texts, tokenizer=tok, progress=False)
+    assert rep.steps_done == 3 and rep.telemetry["tokens"] == 3 * 16 * 32
+    rep = train("sft", _cfg(tmp_path / "s", max_steps=3), tiny, texts, tokenizer=tok, progress=False)
+    assert rep.steps_done == 3 and all(math.isfinite(v) for _, v in rep.losses)
+
+
+def test_dpo_with_lora_uses_the_adapter_free_base_as_reference(tmp_path, tiny, tok, arith):
+    pairs = [{"prompt": r["prompt"], "chosen": r["completion"], "rejected": "9" + r["completion"][::-1]} for r in arith[0][:32]]
+    cfg = _cfg(tmp_path, max_steps=4, per_device_batch_size=8, learning_rate=5e-3, lora=LoraOptions(r=4), dpo=DPOOptions(beta=0.5))
+    rep = train("dpo", cfg, tiny, pairs, tokenizer=tok, progress=False)
+    assert rep.losses[0][1] == pytest.approx(math.log(2), abs=0.01)
+    assert (rep.final_dir / "adapter_model.safetensors").is_file()
+
+
+def test_added_functional_tokens_are_trainable(tmp_path, tiny, tok, arith):
+    tok.add_special_tokens({"additional_special_tokens": ["<calc>"]})
+    recs = [{"prompt": r["prompt"], "completion": "<calc>" + r["completion"]} for r in arith[0][:64]]
+    rep = train("sft", _cfg(tmp_path, max_steps=2), tiny, recs, tokenizer=tok, progress=False)
+    assert rep.steps_done == 2
+    assert load_model(rep.final_dir).get_input_embeddings().weight.shape[0] >= len(tok)
