@@ -30,25 +30,36 @@ def registered(tmp_path, tiny_checkpoint):
     return ws, rec
 
 
-def test_models_list_show_bind_unbind(registered):
+def cli(capsys, ws: Path, *args: str) -> tuple[int, str]:
+    """The CLI's own entry point in this process (exit code, stdout): no interpreter start-up."""
+    from trainteam.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["-w", str(ws), *args])
+    return exit_.value.code, capsys.readouterr().out
+
+
+def test_models_list_show_bind_unbind(registered, capsys):
     ws, rec = registered
-    listed = json.loads(tt(ws, "models", "list", "--json").stdout)
-    assert [(m["id"], m["name"], m["metrics"]) for m in listed] == [(rec.id, "adder", {"exact_match": 0.25})]
-    bound = tt(ws, "models", "bind", "chat", "adder", "--json")
-    assert bound.returncode == 0 and json.loads(bound.stdout) == {"role": "chat", "model": rec.id}
-    shown = json.loads(tt(ws, "models", "show", rec.id[:8], "--json").stdout)
+    code, out = cli(capsys, ws, "models", "list", "--json")
+    assert code == 0
+    assert [(m["id"], m["name"], m["metrics"]) for m in json.loads(out)] == [(rec.id, "adder", {"exact_match": 0.25})]
+    code, out = cli(capsys, ws, "models", "bind", "chat", "adder", "--json")
+    assert code == 0 and json.loads(out) == {"role": "chat", "model": rec.id}
+    shown = json.loads(cli(capsys, ws, "models", "show", rec.id[:8], "--json")[1])
     assert shown["roles"] == ["chat"] and shown["path"] == rec.path
-    assert "chat" in tt(ws, "models", "list").stdout
-    assert json.loads(tt(ws, "models", "unbind", "chat", "--json").stdout) == {"role": "chat", "was": rec.id}
+    assert "chat" in cli(capsys, ws, "models", "list")[1]
+    assert json.loads(cli(capsys, ws, "models", "unbind", "chat", "--json")[1]) == {"role": "chat", "was": rec.id}
     assert ModelRegistry.of(Workspace.open(ws)).roles() == {}
+    assert cli(capsys, ws, "models", "show", "nope")[0] == 2
 
 
 def test_unknown_model_is_one_line_exit_2(registered):
     ws, _ = registered
-    for args in (("models", "bind", "chat", "nope"), ("serve", "role:chat", "--port", "0")):
-        r = tt(ws, *args)
-        assert r.returncode == 2, args
-        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:"), r.stderr
+    r = tt(ws, "serve", "role:chat", "--port", "0")  # a real process: exit code and stderr as a person sees them
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: role 'chat': no model bound (see `trainteam models bind ROLE MODEL`)"
 
 
 @pytest.mark.slow
