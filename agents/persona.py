@@ -15,7 +15,6 @@ names one gets pydantic-ai's "unknown tool" retry, then the run fails clearly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -50,6 +49,7 @@ class StageOverrides(BaseModel):
     precision: Literal["fp32", "fp16", "bf16"] | None = None
     gradient_checkpointing: bool | None = None
     strategy: Literal["single", "ddp", "fsdp", "zero2", "zero3"] | None = None
+    seq_len: int | None = Field(default=None, gt=0)
 
 
 class TrainArgs(PlanFirstArgs):
@@ -105,13 +105,6 @@ def tool_view(result: StepResult) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------- planning
-@lru_cache(maxsize=1)
-def _hardware():
-    from trainteam.trainers.planning import detect_hardware
-
-    return detect_hardware()
-
-
 def _apply_overrides(ctx: ToolContext, overrides: dict[str, StageOverrides]) -> ToolContext:
     from trainteam.trainers.config import TrainConfig
 
@@ -129,37 +122,24 @@ def _apply_overrides(ctx: ToolContext, overrides: dict[str, StageOverrides]) -> 
 
 
 def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
-    """The run planner's accounting for each stage this tool would train (no torch)."""
-    from trainteam.trainers.planning import PlanRefused, plan, recommend
+    """The run planner's verdict for each stage this tool would train (no torch): accounting,
+    refusals, and the fixes that make a refused stage plan."""
+    from trainteam.agents.stageplan import plan_stage
 
     task = ctx.task
     wanted = ("pretrain", "sft") if tool == "train" else ("dpo", "grpo")
-    stages = [s for s in wanted if s in task.stages]
     out: dict[str, Any] = {"tool": tool, "step": ctx.step, "stages": {}}
-    vocab = task.model.vocab_size or task.tokenizer.vocab_size
-    rows = getattr(task.data, "n_train", None) if getattr(task.data, "demo", None) else None
-    total_minutes = 0.0
-    for stage in stages:
+    total = 0.0
+    for stage in (s for s in wanted if s in task.stages):
         cfg = task.train_config(stage)
         if ctx.visit > 1 and tool == "train":  # the tool trains twice as long on a retry
             cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
-        entry: dict[str, Any] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
-                                 "learning_rate": cfg.learning_rate, "precision": cfg.precision}
-        try:
-            p = plan(cfg, task.model, _hardware(), vocab_size=vocab, dataset_rows=rows, strict=True)
-        except PlanRefused as refused:
-            entry["refused"] = [r.model_dump() for r in refused.refusals]
-            if all(r.kind == "wasteful" for r in refused.refusals):
-                rec = recommend(task.model, _hardware(), base=cfg, vocab_size=vocab, strict=False).config
-                entry["recommended"] = {k: getattr(rec, k) for k in StageOverrides.model_fields
-                                        if getattr(rec, k) != getattr(cfg, k)}
-        else:
-            minutes = p.cost.hours * 60
-            total_minutes += minutes
-            entry.update(params=p.params, total_tokens=p.total_tokens, memory_gib=round(p.memory.total_gib, 3),
-                         est_minutes=round(minutes, 2), warnings=p.warnings)
-        out["stages"][stage] = entry
-    out["est_minutes"] = round(total_minutes, 2)
+        verdict = plan_stage(task, stage, cfg)
+        total += verdict.est_minutes
+        out["stages"][stage] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
+                                "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len,
+                                **verdict.model_dump(exclude={"stage"})}
+    out["est_minutes"] = round(total, 3)
     out["budget_minutes"] = task.budget.max_wall_minutes
     return out
 

@@ -122,15 +122,13 @@ class OfflinePolicy:
         overrides: dict[str, dict] = {}
         reasons: list[str] = []
         for stage, entry in (plan.get("stages") or {}).items():
-            refused = entry.get("refused") or []
-            impossible = [r for r in refused if r.get("kind") == "impossible"]
-            if impossible:
-                why = "; ".join(f"{r['field']}: {r['reason']}" for r in impossible)
+            if not entry.get("runnable", True):
+                why = "; ".join(f"{r['field']}: {r['reason']}" for r in entry.get("refusals", [])) or "refused"
                 return self._finish(messages, info, f"{stage} cannot run as configured: {why}", "stop", [why])
-            if refused:
-                overrides[stage] = entry.get("recommended") or {}
-                reasons += [f"{stage}: planner refused {r['field']} as wasteful; using its recommendation"
-                            for r in refused]
+            if entry.get("fixes"):
+                overrides[stage] = entry["fixes"]
+                reasons += [f"{stage}: planner refused {r['field']} ({r['kind']}); applying its fix "
+                            f"{ {k: v for k, v in entry['fixes'].items()} }" for r in entry.get("refusals", [])]
         est, budget = plan.get("est_minutes"), plan.get("budget_minutes")
         if est is not None and budget and est > budget:
             why = f"the planner estimates {est:.1f} min, over the {budget:g} min budget"

@@ -11,4 +11,7 @@ COMMAND_MODULES = [
     "workflows",
     "curate",
     "plan",
+    "submit",
+    "replay",
+    "transcripts",
 ]

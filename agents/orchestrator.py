@@ -1,0 +1,220 @@
+"""Natural-language submission: a sentence → a validated TrainTask and its plan, or a one-line refusal.
+
+The ml_orchestrator Agent does the reading. Offline, its policy is the rule-based
+reader of ``request_parser``; with a real provider the model returns the TrainTask as
+structured output. Either way the result is then checked against the text itself:
+a data path must be written in the request and a budget must be stated, so no model
+can guess a path or start a run without a ceiling. Missing model / data / budget, a
+task the planner refuses, or one over its own budget → ``BadInput`` naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from trainteam.agents.cards import render
+from trainteam.agents.policy import stream_of
+from trainteam.agents.providers import build_model, choose_model
+from trainteam.agents.request_parser import read_request
+from trainteam.errors import BadInput, format_validation_error
+
+DEMO_REQUEST = (
+    "Pretrain a tiny Llama from scratch to add two-digit numbers: hidden size 128, 2 layers, 4 heads, context 64. "
+    "Use the bundled addition demo with 20000 training problems and 200 held out, operands up to 99, seed 0, "
+    "and a tokenizer vocabulary of 300 with digits split. "
+    "Plant 20 held-out problems in the training data so curation has leaks to catch. "
+    "Pretrain for 300 steps at batch 32, sequence length 64, learning rate 0.003, checkpoint every 100 steps; "
+    "then SFT for 1200 steps at batch 64, learning rate 0.003, checkpoint every 300 steps; "
+    "then GRPO for 150 steps at batch 32, learning rate 0.0001, 8 generations per prompt, completions of at most "
+    "6 tokens, checkpoint every 50 steps. "
+    "Gate SFT at 80% exact match; GRPO must not regress exact match. Budget: 20 minutes. Name it addition."
+)
+
+
+class RequestRefusal(BaseModel):
+    """The orchestrator's answer when a request cannot become a task."""
+
+    missing: list[str] = Field(default_factory=list, description="required fields the request does not state")
+    reason: str = Field(description="one line a person can act on")
+
+
+def _request_text(messages: list[ModelMessage]) -> str:
+    for m in messages:
+        for p in getattr(m, "parts", []):
+            if isinstance(p, UserPromptPart) and isinstance(p.content, str):
+                return p.content
+    return ""
+
+
+def _offline_reader(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The offline ml_orchestrator: read the request with the rules, answer with a task or a refusal."""
+    from trainteam.workflows.task import TrainTask  # lazy: agents sit below workflows
+
+    tools = {t.name: t for t in info.output_tools}
+    task_tool = next(n for n in tools if "Refusal" not in n)
+    refuse_tool = next(n for n in tools if "Refusal" in n)
+    reading = read_request(_request_text(messages))
+    if reading.missing or reading.problems:
+        reason = "; ".join(reading.problems + [_MISSING[m] for m in reading.missing])
+        call = ToolCallPart(refuse_tool, {"missing": reading.missing, "reason": reason}, tool_call_id="request-1")
+        return ModelResponse(parts=[call], model_name="trainteam-offline")
+    if "require_approval" in reading.fields:  # asked-for approvals add to the default ones
+        default = TrainTask.model_fields["require_approval"].get_default(call_default_factory=True)
+        reading.fields["require_approval"] = list(dict.fromkeys([*default, *reading.fields["require_approval"]]))
+    try:
+        TrainTask.model_validate(reading.fields)
+    except ValidationError as exc:
+        call = ToolCallPart(refuse_tool, {"missing": [], "reason": format_validation_error(exc, "request")},
+                            tool_call_id="request-1")
+        return ModelResponse(parts=[call], model_name="trainteam-offline")
+    return ModelResponse(parts=[ToolCallPart(task_tool, reading.fields, tool_call_id="request-1")],
+                         model_name="trainteam-offline")
+
+
+_MISSING = {
+    "model": "model: say which model — describe one to build (e.g. 'a tiny llama, hidden 128, 2 layers') "
+             "or give a local model folder",
+    "data": "data: name the bundled demo (addition, subtraction, multiplication) or give the training and "
+            "held-out JSONL paths; trainteam never guesses a data path",
+    "budget": "budget: give a time limit (e.g. 'budget 20 minutes'); a run never starts without one",
+}
+
+
+def _agent(model: Any = None) -> Agent:
+    from trainteam.workflows.task import TrainTask
+
+    if model is None:
+        choice = choose_model("ml_orchestrator")
+        model = (FunctionModel(_offline_reader, stream_function=stream_of(_offline_reader),
+                               model_name="offline-ml_orchestrator") if choice.offline else build_model(choice))
+    return Agent(model, name="ml_orchestrator", output_type=[TrainTask, RequestRefusal],
+                 instructions=render("request.md.j2", workflow="train_model"), retries=2)
+
+
+def _grounded(task, text: str) -> None:
+    """Refuse what the text does not say, whatever the model answered."""
+    if task.data.path is not None:
+        for field, value in (("data.path", task.data.path), ("data.eval_path", task.data.eval_path)):
+            if value is not None and str(value) not in text:
+                raise BadInput(f"{field}: {value} is not written in the request; give the path explicitly")
+    if task.model.path is not None and str(task.model.path) not in text:
+        raise BadInput(f"model.path: {task.model.path} is not written in the request; give the folder explicitly")
+    if "budget" in read_request(text).missing:
+        raise BadInput(_MISSING["budget"])
+
+
+def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bool = True):
+    """A TrainTask from a sentence (paths resolved against ``base_dir``, default the cwd).
+
+    Raises ``BadInput`` naming what is missing or impossible. ``check_plan`` also runs the
+    run planner over every stage and refuses a task it cannot run or that exceeds its budget.
+    """
+    from pathlib import Path
+
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    from trainteam.workflows.task import TrainTask, resolve_paths
+
+    if not isinstance(text, str) or not text.strip():
+        raise BadInput("request: empty; say which model, which data and what budget")
+    try:
+        result = _agent(model).run_sync(text)
+    except UnexpectedModelBehavior as exc:
+        raise BadInput(f"request: the orchestrator could not turn it into a valid task ({exc.message})") from None
+    out = result.output
+    if isinstance(out, RequestRefusal):
+        raise BadInput(out.reason if out.reason else f"request: missing {', '.join(out.missing)}")
+    task: TrainTask = out
+    _grounded(task, text)
+    task = resolve_paths(task, Path(base_dir) if base_dir else Path.cwd(), "request")
+    if check_plan:
+        plan_request(task)
+    return task
+
+
+class RequestPlan(BaseModel):
+    task: str
+    model: str
+    data: str
+    stages: list[dict[str, Any]] = Field(description="per stage: steps, tokens, parameters, memory, minutes, fixes")
+    steps: list[str] = Field(description="workflow steps that will run, with their persona")
+    budget_minutes: float
+    budget_usd: float
+    est_minutes: float
+    est_cost_usd: float
+    gates: dict[str, str]
+    notes: list[str] = Field(default_factory=list)
+
+    def text(self) -> str:
+        lines = [f"task {self.task}", f"  model: {self.model}", f"  data: {self.data}",
+                 f"  stages: {' → '.join(s['stage'] for s in self.stages)}"]
+        for s in self.stages:
+            lines.append(f"    {s['stage']}: {s['max_steps']} steps, {s['total_tokens']:,} tokens, "
+                         f"{s['params']:,} parameters, {s['memory_gib']:.2f} GiB, ~{s['est_minutes']:.1f} min")
+        lines += [f"  gates: {', '.join(f'{k} {v}' for k, v in self.gates.items()) or 'none'}",
+                  f"  steps: {' → '.join(self.steps)}",
+                  f"  estimate: ~{self.est_minutes:.1f} min of training, cost {self.est_cost_usd:.2f} USD "
+                  f"(budget {self.budget_minutes:g} min, {self.budget_usd:g} USD)"]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def plan_request(task, hardware=None) -> RequestPlan:
+    """Stages, model, data, budget and the planner's time and cost; BadInput if it cannot run.
+
+    A stage the planner refuses but can repair (e.g. a sequence longer than the model's
+    context) is shown with its fix — the training_engineer applies it — not refused.
+    """
+    from trainteam.agents.briefing import data_line, model_line
+    from trainteam.agents.stageplan import plan_stage, this_machine
+
+    hw = hardware or this_machine()
+    if task.budget.cost_per_hour_usd:
+        hw = hw.model_copy(update={"price_per_device_hour": task.budget.cost_per_hour_usd})
+    stages, notes = [], []
+    for stage in task.stages:
+        cfg = task.train_config(stage)
+        v = plan_stage(task, stage, cfg, hw)
+        if not v.runnable:
+            why = "; ".join(f"{r['field']}: {r['reason']}" for r in v.refusals)
+            raise BadInput(f"training.{stage}.{why}" if v.refusals else f"training.{stage}: the planner refused it")
+        if v.fixes:
+            notes.append(f"{stage}: the planner adjusts {v.fixes} ("
+                         + "; ".join(f"{r['field']}: {r['reason']}" for r in v.refusals) + ")")
+        stages.append({"stage": stage, "max_steps": cfg.max_steps, **v.model_dump(exclude={"stage"})})
+    minutes = sum(s["est_minutes"] for s in stages)
+    cost = sum(s["est_cost_usd"] for s in stages)
+    if minutes > task.budget.max_wall_minutes:
+        raise BadInput(f"budget.max_wall_minutes: the planner estimates ~{minutes:.1f} min of training, over the "
+                       f"{task.budget.max_wall_minutes:g} min budget; raise the budget or shrink the run")
+    if task.budget.cost_per_hour_usd and cost > task.budget.max_cost_usd:
+        raise BadInput(f"budget.max_cost_usd: the planner estimates {cost:.2f} USD, over the "
+                       f"{task.budget.max_cost_usd:g} USD budget")
+    gates = {k: " and ".join(([f"{g.metric} ≥ {g.min:g}"] if g.min is not None else [])
+                             + ([f"{g.metric} drop ≤ {g.max_regression:g}"] if g.max_regression is not None else []))
+             or g.metric for k, g in task.gates.items()}
+    return RequestPlan(task=task.name, model=model_line(task), data=data_line(task), stages=stages,
+                       steps=_workflow_steps(task), budget_minutes=task.budget.max_wall_minutes,
+                       budget_usd=task.budget.max_cost_usd, est_minutes=round(minutes, 3), est_cost_usd=round(cost, 4),
+                       gates=gates, notes=notes)
+
+
+def _workflow_steps(task) -> list[str]:
+    try:
+        from trainteam.workflows.spec import load_builtin
+
+        spec = load_builtin(task.workflow)
+    except Exception:  # the plan is still useful without the step list
+        return []
+    applies = getattr(spec, "applies", None)
+    out = []
+    for s in spec.steps:
+        runs = applies(s, task.stages) if applies else (not s.stage or s.stage in task.stages)
+        if runs:
+            out.append(f"{s.name} ({s.persona})")
+    return out

@@ -1,0 +1,77 @@
+"""One stage through the run planner, with the fixes the planner itself points to.
+
+The planner refuses a setting as impossible or wasteful and names the field. Some of
+those have one obvious repair that the planner can confirm: a sequence longer than the
+model's context is cut to the context; memory, precision and strategy refusals take
+``recommend``'s choice (same global batch). A stage is runnable if it plans as given or
+with those fixes; the fixes are returned so the engineer can pass them as overrides,
+and the request plan can show them to a person before anything starts.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+FIXABLE = ("max_steps", "per_device_batch_size", "grad_accum", "learning_rate", "precision",
+           "gradient_checkpointing", "strategy", "seq_len")
+
+
+class StageVerdict(BaseModel):
+    stage: str
+    runnable: bool
+    refusals: list[dict[str, str]] = Field(default_factory=list)
+    fixes: dict[str, Any] = Field(default_factory=dict)
+    params: int = 0
+    total_tokens: int = 0
+    est_minutes: float = 0.0
+    est_cost_usd: float = 0.0
+    memory_gib: float = 0.0
+    warnings: list[str] = Field(default_factory=list)
+
+
+@lru_cache(maxsize=1)
+def this_machine():
+    from trainteam.trainers.planning import detect_hardware
+
+    return detect_hardware()
+
+
+def plan_stage(task, stage: str, cfg, hardware=None) -> StageVerdict:
+    """Plan ``cfg`` (the stage's TrainConfig) for ``task`` on ``hardware`` (default: this machine)."""
+    from trainteam.trainers.planning import PlanRefused, plan, recommend
+
+    hw = hardware or this_machine()
+    vocab = task.model.vocab_size or task.tokenizer.vocab_size
+    rows = task.data.n_train if getattr(task.data, "demo", None) else None
+
+    def attempt(c):
+        return plan(c, task.model, hw, vocab_size=vocab, dataset_rows=rows, strict=True)
+
+    fixes: dict[str, Any] = {}
+    refusals: list[dict[str, str]] = []
+    try:
+        p = attempt(cfg)
+    except PlanRefused as refused:
+        refusals = [r.model_dump() for r in refused.refusals]
+        if any(r.field == "seq_len" for r in refused.refusals) and task.model.path is None:
+            fixes["seq_len"] = task.model.max_position_embeddings
+        if any(r.field != "seq_len" for r in refused.refusals):
+            try:
+                rec = recommend(task.model, hw, base=cfg.model_copy(update=fixes), vocab_size=vocab, strict=False).config
+            except PlanRefused:
+                rec = None
+            if rec is not None:
+                fixes.update({k: getattr(rec, k) for k in FIXABLE if getattr(rec, k) != getattr(cfg, k)})
+        if not fixes:
+            return StageVerdict(stage=stage, runnable=False, refusals=refusals)
+        try:
+            p = attempt(cfg.model_copy(update=fixes))
+        except PlanRefused as still:
+            return StageVerdict(stage=stage, runnable=False, refusals=[r.model_dump() for r in still.refusals])
+    return StageVerdict(stage=stage, runnable=True, refusals=refusals, fixes=fixes, params=p.params,
+                        total_tokens=p.total_tokens, est_minutes=round(p.cost.hours * 60, 3),
+                        est_cost_usd=round(p.cost.cost, 4), memory_gib=round(p.memory.total_gib, 3),
+                        warnings=list(p.warnings))

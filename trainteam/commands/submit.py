@@ -1,0 +1,64 @@
+"""`trainteam submit "..."`: a request in plain words → a validated task, its plan, and (once confirmed) the run.
+
+A refusal (missing model, data or budget; a task the planner cannot run) is one line and
+exit 2; nothing is written to the workspace before the person confirms.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import typer
+
+from trainteam.commands.common import console, err_console, print_json, workspace
+
+
+def submit_command(
+    request: str = typer.Argument(..., help='what to train, on what data, within what budget, e.g. "pretrain a tiny '
+                                            'llama on the addition demo, budget 20 minutes"'),
+    yes: bool = typer.Option(False, "--yes", "-y", help="start without asking for confirmation"),
+    plan_only: bool = typer.Option(False, "--plan-only", help="print the validated task and plan, then exit"),
+    as_json: bool = typer.Option(False, "--json", help="with --plan-only: the task and plan as JSON"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="choose the run id (default: generated)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output while it runs"),
+) -> None:
+    """Submit a training request in natural language; the ml_orchestrator turns it into a task."""
+    from trainteam.agents.orchestrator import parse_request, plan_request
+
+    task = parse_request(request)
+    plan = plan_request(task)
+    if as_json and plan_only:
+        print_json({"task": task.model_dump(mode="json"), "plan": plan.model_dump(mode="json")})
+        return
+    out = console if plan_only else err_console
+    out.print(plan.text(), highlight=False, markup=False)
+    if plan_only:
+        import yaml
+
+        console.print("\n# task\n" + yaml.safe_dump(task.model_dump(mode="json", exclude_unset=True),
+                                                    sort_keys=False), highlight=False, markup=False)
+        return
+    if not yes and not typer.confirm("Start this run?", default=False, err=True):
+        err_console.print("not started")
+        raise typer.Exit(1)
+    from trainteam.api import execute_workflow
+
+    ws = workspace()
+    try:
+        view = execute_workflow(task.workflow, task, workspace=ws, run_id=run_id, progress=not quiet)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the run is kept; `trainteam runs list` shows it, `runs resume RUN` continues it")
+        sys.stderr.flush()
+        os._exit(130)  # DBOS threads parked in recv ignore SIGINT
+    if as_json:
+        print_json(view)
+    else:
+        console.print(f"run {view.get('run_id')}: [bold]{view.get('status')}[/bold]"
+                      + (f" — {view['error']}" if view.get("error") else ""), highlight=False)
+    raise typer.Exit(0 if view.get("status") == "completed" else 1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("submit")(submit_command)
