@@ -77,3 +77,17 @@ def test_a_pydantic_ai_agent_can_use_the_served_model(server, tiny_checkpoint):
     out = Agent(model).run_sync("3+5=", model_settings={"temperature": 0.0, "max_tokens": 8}).output
     expected = exact_match(tiny_checkpoint, load_tokenizer(tiny_checkpoint), [{"prompt": "3+5=", "completion": ""}])
     assert out == expected.samples[0]["got"]
+
+
+def test_backend_choice_without_vllm():
+    import importlib.util
+
+    from trainteam.agents.serving import choose_backend, vllm_command
+    from trainteam.errors import BadInput
+
+    if importlib.util.find_spec("vllm") is None:
+        assert choose_backend("auto") == "transformers"
+        with pytest.raises(BadInput, match="vLLM is not installed"):
+            choose_backend("vllm")
+    cmd = vllm_command("/ckpt", "m-1", 8123)
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and "--trust-remote-code" not in cmd
