@@ -152,6 +152,10 @@ def validate_accelerate_config(path: Path) -> dict:
         cluster = ClusterConfig.from_yaml_file(str(path))
     except (ValueError, TypeError, KeyError) as exc:
         raise BadInput(f"config_file: {path}: {exc}") from None
+    procs = cluster.num_processes if cluster.num_processes and cluster.num_processes > 0 else 1
+    if procs > 1 and (cluster.use_cpu or cluster.distributed_type.value == "MULTI_CPU"):
+        raise BadInput(f"config_file: {path}: use_cpu / MULTI_CPU with {procs} processes makes accelerate run ONE "
+                       "process; use distributed_type MULTI_GPU (the Trainer joins CPU ranks with gloo) or torchrun")
     parser = launch_command_parser()
     known = {a.dest for a in parser._actions}
     for section, prefix in (("fsdp_config", "fsdp_"), ("deepspeed_config", "")):

@@ -62,6 +62,11 @@ def test_bad_config_files_are_refused_naming_the_file(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(BadInput, match=r"config_file: .*num_gpus_please"):
         validate_accelerate_config(path)
+    data.pop("num_gpus_please")
+    data.update(distributed_type="MULTI_CPU", use_cpu=True)  # measured: accelerate then starts ONE process
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(BadInput, match=r"config_file: .*ONE process"):
+        validate_accelerate_config(path)
     with pytest.raises(BadInput, match="config_file: .* not found"):
         validate_accelerate_config(tmp_path / "missing.yaml")
     with pytest.raises(BadInput, match="main_process_ip"):

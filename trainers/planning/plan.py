@@ -169,7 +169,7 @@ def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec) -> list[Refusal
         else:
             no("precision", f"{hw.name or 'this GPU'} has no bf16; use fp16")
     if cfg.precision == "fp32" and hw.device == "cuda" and hw.bf16:
-        no("precision", "fp32 on a bf16-capable GPU doubles memory and forgoes tensor cores; use bf16", "wasteful")
+        no("precision", "fp32 on a bf16-capable GPU doubles activation memory and forgoes tensor-core speed; use bf16", "wasteful")
     if cfg.lora and cfg.lora.quantize_4bit and hw.device != "cuda":
         no("lora.quantize_4bit", "QLoRA (4-bit bitsandbytes) needs a CUDA device")
     if cfg.attn_implementation == "flash_attention_2" and cpu:
