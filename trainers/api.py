@@ -113,7 +113,6 @@ def train(
 
     history = RunHistory(out)
     interruptions = history.interruptions()
-    history.record("start", method=method, resume_from=resume_from)
 
     telemetry = Telemetry(model, config.seq_len, wall_start)
     spike = SpikeMonitor(config.spike) if config.spike.enabled else None
@@ -128,6 +127,7 @@ def train(
 
     trainer.remove_callback(PrinterCallback)
 
+    history.record("start", method=method, resume_from=resume_from)
     stop.install()
     try:
         result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

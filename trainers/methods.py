@@ -32,18 +32,33 @@ def build_pretrain(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path
     )
 
 
+def _longest_row(tokenizer, ds) -> int:
+    if "text" in ds.column_names:
+        texts = ds["text"]
+    else:
+        texts = [p + c for p, c in zip(ds["prompt"], ds["completion"])]
+    return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
 def sft_layout(config: TrainConfig, tokenizer, ds) -> dict:
     """Packing / padding-free choice when the config leaves it open.
 
     Rows that vary in length waste most of a padded batch; padding-free (one flattened
-    row with position ids, no cross-row attention) trains only real tokens. Packing
-    (bfd) additionally fills windows but mixes rows into one long sequence whose
-    attention cost is quadratic, so it is only chosen when asked for.
+    row with position ids, no cross-row attention) trains only real tokens and measured
+    4× TRL's padded default here (benchmarks/sft_throughput.py). It cannot truncate, so
+    rows longer than ``seq_len`` fall back to padded batches that TRL truncates. Packing
+    (bfd) fills windows with several rows, which changes the number of rows per step, so
+    it is only used when asked for.
     """
     packing = bool(config.sft.packing)
     padding_free = config.sft.padding_free
+    too_long = not packing and _longest_row(tokenizer, ds) > config.seq_len
     if padding_free is None:
-        padding_free = not packing
+        padding_free = not packing and not too_long
+    elif padding_free and too_long:
+        from trainteam.errors import BadInput
+
+        raise BadInput(f"sft.padding_free: rows longer than seq_len={config.seq_len} cannot be truncated without packing")
     kw = dict(packing=packing, padding_free=padding_free, completion_only_loss=config.sft.completion_only_loss)
     if packing:
         kw.update(max_length=config.seq_len, packing_strategy="bfd")

@@ -140,3 +140,20 @@ def test_added_functional_tokens_are_trainable(tmp_path, tiny, tok, arith):
     rep = train("sft", _cfg(tmp_path, max_steps=2), tiny, recs, tokenizer=tok, progress=False)
     assert rep.steps_done == 2
     assert load_model(rep.final_dir).get_input_embeddings().weight.shape[0] >= len(tok)
+
+
+def test_sft_layout_is_padding_free_unless_rows_need_truncating(tmp_path, tok, arith):
+    from trainteam.trainers.data import load_data, sft_dataset
+    from trainteam.trainers.methods import sft_layout
+
+    ds = sft_dataset(tok, load_data(arith[0][:50], "sft"))
+    short = sft_layout(_cfg(tmp_path, seq_len=64), tok, ds)
+    assert short["padding_free"] and short["max_length"] is None and not short["packing"]
+    tight = sft_layout(_cfg(tmp_path, seq_len=6), tok, ds)
+    assert not tight["padding_free"] and tight["max_length"] == 6
+    from trainteam.trainers.config import SFTOptions
+
+    with pytest.raises(BadInput, match="sft.padding_free"):
+        sft_layout(_cfg(tmp_path, seq_len=6, sft=SFTOptions(padding_free=True)), tok, ds)
+    packed = sft_layout(_cfg(tmp_path, seq_len=64, sft=SFTOptions(packing=True)), tok, ds)
+    assert packed["packing"] and packed["max_length"] == 64
