@@ -100,7 +100,8 @@ def heldout_loss(model, tokenizer, records: Sequence[dict], *, batch_size: int =
 
 
 def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int) -> list[dict]:
-    """Greedy continuations of ``prompt_text(p)``: token ids up to (not incl.) EOS, and whether EOS came."""
+    """Greedy continuations of ``prompt_text(p)``: ``{"ids"}`` up to (not incl.) EOS, ``{"eos"}`` whether
+    EOS came, ``{"text"}`` the decoded answer (special tokens dropped, stripped)."""
     import torch
 
     side = tokenizer.padding_side
@@ -118,7 +119,8 @@ def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_toke
             for row in gen[:, enc["input_ids"].shape[1] :].tolist():
                 stop = row.index(eos) if eos in row else None
                 ids = row[:stop] if stop is not None else row
-                out.append({"ids": ids, "eos": stop is not None})
+                out.append({"ids": ids, "eos": stop is not None,
+                            "text": tokenizer.decode(ids, skip_special_tokens=True).strip()})
     finally:
         tokenizer.padding_side = side
     return out

@@ -12,6 +12,7 @@ from trainteam.trainers.eval_battery import (
     BatterySpec,
     default_battery,
     determinism,
+    greedy_generations,
     heldout_loss,
     run_battery,
 )
@@ -66,9 +67,16 @@ def test_post_train_battery_on_trained_model(tiny_checkpoint, addition_data):
     assert m["format_adherence"] == 1.0
     assert m["determinism"] == 1.0
     assert m["repetition_rate"] == 0.0
-    direct = exact_match(tiny_checkpoint, load_tokenizer(tiny_checkpoint), held)
+    tok = load_tokenizer(tiny_checkpoint)
+    direct = exact_match(tiny_checkpoint, tok, held)
     assert m["exact_match"] == direct.accuracy
     assert res.details["exact_match"]["correct"] == direct.correct
+    # The generations the reliability checks read are the answers exact match scored.
+    from trainteam.trainers.models import load_model
+
+    gens = greedy_generations(load_model(tiny_checkpoint), tok, [p["prompt"] for p in held], max_new_tokens=8,
+                              batch_size=7)
+    assert [g["text"] for g in gens] == [s["got"] for s in direct.samples]
 
 
 def test_reliability_checks_catch_a_degenerate_model(addition_data):
