@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.curation.text import ngram_hashes, word_hashes
 
+_FILTER_MASK = np.uint64((1 << 22) - 1)
 _WORD_RE = re.compile(r"(?:[0-9a-z_]|[^\x00-\x7f])+")
 
 
@@ -53,6 +54,15 @@ class EvalIndex:
     names: list[str]  # "eval_set/example_id", by owner index
     grams: dict[int, tuple[np.ndarray, np.ndarray]]  # n -> (sorted hashes, owner index)
     unchecked: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # One bit per low-bits bucket of the eval n-grams: most training n-grams are
+        # rejected by a single gather instead of a binary search.
+        self._filters = {}
+        for n, (g, _) in self.grams.items():
+            bits = np.zeros(_FILTER_MASK + 1, dtype=bool)
+            bits[(g & _FILTER_MASK).astype(np.int64)] = True
+            self._filters[n] = bits
 
     @classmethod
     def build(cls, eval_sets: Mapping[str, Iterable[Mapping]], config: DecontamConfig | None = None) -> "EvalIndex":
@@ -92,14 +102,16 @@ class EvalIndex:
         hashes, offsets = word_hashes(texts)
         for n, (sorted_g, owner) in self.grams.items():
             g, g_off = ngram_hashes(hashes, offsets, n)
-            pos = np.searchsorted(sorted_g, g)
+            maybe = np.flatnonzero(self._filters[n][g & _FILTER_MASK])  # cheap pre-check, no false negatives
+            pos = np.searchsorted(sorted_g, g[maybe])
             pos[pos >= sorted_g.size] = 0
-            match = np.flatnonzero(sorted_g[pos] == g)
+            hit = sorted_g[pos] == g[maybe]
+            match, pos = maybe[hit], pos[hit]
             if match.size == 0:
                 continue
             docs = np.searchsorted(g_off, match, side="right") - 1
-            for m, d in zip(match.tolist(), docs.tolist()):
-                hits[d].append((m - int(g_off[d]), n, int(owner[pos[m]])))
+            for m, d, p in zip(match.tolist(), docs.tolist(), pos.tolist()):
+                hits[d].append((m - int(g_off[d]), n, int(owner[p])))
         return hits
 
 

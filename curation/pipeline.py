@@ -163,10 +163,10 @@ class _Run:
                 if len(self.exact_pairs) < listed:
                     self.exact_pairs.append((rec["id"], first))
             batch = kept
-        if self.quality is not None:
+        if self.quality is not None and batch:
             kept = []
-            for rec in batch:
-                if self.quality(rec["text"]):
+            for rec, ok in zip(batch, self.quality.batch([r["text"] for r in batch])):
+                if ok:
                     kept.append(rec)
                 else:
                     self.counts["quality_dropped"] += 1

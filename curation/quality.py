@@ -3,23 +3,25 @@
 Each filter is a named rule with its own threshold (``None`` switches it off);
 a record is dropped by the first rule it fails, and every rule counts what it
 dropped, so a report can say why the corpus shrank.
+
+The statistics are computed for a whole batch at once in numpy over the
+normalized words of ``text.tokenize`` (runs of letters/digits, lower-cased; so
+"Hello," and "hello" are one word and punctuation is not a word); character
+counts are UTF-8 bytes. Per-word Python loops and ``Counter``s cost ~0.3 ms a
+document, more than dedup and decontamination together.
 """
 
 from __future__ import annotations
 
-import re
-import string
-from collections import Counter
-from typing import Callable
+from typing import Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.curation.synthetic import GOPHER_STOP_WORDS
+from trainteam.curation.text import Words, ngram_hashes, per_doc_sum, tokenize, word_hashes
 
-_NO_ALPHA_WORD = re.compile(r"(?<!\S)(?:[^\w\s]|[\d_])+(?!\S)")  # a word without any letter
-_GOPHER_STOP = frozenset(GOPHER_STOP_WORDS)
-_DROP_ASCII_LETTERS_AND_SPACE = str.maketrans("", "", string.ascii_letters + string.whitespace)
-_PUNCT_TO_SPACE = str.maketrans(string.punctuation, " " * len(string.punctuation))
+_STOP_HASHES = word_hashes(list(GOPHER_STOP_WORDS))[0]
 
 
 class QualityConfig(BaseModel):
@@ -33,37 +35,56 @@ class QualityConfig(BaseModel):
     max_mean_word_length: float | None = 10.0
     max_symbol_word_ratio: float | None = Field(0.1, description="'#' and '...' per word")
     min_alpha_word_fraction: float | None = Field(0.8, description="words with at least one letter")
-    max_non_alpha_char_fraction: float | None = Field(0.4, description="C4-like: characters that are not letters or spaces")
+    max_non_alpha_char_fraction: float | None = Field(0.4, description="C4-like: non-space characters that are not letters")
     max_duplicate_line_fraction: float | None = 0.3
     max_top_bigram_char_fraction: float | None = Field(0.2, description="chars covered by the most frequent word 2-gram")
     max_duplicate_5gram_char_fraction: float | None = Field(0.15, description="chars in word 5-grams that occur more than once")
     min_stop_words: int | None = Field(2, ge=0, description="distinct Gopher stop words present")
 
 
-def _words(text: str) -> list[str]:
-    return text.split()
+def _sorted_runs(grams: np.ndarray, goff: np.ndarray):
+    """Group equal n-grams within each document: (order, run starts, run lengths, run doc)."""
+    doc = np.repeat(np.arange(goff.size - 1), np.diff(goff))
+    order = np.lexsort((grams, doc))
+    g, d = grams[order], doc[order]
+    new = np.ones(g.size, dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (d[1:] != d[:-1])
+    run_start = np.flatnonzero(new)
+    run_len = np.diff(np.append(run_start, g.size))
+    return order, run_start, run_len, d[run_start]
 
 
-def _chars(words: list[str]) -> int:
-    return len("".join(words))
-
-
-def _mean_word_length(words: list[str]) -> float:
-    return _chars(words) / max(1, len(words))
-
-
-def _symbol_ratio(text: str, words: list[str]) -> float:
-    return (text.count("#") + text.count("...") + text.count("…")) / max(1, len(words))
-
-
-def _alpha_word_fraction(text: str, words: list[str]) -> float:
-    return 1.0 - len(_NO_ALPHA_WORD.findall(text)) / max(1, len(words))
-
-
-def _non_alpha_char_fraction(text: str, words: list[str]) -> float:
-    body = _chars(words)
-    rest = text.translate(_DROP_ASCII_LETTERS_AND_SPACE)  # C speed; few chars survive
-    return sum(1 for c in rest if not c.isalpha() and not c.isspace()) / max(1, body)
+def _repetition(words: Words, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per document: (chars in the most frequent bigram x its count, chars in repeated 5-grams),
+    both as fractions of the document's word characters."""
+    off, wlen = words.offsets, words.lengths
+    counts = np.diff(off)
+    total = per_doc_sum(wlen, off).astype(np.float64)
+    top = np.zeros(n_docs)
+    dup = np.zeros(n_docs)
+    first_word = off[:-1]
+    # most frequent bigram (documents with >= 2 words)
+    g, goff = ngram_hashes(words.hashes, off, 2)
+    if g.size:
+        order, rs, rl, rd = _sorted_runs(g, goff)
+        gram_word = order[rs] - goff[rd] + first_word[rd]  # word index where one occurrence starts
+        chars = wlen[gram_word] + wlen[np.minimum(gram_word + 1, wlen.size - 1)]
+        score = np.where((rl >= 2) & (counts[rd] >= 2), rl * chars, 0)
+        np.maximum.at(top, rd, score.astype(np.float64))
+    # repeated 5-grams: mark every word covered by a 5-gram seen twice in its document
+    g, goff = ngram_hashes(words.hashes, off, 5)
+    if g.size:
+        order, rs, rl, rd = _sorted_runs(g, goff)
+        repeated_run = np.repeat(rl >= 2, rl) & np.repeat(counts[rd] >= 5, rl)
+        grams_sorted_doc = np.repeat(rd, rl)
+        pos = order[repeated_run] - goff[grams_sorted_doc[repeated_run]] + first_word[grams_sorted_doc[repeated_run]]
+        cover = np.zeros(wlen.size + 1, dtype=np.int64)
+        np.add.at(cover, pos, 1)
+        np.add.at(cover, pos + 5, -1)
+        covered = np.cumsum(cover[:-1]) > 0
+        dup = per_doc_sum(np.where(covered, wlen, 0), off).astype(np.float64)
+    safe = np.maximum(total, 1)
+    return top / safe, dup / safe
 
 
 def _duplicate_line_fraction(text: str) -> float:
@@ -73,92 +94,81 @@ def _duplicate_line_fraction(text: str) -> float:
     return 1.0 - len(set(lines)) / len(lines)
 
 
-def _top_bigram_char_fraction(words: list[str]) -> float:
-    if len(words) < 2:
-        return 0.0
-    counts = Counter(zip(words, words[1:]))
-    (a, b), n = counts.most_common(1)[0]
-    if n < 2:
-        return 0.0
-    return n * (len(a) + len(b)) / max(1, _chars(words))
-
-
-def _duplicate_5gram_char_fraction(words: list[str]) -> float:
-    if len(words) < 5:
-        return 0.0
-    grams = list(zip(*(words[k:] for k in range(5))))
-    counts = Counter(grams)
-    if len(counts) == len(grams):
-        return 0.0
-    covered = [False] * len(words)
-    for i, g in enumerate(grams):
-        if counts[g] > 1:
-            for k in range(i, i + 5):
-                covered[k] = True
-    return sum(len(w) for w, c in zip(words, covered) if c) / max(1, _chars(words))
-
-
-def _stop_words(text: str) -> int:
-    return len(_GOPHER_STOP.intersection(text.lower().translate(_PUNCT_TO_SPACE).split()))
-
-
-Rule = Callable[[str, list[str]], bool]
-
-
-def _rules(cfg: QualityConfig) -> list[tuple[str, Rule]]:
-    rules: list[tuple[str, Rule]] = []
-    c = cfg
-    if c.min_words is not None:
-        rules.append(("min_words", lambda t, w: len(w) >= c.min_words))
-    if c.max_words is not None:
-        rules.append(("max_words", lambda t, w: len(w) <= c.max_words))
-    if c.min_mean_word_length is not None:
-        rules.append(("min_mean_word_length", lambda t, w: _mean_word_length(w) >= c.min_mean_word_length))
-    if c.max_mean_word_length is not None:
-        rules.append(("max_mean_word_length", lambda t, w: _mean_word_length(w) <= c.max_mean_word_length))
-    if c.max_symbol_word_ratio is not None:
-        rules.append(("max_symbol_word_ratio", lambda t, w: _symbol_ratio(t, w) <= c.max_symbol_word_ratio))
-    if c.min_alpha_word_fraction is not None:
-        rules.append(("min_alpha_word_fraction", lambda t, w: _alpha_word_fraction(t, w) >= c.min_alpha_word_fraction))
-    if c.max_non_alpha_char_fraction is not None:
-        rules.append(("max_non_alpha_char_fraction", lambda t, w: _non_alpha_char_fraction(t, w) <= c.max_non_alpha_char_fraction))
-    if c.max_duplicate_line_fraction is not None:
-        rules.append(("max_duplicate_line_fraction", lambda t, w: _duplicate_line_fraction(t) <= c.max_duplicate_line_fraction))
-    if c.max_top_bigram_char_fraction is not None:
-        rules.append(("max_top_bigram_char_fraction", lambda t, w: _top_bigram_char_fraction(w) <= c.max_top_bigram_char_fraction))
-    if c.max_duplicate_5gram_char_fraction is not None:
-        rules.append(
-            ("max_duplicate_5gram_char_fraction", lambda t, w: _duplicate_5gram_char_fraction(w) <= c.max_duplicate_5gram_char_fraction)
-        )
-    if c.min_stop_words is not None:
-        rules.append(("min_stop_words", lambda t, w: _stop_words(t) >= c.min_stop_words))
-    return rules
-
-
 class QualityFilter:
     """Apply the configured rules; ``dropped[rule]`` counts the records each rule removed."""
 
     def __init__(self, config: QualityConfig | None = None):
         self.config = config or QualityConfig()
-        self.rules = _rules(self.config)
-        self.dropped: dict[str, int] = {name: 0 for name, _ in self.rules}
+        self.rules = [name for name, value in self.config.model_dump().items() if value is not None]
+        self.dropped: dict[str, int] = dict.fromkeys(self.rules, 0)
         self.kept = 0
 
+    def _passes(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """rule -> boolean array (True = the document passes that rule)."""
+        c = self.config
+        n = len(texts)
+        words = tokenize(texts, stats=True)
+        n_words = np.diff(words.offsets)
+        safe_words = np.maximum(n_words, 1)
+        chars = per_doc_sum(words.lengths, words.offsets)
+        out: dict[str, np.ndarray] = {}
+        if c.min_words is not None:
+            out["min_words"] = n_words >= c.min_words
+        if c.max_words is not None:
+            out["max_words"] = n_words <= c.max_words
+        mean_len = chars / safe_words
+        if c.min_mean_word_length is not None:
+            out["min_mean_word_length"] = mean_len >= c.min_mean_word_length
+        if c.max_mean_word_length is not None:
+            out["max_mean_word_length"] = mean_len <= c.max_mean_word_length
+        if c.max_symbol_word_ratio is not None:
+            symbols = np.fromiter((t.count("#") + t.count("...") + t.count("…") for t in texts), dtype=np.int64, count=n)
+            out["max_symbol_word_ratio"] = symbols / safe_words <= c.max_symbol_word_ratio
+        if c.min_alpha_word_fraction is not None:
+            alpha = per_doc_sum(words.has_letter, words.offsets)
+            out["min_alpha_word_fraction"] = alpha / safe_words >= c.min_alpha_word_fraction
+        if c.max_non_alpha_char_fraction is not None:
+            frac = words.doc_nonalpha / np.maximum(words.doc_nonspace, 1)
+            out["max_non_alpha_char_fraction"] = frac <= c.max_non_alpha_char_fraction
+        if c.max_duplicate_line_fraction is not None:
+            dl = np.fromiter((_duplicate_line_fraction(t) for t in texts), dtype=np.float64, count=n)
+            out["max_duplicate_line_fraction"] = dl <= c.max_duplicate_line_fraction
+        if c.max_top_bigram_char_fraction is not None or c.max_duplicate_5gram_char_fraction is not None:
+            top, dup = _repetition(words, n)
+            if c.max_top_bigram_char_fraction is not None:
+                out["max_top_bigram_char_fraction"] = top <= c.max_top_bigram_char_fraction
+            if c.max_duplicate_5gram_char_fraction is not None:
+                out["max_duplicate_5gram_char_fraction"] = dup <= c.max_duplicate_5gram_char_fraction
+        if c.min_stop_words is not None:
+            present = sum((per_doc_sum(words.hashes == h, words.offsets) > 0).astype(np.int64) for h in _STOP_HASHES)
+            out["min_stop_words"] = present >= c.min_stop_words
+        return out
+
+    def failed_rules(self, texts: Sequence[str]) -> list[str | None]:
+        """The first rule each text fails, or None if it passes (does not count)."""
+        if not texts:
+            return []
+        passes = self._passes(texts)
+        failed: list[str | None] = [None] * len(texts)
+        for rule in reversed(self.rules):  # so the first failing rule in order wins
+            for i in np.flatnonzero(~passes[rule]).tolist():
+                failed[i] = rule
+        return failed
+
     def failed_rule(self, text: str) -> str | None:
-        """The first rule the text fails, or None if it passes (does not count)."""
-        words = _words(text)
-        for name, ok in self.rules:
-            if not ok(text, words):
-                return name
-        return None
+        return self.failed_rules([text])[0]
+
+    def batch(self, texts: Sequence[str]) -> list[bool]:
+        """Keep/drop verdicts for a batch, counted per rule."""
+        verdicts = []
+        for rule in self.failed_rules(texts):
+            if rule is None:
+                self.kept += 1
+                verdicts.append(True)
+            else:
+                self.dropped[rule] += 1
+                verdicts.append(False)
+        return verdicts
 
     def __call__(self, text: str) -> bool:
-        rule = self.failed_rule(text)
-        if rule is None:
-            self.kept += 1
-            return True
-        self.dropped[rule] += 1
-        return False
-
-
-__all__ = ["QualityConfig", "QualityFilter"]
+        return self.batch([text])[0]

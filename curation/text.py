@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -23,6 +24,10 @@ _WORD_BYTE = np.zeros(256, dtype=bool)
 for _c in b"0123456789abcdefghijklmnopqrstuvwxyz_":
     _WORD_BYTE[_c] = True
 _WORD_BYTE[0x80:] = True  # UTF-8 lead/continuation bytes: letters of other scripts
+_LETTER_BYTE = _WORD_BYTE.copy()
+_LETTER_BYTE[list(b"0123456789_")] = False
+_SPACE_BYTE = np.zeros(256, dtype=bool)
+_SPACE_BYTE[list(b" \t\n\r\x0b\x0c")] = True
 
 _MAX_CHUNKS = 64  # words longer than 512 bytes are hashed on their first 512
 _BASE = _U64(0x9E3779B97F4A7C15)  # odd, so invertible modulo 2^64
@@ -55,6 +60,68 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _U64(31))
 
 
+@dataclass
+class Words:
+    """The words of a batch of documents. ``hashes[offsets[i]:offsets[i+1]]`` belong to
+    document i; with ``stats`` also each word's byte length and whether it has a letter,
+    and per document the non-space and the non-space-non-letter byte counts."""
+
+    hashes: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray | None = None
+    has_letter: np.ndarray | None = None
+    doc_nonspace: np.ndarray | None = None
+    doc_nonalpha: np.ndarray | None = None
+
+
+def per_doc_sum(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` over each document's slice (empty documents give 0)."""
+    cs = np.zeros(values.size + 1, dtype=np.float64 if values.dtype.kind == "f" else np.int64)
+    np.cumsum(values, out=cs[1:])
+    return cs[offsets[1:]] - cs[offsets[:-1]]
+
+
+def tokenize(texts: Sequence[str], stats: bool = False) -> Words:
+    """Find and hash the words of many texts at once (see :func:`word_hashes`)."""
+    n = len(texts)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    encoded = [unicodedata.normalize("NFKC", t).lower().encode("utf-8") for t in texts]
+    lens = np.fromiter((len(b) + 1 for b in encoded), dtype=np.int64, count=n)
+    doc_starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=doc_starts[1:])
+    buf = b"\n".join(encoded) + b"\n" + bytes(8)
+    data = np.frombuffer(buf, dtype=np.uint8)
+    is_word = np.zeros(data.size + 1, dtype=np.int8)
+    is_word[1:] = _WORD_BYTE[data]
+    edges = np.flatnonzero(np.diff(is_word))
+    starts, ends = edges[0::2], edges[1::2]
+    wlen = ends - starts
+    hashes = np.zeros(0, dtype=np.uint64)
+    if starts.size:
+        chunks = np.ndarray(shape=(data.size - 7,), dtype="<u8", buffer=buf, strides=(1,))
+        hashes = _mix(_chunk(chunks, starts, wlen) ^ (wlen.astype(np.uint64) * _U64(0x9E3779B97F4A7C15)))
+        for k in range(1, _MAX_CHUNKS):
+            sel = np.flatnonzero(wlen > 8 * k)
+            if sel.size == 0:
+                break
+            hashes[sel] = _mix(hashes[sel] ^ _chunk(chunks, starts[sel] + 8 * k, wlen[sel] - 8 * k))
+    offsets[:-1] = np.searchsorted(starts, doc_starts[:-1])  # first word at or after each document start
+    offsets[-1] = starts.size
+    words = Words(hashes, offsets)
+    if stats:
+        body = data[: doc_starts[-1]]
+        letter = _LETTER_BYTE[body]
+        nonspace = ~_SPACE_BYTE[body]
+        byte_offsets = doc_starts.copy()
+        words.doc_nonspace = per_doc_sum(nonspace, byte_offsets)
+        words.doc_nonalpha = per_doc_sum(nonspace & ~letter, byte_offsets)
+        cs = np.zeros(body.size + 1, dtype=np.int64)
+        np.cumsum(letter, out=cs[1:])
+        words.lengths = wlen
+        words.has_letter = (cs[ends] - cs[starts]) > 0
+    return words
+
+
 def word_hashes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Hash the words of many texts at once.
 
@@ -62,34 +129,8 @@ def word_hashes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     hashes of the words of ``texts[i]``, in order. A word is read 8 bytes at a time
     through an unaligned uint64 view, so the cost is per word, not per byte.
     """
-    n = len(texts)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    if n == 0:
-        return np.zeros(0, dtype=np.uint64), offsets
-    encoded = [unicodedata.normalize("NFKC", t).lower().encode("utf-8") for t in texts]
-    lens = np.fromiter((len(b) + 1 for b in encoded), dtype=np.int64, count=n)
-    doc_starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
-    buf = b"\n".join(encoded) + b"\n" + bytes(8)
-    data = np.frombuffer(buf, dtype=np.uint8)
-    is_word = np.zeros(data.size + 1, dtype=np.int8)
-    is_word[1:] = _WORD_BYTE[data]
-    edges = np.flatnonzero(np.diff(is_word))
-    starts, ends = edges[0::2], edges[1::2]
-    if starts.size == 0:
-        return np.zeros(0, dtype=np.uint64), offsets
-    wlen = ends - starts
-    chunks = np.ndarray(shape=(data.size - 7,), dtype="<u8", buffer=buf, strides=(1,))
-    hashes = _chunk(chunks, starts, wlen) ^ (wlen.astype(np.uint64) * _U64(0x9E3779B97F4A7C15))
-    hashes = _mix(hashes)
-    for k in range(1, _MAX_CHUNKS):
-        sel = np.flatnonzero(wlen > 8 * k)
-        if sel.size == 0:
-            break
-        hashes[sel] = _mix(hashes[sel] ^ _chunk(chunks, starts[sel] + 8 * k, wlen[sel] - 8 * k))
-    doc_of_word = np.searchsorted(doc_starts, starts, side="right") - 1
-    counts = np.bincount(doc_of_word, minlength=n)
-    np.cumsum(counts, out=offsets[1:])
-    return hashes, offsets
+    words = tokenize(texts)
+    return words.hashes, words.offsets
 
 
 def _chunk(chunks: np.ndarray, at: np.ndarray, remaining: np.ndarray) -> np.ndarray:

@@ -53,3 +53,10 @@ def test_counts_per_rule_and_switching_rules_off():
     lenient = QualityFilter(QualityConfig(min_words=None, max_symbol_word_ratio=None))
     assert "min_words" not in lenient.dropped
     assert lenient.failed_rule(CASES["max_symbol_word_ratio"]) != "max_symbol_word_ratio"
+
+
+def test_a_batch_judges_each_text_as_alone():
+    texts = [GOOD, *CASES.values(), "", GOOD.upper()]
+    f = QualityFilter()
+    assert f.failed_rules(texts) == [f.failed_rule(t) for t in texts]
+    assert f.failed_rules(texts)[-2] == "min_words"
