@@ -56,9 +56,13 @@ class SpikeDetector:
 
 
 def make_proposal(evidence: dict, output_dir: Path, *, skip_batches: int | None = None, lr_scale: float = 0.5) -> RestartProposal | None:
-    """Roll back to the newest complete checkpoint strictly before the spike step."""
+    """Roll back to the newest complete checkpoint that cannot hold the spiking update.
+
+    The loss logged at step s comes from the weights after update s-1, so a blow-up
+    seen at s may already be in checkpoint s-1: only checkpoints up to s-2 are trusted.
+    """
     step = int(evidence["step"])
-    before = [c for c in complete_checkpoints(output_dir) if (checkpoint_step(c) or 0) < step]
+    before = [c for c in complete_checkpoints(output_dir) if (checkpoint_step(c) or 0) <= step - 2]
     if not before:
         return None
     ckpt = before[-1]

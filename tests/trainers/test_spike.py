@@ -95,3 +95,20 @@ def test_detector_rules():
     assert early.observe(0, 100.0) is None  # warm-up: big values are fine...
     assert early.observe(1, float("inf"))["rule"] == "non-finite"  # ...non-finite never is
     assert SpikeOptions().window == 128 and SpikeOptions().sigma == 6 and SpikeOptions().warmup_steps == 64
+
+
+def test_proposal_never_rolls_back_to_a_checkpoint_that_may_hold_the_bad_update(tmp_path):
+    import json
+
+    from trainteam.trainers.spike import make_proposal
+
+    for step in (8, 12):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        (d / "model.safetensors").write_bytes(b"x")
+    ev = {"step": 13, "metric": "loss", "value": 9.0, "rule": ">6σ"}
+    p = make_proposal(ev, tmp_path)
+    assert p.rollback_checkpoint.name == "checkpoint-8" and p.skip_batches == 5  # 12 saw update 12, shown at 13
+    assert make_proposal({**ev, "step": 14}, tmp_path).rollback_checkpoint.name == "checkpoint-12"
+    assert make_proposal({**ev, "step": 9}, tmp_path) is None
