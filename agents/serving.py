@@ -5,7 +5,8 @@ provider) can then use a model the team trained, so a persona can be bound to it
 by configuration. Two backends:
 
 - ``transformers``: stdlib ``http.server`` + ``model.generate``; no extra package,
-  fine for the small models trained here; requests are served one at a time.
+  fine for the small models trained here; requests are served one at a time;
+  ``stream: true`` sends server-sent events from transformers' ``TextIteratorStreamer``.
 - ``vllm``: when vLLM is installed and a GPU is present, its own OpenAI server is
   started on the checkpoint folder (``vllm serve``); nothing of it is re-implemented.
 
@@ -26,7 +27,7 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from trainteam.errors import BadInput
 
@@ -68,23 +69,21 @@ class ChatModel:
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         return prompt_text(tok, str(content))
 
-    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _prepare(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """Validate a request; return the encoded prompt and the ``generate`` arguments."""
         import torch
 
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise _RequestError(HTTPStatus.BAD_REQUEST, "messages: a non-empty list is required", "messages")
-        if body.get("stream"):
-            raise _RequestError(HTTPStatus.BAD_REQUEST, "stream: not supported by this server", "stream")
         if int(body.get("n") or 1) != 1:
             raise _RequestError(HTTPStatus.BAD_REQUEST, "n: only 1 choice is supported", "n")
         max_new = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
         if not isinstance(max_new, int) or max_new <= 0:
             raise _RequestError(HTTPStatus.BAD_REQUEST, "max_tokens: a positive integer is required", "max_tokens")
         temperature = float(body.get("temperature") if body.get("temperature") is not None else 0.0)
-        text = self._prompt(messages)
         tok = self.tokenizer
-        enc = tok(text, return_tensors="pt", add_special_tokens=False).to(self.model.device)
+        enc = tok(self._prompt(messages), return_tensors="pt", add_special_tokens=False).to(self.model.device)
         kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id,
                                   "eos_token_id": tok.eos_token_id}
         if temperature > 0:
@@ -93,6 +92,19 @@ class ChatModel:
                 torch.manual_seed(int(body["seed"]))
         else:
             kwargs["do_sample"] = False
+        return enc, kwargs
+
+    def _head(self) -> dict[str, Any]:
+        return {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": self.model_id}
+
+    def _usage(self, n_prompt: int, n_gen: int) -> dict[str, int]:
+        return {"prompt_tokens": n_prompt, "completion_tokens": n_gen, "total_tokens": n_prompt + n_gen}
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        enc, kwargs = self._prepare(body)
+        tok = self.tokenizer
         with self._lock, torch.no_grad():
             out = self.model.generate(**enc, **kwargs)
         gen = out[0, enc["input_ids"].shape[1] :].tolist()
@@ -102,19 +114,54 @@ class ChatModel:
         content = tok.decode(gen, skip_special_tokens=True)
         n_prompt = int(enc["input_ids"].shape[1])
         return {
-            "id": f"chatcmpl-{secrets.token_hex(12)}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model_id,
+            **self._head(), "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                          "finish_reason": "stop" if stopped else "length", "logprobs": None}],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(gen) + int(stopped),
-                      "total_tokens": n_prompt + len(gen) + int(stopped)},
+            "usage": self._usage(n_prompt, len(gen) + int(stopped)),
         }
+
+    def stream(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """``chat.completion.chunk`` objects as tokens are generated (transformers' streamer)."""
+        import torch
+        from transformers import TextIteratorStreamer
+
+        enc, kwargs = self._prepare(body)
+        head = self._head()
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        result: dict[str, Any] = {}
+
+        def _run() -> None:
+            with torch.no_grad():
+                result["out"] = self.model.generate(**enc, **kwargs, streamer=streamer)
+
+        with self._lock:
+            worker = threading.Thread(target=_run, daemon=True)
+            worker.start()
+            yield {**head, "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+            for piece in streamer:
+                if piece:
+                    yield {**head, "object": "chat.completion.chunk",
+                           "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+            worker.join()
+        gen = result["out"][0, enc["input_ids"].shape[1] :].tolist()
+        eos = self.tokenizer.eos_token_id
+        stopped = eos in gen
+        n_gen = gen.index(eos) + 1 if stopped else len(gen)
+        yield {**head, "object": "chat.completion.chunk",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop" if stopped else "length"}]}
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield {**head, "object": "chat.completion.chunk", "choices": [],
+                   "usage": self._usage(int(enc["input_ids"].shape[1]), n_gen)}
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.model_id, "object": "model", "created": self.created,
                                              "owned_by": "trainteam"}]}
+
+
+def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    yield first
+    yield from rest
 
 
 def _handler(chat: ChatModel, api_key: str | None):
@@ -135,6 +182,27 @@ def _handler(chat: ChatModel, api_key: str | None):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _send_stream(self, chunks: Iterator[dict[str, Any]]) -> None:
+            """Server-sent events; the first chunk is made before the headers go out, so a bad
+            request still gets a JSON error."""
+            first = next(chunks)
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            try:
+                for chunk in _chain(first, chunks):
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away; the connection closes
+            finally:
+                chunks.close()  # releases the model lock even when the client left early
 
         def _error(self, e: _RequestError) -> None:
             kind = "invalid_request_error" if e.status < 500 else "server_error"
@@ -171,6 +239,8 @@ def _handler(chat: ChatModel, api_key: str | None):
                 if body.get("model") not in (None, chat.model_id):
                     raise _RequestError(HTTPStatus.NOT_FOUND, f"model {body.get('model')!r} is not served here "
                                         f"(serving {chat.model_id!r})", "model")
+                if body.get("stream"):
+                    return self._send_stream(chat.stream(body))
                 self._send(HTTPStatus.OK, chat.complete(body))
             except json.JSONDecodeError as exc:
                 self._error(_RequestError(HTTPStatus.BAD_REQUEST, f"body: not JSON ({exc.msg})"))

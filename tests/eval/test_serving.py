@@ -91,3 +91,17 @@ def test_backend_choice_without_vllm():
             choose_backend("vllm")
     cmd = vllm_command("/ckpt", "m-1", 8123)
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and "--trust-remote-code" not in cmd
+
+
+def test_streaming_matches_the_whole_answer(server):
+    client = _client(server)
+    msgs = [{"role": "user", "content": "4+5="}]
+    whole = client.chat.completions.create(model="m-tiny", messages=msgs, temperature=0, max_tokens=8)
+    chunks = list(client.chat.completions.create(model="m-tiny", messages=msgs, temperature=0, max_tokens=8,
+                                                 stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    # The server is free again after a stream.
+    assert client.chat.completions.create(model="m-tiny", messages=msgs, temperature=0, max_tokens=8).choices
