@@ -254,14 +254,25 @@ def prepare_distributed_run(plan: RunPlan, *, model, tokenizer: Path, data: Path
                            config_file=cfg_file, main_process_ip=main_process_ip, main_process_port=port)
 
 
-def run_launch(spec: LaunchSpec, *, machine_rank: int = 0, timeout: float | None = None,
-               cwd: Path | None = None, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run one node's command here; the launcher programs are taken from this interpreter's venv."""
+def _argv_env(spec: LaunchSpec, machine_rank: int, extra_env: dict[str, str] | None) -> tuple[list[str], dict]:
     cmd = list(spec.commands[machine_rank])
     local = Path(sys.executable).parent / cmd[0]
-    if local.is_file():
+    if local.is_file():  # the launcher of this interpreter's venv, not whatever is first on PATH
         cmd[0] = str(local)
-    env = {**os.environ, **spec.env, **(extra_env or {})}
+    return cmd, {**os.environ, **spec.env, **(extra_env or {})}
+
+
+def start_launch(spec: LaunchSpec, *, machine_rank: int = 0, cwd: Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start one node's command in the background (output captured); the caller waits."""
+    cmd, env = _argv_env(spec, machine_rank, extra_env)
+    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_launch(spec: LaunchSpec, *, machine_rank: int = 0, timeout: float | None = None,
+               cwd: Path | None = None, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run one node's command here and wait; a failure raises with the tail of its output."""
+    cmd, env = _argv_env(spec, machine_rank, extra_env)
     proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]

@@ -11,6 +11,7 @@ import yaml
 from trainteam.errors import BadInput
 from trainteam.trainers.config import ModelSpec, TrainConfig
 from trainteam.trainers.launch import (
+    free_port,
     launch_commands,
     prepare_distributed_run,
     run_launch,
@@ -138,3 +139,26 @@ def test_two_process_sft_through_the_generated_accelerate_command(tmp_path, tok_
     one_losses = [v for _, v in one["losses"]]
     assert ddp_losses[-1] < ddp_losses[0] - 0.5  # it learned
     assert ddp_losses[-1] == pytest.approx(one_losses[-1], rel=0.02)
+
+
+@pytest.mark.slow
+def test_two_node_commands_rendezvous_on_one_machine(tmp_path, tok_dir, arith):
+    """Both nodes' generated commands, started side by side with 127.0.0.1 as the main node,
+    form one world of 2: the multi-node flags (num_machines, machine_rank, main_process_ip/port) work."""
+    from trainteam.curation.jsonl import write_jsonl
+    from trainteam.trainers.launch import start_launch
+
+    data = write_jsonl(arith[0], tmp_path / "train.jsonl")
+    hw = HardwareSpec(device="cpu", devices_per_node=1, nodes=2, device_memory_gib=4, fabric="ethernet")
+    cfg = TrainConfig(max_steps=4, per_device_batch_size=8, learning_rate=3e-3, seq_len=64, threads=1, strategy="ddp",
+                      num_nodes=2, devices_per_node=1, spike={"enabled": False})
+    p = plan(cfg, SPEC, hw, vocab_size=300)
+    spec = prepare_distributed_run(p, model=SPEC, tokenizer=tok_dir, data=data, out_dir=tmp_path / "launch",
+                                   main_process_ip="127.0.0.1", main_process_port=free_port())
+    assert [c[c.index("--machine_rank") + 1] for c in spec.commands] == ["0", "1"]
+    procs = [start_launch(spec, machine_rank=r) for r in (0, 1)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+    ranks = [json.loads((tmp_path / "launch" / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["world_size"] == 2 for r in ranks) and {r["rank"] for r in ranks} == {0, 1}
