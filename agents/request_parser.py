@@ -60,9 +60,10 @@ def _model(text: str, r: Reading) -> dict[str, Any] | None:
         return None
     spec: dict[str, Any] = {}
     found = False
-    m = _search(r"(?:fine-?tune|start from|base model|model|checkpoint)\s+(?:at|in|from)?\s*" + _PATH, text)
-    if m and not m.group(1).endswith((".jsonl", ".json")):
-        spec["path"] = m.group(1)
+    m = _search(r"(?:fine-?tune|start from|base model|model|checkpoint)\s+(?:at|in|from)?\s*" + _PATH, text) or \
+        _search(r"(?:model|checkpoint|folder)\s+(?:at|in)\s+([\w.\-/~]+)", text)
+    if m and not m.group(1).endswith((".jsonl", ".json")) and m.group(1).lower() not in ("scratch", "random"):
+        spec["path"] = m.group(1).rstrip(".,;")
         return spec
     for arch, pat in ARCHS.items():
         if _search(pat, text):
@@ -242,8 +243,8 @@ def read_request(text: str) -> Reading:
         text = text[:leaks.start()] + text[leaks.end():]
     model, data, budget = _model(text, r), _data(text, r), _budget(text, r)
     stages = [s for s in STAGE_ORDER if _search(STAGE_WORDS[s], text)]
-    if model and "path" not in model and "pretrain" not in stages and "sft" not in stages:
-        stages.insert(0, "pretrain")  # a model built from a config starts from random init
+    if model and "path" not in model and "pretrain" not in stages:
+        stages.insert(0, "pretrain")  # a model built from a config starts from random init (and needs a tokenizer)
     if model and "path" in model and not stages:
         stages = ["sft"]
     if not any(s in ("pretrain", "sft") for s in stages):

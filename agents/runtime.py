@@ -50,7 +50,8 @@ def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
     grant = card.grant(tool)
     facts = StepFacts(persona=card.name, step=ctx.step, visit=ctx.visit, tool=tool,
                       plan_first=bool(grant and grant.plan_first))
-    if tool == "gate":  # the judge re-derives the gate from the measured metric
+    if tool == "gate" and ctx.inputs.get("accepted") is None:  # the judge re-derives the gate from the metric
+        # (a failed gate a person accepted is the person's decision: the judge does not second-guess it)
         try:
             ev = ctx.output(ctx.inputs.get("of", "evaluate"))
             spec = ctx.task.gates.get(ev.get("details", {}).get("stage"))
@@ -148,7 +149,8 @@ class _Session:
             step = _error(f"{self.card.name} did not run {self.tool}: {report.summary}", persona=persona)
         else:
             step = tool_result.model_copy(deep=True)
-            if self.tool == "gate" and step.outcome == "passed" and report.decision == "fail":
+            if (self.tool == "gate" and step.outcome == "passed" and report.decision == "fail"
+                    and self.ctx.inputs.get("accepted") is None):
                 step.outcome = "failed"  # a gate fails if the judge or the rule says so; never the reverse
                 step.summary = f"gate failed by the judge: {'; '.join(report.reasons)}"
             step.details = {**step.details, "persona": persona}
