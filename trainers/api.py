@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,6 @@ from trainteam.errors import BadInput
 from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.reports import RestartProposal, TrainReport
 
-log = logging.getLogger("trainteam.trainers")
 METHODS = ("pretrain", "sft", "dpo", "grpo")
 
 
@@ -102,6 +100,10 @@ def train(
     resized = not hasattr(model, "peft_config") and _fit_embeddings(model, tokenizer)
     model = _anchor_base(model, config, out, changed=resized)
 
+    history = RunHistory(out)
+    other = history.methods() - {method}
+    if other and config.resume != "never":
+        raise BadInput(f"output_dir: {out} holds a {'/'.join(sorted(other))} run; give each stage its own folder")
     extra_cbs = []
     if apply_proposal is not None:
         from trainteam.trainers.restart import lr_sync_callback, prepare_rollback
@@ -111,7 +113,6 @@ def train(
     else:
         resume_from = resolve_resume(config.resume, out)
 
-    history = RunHistory(out)
     interruptions = history.interruptions()
 
     telemetry = Telemetry(model, config.seq_len, wall_start)

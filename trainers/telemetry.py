@@ -79,6 +79,9 @@ class RunHistory:
                 open_start = False
         return n + open_start
 
+    def methods(self) -> set[str]:
+        return {ev["method"] for ev in self._events() if ev.get("event") == "start" and ev.get("method")}
+
     def record(self, event: str, **fields) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as fh:

@@ -157,3 +157,12 @@ def test_sft_layout_is_padding_free_unless_rows_need_truncating(tmp_path, tok, a
         sft_layout(_cfg(tmp_path, seq_len=6, sft=SFTOptions(padding_free=True)), tok, ds)
     packed = sft_layout(_cfg(tmp_path, seq_len=64, sft=SFTOptions(packing=True)), tok, ds)
     assert packed["packing"] and packed["max_length"] == 64
+
+
+def test_a_stage_never_resumes_another_stages_checkpoints(tmp_path, tiny, tok, arith):
+    from datasets import Dataset
+
+    cfg = _cfg(tmp_path, max_steps=2, save_steps=2)
+    train("pretrain", cfg, tiny, Dataset.from_list(arith[0][:64]), tokenizer=tok, progress=False)
+    with pytest.raises(BadInput, match="output_dir: .* holds a pretrain run"):
+        train("sft", cfg, tiny, arith[0], tokenizer=tok, progress=False)
