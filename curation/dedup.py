@@ -73,9 +73,6 @@ class UnionFind:
     def __init__(self, n: int = 0):
         self.parent = list(range(n))
 
-    def grow(self, n: int) -> None:
-        self.parent.extend(range(len(self.parent), n))
-
     def find(self, x: int) -> int:
         root = x
         while self.parent[root] != root:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from trainteam.errors import BadInput
 
 if TYPE_CHECKING:  # the graph pulls in SQLAlchemy: imported only when a graph is used
     from trainteam.graph import KnowledgeGraph
@@ -97,8 +99,9 @@ def record_version(
     """Write the DatasetVersion node and its edges (derived_from parents, decontaminated_against eval sets)."""
     from trainteam.graph import EdgeKind, NodeKind
 
+    parents, against = list(parents), list(decontaminated_against)
     edges = [(EdgeKind.DERIVED_FROM, p) for p in parents]
-    edges += [(EdgeKind.DECONTAMINATED_AGAINST, e) for e in decontaminated_against]
+    edges += [(EdgeKind.DECONTAMINATED_AGAINST, e) for e in against]
     return graph.link(
         NodeKind.DATASET_VERSION,
         key,
@@ -107,5 +110,42 @@ def record_version(
         content_hash=file_fingerprint(path),
         counts=dict(counts),
         params=dict(params),
+        parents=parents,
         **attrs,
     )
+
+
+def materialize(
+    graph: "KnowledgeGraph | None",
+    kind: str,
+    inputs: Mapping[str, Any],
+    params: Mapping[str, Any],
+    build: Callable[[], Iterable[Mapping[str, Any]]],
+    out_dir: str | Path,
+) -> tuple[str, Path, bool]:
+    """Build a derived dataset once: ``(version, path, reused)``.
+
+    ``inputs`` are the sources (paths, record lists, saved datasets) the build reads;
+    their fingerprints and ``params`` name the version. When the graph already holds
+    that version with its file intact, ``build`` is not called; otherwise its records
+    are written to ``out_dir/<version>.jsonl`` and a DatasetVersion node is recorded,
+    derived from the input nodes."""
+    from trainteam.curation.jsonl import write_jsonl
+
+    fps = {}
+    for name, src in inputs.items():
+        fp = source_fingerprint(src)
+        if fp is None:
+            raise BadInput(f"{kind} input {name!r}: a one-shot stream cannot be versioned; pass a file or a list")
+        fps[name] = fp
+    key = version_key(kind, fps, params)
+    if graph is not None:
+        node = existing_version(graph, key)
+        if node is not None:
+            return key, Path(node["path"]), True
+    path = write_jsonl(build(), Path(out_dir) / f"{key}.jsonl")
+    if graph is not None:
+        parents = [input_node(graph, fp, str(inputs[name]) if isinstance(inputs[name], (str, Path)) else name) for name, fp in fps.items()]
+        n = sum(1 for _ in path.open("rb"))
+        record_version(graph, key, path=path, counts={"output": n}, params=params, parents=parents, builder=kind)
+    return key, path, False

@@ -119,3 +119,30 @@ def test_cli_demo_then_curate(tmp_path, capsys):
     with pytest.raises(SystemExit) as bad:
         main(["-w", str(ws), "curate", "run", str(folder / "corpus.jsonl"), "--eval", "nonsense"])
     assert bad.value.code == 2 and "--eval: expected NAME=PATH" in capsys.readouterr().err
+
+
+def test_builders_are_versioned_once(tmp_path, capsys):
+    from trainteam.cli import main
+    from trainteam.curation.lineage import materialize
+    from trainteam.workspace import Workspace
+
+    samples = [{"prompt": "1+1=", "completion": c, "reward": r} for c, r in (("2", 1.0), ("3", 0.0))]
+    src = write_jsonl(samples, tmp_path / "samples.jsonl")
+    graph = Workspace.open(tmp_path / "ws").graph
+    calls = []
+
+    def build():
+        calls.append(1)
+        from trainteam.curation.builders import build_preference_pairs
+
+        return build_preference_pairs(read_jsonl(src))
+
+    v1, path, reused = materialize(graph, "preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out")
+    v2, path2, reused2 = materialize(graph, "preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out")
+    assert (v1, path, reused) == (v2, path2, False) and reused2 and len(calls) == 1
+    assert read_jsonl(path)[0]["chosen"] == "2"
+    node = graph.get_node(f"DatasetVersion:{v1}")
+    assert node["builder"] == "preference" and len(node["parents"]) == 1
+    with pytest.raises(SystemExit) as done:
+        main(["-w", str(tmp_path / "ws"), "curate", "build", "preference", str(src)])
+    assert done.value.code == 0 and "(reused)" in capsys.readouterr().out  # same input and options as above

@@ -1,4 +1,4 @@
-"""`trainteam curate run|demo`: the data engine on the command line."""
+"""`trainteam curate run|demo|build`: the data engine on the command line."""
 
 from __future__ import annotations
 
@@ -110,6 +110,38 @@ def demo(
     paths[f"{task}_eval"] = write_jsonl(held_out, folder / f"{task}_eval.jsonl")
     for name, p in paths.items():
         console.print(f"{name}: {p}", highlight=False)
+
+
+@curate_app.command("build")
+def build(
+    kind: str = typer.Argument(..., help="sft | preference | grpo"),
+    source: Path = typer.Argument(..., help=".jsonl of traces (sft) or scored samples {prompt, completion, reward}"),
+    min_reward: Optional[float] = typer.Option(None, "--min-reward", help="sft: keep traces with at least this reward"),
+    min_margin: float = typer.Option(0.0, "--min-margin", help="preference: reward gap a pair needs"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets)"),
+) -> None:
+    """Build an SFT / preference / GRPO dataset, recorded as a DatasetVersion (built once per input and options)."""
+    from trainteam.curation.builders import build_grpo_groups, build_preference_pairs, build_sft_examples
+    from trainteam.curation.jsonl import read_jsonl
+    from trainteam.curation.lineage import materialize
+    from trainteam.errors import BadInput
+
+    builders = {
+        "sft": (lambda recs: build_sft_examples(recs, min_reward=min_reward), {"min_reward": min_reward}),
+        "preference": (lambda recs: build_preference_pairs(recs, min_margin=min_margin), {"min_margin": min_margin}),
+        "grpo": (build_grpo_groups, {}),
+    }
+    if kind not in builders:
+        raise BadInput(f"kind: unknown dataset kind {kind!r} ({', '.join(builders)})")
+    if not source.is_file():
+        raise BadInput(f"source: {source}: no such file")
+    fn, params = builders[kind]
+    ws = workspace()
+    version, path, reused = materialize(
+        ws.graph, kind, {"source": source}, params, lambda: fn(read_jsonl(source)), out or ws.dir("datasets")
+    )
+    n = sum(1 for _ in path.open("rb"))
+    console.print(f"{kind} dataset {version}: {n} rows in {path}" + (" (reused)" if reused else ""), highlight=False)
 
 
 def register(app: typer.Typer) -> None:
