@@ -8,7 +8,7 @@ Side by side, in one run, for three tiny Llama shapes (fp32, AdamW, SDPA, seq 12
 3. activations: estimated vs the bytes autograd actually saves for backward during one
    forward (``torch.autograd.graph.saved_tensors_hooks``, shared storages counted once)
    plus the logits gradient that is alive when backward starts;
-4. throughput: the plan's tokens/s (peak FLOP/s of this CPU x assumed MFU 0.35) vs the
+4. throughput: the plan's tokens/s (peak FLOP/s of this CPU x assumed MFU, 0.25 on a CPU) vs the
    tokens/s ``train("pretrain", ...)`` reports over 30 steps.
 
 Baseline: the measurement. Ratios are estimate / measured (1.00 = exact; the planner

@@ -43,7 +43,8 @@ class HardwareSpec(BaseModel):
     fabric: Fabric = "none"
     price_per_device_hour: float = Field(default=0.0, ge=0, description="currency units per device-hour")
     peak_tflops: float | None = Field(default=None, gt=0, description="per device, in the training precision")
-    assumed_mfu: float = Field(default=0.35, gt=0, le=1, description="model FLOPs utilisation for time estimates")
+    assumed_mfu: float | None = Field(default=None, gt=0, le=1,
+                                      description="model FLOPs utilisation for time estimates (default by device)")
 
     @model_validator(mode="after")
     def _fabric_for_many_nodes(self) -> "HardwareSpec":
@@ -58,6 +59,13 @@ class HardwareSpec(BaseModel):
     @property
     def fast_fabric(self) -> bool:
         return self.fabric in ("infiniband", "nvlink")
+
+    def mfu(self) -> float:
+        """The given MFU, else 0.35 on a GPU (a typical well-tuned dense run) and 0.25 on a CPU,
+        where benchmarks/plan_accuracy.py measured 0.1-0.3 for 0.1-4M-parameter models."""
+        if self.assumed_mfu is not None:
+            return self.assumed_mfu
+        return 0.35 if self.device == "cuda" else 0.25
 
     def peak_flops(self) -> float:
         """Peak FLOP/s of one device: the given figure, a table value by name, or a guess."""

@@ -251,7 +251,7 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int, hardware: Hardwa
     n = shape.num_params()
     trainable = shape.lora_params(cfg.lora.r) if cfg.lora else n
     fpt = train_flops_per_token(shape, cfg.seq_len, cfg.gradient_checkpointing)
-    tps = tokens_per_second or world * hardware.peak_flops() * hardware.assumed_mfu / fpt
+    tps = tokens_per_second or world * hardware.peak_flops() * hardware.mfu() / fpt
     hours = total / tps / 3600
     cost = CostEstimate(flops=fpt * total, tokens_per_second=tps, hours=hours, device_hours=hours * world,
                         price_per_device_hour=hardware.price_per_device_hour,
