@@ -201,7 +201,7 @@ class ModelRegistry:
         with self.engine.connect() as conn:
             rows = conn.execute(select(models_table).where(models_table.c.id == ref)).mappings().all()
             if not rows:
-                rows = conn.execute(select(models_table).where(models_table.c.id.like(f"{ref}%"))).mappings().all()
+                rows = conn.execute(select(models_table).where(models_table.c.id.startswith(ref, autoescape=True))).mappings().all()
             if not rows:
                 rows = conn.execute(select(models_table).where(models_table.c.name == ref)).mappings().all()
         if not rows:

@@ -40,6 +40,7 @@ def list_models(as_json: bool = typer.Option(False, "--json")) -> None:
 @models_app.command("show")
 def show(model: str = typer.Argument(..., help="model id, unique id prefix or name"),
          as_json: bool = typer.Option(False, "--json")) -> None:
+    """One model: path, base, stage, metrics, lineage, roles."""
     rec = _registry().get(model)
     if as_json:
         return print_json(rec.model_dump())
@@ -62,6 +63,7 @@ def bind(role: str = typer.Argument(..., help="role name, e.g. eval_judge or cha
 
 @models_app.command("unbind")
 def unbind(role: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Free a role (the model stays registered)."""
     was = _registry().unbind(role)
     if as_json:
         return print_json({"role": role, "was": was})
