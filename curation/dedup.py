@@ -39,6 +39,7 @@ class NearDupConfig(BaseModel):
     rows: int | None = Field(None, ge=1, description="override the optimized rows per band")
     seed: int = 42
     max_group_pairs: int = Field(64, ge=2, description="bucket size above which only star pairs are checked")
+    verify_chunk: int = Field(20000, ge=1, description="candidate pairs verified per batch of shingle look-ups")
 
 
 @functools.lru_cache(maxsize=64)
@@ -197,10 +198,11 @@ class MinHashLSH:
         cand = self.candidate_pairs()
         uf = UnionFind(self.n_docs)
         verified: list[tuple[int, int, float]] = []
-        if cand.size:
-            needed = np.unique(cand).tolist()
-            sets = get_shingles(needed)
-            for i, j in cand.tolist():
+        # In chunks, so that only the shingles of a chunk's documents are held at once.
+        for start in range(0, cand.shape[0], self.config.verify_chunk):
+            chunk = cand[start : start + self.config.verify_chunk]
+            sets = get_shingles(np.unique(chunk).tolist())
+            for i, j in chunk.tolist():
                 sim = jaccard(sets[i], sets[j])
                 if sim >= self.config.threshold:
                     verified.append((i, j, sim))

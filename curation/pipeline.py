@@ -246,14 +246,14 @@ def curate(
 
     if graph is not None and corpus_fp is not None:
         node = existing_version(graph, key_for(corpus_fp))
-        if node is not None:
+        if node is not None and Path(node.get("report", "")).is_file():
             report = CurationReport.model_validate_json(Path(node["report"]).read_text())
             return report.model_copy(update={"reused": True})
 
     t0 = time.perf_counter()
     run = _Run(config, evals)
     skipped = SkipCounter()
-    tmp = tempfile.TemporaryDirectory(prefix="curate-")
+    tmp = tempfile.TemporaryDirectory(prefix="curate-") if out_dir is None else None
     work = Path(out_dir) if out_dir is not None else Path(tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     final = work / "data.jsonl"
@@ -320,7 +320,7 @@ def curate(
     )
     if out_dir is None:
         report.records = read_jsonl(final) if final.stat().st_size else []
-        tmp.cleanup()
+        tmp.cleanup()  # type: ignore[union-attr]
     else:
         report.output = str(final)
         report.content_hash = file_fingerprint(final)

@@ -113,3 +113,13 @@ def test_ngrams_never_cross_documents():
     assert np.diff(goff).tolist() == [1, 1, 0, 2]  # "d e" is shorter than 3: one whole-doc gram
     alone, _ = ngram_hashes(*word_hashes(["f g h i"]), 3)
     assert grams[goff[3] : goff[4]].tolist() == alone.tolist()
+
+
+def test_verification_in_small_chunks_gives_the_same_clusters():
+    from trainteam.curation.synthetic import TextCorpusConfig, iter_text_corpus
+
+    texts = [r["text"] for r in iter_text_corpus(TextCorpusConfig(n_docs=400, seed=8))]
+    whole = near_duplicates(texts)
+    chunked = near_duplicates(texts, NearDupConfig(verify_chunk=3))
+    assert chunked.pairs == whole.pairs and chunked.survivor_of == whole.survivor_of
+    assert whole.survivor_of
