@@ -102,8 +102,10 @@ def replay_run(source_ws, run_id: str, dest_ws) -> ReplayReport:
     outputs: dict[str, dict] = {}
     report = ReplayReport(run_id=run_id, workspace=str(dest_ws.root), steps=[])
     for rec in transcripts.read_run(source_ws, run_id):
+        # earlier steps' outputs: the replayed ones, else as recorded (a step run without a persona)
+        given = {**(rec.get("outputs") or {}), **outputs}
         ctx = ToolContext(ws=dest_ws, run_id=run_id, step=rec["step"], visit=rec["visit"], persona=rec["persona"],
-                          task=TrainTask.model_validate(rec["task"]), outputs=dict(outputs),
+                          task=TrainTask.model_validate(rec["task"]), outputs=given,
                           inputs=rec.get("inputs") or {}, progress=False)
         model = replay_model(_responses(rec), name=f"replay-{rec['persona']}")
         error = None

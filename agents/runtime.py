@@ -100,6 +100,7 @@ class _Session:
             "tools": self.allowed,
             "task": ctx.task.model_dump(mode="json"),
             "inputs": {k: v for k, v in ctx.inputs.items()}, "approvals": [],
+            "outputs": ctx.outputs,  # what earlier steps handed this one (paths, metrics): replay starts from it
             "started_at": transcripts.utcnow(),
         }
 
@@ -156,7 +157,8 @@ class _Session:
             step.details = {**step.details, "persona": persona}
         path = self._write(messages, "completed" if step.outcome != "error" else "error", t0, result=step)
         step.details["persona"]["transcript"] = str(path)
-        return step
+        # the result goes on to the engine's database and DBOS checkpoints: a model's words are masked there too
+        return StepResult.model_validate(redact(step.model_dump(mode="json")))
 
     def _needs_approval(self, output: DeferredToolRequests, messages, t0: float) -> StepResult:
         calls = [{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "args": c.args_as_dict()}

@@ -66,7 +66,7 @@ def workspace_text(ws: Workspace) -> str:
         for p in sorted((ws.root / sub).rglob("*")):
             if p.is_file():
                 chunks.append(p.read_bytes().decode("utf-8", "replace"))
-    for p in ws.root.glob("*.db*"):
+    for p in [*ws.root.glob("*.db*"), *ws.root.glob("*.sqlite*")]:
         chunks.append(p.read_bytes().decode("utf-8", "replace"))
     chunks.append(json.dumps(ws.graph.nodes(), default=str))
     return "\n".join(chunks)

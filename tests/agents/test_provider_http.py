@@ -1,0 +1,91 @@
+"""A persona on a real provider: OpenAIChatModel over real HTTP to a scripted OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from persona_helpers import ctx
+
+from trainteam.agents.providers import choose_model
+from trainteam.agents.runtime import run_persona_step
+from trainteam.errors import BadInput
+from trainteam.workspace import Workspace
+
+API_KEY = "sk-scripted-server-key-000111222"
+
+
+class Script(BaseHTTPRequestHandler):
+    """Answers like an OpenAI chat endpoint: first call the step tool, then the final report."""
+
+    requests: list[dict] = []
+    auth: list[str] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Script.requests.append(body)
+        Script.auth.append(self.headers.get("Authorization", ""))
+        tools = {t["function"]["name"] for t in body.get("tools", [])}
+        answered = any(m.get("role") == "tool" for m in body["messages"])
+        if not answered:
+            call = {"name": "prepare_corpus", "arguments": json.dumps({"reason": "bring the data in"})}
+        else:
+            final = next(n for n in tools if n.startswith("final_result"))
+            call = {"name": final, "arguments": json.dumps({"summary": "corpus ready", "decision": "proceed"})}
+        reply = {"id": f"cmpl-{len(Script.requests)}", "object": "chat.completion", "created": 0,
+                 "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": "tool_calls",
+                              "message": {"role": "assistant", "content": None,
+                                          "tool_calls": [{"id": f"call_{len(Script.requests)}", "type": "function",
+                                                          "function": call}]}}],
+                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    Script.requests, Script.auth = [], []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Script)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_persona_runs_on_an_openai_compatible_server_chosen_by_settings(tmp_path, server, monkeypatch):
+    monkeypatch.setenv("TRAINTEAM_MODEL_DATA_CURATOR", "openai:scripted-curator")
+    monkeypatch.setenv("TRAINTEAM_MODEL_BASE_URL", server)
+    monkeypatch.setenv("TRAINTEAM_MODEL_API_KEY", API_KEY)
+    ws = Workspace.open(tmp_path / "ws")
+    result = run_persona_step(ctx(ws, "data_curator", "prepare_corpus"), "prepare_corpus")
+    assert result.outcome == "ok" and result.metrics["n_train"] == 300
+    assert result.details["persona"]["summary"] == "corpus ready"
+    assert result.details["persona"]["model"] == f"openai:scripted-curator @ {server}"
+    assert len(Script.requests) == 2 and Script.requests[0]["model"] == "scripted-curator"
+    offered = {t["function"]["name"] for t in Script.requests[0]["tools"]}
+    assert {"prepare_corpus", "curate"} <= offered and not offered & {"train", "register_model", "gate"}
+    system = next(m["content"] for m in Script.requests[0]["messages"] if m["role"] in ("system", "developer"))
+    assert "data_curator" in system and "### curation" in system
+    assert Script.auth == [f"Bearer {API_KEY}"] * 2  # the key went to the server, from the environment...
+    transcript = (ws.dir("transcripts") / "run1" / "prepare_corpus#1.json").read_text()
+    assert API_KEY not in transcript and '"model": "openai:scripted-curator @' in transcript  # ...and nowhere else
+
+
+def test_other_personas_stay_offline_and_bad_settings_fail_clearly(monkeypatch):
+    monkeypatch.setenv("TRAINTEAM_MODEL_DATA_CURATOR", "openai:x")
+    assert choose_model("data_curator").model == "openai:x"
+    assert choose_model("eval_judge").offline
+    monkeypatch.setenv("TRAINTEAM_MODEL", "gpt-4o")
+    with pytest.raises(BadInput, match="TRAINTEAM_MODEL: 'gpt-4o' is not a model id"):
+        choose_model("eval_judge")
