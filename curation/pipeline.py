@@ -75,7 +75,9 @@ class CurationReport(BaseModel):
     leak_dropped_ids: list[str] = Field(default_factory=list)
     leak_cut_ids: list[str] = Field(default_factory=list)
     exact_duplicates: list[tuple[str, str]] = Field(default_factory=list, description="(dropped id, kept id)")
-    near_duplicates: list[tuple[str, str, float]] = Field(default_factory=list, description="(dropped, kept, jaccard)")
+    near_duplicates: list[tuple[str, str, float]] = Field(
+        default_factory=list, description="(dropped, kept, Jaccard of the pair; in a chain, the dropped doc's best verified match)"
+    )
     lsh: dict[str, int] = Field(default_factory=dict)
     injected: dict[str, InjectedCount] = Field(default_factory=dict)
     skipped_examples: list[str] = Field(default_factory=list)
@@ -360,9 +362,11 @@ def _second_pass(spill: Path, final: Path, near: NearDupResult | None, run: _Run
         run.counts["output"] = sum(1 for _ in final.open("rb"))
         return []
     drop = near.survivor_of
-    sim = {}
+    pair_sim = {(i, j): s for i, j, s in near.pairs}
+    best: dict[int, float] = {}  # a dropped doc's highest verified similarity, if not paired with its survivor
     for i, j, s in near.pairs:
-        sim.setdefault(j, (i, s))
+        for x in (i, j):
+            best[x] = max(best.get(x, 0.0), s)
     keep_ids = set(drop.values())
     ids: dict[int, str] = {}
     dropped: list[int] = []
@@ -381,5 +385,7 @@ def _second_pass(spill: Path, final: Path, near: NearDupResult | None, run: _Run
             run.counts["output"] += 1
     pairs = []
     for i in dropped[:listed]:
-        pairs.append((ids[i], ids[drop[i]], round(sim.get(i, (None, 0.0))[1], 4)))
+        keep = drop[i]
+        s = pair_sim.get((min(i, keep), max(i, keep)), best.get(i, 0.0))
+        pairs.append((ids[i], ids[keep], round(s, 4)))
     return pairs

@@ -49,6 +49,8 @@ def test_every_injected_defect_is_caught_and_nothing_clean_is_lost(demo):
     assert c["input"] == len(records)
     assert c["input"] - c["exact_duplicates"] - c["quality_dropped"] - c["leak_dropped"] - c["near_duplicates"] + c["leak_cut"] == c["output"]
     assert report.lsh["bands"] * report.lsh["rows"] <= 128 and report.lsh["verified_pairs"] >= c["near_duplicates"]
+    assert len(report.near_duplicates) == c["near_duplicates"]
+    assert all(s >= 0.8 and dropped not in out_ids and kept in out_ids for dropped, kept, s in report.near_duplicates)
 
 
 def test_lineage_same_inputs_same_version_no_work_twice(demo, tmp_path):
