@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,7 @@ def train(
 
     interruptions = history.interruptions()
 
-    telemetry = Telemetry(model, config.seq_len, wall_start)
+    telemetry = Telemetry(model, config.seq_len, wall_start, history)
     spike = SpikeMonitor(config.spike) if config.spike.enabled else None
     stop = GracefulStop()
     cbs = extra_cbs + [telemetry, stop] + ([spike] if spike else []) + list(callbacks or [])
@@ -128,7 +129,13 @@ def train(
 
     trainer.remove_callback(PrinterCallback)
 
-    history.record("start", method=method, resume_from=resume_from)
+    # The step whose work this attempt keeps: a rollback keeps only the pre-spike checkpoint's.
+    if apply_proposal is not None:
+        resume_step = json.loads((Path(apply_proposal.rollback_checkpoint) / "trainer_state.json").read_text())["global_step"]
+    else:
+        resume_step = json.loads((resume_from / "trainer_state.json").read_text())["global_step"] if resume_from else 0
+    history.record("start", method=method, resume_from=resume_from, resume_step=resume_step,
+                   setup_s=round(time.perf_counter() - wall_start, 3))
     stop.install()
     try:
         result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -159,7 +166,7 @@ def train(
         final_dir = out / "final"
         trainer.save_model(str(final_dir))
         tokenizer.save_pretrained(str(final_dir))
-    history.record("end", reason=reason, step=steps_done)
+    history.record("end", reason=reason, step=steps_done, step_time=telemetry.step_time)
 
     from trainteam.trainers.checkpoints import complete_checkpoints
 

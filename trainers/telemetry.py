@@ -52,7 +52,12 @@ def flops_per_token(model, seq_len: int) -> float:
 
 
 class RunHistory:
-    """Start/end records in ``output_dir/run-history.jsonl``; a start with no end is an interruption."""
+    """Attempts of one run in ``output_dir/run-history.jsonl``: start, saves, heartbeats, end.
+
+    A start with no end is an interruption (kill -9 leaves no end). Saves record the step
+    time spent up to each checkpoint, so the work an interruption threw away (steps after
+    the checkpoint the next attempt resumed from) counts as lost in the run's goodput.
+    """
 
     def __init__(self, output_dir: Path):
         self.path = Path(output_dir) / "run-history.jsonl"
@@ -79,6 +84,24 @@ class RunHistory:
                 open_start = False
         return n + open_start
 
+    def run_goodput(self, current_step_time: float, current_wall: float) -> float | None:
+        """Kept step time over wall time across every attempt, the current one included."""
+        attempts: list[list[dict]] = []
+        for ev in self._events():
+            if ev.get("event") == "start":
+                attempts.append([ev])
+            elif attempts:
+                attempts[-1].append(ev)
+        if not attempts:
+            return None
+        kept, wall = current_step_time, current_wall
+        for prev, nxt in zip(attempts[:-1], attempts[1:]):
+            wall += max(0.0, prev[-1]["time"] - prev[0]["time"]) + prev[0].get("setup_s", 0.0)
+            resume_step = nxt[0].get("resume_step") or 0
+            saved = [e for e in prev if e.get("event") in ("save", "end") and e.get("step") == resume_step]
+            kept += saved[-1].get("step_time", 0.0) if saved else 0.0
+        return round(kept / wall, 4) if wall > 0 else None
+
     def methods(self) -> set[str]:
         return {ev["method"] for ev in self._events() if ev.get("event") == "start" and ev.get("method")}
 
@@ -91,8 +114,11 @@ class RunHistory:
 class Telemetry(TrainerCallback):
     """Measures step time, tokens, checkpoint saves and losses of one ``train()`` call."""
 
-    def __init__(self, model, seq_len: int, wall_start: float):
+    def __init__(self, model, seq_len: int, wall_start: float, history: RunHistory | None = None, beat_s: float = 10.0):
         self.wall_start = wall_start
+        self.history = history
+        self.beat_s = beat_s
+        self._last_beat = time.perf_counter()
         self.fpt = flops_per_token(model, seq_len)
         self.n_params = sum(p.numel() for p in model.parameters())
         self.step_time = 0.0
@@ -122,6 +148,9 @@ class Telemetry(TrainerCallback):
         self._t_end = now
         self.tokens_end = state.num_input_tokens_seen or 0
         self.steps_end = state.global_step
+        if self.history is not None and now - self._last_beat >= self.beat_s and state.is_world_process_zero:
+            self._last_beat = now
+            self.history.record("beat", step=state.global_step, step_time=self.step_time)
 
     def on_save(self, args, state, control, **kwargs):
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -130,6 +159,8 @@ class Telemetry(TrainerCallback):
             if self._t_end is not None:
                 self.save_time += time.perf_counter() - self._t_end
             self.save_bytes += checkpoint_bytes(path)
+            if self.history is not None and state.is_world_process_zero:
+                self.history.record("save", step=state.global_step, step_time=self.step_time)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs:
@@ -149,6 +180,7 @@ class Telemetry(TrainerCallback):
             "tokens": int(tokens),
             "tokens_per_s": round(tps, 1),
             "goodput": round(self.step_time / wall, 4) if wall > 0 else 0.0,
+            "run_goodput": self.history.run_goodput(self.step_time, wall) if self.history else None,
             "interruptions": interruptions,
             "checkpoint_saves": len(self.saves),
             "checkpoint_bytes": self.save_bytes,

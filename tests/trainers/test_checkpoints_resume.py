@@ -61,6 +61,8 @@ def test_kill9_then_auto_resume_continues_from_latest_complete_checkpoint(tmp_pa
     assert resumed.losses[0][0] == 9 and resumed.steps_done == 16
     assert (out / "incomplete-12").is_dir() and is_complete(partial)  # moved aside, then saved afresh
     assert resumed.telemetry["interruptions"] == 1
+    # Run goodput counts both attempts' wall time and only the kept steps' time.
+    assert 0 < resumed.telemetry["run_goodput"] < resumed.telemetry["goodput"] <= 1
 
     reference = train("pretrain", _cfg(tmp_path / "ref"), _model(tok), data, tokenizer=tok, progress=False)
     ref = dict(reference.losses)
