@@ -54,7 +54,7 @@ class CurationConfig(BaseModel):
     quality: QualityConfig | None = Field(default_factory=QualityConfig)
     decontam: DecontamConfig | None = Field(default_factory=DecontamConfig)
     near_dedup: NearDupConfig | None = Field(default_factory=NearDupConfig)
-    batch_size: int = Field(2000, ge=1)
+    batch_size: int = Field(2000, ge=1, le=1_000_000)
     max_listed: int = Field(1000, ge=0, description="ids listed per category in the report (counts are exact)")
 
 

@@ -44,14 +44,18 @@ class QualityConfig(BaseModel):
 
 def _sorted_runs(grams: np.ndarray, goff: np.ndarray):
     """Group equal n-grams within each document: (order, run starts, run lengths, run doc)."""
-    doc = np.repeat(np.arange(goff.size - 1), np.diff(goff))
-    order = np.lexsort((grams, doc))
-    g, d = grams[order], doc[order]
-    new = np.ones(g.size, dtype=bool)
-    new[1:] = (g[1:] != g[:-1]) | (d[1:] != d[:-1])
+    doc = np.repeat(np.arange(goff.size - 1, dtype=np.uint64), np.diff(goff))
+    # One sort key: the document in the top 20 bits, 44 bits of the n-gram hash below
+    # (a batch holds far fewer than 2^20 documents; 44-bit collisions inside one
+    # document are negligible). argsort of one uint64 beats lexsort of two keys ~5x.
+    key = (doc << np.uint64(44)) | (grams >> np.uint64(20))
+    order = np.argsort(key)
+    k = key[order]
+    new = np.ones(k.size, dtype=bool)
+    new[1:] = k[1:] != k[:-1]
     run_start = np.flatnonzero(new)
-    run_len = np.diff(np.append(run_start, g.size))
-    return order, run_start, run_len, d[run_start]
+    run_len = np.diff(np.append(run_start, k.size))
+    return order, run_start, run_len, (k[run_start] >> np.uint64(44)).astype(np.int64)
 
 
 def _repetition(words: Words, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
