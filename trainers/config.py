@@ -87,7 +87,10 @@ class SpikeOptions(_Strict):
     window: int = Field(default=128, ge=4)
     sigma: float = Field(default=6.0, gt=0)
     warmup_steps: int = Field(default=64, ge=0)
-    watch_grad_norm: bool = True
+    # Off by default: on the demo's SFT the grad norm rose from ~0.5 to ~1.2 (> 6σ of its
+    # window) as the model began to learn the answers, while the loss sat at 1.40 ± 0.04.
+    # A non-finite grad norm is a spike either way.
+    watch_grad_norm: bool = False
 
 
 class TrainConfig(_Strict):

@@ -29,12 +29,12 @@ class SpikeDetector:
 
     def observe(self, step: int, loss: float | None, grad_norm: float | None = None) -> dict | None:
         """Evidence of a spike at ``step``, or None. Spiking values never enter the window."""
+        for name, v in (("loss", loss), ("grad_norm", grad_norm)):  # non-finite always counts
+            if v is not None and not math.isfinite(v):
+                return {"step": step, "metric": name, "value": repr(v), "rule": "non-finite"}
         values = {"loss": loss}
         if self.opt.watch_grad_norm:
             values["grad_norm"] = grad_norm
-        for name, v in values.items():
-            if v is not None and not math.isfinite(v):
-                return {"step": step, "metric": name, "value": repr(v), "rule": "non-finite"}
         self.seen += 1
         if self.seen > self.opt.warmup_steps:
             for name, v in values.items():

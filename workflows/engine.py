@@ -89,8 +89,11 @@ def _spent(run_id: str, cost_per_hour: float) -> dict[str, float]:
 
 
 def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data: dict,
-                  outputs: dict[str, dict], inputs: dict[str, Any]) -> dict[str, Any]:
-    from trainteam.agents.tools import ToolContext, get_tool
+                  outputs: dict[str, dict], inputs: dict[str, Any], decision: dict | None = None) -> dict[str, Any]:
+    """One step, run by its persona's Agent. ``decision`` continues a persona run that
+    stopped on a gated tool call, with the person's decision read from the queue."""
+    from trainteam.agents import resume_persona_step, run_persona_step
+    from trainteam.agents.tools import ToolContext
 
     ws = _Process.ws
     spec = WorkflowSpec.model_validate(spec_data)
@@ -109,11 +112,16 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
         runs.finish_attempt(attempt, "skipped", 0.0, out)
         _say(f"  [dim]· {name}: skipped ({'/'.join(step.stage)} not in stages)[/dim]")
         return out
-    _say(f"[bold]▶ {name}[/bold] [cyan]({step.persona})[/cyan]")
+    if decision is None:
+        _say(f"[bold]▶ {name}[/bold] [cyan]({step.persona})[/cyan]")
     ctx = ToolContext(ws=ws, run_id=run_id, step=name, visit=visit, persona=step.persona, task=task,
                       outputs=outputs, inputs={**step.inputs, **inputs}, progress=_Process.progress)
     try:
-        result = get_tool(step.tool)(ctx)
+        if decision is None:
+            result = run_persona_step(ctx, step.tool)
+        else:
+            result = resume_persona_step(ctx, step.tool, decision["pending"], decision["status"] == "approved",
+                                         decision.get("note"))
     except Exception as exc:  # the run fails with the reason; the traceback stays in the log
         seconds = time.monotonic() - t0
         message = f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -128,7 +136,14 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
         return {"outcome": "error", "summary": message, "artifacts": {}, "metrics": {}, "nodes": {}, "details": {}}
     seconds = time.monotonic() - t0
     out = result.model_dump(mode="json")
-    runs.finish_attempt(attempt, "completed", seconds, {k: out[k] for k in ("outcome", "summary", "metrics", "artifacts")})
+    status = {"needs_approval": "needs_approval", "error": "failed"}.get(result.outcome, "completed")
+    runs.finish_attempt(attempt, status, seconds, {k: out[k] for k in ("outcome", "summary", "metrics", "artifacts")},
+                        result.summary if status == "failed" else None)
+    if result.outcome == "error":
+        _say(f"[red]✗ {name} failed:[/red] {result.summary}")
+        return out
+    if result.outcome == "needs_approval":
+        return out
     runs.merge_metrics(run_id, {f"{name}.{k}": v for k, v in result.metrics.items()})
     mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]"}.get(result.outcome, "[green]✓[/green]")
     _say(f"  {mark} {name}: {result.summary} [dim]({seconds:.1f}s)[/dim]")
@@ -221,17 +236,42 @@ def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any
                                          f"step {current} was {d['status']} by {d.get('decided_by') or 'nobody'}{note}")
         out = DBOS.run_step({"name": f"{current}#{visit}"}, _execute_step, run_id, current, visit,
                             spec_data, task_data, dict(outputs), inputs)
-        restarts = 0
-        while out["outcome"] == "spike":  # a loss spike: a person decides on the restart proposal
-            restarts += 1
-            proposal = out["details"]["proposal"]
-            d = await_approval(run_id, current, visit, f"restart_after_spike_{restarts}", proposal,
-                               {"summary": out["summary"]}, step.persona, wait_s)
+        rounds = 0
+        while out["outcome"] in ("spike", "needs_approval"):
+            rounds += 1
+            if out["outcome"] == "spike":  # a loss spike: a person decides on the restart proposal
+                proposal = out["details"]["proposal"]
+                d = await_approval(run_id, current, visit, f"restart_after_spike_{rounds}", proposal,
+                                   {"summary": out["summary"]}, step.persona, wait_s)
+                if d["status"] != "approved":
+                    return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
+                                         f"{out['summary']}; restart {d['status']} by {d.get('decided_by')}")
+                out = DBOS.run_step({"name": f"{current}#{visit}.restart{rounds}"}, _execute_step, run_id,
+                                    current, visit, spec_data, task_data, dict(outputs), {"apply_proposal": proposal})
+                continue
+            # a persona's gated tool call (pydantic-ai DeferredToolRequests): a person decides
+            details = out["details"]
+            d = await_approval(run_id, current, visit, details["action"], details["proposed"],
+                               {"summary": out["summary"], "transcript": details.get("transcript")},
+                               step.persona, wait_s)
+            out = DBOS.run_step({"name": f"{current}#{visit}.decided{rounds}"}, _execute_step, run_id, current,
+                                visit, spec_data, task_data, dict(outputs), inputs,
+                                {"pending": details["pending"], "status": d["status"], "note": d.get("note")})
             if d["status"] != "approved":
+                note = f": {d.get('note')}" if d.get("note") else ""
                 return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
-                                     f"{out['summary']}; restart {d['status']}")
-            out = DBOS.run_step({"name": f"{current}#{visit}.restart{restarts}"}, _execute_step, run_id, current,
-                                visit, spec_data, task_data, dict(outputs), {"apply_proposal": proposal})
+                                     f"{details['action']} at {current} was {d['status']} by "
+                                     f"{d.get('decided_by') or 'nobody'}{note}")
+        if step.gate and out["outcome"] == "failed" and task.on_gate_failure == "ask":
+            nxt_if_failed, _ = spec.next_step(current, "failed", loops if task.allow_retry else
+                                              {f"{e.source}->{e.target}": 10**9 for e in spec.edges})
+            if nxt_if_failed is None:  # no retry left: only a person can accept the failed gate
+                d = await_approval(run_id, current, visit, "accept_failed_gate",
+                                   {"gate": current, "stage": out["details"].get("stage")},
+                                   {"reasons": out["details"].get("reasons", [])}, step.persona, wait_s)
+                if d["status"] == "approved":
+                    out = DBOS.run_step({"name": f"{current}#{visit}.accepted"}, _execute_step, run_id, current,
+                                        visit, spec_data, task_data, dict(outputs), {"accepted": d})
         outputs[current] = out
         if out["outcome"] == "error":
             return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed", f"step {current}: {out['summary']}")

@@ -153,7 +153,8 @@ class RunStore:
         for a in self.attempts(run_id):
             key = (a["step"], a["visit"])
             entry = out.setdefault(key, {"name": a["step"], "visit": a["visit"], "persona": a["persona"], "attempts": 0})
-            entry["attempts"] += 1
+            # a persona run paused for a person's decision and its continuation are one attempt
+            entry["attempts"] += a["status"] != "needs_approval"
             entry.update(status=a["status"], started_at=a["started_at"], finished_at=a["finished_at"],
                          seconds=float(a["seconds"]) if a["seconds"] else None, error=a["error"])
         return list(out.values())

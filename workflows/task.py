@@ -81,8 +81,10 @@ class TrainTask(_Strict):
     eval: EvalSpec = Field(default_factory=EvalSpec)
     curation: dict[str, Any] | None = Field(default=None, description="trainteam.curation.CurationConfig fields; "
                                             "default: chosen for the kind of data")
-    require_approval: list[str] = Field(default_factory=lambda: ["register_model"],
-                                        description="steps that wait for a person first")
+    require_approval: list[str] = Field(default_factory=list, description="steps that wait for a person before "
+                                        "they start (tools gated on the personas' cards wait in any case)")
+    on_gate_failure: Literal["stop", "ask"] = Field(default="stop", description="ask: a person may accept a "
+                                                    "failed gate through the approval queue")
     allow_retry: bool = Field(default=False, description="a failed gate may loop back once with a changed plan")
     description: str = ""
 

@@ -79,7 +79,14 @@ class _Stage:
         out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
         cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto"})
         proposal = ctx.inputs.get("apply_proposal")
-        if proposal is not None and proposal.get("stage") == stage:
+        if proposal is not None and proposal.get("stage") == stage and proposal.get("from_start"):
+            # No checkpoint preceded the spike: the stage starts over from its input weights,
+            # in a fresh folder, with the learning rate scaled as the person approved.
+            cfg = cfg.model_copy(update={"learning_rate": cfg.learning_rate * proposal["lr_scale"],
+                                         "output_dir": out.with_name(out.name + "-restart"), "resume": "auto"})
+            self.events.append({"stage": stage, "step": proposal["spike_step"], "kind": "restart"})
+            proposal = None
+        elif proposal is not None and proposal.get("stage") == stage:
             proposal = RestartProposal.model_validate(proposal["proposal"])
             self.events.append({"stage": stage, "step": proposal.spike_step, "kind": "restart"})
         else:
@@ -99,10 +106,19 @@ class _Stage:
 
     def spike_result(self, stage: str, report) -> StepResult:
         p = report.proposal
-        return StepResult(outcome="spike", summary=f"{stage}: loss spike at step {p.spike_step}: {p.reason}",
-                          metrics=self.metrics,
-                          details={"stage": stage, "proposal": {"stage": stage, "proposal": p.model_dump(mode="json")},
-                                   "losses": self.curves})
+        if p is None:  # the spike came before the first checkpoint: nothing to roll back to
+            step = report.steps_done
+            proposal = {"stage": stage, "from_start": True, "spike_step": step, "lr_scale": 0.5,
+                        "reason": f"loss spike at step {step}, before any checkpoint: restart {stage} from its "
+                                  f"start with the learning rate scaled by 0.5"}
+            why = proposal["reason"]
+        else:
+            proposal = {"stage": stage, "proposal": p.model_dump(mode="json")}
+            step, why = p.spike_step, p.reason
+        self.events.append({"stage": stage, "step": step, "kind": "spike"})
+        return StepResult(outcome="spike", summary=f"{stage}: {why}", metrics=self.metrics,
+                          details={"stage": stage, "proposal": proposal, "losses": self.curves,
+                                   "events": self.events})
 
 
 def _tokenizer_source(ctx: ToolContext) -> tuple[Path, str | None]:

@@ -21,10 +21,14 @@ def _dbos_steps(ws, run_id):
 
 def test_slice_end_to_end_with_lineage(tmp_path, ws):
     task = write_task(tmp_path)
-    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r1", "--json", timeout=300)
+    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r1", "--json", "--yes",
+               timeout=300)
     assert proc.returncode == 0, proc.stderr
     view = json.loads(proc.stdout)
     assert view["status"] == "completed"
+    # registering the model is gated on the orchestrator's card: the person's --yes decided it
+    assert [(a["action"], a["status"]) for a in view["approvals"]] == [("register_model", "approved")]
+    assert view["approvals"][0]["decided_by"].endswith("(--yes)")
     assert [(s["name"], s["status"], s["attempts"]) for s in view["steps"]] == [
         ("prepare_corpus", "completed", 1), ("curate", "completed", 1), ("train_tokenizer", "completed", 1),
         ("train", "completed", 1), ("evaluate", "completed", 1), ("gate", "completed", 1),
@@ -55,7 +59,7 @@ def test_failed_gate_stops_the_run_with_its_reason(tmp_path, ws):
     assert proc.returncode == 1
     view = run_view(ws, "r2")
     assert view["status"] == "failed"
-    assert "exact_match" in view["error"] and "< required 1.0100" in view["error"]
+    assert "exact_match 0 < min 1.01" in view["error"]
     assert "register_model" not in [s["name"] for s in view["steps"]]
 
 
@@ -71,7 +75,7 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     before = run_view(ws, "r3")
     assert before["status"] == "running" and before["process_alive"] is False
 
-    resumed = cli(ws, "runs", "resume", "r3", "-q", timeout=600)
+    resumed = cli(ws, "runs", "resume", "r3", "-q", "--yes", timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     view = run_view(ws, "r3")
     assert view["status"] == "completed"

@@ -17,7 +17,43 @@ def _exit_for(status: str) -> int:
     return 0 if status == "completed" else 1
 
 
-def execute(workflow: str, task_path: Path, run_id: Optional[str], quiet: bool, as_json: bool) -> int:
+class PreApprover:
+    """``--yes``: the person running the command approves this run's gated actions up front.
+
+    It is a human channel, like ``approvals approve``: each decision is recorded in the
+    queue and the graph as made by that person (``<user> (--yes)``), one by one, as the
+    run asks. Agents never reach it.
+    """
+
+    def __init__(self, ws, run_id: str, person: str):
+        import threading
+
+        self.ws, self.run_id, self.person = ws, run_id, person
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="pre-approver", daemon=True)
+
+    def _loop(self) -> None:
+        from trainteam.workflows.approvals import decide
+        from trainteam.workflows.store import ApprovalStore
+
+        store = ApprovalStore(self.ws.engine)
+        while not self.stop.wait(0.05):
+            for row in store.list("pending", self.run_id):
+                decide(self.ws, row["id"], approve=True, by=self.person, note="approved up front with --yes")
+                err_console.print(f"[green]approved[/green] {row['action']} at {row['step']} "
+                                  f"(as {self.person}, --yes)", highlight=False)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+def execute(workflow: str, task_path: Path, run_id: Optional[str], quiet: bool, as_json: bool,
+            yes: bool = False) -> int:
     from trainteam.workflows.runner import check_runnable, new_run_id, run_foreground
     from trainteam.workflows.spec import load_builtin
     from trainteam.workflows.task import load_task_file
@@ -32,7 +68,13 @@ def execute(workflow: str, task_path: Path, run_id: Optional[str], quiet: bool, 
         err_console.print(f"run [bold]{run_id}[/bold]: workflow {spec.name}, task {task.name} "
                           f"(workspace {ws.root})", highlight=False)
     try:
-        result = run_foreground(ws, spec, task, run_id, progress=not quiet)
+        if yes:
+            import getpass
+
+            with PreApprover(ws, run_id, f"{getpass.getuser()} (--yes)"):
+                result = run_foreground(ws, spec, task, run_id, progress=not quiet)
+        else:
+            result = run_foreground(ws, spec, task, run_id, progress=not quiet)
     except KeyboardInterrupt:
         err_console.print(f"interrupted: the run is kept; continue it with `trainteam runs resume {run_id}`")
         sys.stderr.flush()
@@ -53,10 +95,11 @@ def register(app: typer.Typer) -> None:
         run_id: Optional[str] = typer.Option(None, "--run-id", help="choose the run id (default: generated)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
         as_json: bool = typer.Option(False, "--json", help="print the finished run as JSON"),
+        yes: bool = typer.Option(False, "--yes", "-y", help="approve this run's gated actions up front, as you"),
     ) -> None:
         """Run a workflow on a task in this process, durably: if the process dies,
         `trainteam runs resume RUN` continues where it stopped."""
-        raise typer.Exit(execute(workflow, task, run_id, quiet, as_json))
+        raise typer.Exit(execute(workflow, task, run_id, quiet, as_json, yes))
 
     @app.command("worker")
     def worker(
@@ -73,10 +116,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("demo")
     def demo(
-        yes: bool = typer.Option(False, "--yes", "-y", help="accepted for symmetry; the demo never prompts"),
+        yes: bool = typer.Option(False, "--yes", "-y", help="approve the demo's gated actions (registering the "
+                                 "model) up front, as you; without it the run waits for `trainteam approvals`"),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
         """Run the bundled demo task (addition) end to end."""
         task_file = resources.files("trainteam.workflows").joinpath("examples/addition.yaml")
         with resources.as_file(task_file) as path:
-            raise typer.Exit(execute("train_model", path, None, quiet, False))
+            raise typer.Exit(execute("train_model", path, None, quiet, False, yes))

@@ -55,15 +55,22 @@ def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 @runs_app.command("resume")
 def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resume a run owned by another host"),
-           quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
+           quiet: bool = typer.Option(False, "--quiet", "-q"),
+           yes: bool = typer.Option(False, "--yes", "-y", help="approve the run's gated actions up front, as you")) -> None:
     """Continue a run whose process died; finished steps are not run again."""
+    import contextlib
+    import getpass
+
+    from trainteam.commands.execute import PreApprover
     from trainteam.workflows.runner import resume_foreground
     from trainteam.workflows.views import run_public
 
     ws = workspace()
     run_public(ws, run_id)  # a clear error for an unknown run, before starting the engine
+    approver = PreApprover(ws, run_id, f"{getpass.getuser()} (--yes)") if yes else contextlib.nullcontext()
     try:
-        result = resume_foreground(ws, run_id, force=force, progress=not quiet)
+        with approver:
+            result = resume_foreground(ws, run_id, force=force, progress=not quiet)
     except KeyboardInterrupt:
         sys.stderr.write(f"interrupted: continue with `trainteam runs resume {run_id}`\n")
         os._exit(130)
