@@ -26,9 +26,15 @@ def _prepare_model(model, config: TrainConfig, out: Path):
             model = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True, **q)
         else:
             model = load_model(Path(model), attn_implementation=config.attn_implementation)
+        if hasattr(model, "peft_config"):
+            # A stage that starts from an adapter checkpoint starts from base + adapter: merged,
+            # so a new adapter (or DPO's adapter-free reference) builds on the previous stage.
+            model = model.merge_and_unload()
+            model.requires_grad_(True)
+            return model, True
     elif config.lora and config.lora.quantize_4bit:
         raise BadInput("lora.quantize_4bit: QLoRA loads the base in 4-bit; pass the model as a local folder path")
-    return model
+    return model, False
 
 
 def _fit_embeddings(model, tokenizer) -> bool:
@@ -97,9 +103,9 @@ def train(
     threads = choose_threads(config)
     ds = D.load_data(data, method, "data")
     eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None
-    model = _prepare_model(model, config, out)
+    model, merged = _prepare_model(model, config, out)
     resized = not hasattr(model, "peft_config") and _fit_embeddings(model, tokenizer)
-    model = _anchor_base(model, config, out, changed=resized)
+    model = _anchor_base(model, config, out, changed=resized or merged)
 
     history = RunHistory(out)
     other = history.methods() - {method}

@@ -20,7 +20,7 @@ def build_pretrain(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path
 
     train_ds = D.packed_windows(tokenizer, ds, config.seq_len)
     ev = D.packed_windows(tokenizer, eval_ds, config.seq_len) if eval_ds is not None else None
-    pc = peft_config(config)
+    pc = None if _is_peft(model) else peft_config(config)
     if pc is not None:
         from peft import get_peft_model
 
@@ -77,7 +77,7 @@ def build_sft(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cal
     args = SFTConfig(**common_args(config, out), **sft_layout(config, tokenizer, train_ds), dataset_num_proc=None)
     return SFTTrainer(
         model=model, args=args, train_dataset=train_ds, eval_dataset=ev, processing_class=tokenizer,
-        callbacks=callbacks, peft_config=peft_config(config),
+        callbacks=callbacks, peft_config=None if _is_peft(model) else peft_config(config),
     )
 
 
@@ -91,7 +91,7 @@ def build_dpo(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cal
         **common_args(config, out), beta=o.beta, loss_type=list(o.loss_type),
         precompute_ref_log_probs=o.precompute_ref_log_probs, max_length=config.seq_len,
     )
-    pc = peft_config(config)
+    pc = None if _is_peft(model) else peft_config(config)
     # Without PEFT, TRL would reload the reference from model.config._name_or_path: stale or
     # missing for an in-memory model. A frozen copy is the reference we mean.
     ref = None if pc is not None or _is_peft(model) else copy.deepcopy(model).eval()
@@ -137,7 +137,7 @@ def build_grpo(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, ca
         tokenizer.padding_side = "left"
     return GRPOTrainer(
         model=model, reward_funcs=reward_funcs or default_rewards(tokenizer), args=args, train_dataset=train_ds,
-        processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config(config),
+        processing_class=tokenizer, callbacks=callbacks, peft_config=None if _is_peft(model) else peft_config(config),
     )
 
 

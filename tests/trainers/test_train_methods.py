@@ -126,12 +126,21 @@ def test_text_records_for_pretrain_and_sft(tmp_path, tiny, tok):
     assert rep.steps_done == 3 and all(math.isfinite(v) for _, v in rep.losses)
 
 
-def test_dpo_with_lora_uses_the_adapter_free_base_as_reference(tmp_path, tiny, tok, arith):
+def test_lora_sft_then_lora_dpo_chains_through_the_adapter_folder(tmp_path, tiny, tok, arith):
+    import torch
+
+    sft = train("sft", _cfg(tmp_path / "sft", max_steps=4, lora=LoraOptions(r=4)), tiny, arith[0], tokenizer=tok, progress=False)
     pairs = [{"prompt": r["prompt"], "chosen": r["completion"], "rejected": "9" + r["completion"][::-1]} for r in arith[0][:32]]
-    cfg = _cfg(tmp_path, max_steps=4, per_device_batch_size=8, learning_rate=5e-3, lora=LoraOptions(r=4), dpo=DPOOptions(beta=0.5))
-    rep = train("dpo", cfg, tiny, pairs, tokenizer=tok, progress=False)
+    cfg = _cfg(tmp_path / "dpo", max_steps=4, per_device_batch_size=8, learning_rate=5e-3, lora=LoraOptions(r=4), dpo=DPOOptions(beta=0.5))
+    rep = train("dpo", cfg, sft.final_dir, pairs, tokenizer=tok, progress=False)
+    # The reference is the SFT result (base + SFT adapter, merged): policy == reference at step 1.
     assert rep.losses[0][1] == pytest.approx(math.log(2), abs=0.01)
     assert (rep.final_dir / "adapter_model.safetensors").is_file()
+    ids = tok(["<s>12+34="], return_tensors="pt", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        sft_logits = load_model(sft.final_dir).merge_and_unload()(ids).logits
+        dpo_base_logits = load_model(tmp_path / "dpo" / "base")(ids).logits
+    assert torch.allclose(sft_logits, dpo_base_logits, atol=1e-5)
 
 
 def test_added_functional_tokens_are_trainable(tmp_path, tiny, tok, arith):
