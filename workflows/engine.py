@@ -137,8 +137,10 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     seconds = time.monotonic() - t0
     out = result.model_dump(mode="json")
     status = {"needs_approval": "needs_approval", "error": "failed"}.get(result.outcome, "completed")
-    runs.finish_attempt(attempt, status, seconds, {k: out[k] for k in ("outcome", "summary", "metrics", "artifacts")},
-                        result.summary if status == "failed" else None)
+    # The whole output (curves, evals, decisions) feeds the run report; a paused persona's
+    # conversation stays in DBOS's record only.
+    recorded = {**out, "details": {k: v for k, v in out["details"].items() if k != "pending"}}
+    runs.finish_attempt(attempt, status, seconds, recorded, result.summary if status == "failed" else None)
     if result.outcome == "error":
         _say(f"[red]✗ {name} failed:[/red] {result.summary}")
         return out

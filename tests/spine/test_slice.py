@@ -46,6 +46,16 @@ def test_slice_end_to_end_with_lineage(tmp_path, ws):
     ckpt = next(n for n in lineage["nodes"] if n["kind"] == "Checkpoint")
     assert any(p.endswith(".safetensors") for p in os.listdir(ckpt["path"]))
 
+    # the run report: markdown and plots whose data are the recorded values
+    files = json.loads(cli(ws, "runs", "report", "r1", "--json", check=True).stdout)
+    assert set(files["plots"]) == {"loss", "evals", "steps"}
+    assert all(os.path.getsize(p) > 1000 for p in files["plots"].values())
+    loss_data = json.loads(open(files["data"]["loss"]).read())
+    assert len(loss_data["stages"]["pretrain"]["steps"]) == 6
+    evals_data = json.loads(open(files["data"]["evals"]).read())
+    assert json.dumps(view["metrics"]["evaluate.exact_match"]) in json.dumps(evals_data)
+    assert "r1" in open(files["markdown"]).read()
+
     out = cli(ws, "graph", "export", "--format", "graphml", "--out", str(tmp_path / "g.graphml"), check=True)
     import networkx as nx
 

@@ -53,7 +53,7 @@ class PreApprover:
 
 
 def execute(workflow: str, task_path: Path, run_id: Optional[str], quiet: bool, as_json: bool,
-            yes: bool = False) -> int:
+            yes: bool = False, report: bool = False) -> int:
     from trainteam.workflows.runner import check_runnable, new_run_id, run_foreground
     from trainteam.workflows.spec import load_builtin
     from trainteam.workflows.task import load_task_file
@@ -84,6 +84,12 @@ def execute(workflow: str, task_path: Path, run_id: Optional[str], quiet: bool, 
     elif not quiet:
         console.print(f"run {run_id}: [bold]{result['status']}[/bold]" +
                       (f" — {result['error']}" if result.get("error") else ""), highlight=False)
+        if report:
+            from trainteam.workflows.reporting import write_run_report
+
+            console.print(f"report: {write_run_report(ws, run_id).markdown}", highlight=False)
+        else:
+            console.print(f"report: `trainteam runs report {run_id}`", highlight=False)
     return _exit_for(result["status"])
 
 
@@ -123,4 +129,4 @@ def register(app: typer.Typer) -> None:
         """Run the bundled demo task (addition) end to end."""
         task_file = resources.files("trainteam.workflows").joinpath("examples/addition.yaml")
         with resources.as_file(task_file) as path:
-            raise typer.Exit(execute("train_model", path, None, quiet, False, yes))
+            raise typer.Exit(execute("train_model", path, None, quiet, False, yes, report=True))

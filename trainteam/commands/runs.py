@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import typer
 
@@ -99,6 +100,18 @@ def cancel(run_id: str) -> None:
         client.destroy()
     RunStore(ws.engine).set_status(run_id, "cancelled", error="cancelled by a person")
     console.print(f"run {run_id} cancelled")
+
+
+@runs_app.command("report")
+def report(run_id: str, out: Path = typer.Option(None, "--out", "-o", help="folder (default: workspace/reports/RUN)"),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Write the run's report (markdown + loss, eval and time/cost plots) and print its path."""
+    from trainteam.workflows.reporting import write_run_report
+
+    files = write_run_report(workspace(), run_id, out)
+    if as_json:
+        return print_json(files.model_dump(mode="json"))
+    console.print(str(files.markdown))
 
 
 def register(app: typer.Typer) -> None:
