@@ -33,6 +33,8 @@ HAND = {
     "trl_no_checkpointing": {**_NO_CKPT},
     "trl_group_by_length": {**_NO_CKPT, "train_sampling_strategy": "group_by_length"},
     "trl_padding_free": {**_NO_CKPT, "padding_free": True, "max_length": None},
+    # Threads by hand too: on shared cores one thread can beat two by 3x.
+    "trl_padding_free_1thread": {**_NO_CKPT, "padding_free": True, "max_length": None, "_threads": 1},
 }
 
 
@@ -98,7 +100,9 @@ def run_variant(name: str, work: Path) -> dict:
         kw = dict(output_dir=str(out), bf16=False, use_cpu=True, per_device_train_batch_size=BATCH, learning_rate=LR,
                   lr_scheduler_type="linear", max_steps=steps, report_to="none", save_strategy="no", seed=SEED,
                   disable_tqdm=True, include_num_input_tokens_seen="non_padding")
-        kw.update(HAND.get(name, {}))
+        kw.update({k: v for k, v in HAND.get(name, {}).items() if not k.startswith("_")})
+        if "_threads" in HAND.get(name, {}):
+            torch.set_num_threads(HAND[name]["_threads"])
         trainer = SFTTrainer(model=model, args=SFTConfig(**kw), train_dataset=ds, processing_class=tok)
         res = trainer.train()
         runtime, tokens, threads = res.metrics["train_runtime"], trainer.state.num_input_tokens_seen, torch.get_num_threads()

@@ -95,11 +95,12 @@ def train(
     from trainteam.trainers.checkpoints import resolve_resume
     from trainteam.trainers.methods import BUILDERS
     from trainteam.trainers.progress import RichProgress, quiet_libraries
-    from trainteam.trainers.runtime import choose_threads
+    from trainteam.trainers.runtime import check_runtime, choose_threads
     from trainteam.trainers.spike import SpikeMonitor, make_proposal
     from trainteam.trainers.telemetry import GracefulStop, RunHistory, Telemetry
 
     quiet_libraries()
+    check_runtime(config)
     threads = choose_threads(config)
     ds = D.load_data(data, method, "data")
     eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None

@@ -49,18 +49,27 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def common_args(config: TrainConfig, output_dir: Path) -> dict:
-    """Keyword arguments valid for ``TrainingArguments`` and every TRL config."""
+def check_runtime(config: TrainConfig) -> bool:
+    """Refuse settings this machine cannot run, naming the field; returns whether CUDA is here."""
     cuda = has_cuda()
     if config.precision == "fp16" and not cuda:
         raise BadInput("precision: fp16 needs a CUDA device (CPU training runs fp32 or bf16)")
-    if config.lora and config.lora.quantize_4bit and not cuda:
-        raise BadInput("lora.quantize_4bit: QLoRA needs a CUDA device (bitsandbytes 4-bit)")
-    if config.use_liger:
-        import importlib.util
+    import importlib.util
 
+    if config.lora and config.lora.quantize_4bit:
+        if not cuda:
+            raise BadInput("lora.quantize_4bit: QLoRA needs a CUDA device (bitsandbytes 4-bit)")
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise BadInput("lora.quantize_4bit: the bitsandbytes package is not installed")
+    if config.use_liger:
         if importlib.util.find_spec("liger_kernel") is None:
             raise BadInput("use_liger: the liger-kernel package is not installed")
+    return cuda
+
+
+def common_args(config: TrainConfig, output_dir: Path) -> dict:
+    """Keyword arguments valid for ``TrainingArguments`` and every TRL config."""
+    cuda = check_runtime(config)
     return dict(
         output_dir=str(output_dir),
         max_steps=config.max_steps,

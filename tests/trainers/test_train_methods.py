@@ -112,6 +112,11 @@ def test_bad_config_and_data_errors_name_the_field(tmp_path, tiny, tok, arith):
         train("sft", _cfg(tmp_path, precision="fp16"), tiny, arith[0], tokenizer=tok)
     with pytest.raises(BadInput, match="quantize_4bit"):
         train("sft", _cfg(tmp_path, lora=LoraOptions(quantize_4bit=True)), tiny, arith[0], tokenizer=tok)
+    import importlib.util
+
+    if importlib.util.find_spec("liger_kernel") is None:
+        with pytest.raises(BadInput, match="use_liger"):
+            train("sft", _cfg(tmp_path, use_liger=True), tiny, arith[0], tokenizer=tok)
     with pytest.raises(BadInput, match=r"data\[1\]"):
         train("sft", _cfg(tmp_path), tiny, [arith[0][0], "oops"], tokenizer=tok)
     with pytest.raises(BadInput, match="not a .jsonl"):
