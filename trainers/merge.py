@@ -35,7 +35,9 @@ def merge_adapters(
     from peft import PeftModel
 
     from trainteam.trainers.models import load_model
+    from trainteam.trainers.progress import quiet_libraries
 
+    quiet_libraries()
     adapters = [Path(a) for a in adapters]
     if len(adapters) < 2:
         raise BadInput("adapters: TIES merging needs at least two adapters")

@@ -40,6 +40,9 @@ def build_model(spec: ModelSpec, tokenizer, *, attn_implementation: str | None =
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from trainteam.trainers.progress import quiet_libraries
+
+    quiet_libraries()
     if spec.trust_remote_code:
         raise BadInput("model.trust_remote_code: refused; only local, known architectures are loaded")
     if spec.path is not None:
@@ -59,6 +62,9 @@ def load_model(path: Path, *, attn_implementation: str | None = None, dtype=None
     """Load a local model folder (safetensors). A missing folder is a BadInput, not a hub lookup."""
     from transformers import AutoModelForCausalLM
 
+    from trainteam.trainers.progress import quiet_libraries
+
+    quiet_libraries()
     path = Path(path)
     if (path / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM

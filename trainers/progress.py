@@ -9,8 +9,15 @@ import warnings
 from transformers import TrainerCallback
 
 
+_QUIET = False
+
+
 def quiet_libraries() -> None:
-    """Silence the progress bars and advisory warnings of datasets/transformers/TRL."""
+    """Silence the progress bars and advisory warnings of datasets/transformers/TRL (once)."""
+    global _QUIET
+    if _QUIET:
+        return
+    _QUIET = True
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         import datasets
