@@ -27,7 +27,7 @@ from trainteam.agents.policy import StepFacts, offline_model
 from trainteam.agents.providers import build_model, choose_model
 from trainteam.agents.redact import redact
 from trainteam.agents.tools import TOOLS, StepResult, ToolContext
-from trainteam.agents.tools.base import sha256_file, sha256_tree
+from trainteam.agents.tools.base import sha256_file
 
 PENDING_VERSION = 1
 
@@ -63,14 +63,50 @@ def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
     return facts
 
 
-def artifact_hashes(result: StepResult) -> dict[str, str]:
+_VOLATILE_KEYS = ("seconds", "time", "timestamp", "created_at", "updated_at", "wall", "elapsed", "duration")
+_SKIP = ("training_args.bin", "trainer_state.json", "run-history.jsonl", "optimizer.pt", "scheduler.pt")
+
+
+def _canonical(value: Any, root: str) -> Any:
+    """JSON without timings, with the workspace root made relative: the content, not the occasion."""
+    if isinstance(value, dict):
+        return {k: _canonical(v, root) for k, v in value.items()
+                if not (k in _VOLATILE_KEYS or k.endswith(("_s", "_seconds", "_at")))}
+    if isinstance(value, list):
+        return [_canonical(v, root) for v in value]
+    return value.replace(root, "<workspace>") if isinstance(value, str) else value
+
+
+def _file_hash(path: Path, root: str) -> str:
+    import hashlib
+    import json
+
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            return sha256_file(path)
+        return hashlib.sha256(json.dumps(_canonical(data, root), sort_keys=True).encode()).hexdigest()
+    return sha256_file(path)
+
+
+def artifact_hashes(result: StepResult, root: Path | str) -> dict[str, str]:
+    """Content hashes of a step's artifacts that two equal runs share: weights, configs, tokenizers,
+    data; not timings, pickled arguments, intermediate checkpoints or the workspace path."""
+    import hashlib
+
     hashes = {}
-    for name, path in result.artifacts.items():
-        p = Path(path)
+    for name, value in result.artifacts.items():
+        p = Path(value)
         if p.is_file():
-            hashes[name] = sha256_file(p)
+            hashes[name] = _file_hash(p, str(root))
         elif p.is_dir():
-            hashes[name] = sha256_tree(p)
+            h = hashlib.sha256()
+            for f in sorted(p.rglob("*")):
+                rel = f.relative_to(p)
+                if f.is_file() and f.name not in _SKIP and not any(x.startswith("checkpoint-") for x in rel.parts):
+                    h.update(str(rel).encode() + b"\0" + _file_hash(f, str(root)).encode())
+            hashes[name] = h.hexdigest()
     return hashes
 
 
@@ -183,7 +219,7 @@ class _Session:
                "seconds": round(time.monotonic() - t0, 3) + self.record.get("seconds_before", 0.0)}
         if result is not None:
             rec["result"] = result.model_dump(mode="json")
-            rec["artifact_hashes"] = artifact_hashes(result)
+            rec["artifact_hashes"] = artifact_hashes(result, self.ctx.ws.root)
         if error:
             rec["error"] = error
         if pending_calls is not None:
