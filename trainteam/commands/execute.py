@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Optional
 
@@ -52,16 +51,18 @@ class PreApprover:
         self.thread.join(timeout=5)
 
 
-def execute(workflow: str, task_path: Path, run_id: Optional[str], quiet: bool, as_json: bool,
+def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool, as_json: bool,
             yes: bool = False, report: bool = False) -> int:
+    """Run ``task`` (a TrainTask, or a task file path) to its end in this process."""
     from trainteam.workflows.runner import check_runnable, new_run_id, run_foreground
     from trainteam.workflows.spec import load_builtin
     from trainteam.workflows.task import load_task_file
     from trainteam.workflows.views import run_public
 
     spec = load_builtin(workflow)
-    task = load_task_file(task_path)
-    check_runnable(spec, task, str(task_path))
+    if isinstance(task, (str, Path)):
+        task = load_task_file(Path(task))
+    check_runnable(spec, task, source)
     ws = workspace()  # opened only after the task is known to be good: a bad file changes nothing
     run_id = run_id or new_run_id(task.name)
     if not quiet:
@@ -105,7 +106,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a workflow on a task in this process, durably: if the process dies,
         `trainteam runs resume RUN` continues where it stopped."""
-        raise typer.Exit(execute(workflow, task, run_id, quiet, as_json, yes))
+        raise typer.Exit(execute(workflow, task, str(task), run_id, quiet, as_json, yes))
 
     @app.command("worker")
     def worker(
@@ -126,7 +127,11 @@ def register(app: typer.Typer) -> None:
                                  "model) up front, as you; without it the run waits for `trainteam approvals`"),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
-        """Run the bundled demo task (addition) end to end."""
-        task_file = resources.files("trainteam.workflows").joinpath("examples/addition.yaml")
-        with resources.as_file(task_file) as path:
-            raise typer.Exit(execute("train_model", path, None, quiet, False, yes, report=True))
+        """The team at work on the bundled demo request, submitted in natural language."""
+        from trainteam.agents.orchestrator import DEMO_REQUEST, parse_request, plan_request
+
+        err_console.print(f"[bold]request:[/bold] {DEMO_REQUEST}\n", highlight=False)
+        task = parse_request(DEMO_REQUEST)
+        if not quiet:
+            err_console.print(plan_request(task).text(), highlight=False, markup=False)
+        raise typer.Exit(execute("train_model", task, "demo request", None, quiet, False, yes, report=True))
