@@ -10,6 +10,7 @@ from typing import Any
 from trainteam.errors import BadInput
 from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.reports import RestartProposal, TrainReport
+from trainteam.trainers.runtime import is_main_process
 
 METHODS = ("pretrain", "sft", "dpo", "grpo")
 
@@ -53,7 +54,7 @@ def _anchor_base(model, config: TrainConfig, out: Path, changed: bool = False):
         name = str(getattr(model.config, "_name_or_path", "") or "")
         if changed or not name or not Path(name).is_dir():
             base = out / "base"
-            if not (base / "config.json").is_file():
+            if not (base / "config.json").is_file() and is_main_process():
                 model.save_pretrained(str(base))
             model.config._name_or_path = str(base.resolve())
             model.name_or_path = str(base.resolve())
@@ -158,7 +159,9 @@ def train(
         reason = "spike"
         spiked = out / f"checkpoint-{steps_done}"
         final_dir = out / f"spike-{steps_done}"
-        if spiked.is_dir():  # kept as evidence, but never resumed from by "auto"
+        if not is_main_process():
+            pass
+        elif spiked.is_dir():  # kept as evidence, but never resumed from by "auto"
             if final_dir.exists():
                 import shutil
 
@@ -166,13 +169,15 @@ def train(
             spiked.rename(final_dir)
         else:
             trainer.save_model(str(final_dir))
-        tokenizer.save_pretrained(str(final_dir))
+        if is_main_process():
+            tokenizer.save_pretrained(str(final_dir))
         proposal = make_proposal(spike.evidence, out)
     else:
         reason = "interrupted" if stop.requested else "completed"
         final_dir = out / "final"
         trainer.save_model(str(final_dir))
-        tokenizer.save_pretrained(str(final_dir))
+        if is_main_process():
+            tokenizer.save_pretrained(str(final_dir))
     history.record("end", reason=reason, step=steps_done, step_time=telemetry.step_time)
 
     from trainteam.trainers.checkpoints import complete_checkpoints

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -58,11 +59,14 @@ def latest_complete(output_dir: Path, *, quarantine: bool = True) -> Path | None
             latest = ckpt
             break
         log.warning("checkpoint %s is incomplete (interrupted save); skipping it", ckpt)
-        if quarantine:
+        if quarantine and int(os.environ.get("RANK", "0")) == 0:
             dest = ckpt.with_name(ckpt.name.replace(PREFIX, "incomplete-", 1))
             if dest.exists():
                 shutil.rmtree(dest)
-            ckpt.rename(dest)
+            try:
+                ckpt.rename(dest)
+            except FileNotFoundError:  # another process moved it first
+                pass
     return latest
 
 

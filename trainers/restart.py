@@ -25,13 +25,30 @@ def _link_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def prepare_rollback(proposal: RestartProposal, output_dir: Path) -> Path:
-    import torch
-
+def prepare_rollback(proposal: RestartProposal, output_dir: Path, timeout_s: float = 600.0) -> Path:
+    """Rank 0 writes the rollback folder; other ranks of a launched run wait for it."""
     src = Path(proposal.rollback_checkpoint)
     if not is_complete(src):
         raise BadInput(f"proposal.rollback_checkpoint: {src} is not a complete checkpoint")
     dst = Path(output_dir) / f"rollback-{proposal.spike_step}"
+    ready = dst / ".ready"
+    if int(os.environ.get("RANK", "0")) != 0:
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while not ready.is_file():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {os.environ.get('RANK')}: {dst} was never prepared by rank 0")
+            time.sleep(0.2)
+        return dst
+    _write_rollback(proposal, src, dst)
+    ready.write_text("ok")
+    return dst
+
+
+def _write_rollback(proposal: RestartProposal, src: Path, dst: Path) -> None:
+    import torch
+
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src, dst, copy_function=_link_copy)
@@ -62,7 +79,6 @@ def prepare_rollback(proposal: RestartProposal, output_dir: Path) -> Path:
                     group[key] = group[key] * proposal.lr_scale
         opt_path.unlink()
         torch.save(opt, opt_path)
-    return dst
 
 
 def lr_sync_callback():

@@ -15,6 +15,11 @@ from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.tracking import tracking_args
 
 
+def is_main_process() -> bool:
+    """Rank 0 of a launched run (torchrun / accelerate set RANK), or a plain process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def choose_threads(config: TrainConfig) -> int:
     """config.threads, else TRAINTEAM_THREADS, else the cores idle right now."""
     import torch

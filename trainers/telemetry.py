@@ -106,6 +106,8 @@ class RunHistory:
         return {ev["method"] for ev in self._events() if ev.get("event") == "start" and ev.get("method")}
 
     def record(self, event: str, **fields) -> None:
+        if int(os.environ.get("RANK", "0")) != 0:  # one history per run, written by rank 0
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as fh:
             fh.write(json.dumps({"event": event, "time": time.time(), **fields}, default=str) + "\n")

@@ -85,7 +85,7 @@ def test_non_finite_loss_stops_even_in_warmup(tmp_path, tok, arith):
 
 
 def test_detector_rules():
-    d = SpikeDetector(SpikeOptions(window=16, warmup_steps=8, sigma=6))
+    d = SpikeDetector(SpikeOptions(window=16, warmup_steps=8, sigma=6, watch_grad_norm=True))
     vals = [2.0 + 0.01 * ((i * 7) % 5) for i in range(20)]
     assert all(d.observe(i, v, 1.0) is None for i, v in enumerate(vals))
     assert d.observe(20, 2.5, 1.0)["metric"] == "loss"
@@ -95,6 +95,10 @@ def test_detector_rules():
     assert early.observe(0, 100.0) is None  # warm-up: big values are fine...
     assert early.observe(1, float("inf"))["rule"] == "non-finite"  # ...non-finite never is
     assert SpikeOptions().window == 128 and SpikeOptions().sigma == 6 and SpikeOptions().warmup_steps == 64
+    loss_only = SpikeDetector(SpikeOptions(window=16, warmup_steps=0))  # grad-norm z-score off by default
+    assert all(loss_only.observe(i, 2.0 + 0.01 * (i % 3), 1.0) is None for i in range(10))
+    assert loss_only.observe(10, 2.0, 50.0) is None
+    assert loss_only.observe(11, 2.0, float("nan"))["metric"] == "grad_norm"
 
 
 def test_proposal_never_rolls_back_to_a_checkpoint_that_may_hold_the_bad_update(tmp_path):
