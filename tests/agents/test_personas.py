@@ -183,3 +183,22 @@ def test_instructions_carry_task_budget_graph_facts_and_only_needed_skills(ws):
     assert "DatasetVersion" in first and "records=300" in first  # what the graph knows
     assert "### train_model" in first and "### launch" not in first and "### troubleshooting" not in first
     assert "### launch" in second and "### troubleshooting" in second and "attempt 2" in second
+
+
+def test_a_failing_tool_is_recorded_then_handed_to_the_engine_as_is(ws):
+    # train needs the prepare_corpus output; without it the tool raises, as the engine expects
+    with pytest.raises(LookupError, match="prepare_corpus"):
+        run_persona_step(ctx(ws, "training_engineer", "train_tokenizer"), "train_tokenizer")
+    record = json.loads((ws.dir("transcripts") / "run1" / "train_tokenizer#1.json").read_text())
+    assert record["status"] == "error" and "LookupError" in record["error"]
+    failed = [n for n in ws.graph.nodes(NodeKind.TOOL_CALL) if n["tool"] == "train_tokenizer"]
+    assert failed and failed[0]["status"] == "error"
+
+
+def test_a_second_agent_run_of_the_same_step_visit_gets_its_own_transcript(ws):
+    c = ctx(ws, "data_curator", "prepare_corpus")
+    run_persona_step(c, "prepare_corpus")
+    again = run_persona_step(c, "prepare_corpus")  # e.g. the restart after a loss spike
+    assert again.details["persona"]["transcript"].endswith("prepare_corpus#1.2.json")
+    assert sorted(p.name for p in (ws.dir("transcripts") / "run1").iterdir()) == \
+        ["prepare_corpus#1.2.json", "prepare_corpus#1.json"]

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from persona_helpers import ctx
 
+from trainteam.agents.orchestrator import parse_request
 from trainteam.agents.providers import choose_model
 from trainteam.agents.runtime import run_persona_step
 from trainteam.errors import BadInput
@@ -22,6 +23,7 @@ class Script(BaseHTTPRequestHandler):
 
     requests: list[dict] = []
     auth: list[str] = []
+    task: dict | None = None
 
     def do_POST(self):  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -29,7 +31,9 @@ class Script(BaseHTTPRequestHandler):
         Script.auth.append(self.headers.get("Authorization", ""))
         tools = {t["function"]["name"] for t in body.get("tools", [])}
         answered = any(m.get("role") == "tool" for m in body["messages"])
-        if not answered:
+        if Script.task is not None:  # the orchestrator's request parsing: the task as structured output
+            call = {"name": next(n for n in tools if "TrainTask" in n), "arguments": json.dumps(Script.task)}
+        elif not answered:
             call = {"name": "prepare_corpus", "arguments": json.dumps({"reason": "bring the data in"})}
         else:
             final = next(n for n in tools if n.startswith("final_result"))
@@ -54,7 +58,7 @@ class Script(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    Script.requests, Script.auth = [], []
+    Script.requests, Script.auth, Script.task = [], [], None
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Script)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -89,3 +93,19 @@ def test_other_personas_stay_offline_and_bad_settings_fail_clearly(monkeypatch):
     monkeypatch.setenv("TRAINTEAM_MODEL", "gpt-4o")
     with pytest.raises(BadInput, match="TRAINTEAM_MODEL: 'gpt-4o' is not a model id"):
         choose_model("eval_judge")
+
+
+def test_a_real_provider_parses_requests_as_structured_output_and_is_held_to_the_text(server, monkeypatch):
+    monkeypatch.setenv("TRAINTEAM_MODEL_ML_ORCHESTRATOR", "openai:scripted-orchestrator")
+    monkeypatch.setenv("TRAINTEAM_MODEL_BASE_URL_ML_ORCHESTRATOR", server)
+    Script.task = {"name": "sums", "model": {"arch": "llama", "hidden_size": 64, "num_layers": 2, "num_heads": 2},
+                   "data": {"demo": "addition", "n_train": 1000}, "budget": {"max_wall_minutes": 15},
+                   "stages": ["pretrain"]}
+    task = parse_request("pretrain a small llama to add numbers, 1000 problems, budget 15 minutes")
+    assert (task.name, task.model.hidden_size, task.data.n_train, task.budget.max_wall_minutes) == \
+        ("sums", 64, 1000, 15)
+    offered = {t["function"]["name"] for t in Script.requests[0]["tools"]}
+    assert any("TrainTask" in n for n in offered) and any("Refusal" in n for n in offered)
+    Script.task = {**Script.task, "data": {"path": "/data/train.jsonl", "eval_path": "/data/eval.jsonl"}}
+    with pytest.raises(BadInput, match="data.path: /data/train.jsonl is not written in the request"):
+        parse_request("pretrain a small llama on my data, budget 15 minutes")
