@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Literal
 
 from jinja2 import Environment, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field
@@ -241,52 +241,3 @@ def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
     md_path.write_text(md)
     return ReportFiles(markdown=md_path, plots=plots, data=data)
 
-
-_BATTERY_METRICS = {"heldout_loss", "perplexity", "exact_match", "format_adherence", "determinism", "repetition_rate"}
-
-
-def report_input_from_outputs(
-    *,
-    run_id: str,
-    task: Mapping[str, Any],
-    steps: list[Mapping[str, Any]],
-    outputs: Mapping[str, Mapping[str, Any]],
-    status: str = "",
-) -> ReportInput:
-    """Assemble the report from a run's records: ``task`` as stored with the run, ``steps`` as
-    ``RunStore.steps_summary`` gives them, ``outputs`` the steps' full StepResult dicts (with
-    ``details``: loss curves, spike events, eval stage, gate reasons)."""
-    price = float(((task.get("budget") or {}).get("cost_per_hour_usd")) or 0.0)
-    step_rows = [
-        StepRecord(name=s["name"] + (f"#{s['visit']}" if int(s.get("visit") or 1) > 1 else ""), persona=s.get("persona"),
-                   status=s.get("status", "?"), started=s.get("started_at"), finished=s.get("finished_at"),
-                   seconds=s.get("seconds"), cost=round(price * float(s.get("seconds") or 0.0) / 3600.0, 6))
-        for s in steps
-    ]
-    losses: dict[str, list[tuple[int, float]]] = {}
-    events: list[LossEvent] = []
-    evals: dict[str, dict[str, float]] = {}
-    outcomes: dict[str, GateOutcome] = {}
-    model_id = None
-    for out in outputs.values():
-        details = out.get("details") or {}
-        for stage, pts in (details.get("losses") or {}).items():
-            losses[stage] = [(int(x), float(y)) for x, y in pts]
-        for e in details.get("events") or []:
-            events.append(LossEvent(stage=e["stage"], step=int(e["step"]), kind=e["kind"], note=e.get("note", "")))
-        proposal = (details.get("proposal") or {}).get("proposal")
-        if out.get("outcome") == "spike" and proposal:
-            events.append(LossEvent(stage=details.get("stage", "?"), step=int(proposal["spike_step"]), kind="spike",
-                                    note=str(proposal.get("reason", ""))))
-        stage = details.get("stage")
-        metrics = {k: float(v) for k, v in (out.get("metrics") or {}).items() if isinstance(v, (int, float))}
-        if stage and "passed" in details and "reasons" in details:
-            outcomes[stage] = GateOutcome(passed=bool(details["passed"]), reasons=list(details["reasons"]),
-                                          accepted_by=details.get("accepted_by"))
-        elif stage and _BATTERY_METRICS & set(metrics):
-            evals[stage] = metrics
-        model_id = details.get("model_id") or model_id
-    gates = {stage: as_rules(rule) for stage, rule in (task.get("gates") or {}).items()}
-    return ReportInput(run_id=run_id, task_name=str(task.get("name", "?")), status=status, steps=step_rows,
-                       losses=losses, events=events, evals=evals, gates=gates, gate_outcomes=outcomes,
-                       model_id=model_id)

@@ -61,34 +61,3 @@ def test_empty_run_still_writes_a_report(tmp_path):
     files = write_report(ReportInput(run_id="r0", task_name="t"), tmp_path)
     assert files.plots == {} and files.markdown.read_text().startswith("# Run r0 — t")
 
-
-def test_report_input_from_a_runs_records(tmp_path):
-    """The step outputs as the tools record them become the report's curves, evals and gates."""
-    from trainteam.workflows.report import report_input_from_outputs
-
-    task = {"name": "demo", "budget": {"max_wall_minutes": 10, "cost_per_hour_usd": 3.6},
-            "gates": {"sft": {"metric": "exact_match", "min": 0.9}}}
-    steps = [{"name": "train", "visit": 1, "persona": "training_engineer", "status": "completed", "seconds": 100.0},
-             {"name": "evaluate", "visit": 1, "persona": "eval_judge", "status": "completed", "seconds": 2.0},
-             {"name": "gate", "visit": 1, "persona": "eval_judge", "status": "completed", "seconds": 0.1},
-             {"name": "train", "visit": 2, "persona": "training_engineer", "status": "completed", "seconds": 10.0}]
-    outputs = {
-        "train": {"outcome": "ok", "metrics": {"sft.final_loss": 0.2},
-                  "details": {"stages": ["sft"], "losses": {"sft": [[1, 2.5], [2, 1.0]]},
-                              "events": [{"stage": "sft", "step": 2, "kind": "restart"}]}},
-        "evaluate": {"outcome": "ok", "metrics": {"exact_match": 0.85, "heldout_loss": 0.4},
-                     "details": {"stage": "sft", "stages": ["sft"]}},
-        "gate": {"outcome": "failed", "details": {"stage": "sft", "passed": False,
-                                                   "reasons": ["exact_match 0.85 < min 0.9"], "accepted_by": None}},
-        "register_model": {"outcome": "ok", "details": {"model_id": "m-abc"}},
-    }
-    r = report_input_from_outputs(run_id="r1", task=task, steps=steps, outputs=outputs, status="completed")
-    assert [s.name for s in r.steps] == ["train", "evaluate", "gate", "train#2"]
-    assert r.steps[0].cost == 0.1  # 100 s at $3.60 an hour
-    assert r.losses == {"sft": [(1, 2.5), (2, 1.0)]}
-    assert r.evals == {"sft": {"exact_match": 0.85, "heldout_loss": 0.4}}
-    assert r.gate_outcomes["sft"].reasons == ["exact_match 0.85 < min 0.9"]
-    assert r.gates["sft"][0].min == 0.9 and r.model_id == "m-abc"
-    assert [(e.kind, e.step) for e in r.events] == [("restart", 2)]
-    md = write_report(r, tmp_path).markdown.read_text()
-    assert "registered model `m-abc`" in md and "| sft | exact_match | 0.85 | min 0.9 |" in md
