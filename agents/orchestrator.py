@@ -104,8 +104,12 @@ def _grounded(task, text: str) -> None:
                 raise BadInput(f"{field}: {value} is not written in the request; give the path explicitly")
     if task.model.path is not None and str(task.model.path) not in text:
         raise BadInput(f"model.path: {task.model.path} is not written in the request; give the folder explicitly")
-    if "budget" in read_request(text).missing:
+    said = read_request(text)
+    if "budget" in said.missing:
         raise BadInput(_MISSING["budget"])
+    refused = [p for p in said.problems if p.startswith("budget")]
+    if refused:  # "no budget" stays a refusal whatever ceiling a model filled in
+        raise BadInput(refused[0])
 
 
 def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bool = True):

@@ -147,6 +147,9 @@ class OfflinePolicy:
             return self._judge(messages, info, result)
         if outcome == "error":
             return self._finish(messages, info, summary, "stop")
+        if outcome == "spike":  # the trainer stopped at a loss spike: its restart proposal goes to a person
+            return self._finish(messages, info, summary, "stop",
+                                ["loss spike: the restart proposal waits for a person's approval"])
         metrics = result.get("metrics") or {}
         keep = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")
         reasons = [f"{k}={v:.4g}" for k, v in sorted(metrics.items())

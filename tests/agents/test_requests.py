@@ -154,6 +154,8 @@ def test_a_model_that_invents_a_budget_is_refused(files):
                 "stages": ["pretrain"]}
     with pytest.raises(BadInput, match="budget: give a time limit"):
         parse_request("pretrain a tiny llama on addition", model=_provider_answering(invented))
+    with pytest.raises(BadInput, match="budget: a run never spends without a ceiling"):
+        parse_request("pretrain a tiny llama on addition, no budget", model=_provider_answering(invented))
 
 
 def test_submit_cli_plan_only_json_and_refusal(tmp_path):
