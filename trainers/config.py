@@ -44,7 +44,7 @@ class ModelSpec(_Strict):
 
 
 class TokenizerConfig(_Strict):
-    vocab_size: int = Field(default=256, gt=0)
+    vocab_size: int = Field(default=512, ge=260, description="byte alphabet (256) + special tokens + merges")
     split_digits: bool = Field(default=True, description="one token per digit; arithmetic fails without it")
     min_frequency: int = Field(default=1, ge=1)
     special_tokens: list[str] = Field(default_factory=lambda: ["<pad>", "<s>", "</s>", "<unk>"])

@@ -104,3 +104,25 @@ def _wake_run(ws, run_id: str, approval_id: str, status: str) -> None:
                     topic=approval_topic(approval_id), idempotency_key=f"decision:{approval_id}")
     finally:
         client.destroy()
+
+
+def cancel_run(ws, run_id: str) -> list[str]:
+    """Cancel a run in the engine, expire its open approvals and wake it if it waits for one
+    (the wake-up makes it reach its next step, where the engine stops it)."""
+    from dbos import DBOSClient
+
+    from trainteam.workflows.store import RunStore
+
+    store = ApprovalStore(ws.engine)
+    pending = store.list("pending", run_id)
+    client = DBOSClient(system_database_url=ws.dbos_database_url)
+    try:
+        client.cancel_workflow(run_id)
+        RunStore(ws.engine).set_status(run_id, "cancelled", error="cancelled by a person")
+        for row in pending:
+            store.decide(row["id"], "expired", getpass.getuser(), "run cancelled")
+            client.send(run_id, {"approval_id": row["id"], "status": "expired"},
+                        topic=approval_topic(row["id"]), idempotency_key=f"cancel:{row['id']}")
+    finally:
+        client.destroy()
+    return [r["id"] for r in pending]

@@ -58,10 +58,29 @@ def launch(ws, progress: bool = True) -> str:
         raise RuntimeError("the workflow engine is already launched in this process")
     executor_id = new_executor_id()
     DBOS(config=dbos_config(ws, executor_id))
+    _quiet_cancellations()
     _Process.ws, _Process.executor_id, _Process.progress = ws, executor_id, progress
     DBOS.launch()
     _Process.launched = True
     return executor_id
+
+
+def _quiet_cancellations() -> None:
+    """A person's `runs cancel` is not an error: keep DBOS from logging it with a traceback."""
+    import logging
+
+    from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError
+
+    class _DropCancelled(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            exc = record.exc_info[1] if record.exc_info else None
+            if isinstance(exc, (DBOSWorkflowCancelledError, DBOSAwaitedWorkflowCancelledError)):
+                return False
+            return "is no longer owned by this execution" not in record.getMessage()
+
+    logger = logging.getLogger("dbos")
+    if not any(isinstance(f, _DropCancelled) for f in logger.filters):
+        logger.addFilter(_DropCancelled())
 
 
 def shutdown() -> None:

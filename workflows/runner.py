@@ -36,9 +36,18 @@ def run_foreground(ws, spec: WorkflowSpec, task: TrainTask, run_id: str, progres
 
     engine.launch(ws, progress)
     try:
-        return engine.start(ws, spec, task, run_id).get_result()
+        return _result(engine.start(ws, spec, task, run_id), run_id)
     finally:
         engine.shutdown()
+
+
+def _result(handle, run_id: str) -> dict:
+    from dbos._error import DBOSAwaitedWorkflowCancelledError
+
+    try:
+        return handle.get_result()
+    except DBOSAwaitedWorkflowCancelledError:
+        return {"run_id": run_id, "status": "cancelled", "error": "cancelled by a person"}
 
 
 def resume_foreground(ws, run_id: str, force: bool = False, progress: bool = True) -> dict:
@@ -46,7 +55,7 @@ def resume_foreground(ws, run_id: str, force: bool = False, progress: bool = Tru
 
     engine.launch(ws, progress)
     try:
-        return engine.resume(ws, run_id, force=force).get_result()
+        return _result(engine.resume(ws, run_id, force=force), run_id)
     finally:
         engine.shutdown()
 

@@ -73,3 +73,17 @@ def test_unknown_approval_is_a_clear_error(ws):
     proc = cli(ws, "approvals", "approve", "nope")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: approval 'nope' not found (see `trainteam approvals list`)"
+
+
+def test_cancel_stops_a_waiting_run_and_expires_its_approval(tmp_path, ws):
+    run = _start_gated_run(tmp_path, ws, "r-cancel")
+    pending = wait_for(lambda: pending_approvals(ws), what="a pending approval")
+    proc = cli(ws, "runs", "cancel", "r-cancel", check=True)
+    assert "1 open approval(s) expired" in proc.stdout
+    assert run.wait(timeout=60) == 1
+    assert "Traceback" not in run.stderr.read()
+    view = run_view(ws, "r-cancel")
+    assert view["status"] == "cancelled" and view["steps"] == []
+    assert view["approvals"][0]["status"] == "expired"
+    late = cli(ws, "approvals", "approve", pending[0]["id"])
+    assert late.returncode == 2 and "already expired" in late.stderr

@@ -82,10 +82,8 @@ def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resum
 
 @runs_app.command("cancel")
 def cancel(run_id: str) -> None:
-    """Stop a run at its next step boundary and mark it cancelled."""
-    from dbos import DBOSClient
-
-    from trainteam.workflows.store import RunStore
+    """Stop a run at its next step boundary and mark it cancelled; its open approvals expire."""
+    from trainteam.workflows.approvals import cancel_run
     from trainteam.workflows.views import run_public
 
     ws = workspace()
@@ -93,13 +91,8 @@ def cancel(run_id: str) -> None:
     if view["status"] in ("completed", "failed", "cancelled"):
         console.print(f"run {run_id} is already {view['status']}")
         return
-    client = DBOSClient(system_database_url=ws.dbos_database_url)
-    try:
-        client.cancel_workflow(run_id)
-    finally:
-        client.destroy()
-    RunStore(ws.engine).set_status(run_id, "cancelled", error="cancelled by a person")
-    console.print(f"run {run_id} cancelled")
+    expired = cancel_run(ws, run_id)
+    console.print(f"run {run_id} cancelled" + (f"; {len(expired)} open approval(s) expired" if expired else ""))
 
 
 @runs_app.command("report")
