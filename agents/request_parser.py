@@ -27,7 +27,7 @@ ARCHS = {"llama": r"\bllama\b", "qwen2": r"\bqwen-?2?\b", "gpt2": r"\bgpt-?2\b"}
 SIZES = {"tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4},
          "small": {"hidden_size": 256, "num_layers": 4, "num_heads": 4}}
 DIGITS = {"single": 9, "one": 9, "two": 99, "three": 999, "four": 9999}
-_NUM = r"(\d[\d,_]*(?:\.\d+)?(?:e-?\d+)?)"
+_NUM = r"(\d+(?:[,_]\d{3})*(?:\.\d+)?(?:e-?\d+)?)"
 _PATH = r"((?:~|\.{1,2}|/)?[\w.\-~]*/[\w.\-/~]+|[\w.\-~]+\.jsonl?)"
 
 
@@ -83,8 +83,8 @@ def _model(text: str, r: Reading) -> dict[str, Any] | None:
             spec.update(hidden_size=shape.hidden_size, num_layers=shape.num_layers, num_heads=shape.num_heads)
         found = True
     for key, pat in (("hidden_size", r"hidden(?:[ _]size)?(?:\s+of)?\s+(\d+)|(\d+)[- ]hidden"),
-                     ("num_layers", r"(\d+)\s+(?:transformer\s+)?layers|layers?\s*[:=]?\s*(\d+)"),
-                     ("num_heads", r"(\d+)\s+(?:attention\s+)?heads|heads?\s*[:=]?\s*(\d+)"),
+                     ("num_layers", r"(\d+)\s+(?:transformer\s+)?layers?\b|layers?\s*[:=]?\s*(\d+)"),
+                     ("num_heads", r"(\d+)\s+(?:attention\s+)?heads?\b|heads?\s*[:=]?\s*(\d+)"),
                      ("max_position_embeddings", r"context(?:\s+(?:length|window|of))?\s+(\d+)|(\d+)[- ]token context")):
         m = _search(pat, text)
         if m:
@@ -129,7 +129,7 @@ def _data(text: str, r: Reading) -> dict[str, Any] | None:
                     text)
         if m and (m.end() < len(text)) and not (data.get("n_eval") == _int(m.group(1)) and "held" in text[m.end():m.end() + 10]):
             data["n_train"] = _int(m.group(1))
-        m = _search(r"operands?\s+(?:up to|below|under|<=?)\s+" + _NUM, text)
+        m = _search(r"(?:operands?|numbers?)\s+(?:up to|below|under|<=?)\s+" + _NUM, text)
         if m:
             data["max_operand"] = _int(m.group(1))
         else:
@@ -188,7 +188,7 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
         if m:
             cfg["save_steps"] = _int(m.group(1))
             clause = clause[:m.start()] + clause[m.end():]
-        for key, pat, conv in (("max_steps", _NUM + r"\s+(?:\w+\s+)?steps\b", _int),
+        for key, pat, conv in (("max_steps", _NUM + r"\s+(?:[a-z-]+\s+)?steps\b", _int),
                                ("per_device_batch_size", r"batch(?:\s+size)?(?:\s+of)?\s+" + _NUM, _int),
                                ("learning_rate", r"(?:learning rate|\blr)(?:\s+of)?\s*=?\s*" + _NUM, _num),
                                ("seq_len", r"(?:sequence length|seq(?:uence)?[_ ]len\w*)(?:\s+of)?\s+" + _NUM, _int)):

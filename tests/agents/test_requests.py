@@ -74,6 +74,18 @@ ACCEPTED = [
      {"model.path": "base", "data.path": "data/train.jsonl", "data.eval_path": "data/dev.jsonl", "stages": ["sft"],
       "budget.max_wall_minutes": 120}),
     ("tiny llama, context 128, on addition, budget 5 minutes", {"model.max_position_embeddings": 128}),
+    ("sft a small qwen on subtraction, lr 3e-4, 500 steps, 45 min budget",
+     {"stages": ["pretrain", "sft"], "training.sft.max_steps": 500, "training.sft.learning_rate": 3e-4}),
+    ("train a tiny llama to add numbers up to 50 for 10 minutes, seed 3",
+     {"data.max_operand": 50, "data.seed": 3, "budget.max_wall_minutes": 10}),
+    ("Please pretrain a tiny llama on 2-digit addition and then fine-tune it; I want 90% accuracy; "
+     "spend at most 30 minutes.", {"stages": ["pretrain", "sft"], "gates.sft.min": 0.9, "data.max_operand": 99}),
+    ("tiny llama on addition with 20,000 problems, budget 20 minutes", {"data.n_train": 20000}),
+    ("pretrain a llama, hidden 32, 1 layer, 1 head, on addition with 400 problems and 16 held out, for 6 steps "
+     "at batch 8, sequence length 32; budget 10 minutes",
+     {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 1, "data.n_train": 400, "data.n_eval": 16,
+      "training.pretrain.max_steps": 6, "training.pretrain.per_device_batch_size": 8,
+      "training.pretrain.seq_len": 32}),
     ("pretrain a tiny llama on addition then GRPO with 4 generations; budget 20 minutes",
      {"stages": ["pretrain", "grpo"], "training.grpo.grpo.num_generations": 4}),
 ]
