@@ -1,6 +1,14 @@
 """The training stack on transformers, TRL, PEFT and accelerate; imports no agents or workflows.
 
 Importing this package is light (no torch): names resolve on first use (PEP 562).
+
+    train_tokenizer(texts, TokenizerConfig, out_dir) -> Path      load_tokenizer(path) -> tokenizer
+    build_model(ModelSpec, tokenizer) -> model                    load_model(path) -> model (adapter folders too)
+    train(method, TrainConfig, model | Path, data, *, tokenizer, eval_data=None, callbacks=None,
+          progress=True, apply_proposal=None, reward_funcs=None) -> TrainReport
+    exact_match(model | Path, tokenizer, problems) -> EvalResult  heldout_loss(model, tokenizer, records) -> float
+    merge_adapters([adapter dirs], out_dir, combination_type="ties") -> Path
+    record_training(graph, TrainReport, run_key=...) -> node ids
 """
 
 from __future__ import annotations
