@@ -67,7 +67,27 @@ def latest_complete(output_dir: Path, *, quarantine: bool = True) -> Path | None
                 ckpt.rename(dest)
             except FileNotFoundError:  # another process moved it first
                 pass
+    rollback = _latest_rollback(output_dir)
+    if rollback is not None and (latest is None or _state_step(rollback) > (checkpoint_step(latest) or 0)):
+        # An approved spike restart that was interrupted before its first save continues from
+        # its rollback (bad batches skipped, LR scaled), not from the older plain checkpoint.
+        return rollback
     return latest
+
+
+def _state_step(path: Path) -> int:
+    try:
+        return int(json.loads((Path(path) / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def _latest_rollback(output_dir: Path) -> Path | None:
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    found = [p for p in output_dir.glob("rollback-*") if (p / ".ready").is_file() and is_complete(p)]
+    return max(found, key=_state_step, default=None)
 
 
 def resolve_resume(resume, output_dir: Path) -> Path | None:

@@ -63,10 +63,19 @@ def test_injected_spike_is_caught_and_approved_proposal_resumes_before_it(tmp_pa
     assert lr10 == pytest.approx(_cosine(9), rel=1e-4)  # the LR logged at step s drove update s
 
     # The person approves; training resumes from the pre-spike checkpoint, past the bad batches, at half LR.
+    from trainteam.trainers.checkpoints import latest_complete
+
     again = train("pretrain", _cfg(out), _model(tok), arith[0], tokenizer=tok, apply_proposal=p, progress=False)
     assert again.stopped_reason == "completed" and again.steps_done == 30
     assert again.resumed_from.name == "rollback-15"
     assert again.losses[0][0] == 16
+    # Had that restart died before its first save, "auto" would continue from the rollback.
+    assert (out / "rollback-15" / ".ready").is_file()
+    import shutil
+
+    for c in ("checkpoint-16", "checkpoint-20", "checkpoint-24", "checkpoint-28", "checkpoint-30"):
+        shutil.rmtree(out / c, ignore_errors=True)
+    assert latest_complete(out) == out / "rollback-15"
     lr16 = next(e["learning_rate"] for e in again.log_history if e["step"] == 16)
     assert lr16 == pytest.approx(0.5 * _cosine(15), rel=1e-4)
     pre_spike = [v for s, v in rep.losses if s < 15]
