@@ -12,6 +12,7 @@ decided (``DeferredToolResults``: ``ToolApproved`` / ``ToolDenied``).
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,16 @@ def _canonical(value: Any, root: str) -> Any:
 
 
 def _file_hash(path: Path, root: str) -> str:
+    st = path.stat()  # the same checkpoint is an artifact of several steps: hash its bytes once per process
+    return _cached_hash(str(path), st.st_size, st.st_mtime_ns, root)
+
+
+@lru_cache(maxsize=4096)
+def _cached_hash(path_s: str, size: int, mtime_ns: int, root: str) -> str:
     import hashlib
     import json
 
+    path = Path(path_s)
     if path.suffix == ".json":
         try:
             data = json.loads(path.read_text())
