@@ -147,8 +147,16 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
 def plan_of(ctx: ToolContext, tool: str) -> dict[str, Any]:
     if tool in TRAINING_TOOLS:
         return plan_stages(ctx, tool)
-    return {"tool": tool, "step": ctx.step, "inputs": {k: str(v) for k, v in ctx.inputs.items()},
-            "will": f"run {tool} for step {ctx.step} of run {ctx.run_id}"}
+    plan: dict[str, Any] = {"tool": tool, "step": ctx.step, "inputs": {k: str(v) for k, v in ctx.inputs.items()},
+                            "will": f"run {tool} for step {ctx.step} of run {ctx.run_id}"}
+    if tool == "curate":  # the filters it would apply, chosen for the kind of data
+        try:
+            from trainteam.agents.tools.curation import curation_config
+
+            plan["config"] = curation_config(ctx.task).model_dump(mode="json")
+        except (ImportError, AttributeError):
+            pass
+    return plan
 
 
 # ----------------------------------------------------------------------- tools

@@ -95,5 +95,8 @@ def test_transcripts_export_sft_through_the_curation_builders(tmp_path):
     proc = cli(ws.root, "transcripts", "export", "--format", "sft", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert [json.loads(line) for line in out.read_text().splitlines()] == json.loads(json.dumps(examples))
+    listed = json.loads(cli(ws.root, "transcripts", "list", "--json").stdout)
+    assert [(r["segment"], r["persona"], r["status"]) for r in listed] == [
+        ("prepare_corpus#1", "data_curator", "completed"), ("register_model#1", "ml_orchestrator", "completed")]
     bad = cli(ws.root, "transcripts", "export", "--format", "dpo")
     assert bad.returncode == 2 and "--format" in bad.stderr
