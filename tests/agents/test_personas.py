@@ -202,3 +202,15 @@ def test_a_second_agent_run_of_the_same_step_visit_gets_its_own_transcript(ws):
     assert again.details["persona"]["transcript"].endswith("prepare_corpus#1.2.json")
     assert sorted(p.name for p in (ws.dir("transcripts") / "run1").iterdir()) == \
         ["prepare_corpus#1.2.json", "prepare_corpus#1.json"]
+
+
+def test_another_personas_tool_is_as_unknown_as_an_invented_one(ws):
+    def overreach(messages, info):
+        return ModelResponse(parts=[ToolCallPart("register_model", {"reason": "ship it myself"},
+                                                 tool_call_id=f"o{len(messages)}")])
+
+    outputs = {"final_eval": final_eval_output(ws, fake_checkpoint(ws))}
+    result = run_persona_step(ctx(ws, "data_curator", "prepare_corpus", outputs=outputs), "prepare_corpus",
+                              model=FunctionModel(overreach))
+    assert result.outcome == "error" and "unknown tool 'register_model'" in result.summary
+    assert not ws.graph.nodes(NodeKind.MODEL)
