@@ -139,8 +139,11 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
         out["stages"][stage] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
                                 "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len,
                                 **verdict.model_dump(exclude={"stage"})}
+    from trainteam.agents.briefing import spent_minutes
+
     out["est_minutes"] = round(total, 3)
     out["budget_minutes"] = task.budget.max_wall_minutes
+    out["spent_minutes"] = round(spent_minutes(ctx) or 0.0, 3)  # what the run's earlier steps already took
     return out
 
 

@@ -130,8 +130,10 @@ class OfflinePolicy:
                 reasons += [f"{stage}: planner refused {r['field']} ({r['kind']}); applying its fix "
                             f"{ {k: v for k, v in entry['fixes'].items()} }" for r in entry.get("refusals", [])]
         est, budget = plan.get("est_minutes"), plan.get("budget_minutes")
-        if est is not None and budget and est > budget:
-            why = f"the planner estimates {est:.1f} min, over the {budget:g} min budget"
+        spent = plan.get("spent_minutes") or 0.0
+        if est is not None and budget and est > budget - spent:
+            left = f"{budget - spent:.1f} min left of " if spent else ""
+            why = f"the planner estimates {est:.1f} min, over the {left}{budget:g} min budget"
             return self._finish(messages, info, f"not starting {f.tool}: {why}", "stop", [why])
         accepted = f"plan accepted ({est} min estimated)" if est is not None else "plan accepted"
         args: dict[str, Any] = {"execute": True, "reason": "; ".join(reasons) or accepted}
