@@ -76,8 +76,17 @@ def _api_key(persona: str, environ: dict[str, str]) -> str | None:
 
 
 def build_model(choice: ModelChoice, environ: dict[str, str] | None = None) -> Any:
-    """A pydantic-ai Model for a non-offline choice."""
-    env = os.environ if environ is None else environ
+    """A pydantic-ai Model for a non-offline choice; a setting that cannot work is one line naming it."""
+    from pydantic_ai.exceptions import UserError
+
+    try:
+        return _build(choice, os.environ if environ is None else environ)
+    except (ImportError, UserError) as exc:
+        first = str(exc).split(". ")[0].split(" — ")[0].splitlines()[0]
+        raise BadInput(f"{choice.source}: {choice.model}: {first}") from None
+
+
+def _build(choice: ModelChoice, env: dict[str, str]) -> Any:
     provider_name, _, name = choice.model.partition(":")
     key = _api_key(choice.persona, env)
     if choice.base_url is not None:

@@ -109,3 +109,16 @@ def test_a_real_provider_parses_requests_as_structured_output_and_is_held_to_the
     Script.task = {**Script.task, "data": {"path": "/data/train.jsonl", "eval_path": "/data/eval.jsonl"}}
     with pytest.raises(BadInput, match="data.path: /data/train.jsonl is not written in the request"):
         parse_request("pretrain a small llama on my data, budget 15 minutes")
+
+
+@pytest.mark.parametrize("setting,needle", [("nosuch:x", "Unknown model: nosuch:x"),
+                                            ("openai:gpt-x", "OPENAI_API_KEY")])
+def test_a_model_setting_that_cannot_work_is_one_line_naming_it(tmp_path, monkeypatch, setting, needle):
+    monkeypatch.setenv("TRAINTEAM_MODEL", setting)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("TRAINTEAM_MODEL_API_KEY", raising=False)
+    ws = Workspace.open(tmp_path / "ws")
+    with pytest.raises(BadInput) as err:
+        run_persona_step(ctx(ws, "eval_judge", "gate"), "gate")
+    assert str(err.value).startswith(f"TRAINTEAM_MODEL: {setting}: ") and needle in str(err.value)
+    assert "\n" not in str(err.value)
