@@ -48,3 +48,14 @@ def test_jsonl_round_trip_and_file_line_errors(tmp_path):
         read_jsonl(bad)
     with pytest.raises(BadInput, match="no such file"):
         read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_the_library_imports_no_torch_transformers_or_trl():
+    import subprocess
+    import sys
+
+    code = ("import sys, trainteam.curation; "
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'sqlalchemy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
