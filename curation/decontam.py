@@ -19,7 +19,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainteam.curation.text import ngram_hashes, word_hashes
+from trainteam.curation.text import Words, ngram_hashes, word_hashes
 
 _FILTER_MASK = np.uint64((1 << 22) - 1)
 _WORD_RE = re.compile(r"(?:[0-9a-z_]|[^\x00-\x7f])+")
@@ -94,12 +94,12 @@ class EvalIndex:
             grams[n] = (g[order], o[order])
         return cls(config, names, grams, unchecked)
 
-    def find(self, texts: Sequence[str]) -> list[list[tuple[int, int, int]]]:
+    def find(self, texts: Sequence[str], words: Words | None = None) -> list[list[tuple[int, int, int]]]:
         """For each text, its hits as (first word index, n, eval owner index)."""
         hits: list[list[tuple[int, int, int]]] = [[] for _ in texts]
         if not self.grams or not texts:
             return hits
-        hashes, offsets = word_hashes(texts)
+        hashes, offsets = (words.hashes, words.offsets) if words is not None else word_hashes(texts)
         for n, (sorted_g, owner) in self.grams.items():
             g, g_off = ngram_hashes(hashes, offsets, n)
             maybe = np.flatnonzero(self._filters[n][g & _FILTER_MASK])  # cheap pre-check, no false negatives
@@ -161,7 +161,8 @@ def apply_hits(record: dict, hits: list[tuple[int, int, int]], index: EvalIndex)
     return DecontamOutcome(kept, leaked, "cut")
 
 
-def decontaminate(records: Sequence[dict], index: EvalIndex) -> list[DecontamOutcome]:
-    """Check a batch of ``{id, text, meta}`` records against the eval index."""
-    hits = index.find([r["text"] for r in records])
+def decontaminate(records: Sequence[dict], index: EvalIndex, words: Words | None = None) -> list[DecontamOutcome]:
+    """Check a batch of ``{id, text, meta}`` records against the eval index
+    (``words``: their :func:`~trainteam.curation.text.tokenize`, when the caller has it)."""
+    hits = index.find([r["text"] for r in records], words)
     return [apply_hits(r, h, index) for r, h in zip(records, hits)]

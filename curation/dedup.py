@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainteam.curation.text import content_hashes, ngram_hashes, word_hashes
+from trainteam.curation.text import Words, content_hashes, ngram_hashes, tokenize, word_hashes
 
 _U64 = np.uint64
 
@@ -133,8 +133,7 @@ class MinHashLSH:
         self.n_docs = 0
 
     def shingles(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        hashes, offsets = word_hashes(texts)
-        return ngram_hashes(hashes, offsets, self.config.ngram)
+        return ngram_hashes(*word_hashes(texts), self.config.ngram)
 
     def add_shingles(self, shingles: np.ndarray, offsets: np.ndarray) -> None:
         """Index a batch (from :meth:`shingles`); documents get consecutive indices."""
@@ -158,6 +157,10 @@ class MinHashLSH:
 
     def add(self, texts: Sequence[str]) -> None:
         self.add_shingles(*self.shingles(texts))
+
+    def add_words(self, words: Words) -> None:
+        """Index documents already tokenized (``text.tokenize``)."""
+        self.add_shingles(*ngram_hashes(words.hashes, words.offsets, self.config.ngram))
 
     def candidate_pairs(self) -> np.ndarray:
         """Unique (i, j), i < j, sharing at least one band key."""
@@ -255,5 +258,8 @@ class ExactDeduper:
         return seen
 
     def batch(self, ids: Sequence[str], texts: Sequence[str]) -> list[str | None]:
-        hashes, offsets = word_hashes(texts)
-        return [self.check(i, d) for i, d in zip(ids, content_hashes(hashes, offsets))]
+        return self.batch_words(ids, tokenize(texts))
+
+    def batch_words(self, ids: Sequence[str], words: Words) -> list[str | None]:
+        """:meth:`check` for documents already tokenized (``text.tokenize``)."""
+        return [self.check(i, d) for i, d in zip(ids, content_hashes(words.hashes, words.offsets))]

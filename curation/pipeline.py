@@ -36,6 +36,7 @@ from trainteam.curation.lineage import (
 )
 from trainteam.curation.quality import QualityConfig, QualityFilter
 from trainteam.curation.sources import SkipCounter, iter_records, source_name
+from trainteam.curation.text import Words, tokenize
 from trainteam.errors import BadInput
 
 _DUP_FLAGS = ("near_dup_of", "exact_dup_of")
@@ -147,39 +148,42 @@ class _Run:
             if flag:
                 self.injected[name].caught += 1
 
-    def stage_one(self, batch: list[dict]) -> list[dict]:
-        """Exact dedup, quality, decontamination; returns the records that go on."""
+    def stage_one(self, batch: list[dict]) -> tuple[list[dict], Words]:
+        """Exact dedup, quality, decontamination; returns the records that go on and their
+        words. The batch is tokenized once and every stage reads that (a record cut by
+        decontamination is tokenized again; its pieces go after the batch's clean records)."""
         listed = self.cfg.max_listed
         for rec in batch:
             for flag, name in zip(self._flags(rec), ("duplicates", "leaks", "junk")):
                 if flag:
                     self.injected[name].injected += 1
+        words = tokenize([r["text"] for r in batch], stats=self.quality is not None)
         if self.exact is not None:
-            kept = []
-            for rec, first in zip(batch, self.exact.batch([r["id"] for r in batch], [r["text"] for r in batch])):
+            keep = np.ones(len(batch), dtype=bool)
+            for k, (rec, first) in enumerate(zip(batch, self.exact.batch_words([r["id"] for r in batch], words))):
                 if first is None:
-                    kept.append(rec)
                     continue
+                keep[k] = False
                 self.counts["exact_duplicates"] += 1
                 self._caught(rec)
                 if len(self.exact_pairs) < listed:
                     self.exact_pairs.append((rec["id"], first))
-            batch = kept
+            batch, words = [r for r, k in zip(batch, keep) if k], words.select(keep)
         if self.quality is not None and batch:
-            kept = []
-            for rec, ok in zip(batch, self.quality.batch([r["text"] for r in batch])):
-                if ok:
-                    kept.append(rec)
-                else:
+            verdicts = self.quality.batch([r["text"] for r in batch], words)
+            for rec, ok in zip(batch, verdicts):
+                if not ok:
                     self.counts["quality_dropped"] += 1
                     self._caught(rec)
-            batch = kept
+            batch, words = [r for r, k in zip(batch, verdicts) if k], words.select(verdicts)
         if self.index is not None and batch:
-            kept = []
-            for rec, outcome in zip(batch, decontaminate(batch, self.index)):
-                kept.extend(outcome.kept)
+            clean = np.ones(len(batch), dtype=bool)
+            pieces: list[dict] = []
+            for k, (rec, outcome) in enumerate(zip(batch, decontaminate(batch, self.index, words))):
                 if outcome.action == "clean":
                     continue
+                clean[k] = False
+                pieces.extend(outcome.kept)
                 self._caught(rec)
                 for name in outcome.leaked:
                     set_name, _, ex_id = name.partition("/")
@@ -189,8 +193,10 @@ class _Run:
                 target = self.leak_dropped if outcome.action == "dropped" else self.leak_cut
                 if len(target) < listed:
                     target.append(rec["id"])
-            batch = kept
-        return batch
+            batch, words = [r for r, k in zip(batch, clean) if k], words.select(clean)
+            if pieces:
+                batch, words = batch + pieces, words.concat(tokenize([p["text"] for p in pieces]))
+        return batch, words
 
 
 def _read_lines(path: Path, offsets: array, indices: list[int]) -> dict[int, dict]:
@@ -284,14 +290,14 @@ def curate(
                 if stream_hash is not None:
                     for rec in batch:
                         stream_hash.update(json.dumps(rec, sort_keys=True, default=str).encode() + b"\n")
-                kept = run.stage_one(batch)
+                kept, kept_words = run.stage_one(batch)
                 lines = [json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in kept]
                 for line in lines:
                     offsets.append(pos)
                     pos += len(line)
                 out.write(b"".join(lines))
                 if run.lsh is not None and kept:
-                    run.lsh.add([r["text"] for r in kept])
+                    run.lsh.add_words(kept_words)
                 bar.update(task, advance=len(batch), kept=len(offsets))
             near = None
             if run.lsh is not None:

@@ -107,11 +107,12 @@ class QualityFilter:
         self.dropped: dict[str, int] = dict.fromkeys(self.rules, 0)
         self.kept = 0
 
-    def _passes(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+    def _passes(self, texts: Sequence[str], words: Words | None) -> dict[str, np.ndarray]:
         """rule -> boolean array (True = the document passes that rule)."""
         c = self.config
         n = len(texts)
-        words = tokenize(texts, stats=True)
+        if words is None or words.lengths is None:
+            words = tokenize(texts, stats=True)
         n_words = np.diff(words.offsets)
         safe_words = np.maximum(n_words, 1)
         chars = per_doc_sum(words.lengths, words.offsets)
@@ -148,11 +149,12 @@ class QualityFilter:
             out["min_stop_words"] = present >= c.min_stop_words
         return out
 
-    def failed_rules(self, texts: Sequence[str]) -> list[str | None]:
-        """The first rule each text fails, or None if it passes (does not count)."""
+    def failed_rules(self, texts: Sequence[str], words: Words | None = None) -> list[str | None]:
+        """The first rule each text fails, or None if it passes (does not count).
+        ``words``: the texts' ``tokenize(texts, stats=True)``, when the caller has it."""
         if not texts:
             return []
-        passes = self._passes(texts)
+        passes = self._passes(texts, words)
         failed: list[str | None] = [None] * len(texts)
         for rule in reversed(self.rules):  # so the first failing rule in order wins
             for i in np.flatnonzero(~passes[rule]).tolist():
@@ -162,10 +164,10 @@ class QualityFilter:
     def failed_rule(self, text: str) -> str | None:
         return self.failed_rules([text])[0]
 
-    def batch(self, texts: Sequence[str]) -> list[bool]:
+    def batch(self, texts: Sequence[str], words: Words | None = None) -> list[bool]:
         """Keep/drop verdicts for a batch, counted per rule."""
         verdicts = []
-        for rule in self.failed_rules(texts):
+        for rule in self.failed_rules(texts, words):
             if rule is None:
                 self.kept += 1
                 verdicts.append(True)

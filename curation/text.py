@@ -73,6 +73,27 @@ class Words:
     doc_nonspace: np.ndarray | None = None
     doc_nonalpha: np.ndarray | None = None
 
+    def select(self, keep: np.ndarray | Sequence[bool]) -> "Words":
+        """The words of the documents where ``keep`` is true, in order (stats included)."""
+        keep = np.asarray(keep, dtype=bool)
+        counts = np.diff(self.offsets)
+        word_mask = np.repeat(keep, counts)
+        offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+        np.cumsum(counts[keep], out=offsets[1:])
+
+        def pick(a: np.ndarray | None, per_doc: bool) -> np.ndarray | None:
+            return None if a is None else (a[keep] if per_doc else a[word_mask])
+
+        return Words(
+            self.hashes[word_mask], offsets, pick(self.lengths, False), pick(self.has_letter, False),
+            pick(self.doc_nonspace, True), pick(self.doc_nonalpha, True),
+        )
+
+    def concat(self, other: "Words") -> "Words":
+        """Hashes and offsets of ``self``'s documents followed by ``other``'s (stats dropped)."""
+        offsets = np.concatenate((self.offsets, other.offsets[1:] + self.offsets[-1]))
+        return Words(np.concatenate((self.hashes, other.hashes)), offsets)
+
 
 def per_doc_sum(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Sum of ``values`` over each document's slice (empty documents give 0)."""

@@ -124,3 +124,17 @@ def test_verification_in_small_chunks_gives_the_same_clusters():
     chunked = near_duplicates(texts, NearDupConfig(verify_chunk=3))
     assert chunked.pairs == whole.pairs and chunked.survivor_of == whole.survivor_of
     assert whole.survivor_of
+
+
+def test_selecting_and_joining_tokenized_batches_matches_tokenizing_again():
+    from trainteam.curation.text import tokenize
+
+    texts = ["One two three.", "", "Four, five!", "six seven eight nine"]
+    whole = tokenize(texts, stats=True)
+    part = whole.select([True, False, False, True])
+    again = tokenize([texts[0], texts[3]], stats=True)
+    for field in ("hashes", "offsets", "lengths", "has_letter", "doc_nonspace", "doc_nonalpha"):
+        assert getattr(part, field).tolist() == getattr(again, field).tolist(), field
+    joined = part.concat(tokenize(["Four, five!"]))
+    direct = tokenize([texts[0], texts[3], texts[2]])
+    assert joined.hashes.tolist() == direct.hashes.tolist() and joined.offsets.tolist() == direct.offsets.tolist()
