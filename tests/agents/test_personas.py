@@ -226,3 +226,30 @@ def test_engineer_counts_what_the_run_already_spent(ws):
     result = run_persona_step(ctx(ws, "training_engineer", "train", t), "train")
     assert result.outcome == "error" and "0.0 min left of 10 min budget" in result.summary
     assert not ws.graph.nodes(NodeKind.CHECKPOINT)
+
+
+def test_the_offline_policy_streams_the_same_run_for_event_consumers(ws):
+    import asyncio
+
+    from trainteam.agents.persona import PersonaDeps, build_agent
+    from trainteam.agents.policy import StepFacts, offline_model
+
+    card = load_card("data_curator")
+    facts = StepFacts("data_curator", "prepare_corpus", 1, "prepare_corpus", plan_first=False)
+
+    async def stream():
+        agent = build_agent(card, offline_model(facts), instructions="brief", capabilities=[])
+        deps = PersonaDeps(ctx=ctx(ws, "data_curator", "prepare_corpus"), card=card, step_tool="prepare_corpus")
+        names, last = [], None
+        async with agent.run_stream_events("go", deps=deps) as events:
+            async for ev in events:
+                names.append(type(ev).__name__)
+                if type(ev).__name__ == "FunctionToolCallEvent":
+                    assert ev.part.tool_name == "prepare_corpus"
+                last = ev
+        return names, last.result.output
+
+    names, report = asyncio.run(stream())
+    assert "FunctionToolCallEvent" in names and "FunctionToolResultEvent" in names and "FinalResultEvent" in names
+    plain = run_persona_step(ctx(ws, "data_curator", "prepare_corpus", run_id="plain"), "prepare_corpus")
+    assert report.summary == plain.details["persona"]["summary"] and report.decision == "proceed"
