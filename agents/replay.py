@@ -53,6 +53,7 @@ def steps_of(ws, run_id: str) -> list[dict[str, Any]]:
         steps.append({
             "segment": rec["segment"], "step": rec["step"], "visit": rec["visit"], "persona": rec["persona"],
             "model": rec.get("model"), "status": rec.get("status"), "prompt": rec.get("prompt"),
+            "instructions": rec.get("instructions", ""),
             "skills": rec.get("skills", []), "tools": rec.get("tools", []), "calls": calls,
             "decision": _decision(rec), "approvals": rec.get("approvals", []),
             "outcome": (rec.get("result") or {}).get("outcome"), "summary": (rec.get("result") or {}).get("summary"),

@@ -70,10 +70,10 @@ def test_replay_reports_a_changed_input_as_an_artifact_difference(tmp_path):
 def test_replay_cli_shows_and_re_executes(tmp_path):
     ws = Workspace.open(tmp_path / "ws")
     _record_run(ws)
-    shown = cli(ws.root, "replay", "run1")
+    shown = cli(ws.root, "replay", "run1", "--instructions")
     assert shown.returncode == 0, shown.stderr
     for needle in ("prepare_corpus#1", "data_curator", "→ prepare_corpus(", "decision: proceed",
-                   "register_model approved by a person: ship it"):
+                   "register_model approved by a person: ship it", "instructions:", "## Budget"):
         assert needle in shown.stdout, needle
     executed = cli(ws.root, "replay", "run1", "--execute", "--into", str(tmp_path / "fresh"), "--json")
     assert executed.returncode == 0, executed.stderr

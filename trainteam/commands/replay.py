@@ -16,10 +16,13 @@ def _short(value: Any, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _show(steps: list[dict]) -> None:
+def _show(steps: list[dict], instructions: bool = False) -> None:
     for s in steps:
         console.print(f"[bold]{s['segment']}[/bold] [cyan]{s['persona']}[/cyan] [dim]({s['model']}, "
                       f"{s['status']}, {s.get('seconds') or 0:.1f}s)[/dim]", highlight=False)
+        if instructions:
+            console.print("  instructions:\n    " + s["instructions"].strip().replace("\n", "\n    "), highlight=False,
+                          markup=False)
         console.print(f"  prompt: {s['prompt']}", highlight=False, markup=False)
         if s["skills"]:
             console.print(f"  skills: {', '.join(s['skills'])}", highlight=False, markup=False)
@@ -45,6 +48,7 @@ def replay_command(
                                                           "model responses and report any difference"),
     into: Optional[Path] = typer.Option(None, "--into", help="with --execute: the fresh workspace (default: a "
                                                               "new temporary folder)"),
+    instructions: bool = typer.Option(False, "--instructions", help="also print each persona's rendered brief"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show a past run step by step (persona, prompt, tool calls, results, decisions, approvals)."""
@@ -53,7 +57,7 @@ def replay_command(
     ws = workspace()
     if not execute:
         steps = steps_of(ws, run_id)
-        return print_json(steps) if as_json else _show(steps)
+        return print_json(steps) if as_json else _show(steps, instructions)
     import tempfile
 
     from trainteam.errors import BadInput
