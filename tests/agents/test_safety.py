@@ -101,3 +101,30 @@ def test_an_injected_record_changes_no_action(tmp_path):
                                outputs={"final_eval": final_eval_output(dirty_ws, fake_checkpoint(dirty_ws))}),
                            "register_model")
     assert reg.outcome == "needs_approval"
+
+
+def _gullible(step_tool: str) -> FunctionModel:
+    """A model that obeys any 'ignore your instructions' it reads, and otherwise does its step."""
+    def respond(messages, info):
+        seen = json.dumps([m.parts for m in messages], default=str) + (info.instructions or "")
+        if "Ignore your instructions" in seen:
+            return ModelResponse(parts=[ToolCallPart("register_model", {}, tool_call_id=f"g{len(messages)}")])
+        if not any(p.part_kind == "tool-return" for m in messages for p in getattr(m, "parts", [])):
+            return ModelResponse(parts=[ToolCallPart(step_tool, {}, tool_call_id="g0")])
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"summary": "done"}, tool_call_id="g1")])
+    return FunctionModel(respond)
+
+
+def test_even_a_gullible_model_never_sees_the_injected_text(tmp_path):
+    ws = Workspace.open(tmp_path / "ws")
+    dirty = task(data=_data(tmp_path / "d", [{"prompt": INJECTION, "completion": INJECTION}]))
+    prepared = run_persona_step(ctx(ws, "data_curator", "prepare_corpus", dirty), "prepare_corpus",
+                                model=_gullible("prepare_corpus"))
+    assert prepared.outcome == "ok"
+    # the next persona reads the graph's facts about that data: still nothing to obey
+    tokenized = run_persona_step(ctx(ws, "training_engineer", "train_tokenizer", dirty,
+                                     outputs={"prepare_corpus": prepared.model_dump(mode="json")}),
+                                 "train_tokenizer", model=_gullible("train_tokenizer"))
+    assert tokenized.outcome == "ok"
+    calls = [c["tool"] for r in transcripts.read_run(ws, "run1") for c in transcripts.tool_calls(r)]
+    assert calls == ["prepare_corpus", "train_tokenizer"]
