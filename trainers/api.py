@@ -102,7 +102,7 @@ def train(
 
     quiet_libraries()
     check_runtime(config)
-    threads = choose_threads(config)
+    threads, tune_threads = choose_threads(config)
     ds = D.load_data(data, method, "data")
     eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None
     model, merged = _prepare_model(model, config, out)
@@ -127,6 +127,12 @@ def train(
     telemetry = Telemetry(model, config.seq_len, wall_start, history)
     spike = SpikeMonitor(config.spike) if config.spike.enabled else None
     stop = GracefulStop()
+    tuner = None
+    if tune_threads:
+        from trainteam.trainers.threads import ThreadTuner
+
+        tuner = ThreadTuner(tune_threads)
+        extra_cbs.append(tuner)
     cbs = extra_cbs + [telemetry, stop] + ([spike] if spike else []) + list(callbacks or [])
     if progress:
         cbs.append(RichProgress(f"{method}"))
@@ -186,7 +192,9 @@ def train(
     if eval_ds is not None and method in ("pretrain", "sft", "dpo"):
         metrics.update(trainer.evaluate())
     tel = telemetry.summary(interruptions)
-    tel["threads"] = threads
+    tel["threads"] = tuner.chosen if tuner and tuner.chosen else threads
+    if tuner and tuner.history:
+        tel["thread_probes"] = tuner.history
     losses = telemetry.losses
     if losses:
         metrics.setdefault("final_loss", losses[-1][1])

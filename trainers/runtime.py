@@ -20,18 +20,27 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def choose_threads(config: TrainConfig) -> int:
-    """config.threads, else TRAINTEAM_THREADS, else the cores idle right now."""
+def choose_threads(config: TrainConfig) -> tuple[int, list[int] | None]:
+    """Threads to start with, and the candidates to tune between while training (None: fixed).
+
+    config.threads or TRAINTEAM_THREADS fix the count; otherwise training starts on the
+    cores idle right now and ``threads.ThreadTuner`` measures 1 vs all cores as it goes.
+    """
     import torch
 
     if config.threads:
-        n = config.threads
+        n, tune = config.threads, None
     elif os.environ.get("TRAINTEAM_THREADS"):
-        n = int(os.environ["TRAINTEAM_THREADS"])
+        n, tune = int(os.environ["TRAINTEAM_THREADS"]), None
+    elif int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))) > 1:
+        # Launched ranks share the node's cores; tuning per rank would let ranks disagree.
+        n, tune = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))), None
     else:
         n = idle_cores()
+        cores = os.cpu_count() or 1
+        tune = [1, cores] if cores > 1 and not has_cuda() else None
     torch.set_num_threads(n)
-    return n
+    return n, tune
 
 
 def idle_cores(sample_s: float = 0.3) -> int:
