@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 
 class ThreadTuner(TrainerCallback):
-    def __init__(self, candidates: list[int], probe_steps: int = 3, every: int = 100):
+    def __init__(self, candidates: list[int], probe_steps: int = 2, every: int = 100):
         self.candidates = sorted(set(candidates))
         self.probe_steps = probe_steps
         self.every = every
