@@ -16,7 +16,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied, capture_run_messages
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
@@ -34,13 +33,7 @@ PENDING_VERSION = 1
 
 
 def _result(**fields: Any) -> StepResult:
-    """A StepResult; ``needs_approval`` is built even where the Outcome literal lacks it yet."""
-    try:
-        return StepResult(**fields)
-    except ValidationError:
-        if fields.get("outcome") != "needs_approval":
-            raise
-        return StepResult.model_construct(**{**StepResult().model_dump(), **fields})
+    return StepResult(**fields)
 
 
 def _error(summary: str, **details: Any) -> StepResult:

@@ -14,6 +14,7 @@ _EXPORTS = {
     "Settings": "trainteam.settings",
     "TrainTask": "trainteam.workflows.task",
     "execute_workflow": "trainteam.api",
+    "submit": "trainteam.api",
     "resume_run": "trainteam.api",
     "get_run": "trainteam.api",
     "list_approvals": "trainteam.api",

@@ -45,6 +45,15 @@ def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=N
     return run_public(ws, run_id)
 
 
+def submit(request: str, *, workspace=None, run_id: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """A request in natural language: the ml_orchestrator turns it into a validated task
+    (refusing what is missing: model, data, budget), then the task runs."""
+    from trainteam.agents.orchestrator import parse_request
+
+    task = parse_request(request)
+    return execute_workflow(task.workflow, task, workspace=workspace, run_id=run_id, progress=progress)
+
+
 def resume_run(run_id: str, *, workspace=None, force: bool = False, progress: bool = True) -> dict[str, Any]:
     from trainteam.workflows.runner import resume_foreground
     from trainteam.workflows.views import run_public
