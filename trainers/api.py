@@ -100,6 +100,10 @@ def train(
     from trainteam.trainers.spike import SpikeMonitor, make_proposal
     from trainteam.trainers.telemetry import GracefulStop, RunHistory, Telemetry
 
+    history = RunHistory(out)
+    other = history.methods() - {method}
+    if other and config.resume != "never":
+        raise BadInput(f"output_dir: {out} holds a {'/'.join(sorted(other))} run; give each stage its own folder")
     quiet_libraries()
     check_runtime(config)
     threads, tune_threads = choose_threads(config)
@@ -109,10 +113,6 @@ def train(
     resized = not hasattr(model, "peft_config") and _fit_embeddings(model, tokenizer)
     model = _anchor_base(model, config, out, changed=resized or merged)
 
-    history = RunHistory(out)
-    other = history.methods() - {method}
-    if other and config.resume != "never":
-        raise BadInput(f"output_dir: {out} holds a {'/'.join(sorted(other))} run; give each stage its own folder")
     extra_cbs = []
     if apply_proposal is not None:
         from trainteam.trainers.restart import lr_sync_callback, prepare_rollback
@@ -178,6 +178,9 @@ def train(
         if is_main_process():
             tokenizer.save_pretrained(str(final_dir))
         proposal = make_proposal(spike.evidence, out)
+    elif stop.requested and (out / f"checkpoint-{steps_done}").is_dir():
+        reason = "interrupted"  # the checkpoint saved on the signal is the result; "final" means done
+        final_dir = out / f"checkpoint-{steps_done}"
     else:
         reason = "interrupted" if stop.requested else "completed"
         final_dir = out / "final"
