@@ -43,14 +43,9 @@ def graph_facts(ctx, limit: int = 24) -> list[str]:
 
 
 def spent_minutes(ctx) -> float | None:
-    """Minutes the run's attempts took so far, from the workspace database (None outside a run)."""
-    try:
-        from trainteam.workflows.store import RunStore  # lazy: agents sit below workflows
-
-        attempts = RunStore(ctx.ws.engine).attempts(ctx.run_id)
-    except Exception:
-        return None
-    return sum(float(a.get("seconds") or 0) for a in attempts) / 60 if attempts else None
+    """Minutes the run's steps took so far, as the engine measured them (None outside a run)."""
+    spent = getattr(ctx, "spent_s", None)
+    return None if spent is None else spent / 60
 
 
 def instructions(ctx, card: PersonaCard, tool: str) -> str:

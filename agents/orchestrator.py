@@ -54,7 +54,7 @@ def _request_text(messages: list[ModelMessage]) -> str:
 
 def _offline_reader(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """The offline ml_orchestrator: read the request with the rules, answer with a task or a refusal."""
-    from trainteam.workflows.task import TrainTask  # lazy: agents sit below workflows
+    from trainteam.agents.task import TrainTask  # lazy: agents sit below workflows
 
     tools = {t.name: t for t in info.output_tools}
     task_tool = next(n for n in tools if "Refusal" not in n)
@@ -87,7 +87,7 @@ _MISSING = {
 
 
 def _agent(model: Any = None) -> Agent:
-    from trainteam.workflows.task import TrainTask
+    from trainteam.agents.task import TrainTask
 
     if model is None:
         choice = choose_model("ml_orchestrator")
@@ -123,7 +123,7 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
 
     from pydantic_ai.exceptions import UnexpectedModelBehavior
 
-    from trainteam.workflows.task import TrainTask, resolve_paths
+    from trainteam.agents.task import TrainTask, resolve_paths
 
     if not isinstance(text, str) or not text.strip():
         raise BadInput("request: empty; say which model, which data and what budget")
@@ -169,7 +169,7 @@ class RequestPlan(BaseModel):
         return "\n".join(lines)
 
 
-def plan_request(task, hardware=None) -> RequestPlan:
+def plan_request(task, hardware=None, steps: list[str] | None = None) -> RequestPlan:
     """Stages, model, data, budget and the planner's time and cost; BadInput if it cannot run.
 
     A stage the planner refuses but can repair (e.g. a sequence longer than the model's
@@ -204,22 +204,6 @@ def plan_request(task, hardware=None) -> RequestPlan:
                              + ([f"{g.metric} drop ≤ {g.max_regression:g}"] if g.max_regression is not None else []))
              or g.metric for k, g in task.gates.items()}
     return RequestPlan(task=task.name, model=model_line(task), data=data_line(task), stages=stages,
-                       steps=_workflow_steps(task), budget_minutes=task.budget.max_wall_minutes,
+                       steps=steps or [], budget_minutes=task.budget.max_wall_minutes,
                        budget_usd=task.budget.max_cost_usd, est_minutes=round(minutes, 3), est_cost_usd=round(cost, 4),
                        gates=gates, notes=notes)
-
-
-def _workflow_steps(task) -> list[str]:
-    try:
-        from trainteam.workflows.spec import load_builtin
-
-        spec = load_builtin(task.workflow)
-    except Exception:  # the plan is still useful without the step list
-        return []
-    applies = getattr(spec, "applies", None)
-    out = []
-    for s in spec.steps:
-        runs = applies(s, task.stages) if applies else (not s.stage or s.stage in task.stages)
-        if runs:
-            out.append(f"{s.name} ({s.persona})")
-    return out

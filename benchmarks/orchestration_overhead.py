@@ -79,7 +79,7 @@ def main() -> None:
 
     torch.set_num_threads(int(os.environ["TRAINTEAM_THREADS"]))
     from trainteam.workflows.spec import load_builtin
-    from trainteam.workflows.task import parse_task
+    from trainteam.agents.task import parse_task
     from trainteam.workspace import Workspace
 
     spec = load_builtin("train_model")

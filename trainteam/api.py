@@ -18,7 +18,7 @@ def _ws(workspace: str | Path | Workspace | None) -> Workspace:
 
 
 def _task(task: Any, source: str = "task"):
-    from trainteam.workflows.task import TrainTask, load_task_file, parse_task
+    from trainteam.agents.task import TrainTask, load_task_file, parse_task
 
     if isinstance(task, TrainTask):
         return task

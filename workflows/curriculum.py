@@ -17,7 +17,7 @@ from trainteam.errors import BadInput, format_validation_error
 from trainteam.trainers.config import Method, TrainConfig
 from trainteam.trainers.eval_battery import STAGE_KINDS, BatterySpec, StageKind, default_battery
 from trainteam.trainers.gates import GateRule, as_rules
-from trainteam.workflows.task import DataSpec, TrainTask
+from trainteam.agents.task import DataSpec, TrainTask
 
 # Continued pretraining for the pre-/mid-training kinds; supervised fine-tuning after.
 _DEFAULT_METHOD: dict[StageKind, Method] = {

@@ -25,7 +25,7 @@ from trainteam.workflows import approvals
 from trainteam.workflows.executors import executor_alive, new_executor_id
 from trainteam.workflows.spec import WorkflowSpec
 from trainteam.workflows.store import RunStore
-from trainteam.workflows.task import TrainTask
+from trainteam.agents.task import TrainTask
 
 APP_NAME = "trainteam"
 WORKFLOW_NAME = "trainteam.run"
@@ -134,7 +134,8 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     if decision is None:
         _say(f"[bold]▶ {name}[/bold] [cyan]({step.persona})[/cyan]")
     ctx = ToolContext(ws=ws, run_id=run_id, step=name, visit=visit, persona=step.persona, task=task,
-                      outputs=outputs, inputs={**step.inputs, **inputs}, progress=_Process.progress)
+                      outputs=outputs, inputs={**step.inputs, **inputs}, progress=_Process.progress,
+                      spent_s=_spent(run_id, 0.0)["seconds"])
     try:
         if decision is None:
             result = run_persona_step(ctx, step.tool)

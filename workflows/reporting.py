@@ -8,7 +8,7 @@ from typing import Any
 from trainteam.trainers.gates import as_rules
 from trainteam.workflows.report import GateOutcome, LossEvent, ReportFiles, ReportInput, StepRecord, write_report
 from trainteam.workflows.store import RunStore
-from trainteam.workflows.task import TrainTask
+from trainteam.agents.task import TrainTask
 from trainteam.workflows.views import run_public
 
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from trainteam.agents.tools import TOOLS
 from trainteam.errors import BadInput
 from trainteam.workflows.spec import WorkflowSpec
-from trainteam.workflows.task import TrainTask
+from trainteam.agents.task import TrainTask
 
 
 def new_run_id(task_name: str) -> str:

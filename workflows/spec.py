@@ -83,6 +83,10 @@ class WorkflowSpec(_Strict):
     def applies(self, step: "StepSpec", stages: list[str]) -> bool:
         return step.stage is None or any(s in stages for s in step.stage)
 
+    def describe_steps(self, stages: list[str]) -> list[str]:
+        """``name (persona)`` of each step a task with these stages runs, in order."""
+        return [f"{s.name} ({s.persona})" for s in self.steps if self.applies(s, stages)]
+
     def step(self, name: str) -> StepSpec:
         for s in self.steps:
             if s.name == name:

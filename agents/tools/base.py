@@ -30,10 +30,11 @@ class ToolContext:
     step: str
     visit: int
     persona: str
-    task: Any  # trainteam.workflows.task.TrainTask
+    task: Any  # trainteam.agents.task.TrainTask
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
+    spent_s: float | None = None  # wall seconds the run's steps took so far (the engine measures it)
 
     @property
     def graph(self):

@@ -15,7 +15,7 @@ import numpy as np
 
 from trainteam.agents.tools import ToolContext
 from trainteam.graph import NodeKind
-from trainteam.workflows.task import TrainTask
+from trainteam.agents.task import TrainTask
 from trainteam.workspace import Workspace
 
 TASK = {

@@ -217,13 +217,10 @@ def test_another_personas_tool_is_as_unknown_as_an_invented_one(ws):
 
 
 def test_engineer_counts_what_the_run_already_spent(ws):
-    from trainteam.workflows.store import RunStore
-
     t = task(budget={"max_wall_minutes": 10}, training={"pretrain": {"max_steps": 5000, "seq_len": 64}})
-    runs = RunStore(ws.engine)
-    runs.create("run1", "train_model", t.model_dump(mode="json"))
-    runs.finish_attempt(runs.start_attempt("run1", "curate", 1, "data_curator", "test"), "completed", 599.9)
-    result = run_persona_step(ctx(ws, "training_engineer", "train", t), "train")
+    c = ctx(ws, "training_engineer", "train", t)
+    c.spent_s = 599.9  # what the engine measured of the run's earlier steps
+    result = run_persona_step(c, "train")
     assert result.outcome == "error" and "0.0 min left of 10 min budget" in result.summary
     assert not ws.graph.nodes(NodeKind.CHECKPOINT)
 

@@ -12,7 +12,7 @@ from pydantic_ai.models.function import FunctionModel
 
 from trainteam.agents.orchestrator import DEMO_REQUEST, parse_request, plan_request
 from trainteam.errors import BadInput
-from trainteam.workflows.task import TrainTask, load_task_file
+from trainteam.agents.task import TrainTask, load_task_file
 
 
 def _get(task, dotted: str):
@@ -137,7 +137,9 @@ def test_the_demo_request_is_the_bundled_demo_task():
         expected = load_task_file(path)
     got = parse_request(DEMO_REQUEST)
     assert got.model_dump(exclude={"description"}) == expected.model_dump(exclude={"description"})
-    plan = plan_request(got)
+    from trainteam.workflows.spec import load_builtin
+
+    plan = plan_request(got, steps=load_builtin(got.workflow).describe_steps(got.stages))
     assert [s["stage"] for s in plan.stages] == list(expected.stages)
     assert 0 < plan.est_minutes <= expected.budget.max_wall_minutes
     assert any(step.startswith("register_model") for step in plan.steps)

@@ -9,7 +9,7 @@ from trainteam.errors import BadInput
 from trainteam.trainers.eval_battery import DEFAULT_BATTERIES
 from trainteam.workflows.curriculum import curriculum_from_task, parse_curriculum
 from trainteam.trainers.gates import evaluate_gate
-from trainteam.workflows.task import TrainTask
+from trainteam.agents.task import TrainTask
 
 TASK_YAML = """
 stages:

@@ -1,17 +1,6 @@
-"""The demo's natural-language request and the bundled task file describe the same run."""
+"""`examples/tasks/addition.yaml` (what the README shows) is the task the package bundles."""
 
-from importlib import resources
 from pathlib import Path
-
-from trainteam.agents.orchestrator import DEMO_REQUEST, parse_request
-from trainteam.workflows.task import load_task_file
-
-
-def test_demo_request_parses_to_the_bundled_task():
-    with resources.as_file(resources.files("trainteam.workflows").joinpath("examples/addition.yaml")) as path:
-        bundled = load_task_file(Path(path)).model_dump(mode="json", exclude={"description"})
-    parsed = parse_request(DEMO_REQUEST).model_dump(mode="json", exclude={"description"})
-    assert parsed == bundled
 
 
 def test_examples_task_is_the_bundled_one():

@@ -56,7 +56,7 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
     """Run ``task`` (a TrainTask, or a task file path) to its end in this process."""
     from trainteam.workflows.runner import check_runnable, new_run_id, run_foreground
     from trainteam.workflows.spec import load_builtin
-    from trainteam.workflows.task import load_task_file
+    from trainteam.agents.task import load_task_file
     from trainteam.workflows.views import run_public
 
     spec = load_builtin(workflow)
@@ -133,5 +133,8 @@ def register(app: typer.Typer) -> None:
         err_console.print(f"[bold]request:[/bold] {DEMO_REQUEST}\n", highlight=False)
         task = parse_request(DEMO_REQUEST)
         if not quiet:
-            err_console.print(plan_request(task).text(), highlight=False, markup=False)
+            from trainteam.workflows.spec import load_builtin
+
+            steps = load_builtin(task.workflow).describe_steps(task.stages)
+            err_console.print(plan_request(task, steps=steps).text(), highlight=False, markup=False)
         raise typer.Exit(execute("train_model", task, "demo request", None, quiet, False, yes, report=True))

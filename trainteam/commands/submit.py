@@ -27,8 +27,10 @@ def submit_command(
     """Submit a training request in natural language; the ml_orchestrator turns it into a task."""
     from trainteam.agents.orchestrator import parse_request, plan_request
 
+    from trainteam.workflows.spec import load_builtin
+
     task = parse_request(request)
-    plan = plan_request(task)
+    plan = plan_request(task, steps=load_builtin(task.workflow).describe_steps(task.stages))
     if as_json and plan_only:
         print_json({"task": task.model_dump(mode="json"), "plan": plan.model_dump(mode="json")})
         return

@@ -1,4 +1,4 @@
-"""TrainTask: the typed request a run executes (from a task file or a sentence).
+"""TrainTask: the typed request a run executes (from a task file, or a sentence the ml_orchestrator parses).
 
 Model, data and budget are required: a run never guesses a data path or spends
 without a ceiling. Paths are checked when the task is loaded, so a typo fails
