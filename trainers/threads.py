@@ -3,8 +3,9 @@
 On shared cores the best thread count flips with the neighbours' load: measured here,
 2 threads ran ~3× slower than 1 when another job was busy and ~1.9× faster when the
 machine was idle, and a 0.3 s load sample before training picked wrong often. So the
-tuner trains a few steps at each candidate count, keeps the faster (tokens per second
-of step time), and probes again every ``every`` steps.
+tuner trains a few steps at each candidate count (one thread first; a candidate already
+a third slower after one step is dropped at once), keeps the faster (tokens per second of
+step time), and probes again every ``every`` steps.
 """
 
 from __future__ import annotations
@@ -61,10 +62,13 @@ class ThreadTuner(TrainerCallback):
         p["steps"] += 1
         p["time"] += dt
         p["tokens"] += (state.num_input_tokens_seen or 0) - self._tok0
-        if p["steps"] < self.probe_steps:
-            return
         # Without token counts (some trainers), steps per second decides.
-        self.rates[p["threads"]] = (p["tokens"] or p["steps"]) / max(p["time"], 1e-9)
+        rate = (p["tokens"] or p["steps"]) / max(p["time"], 1e-9)
+        best = max((r for n, r in self.rates.items() if n != p["threads"]), default=None)
+        clearly_worse = best is not None and rate < 0.67 * best  # stop paying for a losing probe
+        if p["steps"] < self.probe_steps and not clearly_worse:
+            return
+        self.rates[p["threads"]] = rate
         if self._queue:
             self._next_candidate()
             return
