@@ -269,7 +269,9 @@ def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any
                     return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
                                          f"{out['summary']}; restart {d['status']} by {d.get('decided_by')}")
                 out = DBOS.run_step({"name": f"{current}#{visit}.restart{rounds}"}, _execute_step, run_id,
-                                    current, visit, spec_data, task_data, dict(outputs), {"apply_proposal": proposal})
+                                    current, visit, spec_data, task_data, dict(outputs),
+                                    {"apply_proposal": proposal,  # curves and events carry over to the restart
+                                     "before": {k: out["details"].get(k) for k in ("losses", "events")}})
                 continue
             # a persona's gated tool call (pydantic-ai DeferredToolRequests): a person decides
             details = out["details"]

@@ -84,7 +84,7 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 {% if plots.get("steps") %}![time and cost per step]({{ plots.steps }}){% endif %}
 
 ## Training loss
-{% for stage, pts in r.losses.items() %}
+{% for stage, pts in r.losses.items() if pts %}
 - {{ stage }}: {{ pts|length }} logged steps, first {{ "%.4f"|format(pts[0][1]) }}, last {{ "%.4f"|format(pts[-1][1]) }}
 {%- endfor %}
 {% for e in r.events %}

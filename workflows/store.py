@@ -148,15 +148,18 @@ class RunStore:
             return [dict(r) for r in rows]
 
     def steps_summary(self, run_id: str) -> list[dict[str, Any]]:
-        """One entry per (step, visit): the latest attempt's status and how many attempts ran."""
+        """One entry per (step, visit): the latest attempt's status, how many attempts ran and
+        the seconds they took together (a restart's work counts too)."""
         out: dict[tuple[str, int], dict[str, Any]] = {}
         for a in self.attempts(run_id):
             key = (a["step"], a["visit"])
             entry = out.setdefault(key, {"name": a["step"], "visit": a["visit"], "persona": a["persona"], "attempts": 0})
             # a persona run paused for a person's decision and its continuation are one attempt
             entry["attempts"] += a["status"] != "needs_approval"
-            entry.update(status=a["status"], started_at=a["started_at"], finished_at=a["finished_at"],
-                         seconds=float(a["seconds"]) if a["seconds"] else None, error=a["error"])
+            entry.setdefault("started_at", a["started_at"])
+            seconds = (entry.get("seconds") or 0.0) + (float(a["seconds"]) if a["seconds"] else 0.0)
+            entry.update(status=a["status"], finished_at=a["finished_at"], error=a["error"],
+                         seconds=seconds if a["seconds"] or entry.get("seconds") else None)
         return list(out.values())
 
 

@@ -65,8 +65,10 @@ class _Stage:
     def __init__(self, ctx: ToolContext, tokenizer, tok_node: str | None, data_node: str):
         self.ctx, self.tokenizer, self.tok_node, self.data_node = ctx, tokenizer, tok_node, data_node
         self.metrics: dict[str, float] = {}
-        self.curves: dict[str, list] = {}
-        self.events: list[dict] = []
+        # A restart continues the curves and events of the attempt that spiked.
+        before = ctx.inputs.get("before") or {}
+        self.curves: dict[str, list] = {k: list(v) for k, v in (before.get("losses") or {}).items()}
+        self.events: list[dict] = list(before.get("events") or [])
 
     def run(self, stage: str, model, data, parent: str | None):
         from trainteam.trainers import RestartProposal
@@ -93,7 +95,9 @@ class _Stage:
             proposal = None
         report = run_training(stage, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
                               apply_proposal=proposal)
-        self.curves[stage] = [list(x) for x in report.losses]
+        new = [list(x) for x in report.losses]
+        if new:  # points from before the rollback stay; the resumed run's points follow them
+            self.curves[stage] = [p for p in self.curves.get(stage, []) if p[0] < new[0][0]] + new
         if report.stopped_reason == "spike":
             return None, report
         stage_metrics = {"final_loss": report.losses[-1][1] if report.losses else float("nan"),
