@@ -44,8 +44,8 @@ class ThreadTuner(TrainerCallback):
         self._probe = {"threads": n, "steps": 0, "time": 0.0, "tokens": 0}
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if len(self.candidates) > 1:
-            self._start_probe()
+        # The first step pays one-off set-up costs: probing starts after it (see on_step_end).
+        self._since = self.every - 1 if len(self.candidates) > 1 else 0
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._t0 = time.perf_counter()
