@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-N_TRAIN, N_EVAL, BATCH, LR, SEED, ROUNDS = 192, 32, 8, 1e-3, 0, 3
+N_TRAIN, N_EVAL, BATCH, LR, SEED, ROUNDS = 384, 32, 8, 1e-3, 0, 3
 MIN_TOK, MAX_TOK = 32, 1024
 # Hand tuning of TRL, best first found here: checkpointing off (TRL defaults it on),
 # padding-free batches (length grouping and plain no-checkpointing were slower), threads.
