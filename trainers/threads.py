@@ -3,9 +3,11 @@
 On shared cores the best thread count flips with the neighbours' load: measured here,
 2 threads ran ~3× slower than 1 when another job was busy and ~1.9× faster when the
 machine was idle, and a 0.3 s load sample before training picked wrong often. So the
-tuner trains a few steps at each candidate count (one thread first; a candidate already
-a third slower after one step is dropped at once), keeps the faster (tokens per second of
-step time), and probes again every ``every`` steps.
+tuner trains a few steps at each candidate count (the first step after a switch pays
+the thread pool's start-up and is not counted), keeps the faster by tokens per second
+of step time — switching away from all cores only for a clear (>10 %) gain, since
+batches of different lengths make single steps noisy — and probes again every
+``every`` steps.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ from transformers import TrainerCallback
 
 
 class ThreadTuner(TrainerCallback):
-    def __init__(self, candidates: list[int], probe_steps: int = 2, every: int = 100):
+    def __init__(self, candidates: list[int], probe_steps: int = 3, every: int = 100, margin: float = 0.10):
         self.candidates = sorted(set(candidates))
         self.probe_steps = probe_steps
         self.every = every
+        self.margin = margin
         self.rates: dict[int, float] = {}
         self.history: list[dict] = []
         self._queue: list[int] = []
         self._probe: dict | None = None
         self._t0 = 0.0
         self._tok0 = 0
-        self._chosen = None
+        self._chosen: int | None = None
         self._since = 0
 
     def _set(self, n: int) -> None:
@@ -36,12 +39,13 @@ class ThreadTuner(TrainerCallback):
 
     def _start_probe(self) -> None:
         self._queue = list(self.candidates)
+        self.rates = {}
         self._next_candidate()
 
     def _next_candidate(self) -> None:
         n = self._queue.pop(0)
         self._set(n)
-        self._probe = {"threads": n, "steps": 0, "time": 0.0, "tokens": 0}
+        self._probe = {"threads": n, "steps": -1, "time": 0.0, "tokens": 0}  # step -1: warm-up, not counted
 
     def on_train_begin(self, args, state, control, **kwargs):
         # The first step pays one-off set-up costs: probing starts after it (see on_step_end).
@@ -60,21 +64,24 @@ class ThreadTuner(TrainerCallback):
             return
         p = self._probe
         p["steps"] += 1
+        if p["steps"] <= 0:
+            return
         p["time"] += dt
         p["tokens"] += (state.num_input_tokens_seen or 0) - self._tok0
-        # Without token counts (some trainers), steps per second decides.
-        rate = (p["tokens"] or p["steps"]) / max(p["time"], 1e-9)
-        best = max((r for n, r in self.rates.items() if n != p["threads"]), default=None)
-        clearly_worse = best is not None and rate < 0.67 * best  # stop paying for a losing probe
-        if p["steps"] < self.probe_steps and not clearly_worse:
+        if p["steps"] < self.probe_steps:
             return
-        self.rates[p["threads"]] = rate
+        # Without token counts (some trainers), steps per second decides.
+        self.rates[p["threads"]] = (p["tokens"] or p["steps"]) / max(p["time"], 1e-9)
         if self._queue:
             self._next_candidate()
             return
-        self._chosen = max(self.rates, key=self.rates.get)
-        self._set(self._chosen)
-        self.history.append({"step": state.global_step, "rates": dict(self.rates), "chosen": self._chosen})
+        most = max(self.candidates)
+        best = max(self.rates, key=self.rates.get)
+        if best != most and self.rates[best] < (1 + self.margin) * self.rates[most]:
+            best = most
+        self._chosen = best
+        self._set(best)
+        self.history.append({"step": state.global_step, "rates": dict(self.rates), "chosen": best})
         self._probe, self._since = None, 0
 
     @property

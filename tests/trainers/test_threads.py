@@ -10,12 +10,16 @@ from trainteam.trainers.threads import ThreadTuner
 
 def test_tuner_measures_each_candidate_and_keeps_the_faster(tmp_path, tiny, tok, arith):
     tuner = ThreadTuner([1, 2], probe_steps=2, every=4)
-    cfg = TrainConfig(output_dir=tmp_path, max_steps=14, per_device_batch_size=8, seq_len=32, threads=1)
+    # step 1 warm-up; probe 1 thread (2-4), 2 threads (5-7); 4 steps; probe again (12-17)
+    cfg = TrainConfig(output_dir=tmp_path, max_steps=18, per_device_batch_size=8, seq_len=32, threads=1)
     train("pretrain", cfg, tiny, arith[0], tokenizer=tok, callbacks=[tuner], progress=False)
     assert len(tuner.history) == 2  # probed at the start and again after `every` steps
     for h in tuner.history:
         assert set(h["rates"]) == {1, 2} and all(r > 0 for r in h["rates"].values())
-        assert h["chosen"] == max(h["rates"], key=h["rates"].get)
+        faster = max(h["rates"], key=h["rates"].get)
+        # all cores unless one thread is clearly (>10 %) faster
+        assert h["chosen"] == (1 if h["rates"][1] > 1.1 * h["rates"][2] else 2), h
+        assert h["chosen"] == faster or h["rates"][1] <= 1.1 * h["rates"][2]
     assert torch.get_num_threads() == tuner.history[-1]["chosen"]
 
 
@@ -30,7 +34,7 @@ def test_default_tunes_between_one_thread_and_all_cores(tmp_path, tiny, tok, ari
     import os
 
     monkeypatch.delenv("TRAINTEAM_THREADS", raising=False)
-    rep = train("pretrain", TrainConfig(output_dir=tmp_path, max_steps=8, per_device_batch_size=8, seq_len=32),
+    rep = train("pretrain", TrainConfig(output_dir=tmp_path, max_steps=10, per_device_batch_size=8, seq_len=32),
                 tiny, arith[0], tokenizer=tok, progress=False)
     cores = os.cpu_count() or 1
     if cores > 1:
