@@ -20,11 +20,14 @@ def _spec(edges, gate=False):
 def test_train_model_spec_compiles_with_one_bounded_loop():
     spec = load_builtin("train_model")
     g = spec.graph()
-    assert list(g.successors("gate")) == ["register_model", "train"]
-    assert spec.next_step("gate", "passed", {}) == ("register_model", None)
+    assert list(g.successors("gate")) == ["align", "train"]
+    assert spec.next_step("gate", "passed", {}) == ("align", None)
     assert spec.next_step("gate", "failed", {}) == ("train", "gate->train")
     assert spec.next_step("gate", "failed", {"gate->train": 1}) == (None, None)  # loop limit reached
+    assert spec.next_step("gate_align", "skipped", {}) == ("merge_adapters", None)
     assert "gate -.->|failed (max 1x)| train" in spec.mermaid()
+    assert spec.describe_steps(["sft"])[:3] == ["prepare_corpus (data_curator)", "curate (data_curator)",
+                                               "train (training_engineer)"]
 
 
 @pytest.mark.parametrize("edges, message", [
