@@ -33,7 +33,7 @@ DEMO_REQUEST = (
     "then GRPO for 200 steps at batch 32, sequence length 64, learning rate 0.0001, 8 generations per prompt, "
     "completions of at most "
     "6 tokens, checkpoint every 100 steps. "
-    "Gate SFT at 80% exact match; GRPO must not regress exact match. Budget: 20 minutes. Name it addition."
+    "Gate SFT at 80% exact match; GRPO must not regress exact match. Budget: 30 minutes. Name it addition."
 )
 
 
