@@ -44,21 +44,22 @@ def sft_layout(config: TrainConfig, tokenizer, ds) -> dict:
     """Packing / padding-free choice when the config leaves it open.
 
     Rows that vary in length waste most of a padded batch; padding-free (one flattened
-    row with position ids) trains only real tokens and measured 4× TRL's padded default
-    here (benchmarks/sft_throughput.py). But only flash-attention keeps the flattened rows
-    from attending to each other: with sdpa or eager attention the second of two rows
-    flattened with reset position ids got logits 0.098 away from the same row alone, and
-    SFT on the addition demo stalled at 12 % exact match (2,000 steps) where padded rows
-    learn it. So padding-free is chosen by default only with flash_attention_2. It cannot
-    truncate, so rows longer than ``seq_len`` fall back to padded batches that TRL
-    truncates. Packing (bfd) fills windows with several rows, which changes the number of
-    rows per step, so it is only used when asked for.
+    row with position ids) trains only real tokens: 1.4× TRL's padded default on an idle
+    CPU here, far more under load (benchmarks/sft_throughput.py). It is exact in training:
+    with no KV cache (Trainer sets ``use_cache=False``) transformers detects the reset
+    position ids and masks attention between the flattened rows, on sdpa too — padded
+    and padding-free SFT give identical losses step for step (test_train_methods). A
+    forward *with* a cache skips that detection, which is how a check outside training
+    can see rows attend to each other. It cannot truncate, so rows longer than
+    ``seq_len`` fall back to padded batches that TRL truncates. Packing (bfd) fills
+    windows with several rows, which changes the number of rows per step, so it is only
+    used when asked for.
     """
     packing = bool(config.sft.packing)
     padding_free = config.sft.padding_free
     too_long = not packing and _longest_row(tokenizer, ds) > config.seq_len
     if padding_free is None:
-        padding_free = not packing and not too_long and config.attn_implementation == "flash_attention_2"
+        padding_free = not packing and not too_long
     elif padding_free and too_long:
         from trainteam.errors import BadInput
 

@@ -180,3 +180,16 @@ def test_a_stage_never_resumes_another_stages_checkpoints(tmp_path, tiny, tok, a
     train("pretrain", cfg, tiny, Dataset.from_list(arith[0][:64]), tokenizer=tok, progress=False)
     with pytest.raises(BadInput, match="output_dir: .* holds a pretrain run"):
         train("sft", cfg, tiny, arith[0], tokenizer=tok, progress=False)
+
+
+def test_padding_free_sft_trains_exactly_like_padded_rows(tmp_path, tok, arith):
+    """Flattened rows must not attend to each other: same init, same data → same losses."""
+    from trainteam.trainers import ModelSpec, build_model
+    from trainteam.trainers.config import SFTOptions
+
+    losses = {}
+    for pf in (False, True):
+        model = build_model(ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=128), tok)
+        cfg = _cfg(tmp_path / str(pf), max_steps=5, sft=SFTOptions(padding_free=pf))
+        losses[pf] = [v for _, v in train("sft", cfg, model, arith[0], tokenizer=tok, progress=False).losses]
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4)
