@@ -188,6 +188,10 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
         if m:
             cfg["save_steps"] = _int(m.group(1))
             clause = clause[:m.start()] + clause[m.end():]
+        m = _search(r"warm[- ]?(?:ing )?up(?:\s+(?:of|for|over))?\s+" + _NUM + r"\s+steps", clause)
+        if m:
+            cfg["warmup_steps"] = _int(m.group(1))
+            clause = clause[:m.start()] + clause[m.end():]
         for key, pat, conv in (("max_steps", _NUM + r"\s+(?:[a-z-]+\s+)?steps\b", _int),
                                ("per_device_batch_size", r"batch(?:\s+size)?(?:\s+of)?\s+" + _NUM, _int),
                                ("learning_rate", r"(?:learning rate|\blr)(?:\s+of)?\s*=?\s*" + _NUM, _num),
