@@ -68,10 +68,14 @@ class ThreadTuner(TrainerCallback):
             return
         p["time"] += dt
         p["tokens"] += (state.num_input_tokens_seen or 0) - self._tok0
-        if p["steps"] < self.probe_steps:
-            return
         # Without token counts (some trainers), steps per second decides.
-        self.rates[p["threads"]] = (p["tokens"] or p["steps"]) / max(p["time"], 1e-9)
+        rate = (p["tokens"] or p["steps"]) / max(p["time"], 1e-9)
+        # A candidate at under half the best rate after one counted step is dropped at once:
+        # under contention 2 threads ran 10x slower here, and each probe step costs that much.
+        hopeless = bool(self.rates) and rate < 0.5 * max(self.rates.values())
+        if p["steps"] < self.probe_steps and not hopeless:
+            return
+        self.rates[p["threads"]] = rate
         if self._queue:
             self._next_candidate()
             return
