@@ -30,7 +30,7 @@ DEMO_REQUEST = (
     "Plant 20 held-out problems in the training data so curation has leaks to catch. "
     "Pretrain for 300 steps at batch 32, sequence length 64, learning rate 0.003, checkpoint every 100 steps; "
     "then SFT for 3000 steps at batch 64, sequence length 64, learning rate 0.003, warm up over 100 steps, "
-    "checkpoint every 250 steps; "
+    "no gradient clipping, checkpoint every 250 steps; "
     "then GRPO for 200 steps at batch 32, sequence length 64, learning rate 0.0001, 8 generations per prompt, "
     "completions of at most "
     "6 tokens, checkpoint every 100 steps. "

@@ -188,6 +188,8 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
         if m:
             cfg["save_steps"] = _int(m.group(1))
             clause = clause[:m.start()] + clause[m.end():]
+        if _search(r"\b(?:no|without)\s+(?:gradient\s+|grad\s+)?clipping\b", clause):
+            cfg["max_grad_norm"] = 1e9  # TrainConfig has no "off": a norm no gradient reaches
         m = _search(r"warm[- ]?(?:ing )?up(?:\s+(?:of|for|over))?\s+" + _NUM + r"\s+steps", clause)
         if m:
             cfg["warmup_steps"] = _int(m.group(1))
