@@ -130,12 +130,22 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
     wanted = ("pretrain", "sft") if tool == "train" else ("dpo", "grpo")
     out: dict[str, Any] = {"tool": tool, "step": ctx.step, "stages": {}}
     total = 0.0
-    for stage in (s for s in wanted if s in task.stages):
+    # A restart a person approved after a loss spike only has the rest of its stage (and the
+    # stages after it) left to train: the stages before it resume from their final weights.
+    restart = ctx.inputs.get("apply_proposal") or {}
+    stages = [s for s in wanted if s in task.stages]
+    if restart.get("stage") in stages:
+        stages = stages[stages.index(restart["stage"]):]
+    for stage in stages:
         cfg = task.train_config(stage)
         if ctx.visit > 1 and tool == "train":  # the tool trains twice as long on a retry
             cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
         verdict = plan_stage(task, stage, cfg)
-        total += verdict.est_minutes
+        left = 1.0
+        if stage == restart.get("stage") and not restart.get("from_start"):
+            spike_step = int((restart.get("proposal") or {}).get("spike_step", 0))
+            left = max(0.0, 1.0 - spike_step / cfg.max_steps)
+        total += verdict.est_minutes * left
         out["stages"][stage] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
                                 "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len,
                                 **verdict.model_dump(exclude={"stage"})}

@@ -250,3 +250,18 @@ def test_the_offline_policy_streams_the_same_run_for_event_consumers(ws):
     assert "FunctionToolCallEvent" in names and "FunctionToolResultEvent" in names and "FinalResultEvent" in names
     plain = run_persona_step(ctx(ws, "data_curator", "prepare_corpus", run_id="plain"), "prepare_corpus")
     assert report.summary == plain.details["persona"]["summary"] and report.decision == "proceed"
+
+
+def test_a_restart_is_planned_for_the_work_it_has_left(ws):
+    from trainteam.agents.persona import plan_stages
+
+    t = task(stages=["pretrain", "sft"], training={"pretrain": {"max_steps": 400, "seq_len": 64},
+                                                   "sft": {"max_steps": 1000, "seq_len": 64}})
+    whole = plan_stages(ctx(ws, "training_engineer", "train", t), "train")
+    c = ctx(ws, "training_engineer", "train", t)
+    c.inputs = {"apply_proposal": {"stage": "sft", "proposal": {"spike_step": 750}}}
+    rest = plan_stages(c, "train")
+    sft_minutes = whole["stages"]["sft"]["est_minutes"]
+    assert list(rest["stages"]) == ["sft"]  # pretrain resumes from its final weights
+    assert rest["est_minutes"] == pytest.approx(0.25 * sft_minutes, abs=0.002)
+    assert rest["est_minutes"] < whole["est_minutes"]
