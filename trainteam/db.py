@@ -65,8 +65,23 @@ class SchemaTooNew(RuntimeError):
     pass
 
 
+def _table_set() -> str:
+    return ",".join(sorted(metadata.tables))
+
+
 def ensure_schema(engine: Engine) -> int:
-    """Create missing tables; never drop or rewrite existing data. Returns the version."""
+    """Create missing tables; never drop or rewrite existing data. Returns the version.
+
+    A workspace whose recorded version and table set match this code is opened with one
+    query (short commands open it on every call); otherwise ``create_all`` adds what is missing.
+    """
+    try:
+        with engine.connect() as conn:
+            rows = dict(conn.execute(select(meta_table.c.key, meta_table.c.value)).all())
+        if rows.get("schema_version") == str(SCHEMA_VERSION) and rows.get("tables") == _table_set():
+            return SCHEMA_VERSION
+    except (OperationalError, ProgrammingError):
+        pass  # a new workspace: no tt_meta yet
     for attempt in range(5):
         try:
             metadata.create_all(engine)
@@ -87,4 +102,10 @@ def ensure_schema(engine: Engine) -> int:
                 f"workspace schema version {found} is newer than this trainteam ({SCHEMA_VERSION}); upgrade trainteam"
             )
     # Future migrations from `found` to SCHEMA_VERSION go here, additive only.
+    try:
+        with engine.begin() as conn:
+            conn.execute(meta_table.delete().where(meta_table.c.key == "tables"))
+            conn.execute(meta_table.insert().values(key="tables", value=_table_set()))
+    except IntegrityError:
+        pass  # another process recorded the same set at the same moment
     return found
