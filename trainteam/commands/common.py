@@ -34,3 +34,23 @@ def err(message: str) -> None:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def load_config_file(path: Path, cls, option: str):
+    """A pydantic config from a YAML/JSON file given on the command line; one-line errors
+    name the option, the file and the field."""
+    import yaml
+    from pydantic import ValidationError
+
+    from trainteam.errors import BadInput, format_validation_error
+
+    if not path.is_file():
+        raise BadInput(f"{option}: {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise BadInput(f"{option}: {path}: not YAML/JSON ({exc.__class__.__name__})") from None
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(format_validation_error(exc, str(path))) from None

@@ -27,25 +27,12 @@ def _eval_sets(specs: list[str]) -> dict[str, Path]:
 
 
 def _load_config(path: Optional[Path]):
-    from pydantic import ValidationError
-
+    from trainteam.commands.common import load_config_file
     from trainteam.curation.pipeline import CurationConfig
-    from trainteam.errors import BadInput, format_validation_error
 
     if path is None:
         return CurationConfig()
-    import yaml
-
-    if not path.is_file():
-        raise BadInput(f"--config: {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise BadInput(f"--config: {path}: not YAML/JSON ({exc.__class__.__name__})") from None
-    try:
-        return CurationConfig.model_validate(data)
-    except ValidationError as exc:
-        raise BadInput(format_validation_error(exc, str(path))) from None
+    return load_config_file(path, CurationConfig, "--config")
 
 
 @curate_app.command("run")

@@ -14,21 +14,9 @@ from trainteam.commands.common import console, print_json
 
 
 def _load(path: Path, cls, what: str):
-    import yaml
-    from pydantic import ValidationError
+    from trainteam.commands.common import load_config_file
 
-    from trainteam.errors import BadInput, format_validation_error
-
-    if not path.is_file():
-        raise BadInput(f"{what}: {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise BadInput(f"{what}: {path}: not YAML/JSON ({exc.__class__.__name__})") from None
-    try:
-        return cls.model_validate(data)
-    except ValidationError as exc:
-        raise BadInput(format_validation_error(exc, str(path))) from None
+    return load_config_file(path, cls, what)
 
 
 def plan_command(
