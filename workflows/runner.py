@@ -61,7 +61,10 @@ def resume_foreground(ws, run_id: str, force: bool = False, progress: bool = Tru
 
 
 def serve(ws, once: bool = False, poll_s: float = 5.0, progress: bool = True) -> None:
-    """A worker: resumes orphaned runs at start and every poll, and runs queued ones."""
+    """A worker: resumes runs whose process died, at start and then every ``poll_s``.
+    With ``once`` it waits for the runs it resumed and returns."""
+    from dbos import DBOS
+
     from trainteam.workflows import engine
 
     engine.launch(ws, progress)
@@ -69,13 +72,12 @@ def serve(ws, once: bool = False, poll_s: float = 5.0, progress: bool = True) ->
         resumed = engine.recover_orphans(ws)
         if resumed:
             engine.console.print(f"resuming {len(resumed)} run(s): {', '.join(resumed)}")
-        while not once:
-            time.sleep(poll_s)
-            engine.recover_orphans(ws)
         if once:
-            from dbos import DBOS
-
             for run_id in resumed:
                 DBOS.retrieve_workflow(run_id).get_result()
+            return
+        while True:
+            time.sleep(poll_s)
+            engine.recover_orphans(ws)
     finally:
         engine.shutdown()

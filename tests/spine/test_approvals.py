@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
 from spine_helpers import DATA, cli, pending_approvals, run_view, spawn, wait_for, write_task
 

@@ -6,7 +6,7 @@ import json
 import os
 import signal
 
-from spine_helpers import TINY_TASK, cli, run_view, spawn, wait_for, write_task
+from spine_helpers import cli, run_view, spawn, wait_for, write_task
 
 
 def _dbos_steps(ws, run_id):

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 
-import yaml
 from spine_helpers import DATA, TINY_TASK, cli, pending_approvals, run_view, spawn, wait_for, write_task
 
 
