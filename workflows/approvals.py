@@ -19,31 +19,13 @@ from typing import Any
 from trainteam.errors import Conflict, NotFound
 from trainteam.graph import EdgeKind, NodeKind
 from trainteam.workflows.store import ApprovalStore
+from trainteam.workflows.views import approval_public, resolve  # noqa: F401  (read side, kept importable here)
 
 TOPIC_PREFIX = "approval:"
 
 
 def approval_topic(approval_id: str) -> str:
     return TOPIC_PREFIX + approval_id
-
-
-def approval_public(row: dict[str, Any]) -> dict[str, Any]:
-    """The machine-readable shape printed by ``approvals list|show --json``."""
-    return {
-        "id": row["id"], "run_id": row["run_id"], "step": row["step"], "action": row["action"],
-        "status": row["status"], "proposed": row["proposed"], "evidence": row["evidence"],
-        "requested_by": row["requested_by"], "created_at": row["created_at"],
-        "decided_by": row["decided_by"], "decided_at": row["decided_at"], "note": row["note"],
-    }
-
-
-def resolve(store: ApprovalStore, ref: str) -> dict[str, Any]:
-    rows = store.find(ref)
-    if not rows:
-        raise NotFound(f"approval {ref!r} not found (see `trainteam approvals list`)")
-    if len(rows) > 1:
-        raise NotFound(f"approval {ref!r} is ambiguous: {', '.join(r['id'] for r in rows[:5])}")
-    return rows[0]
 
 
 def request(ws, *, run_id: str, step: str, visit: int, action: str, proposed: dict, evidence: dict,

@@ -1,7 +1,8 @@
 """Run, step-attempt and approval records in the workspace database.
 
 These are the projection people read (``runs list``, ``approvals list``) without
-starting the workflow engine. Workflow *progress* is DBOS's job; these tables
+starting the workflow engine; ``readonly.py`` holds stdlib twins of the read methods for
+the short commands on a SQLite workspace. Workflow *progress* is DBOS's job; these tables
 only say what happened, for humans and reports.
 """
 
@@ -13,6 +14,7 @@ from sqlalchemy import Column, Integer, String, Table, Text, func, select, updat
 from sqlalchemy.engine import Engine
 
 from trainteam.db import JSONText, metadata, utcnow
+from trainteam.workflows.readonly import summarize_attempts
 
 RUN_STATUSES = ("pending", "running", "waiting_approval", "completed", "failed", "cancelled")
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired")
@@ -148,19 +150,8 @@ class RunStore:
             return [dict(r) for r in rows]
 
     def steps_summary(self, run_id: str) -> list[dict[str, Any]]:
-        """One entry per (step, visit): the latest attempt's status, how many attempts ran and
-        the seconds they took together (a restart's work counts too)."""
-        out: dict[tuple[str, int], dict[str, Any]] = {}
-        for a in self.attempts(run_id):
-            key = (a["step"], a["visit"])
-            entry = out.setdefault(key, {"name": a["step"], "visit": a["visit"], "persona": a["persona"], "attempts": 0})
-            # a persona run paused for a person's decision and its continuation are one attempt
-            entry["attempts"] += a["status"] != "needs_approval"
-            entry.setdefault("started_at", a["started_at"])
-            seconds = (entry.get("seconds") or 0.0) + (float(a["seconds"]) if a["seconds"] else 0.0)
-            entry.update(status=a["status"], finished_at=a["finished_at"], error=a["error"],
-                         seconds=seconds if a["seconds"] or entry.get("seconds") else None)
-        return list(out.values())
+        """One entry per (step, visit); see ``summarize_attempts``."""
+        return summarize_attempts(self.attempts(run_id))
 
 
 class ApprovalStore:

@@ -1,4 +1,9 @@
-"""Machine-readable views of runs (what ``--json`` prints). Reads the database only."""
+"""Machine-readable views of runs and approvals (what ``--json`` prints). Reads the database only.
+
+The views take the stores they read from: ``RunStore``/``ApprovalStore`` (SQLAlchemy) or their
+stdlib twins in ``readonly.py``, which the short commands use on a SQLite workspace. This module
+imports neither at load time, so it stays cheap for those commands.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,23 @@ from typing import Any
 
 from trainteam.errors import NotFound
 from trainteam.workflows.executors import executor_alive
-from trainteam.workflows.store import ApprovalStore, RunStore
 
 ACTIVE = ("pending", "running", "waiting_approval")
 
 
 def run_public(ws, run_id: str) -> dict[str, Any]:
-    runs = RunStore(ws.engine)
+    from trainteam.workflows.store import ApprovalStore, RunStore
+
+    return run_view(RunStore(ws.engine), ApprovalStore(ws.engine), run_id)
+
+
+def runs_public(ws, limit: int = 50) -> list[dict[str, Any]]:
+    from trainteam.workflows.store import RunStore
+
+    return runs_view(RunStore(ws.engine), limit)
+
+
+def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
     row = runs.get(run_id)
     if row is None:
         raise NotFound(f"run {run_id!r} not found (see `trainteam runs list`)")
@@ -22,9 +37,18 @@ def run_public(ws, run_id: str) -> dict[str, Any]:
     view["approvals"] = [
         {"id": a["id"], "step": a["step"], "action": a["action"], "status": a["status"],
          "decided_by": a["decided_by"]}
-        for a in ApprovalStore(ws.engine).list(run_id=run_id)
+        for a in approvals.list(run_id=run_id)
     ]
     return view
+
+
+def runs_view(runs, limit: int = 50) -> list[dict[str, Any]]:
+    out = []
+    for row in runs.list(limit):
+        view = _summary(row)
+        view["steps"] = runs.steps_summary(row["run_id"])
+        out.append(view)
+    return out
 
 
 def _summary(row: dict[str, Any]) -> dict[str, Any]:
@@ -39,11 +63,21 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def runs_public(ws, limit: int = 50) -> list[dict[str, Any]]:
-    runs = RunStore(ws.engine)
-    out = []
-    for row in runs.list(limit):
-        view = _summary(row)
-        view["steps"] = runs.steps_summary(row["run_id"])
-        out.append(view)
-    return out
+def approval_public(row: dict[str, Any]) -> dict[str, Any]:
+    """The machine-readable shape printed by ``approvals list|show --json``."""
+    return {
+        "id": row["id"], "run_id": row["run_id"], "step": row["step"], "action": row["action"],
+        "status": row["status"], "proposed": row["proposed"], "evidence": row["evidence"],
+        "requested_by": row["requested_by"], "created_at": row["created_at"],
+        "decided_by": row["decided_by"], "decided_at": row["decided_at"], "note": row["note"],
+    }
+
+
+def resolve(store, ref: str) -> dict[str, Any]:
+    """The approval ``ref`` names: an exact id or a unique prefix of one."""
+    rows = store.find(ref)
+    if not rows:
+        raise NotFound(f"approval {ref!r} not found (see `trainteam approvals list`)")
+    if len(rows) > 1:
+        raise NotFound(f"approval {ref!r} is ambiguous: {', '.join(r['id'] for r in rows[:5])}")
+    return rows[0]

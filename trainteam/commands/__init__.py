@@ -1,17 +1,29 @@
 """CLI command groups, one module each. Every module defines ``register(app)`` and keeps
-heavy imports (torch, transformers, dbos) inside its command functions."""
+heavy imports (torch, transformers, dbos) inside its command functions.
 
-COMMAND_MODULES = [
-    "models",
-    "serve",
-    "execute",
-    "runs",
-    "approvals",
-    "graph",
-    "workflows",
-    "curate",
-    "plan",
-    "submit",
-    "replay",
-    "transcripts",
-]
+``COMMANDS`` names each top-level command, the module that registers it and the one-line
+help ``trainteam --help`` shows: the CLI imports a module only when its command runs, so a
+short command does not pay for the other twelve. A test checks the help lines against the
+commands' own.
+"""
+
+COMMANDS = {
+    "serve": ("serve", "Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."),
+    "execute-workflow": ("execute", "Run a workflow on a task in this process, durably: if the process dies, "
+                                    "`trainteam runs resume RUN` continues where it stopped."),
+    "worker": ("execute", "Serve runs: resumes runs whose process died (at start and then every poll)."),
+    "demo": ("execute", "The team at work on the bundled demo request, submitted in natural language."),
+    "plan": ("plan", "Plan a run: tokens, memory per device, time and cost, and why; refuse what cannot work."),
+    "submit": ("submit", "Submit a training request in natural language; the ml_orchestrator turns it into a task."),
+    "replay": ("replay", "Show a past run step by step (persona, prompt, tool calls, results, decisions, "
+                         "approvals)."),
+    "models": ("models", "Registered models and the roles they serve."),
+    "runs": ("runs", "Past and current runs."),
+    "approvals": ("approvals", "Gated actions waiting for a person."),
+    "graph": ("graph", "The knowledge graph of runs, data and models."),
+    "workflows": ("workflows", "Workflow specs."),
+    "curate": ("curate", "Curate training data: dedup, decontaminate, filter, version."),
+    "transcripts": ("transcripts", "Recorded agent runs (redacted pydantic-ai messages)."),
+}
+
+COMMAND_MODULES = list(dict.fromkeys(module for module, _ in COMMANDS.values()))

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from trainteam.commands.common import console, print_json, workspace
+from trainteam.commands.common import console, print_json, read_stores, workspace
 
 approvals_app = typer.Typer(help="Gated actions waiting for a person.", no_args_is_help=True)
 
@@ -17,10 +17,9 @@ def list_(
     run: Optional[str] = typer.Option(None, "--run", help="only this run"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    from trainteam.workflows.approvals import approval_public
-    from trainteam.workflows.store import ApprovalStore
+    from trainteam.workflows.views import approval_public
 
-    rows = ApprovalStore(workspace().engine).list(None if status == "all" else status, run)
+    rows = read_stores()[1].list(None if status == "all" else status, run)
     if as_json:
         return print_json([approval_public(r) for r in rows])
     if not rows:
@@ -36,10 +35,9 @@ def list_(
 
 @approvals_app.command("show")
 def show(approval_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.workflows.approvals import approval_public, resolve
-    from trainteam.workflows.store import ApprovalStore
+    from trainteam.workflows.views import approval_public, resolve
 
-    row = approval_public(resolve(ApprovalStore(workspace().engine), approval_id))
+    row = approval_public(resolve(read_stores()[1], approval_id))
     if as_json:
         return print_json(row)
     for key, value in row.items():

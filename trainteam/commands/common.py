@@ -8,10 +8,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+class _LazyConsole:
+    """A rich Console made on first use: ``--json`` output never needs rich (~30 ms to import)."""
+
+    def __init__(self, **options: Any):
+        self._options = options
+        self._console = None
+
+    def __getattr__(self, name: str):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+console = _LazyConsole(soft_wrap=True)
+err_console = _LazyConsole(stderr=True, soft_wrap=True)
 
 
 @dataclass
@@ -26,6 +40,25 @@ def workspace():
     from trainteam.workspace import Workspace
 
     return Workspace.open(STATE.workspace)
+
+
+def read_stores():
+    """(runs, approvals) stores for the list/show commands, which only read.
+
+    On the workspace's own SQLite database: the stdlib read-only twins (no SQLAlchemy, no
+    pydantic-settings: a cold start stays short). Otherwise (Postgres or another configured
+    URL, a workspace not created yet): ``RunStore``/``ApprovalStore`` on ``Workspace.open``.
+    """
+    from trainteam.dbread import connect_readonly
+    from trainteam.workflows import readonly
+
+    conn = connect_readonly(STATE.workspace, readonly.TABLES)
+    if conn is not None:
+        return readonly.RunReader(conn), readonly.ApprovalReader(conn)
+    from trainteam.workflows.store import ApprovalStore, RunStore
+
+    engine = workspace().engine
+    return RunStore(engine), ApprovalStore(engine)
 
 
 def err(message: str) -> None:

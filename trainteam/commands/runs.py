@@ -8,16 +8,16 @@ from pathlib import Path
 
 import typer
 
-from trainteam.commands.common import console, print_json, workspace
+from trainteam.commands.common import console, print_json, read_stores, workspace
 
 runs_app = typer.Typer(help="Past and current runs.", no_args_is_help=True)
 
 
 @runs_app.command("list")
 def list_(limit: int = typer.Option(50), as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.workflows.views import runs_public
+    from trainteam.workflows.views import runs_view
 
-    rows = runs_public(workspace(), limit)
+    rows = runs_view(read_stores()[0], limit)
     if as_json:
         return print_json(rows)
     if not rows:
@@ -33,9 +33,9 @@ def list_(limit: int = typer.Option(50), as_json: bool = typer.Option(False, "--
 
 @runs_app.command("show")
 def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.workflows.views import run_public
+    from trainteam.workflows.views import run_view
 
-    view = run_public(workspace(), run_id)
+    view = run_view(*read_stores(), run_id)
     if as_json:
         return print_json(view)
     from rich.table import Table
