@@ -33,9 +33,10 @@ def write_task(folder: Path, name: str = "task.yaml", **changes) -> Path:
     return path
 
 
-def cli(ws: Path, *args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess:
+def cli(ws: Path, *args: str, timeout: float = 120, check: bool = False,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args],
-                          capture_output=True, text=True, timeout=timeout, env=_env())
+                          capture_output=True, text=True, timeout=timeout, env={**_env(), **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"trainteam {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc
