@@ -184,7 +184,7 @@ def plan_request(task, hardware=None, steps: list[str] | None = None) -> Request
     if task.budget.cost_per_hour_usd:
         hw = hw.model_copy(update={"price_per_device_hour": task.budget.cost_per_hour_usd})
     stages, notes = [], []
-    for stage in task.stages:
+    for stage in task.stage_names():
         cfg = task.train_config(stage)
         v = plan_stage(task, stage, cfg, hw)
         if not v.runnable:

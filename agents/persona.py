@@ -53,8 +53,8 @@ class StageOverrides(BaseModel):
 
 
 class TrainArgs(PlanFirstArgs):
-    overrides: dict[Literal["pretrain", "sft", "dpo", "grpo"], StageOverrides] = Field(
-        default_factory=dict, description="per-stage settings replacing the task's (from the planner)")
+    overrides: dict[str, StageOverrides] = Field(
+        default_factory=dict, description="per-stage settings replacing the task's (from the planner), by stage name")
 
 
 # --------------------------------------------------------------------- output
@@ -109,31 +109,33 @@ def _apply_overrides(ctx: ToolContext, overrides: dict[str, StageOverrides]) -> 
     from trainteam.trainers.config import TrainConfig
 
     task = ctx.task
-    training = dict(task.training)
     for stage, ov in overrides.items():
-        if stage not in task.stages:
-            raise ModelRetry(f"overrides: stage {stage!r} is not in the task's stages {task.stages}")
+        if stage not in task.stage_names():
+            raise ModelRetry(f"overrides: stage {stage!r} is not in the task's stages {task.stage_names()}")
         changes = ov.model_dump(exclude_none=True)
         try:
-            training[stage] = TrainConfig.model_validate({**task.train_config(stage).model_dump(), **changes})
+            cfg = TrainConfig.model_validate({**task.train_config(stage).model_dump(), **changes})
         except ValidationError as exc:
             raise ModelRetry(f"overrides.{stage}: {exc.errors()[0]['msg']}") from None
-    return replace(ctx, task=task.model_copy(update={"training": training}))
+        task = task.with_training(stage, cfg)
+    return replace(ctx, task=task)
 
 
 def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
     """The run planner's verdict for each stage this tool would train (no torch): accounting,
     refusals, and the fixes that make a refused stage plan."""
+    from trainteam.agents.curriculum import curriculum_from_task
     from trainteam.agents.stageplan import plan_stage
 
     task = ctx.task
-    wanted = ("pretrain", "sft") if tool == "train" else ("dpo", "grpo")
+    cur = curriculum_from_task(task)
     out: dict[str, Any] = {"tool": tool, "step": ctx.step, "stages": {}}
     total = 0.0
     # A restart a person approved after a loss spike only has the rest of its stage (and the
     # stages after it) left to train: the stages before it resume from their final weights.
     restart = ctx.inputs.get("apply_proposal") or {}
-    stages = [s for s in wanted if s in task.stages]
+    align = cur.align_stage()
+    stages = [s.name for s in cur.training_stages()] if tool == "train" else ([align.name] if align else [])
     if restart.get("stage") in stages:
         stages = stages[stages.index(restart["stage"]):]
     for stage in stages:

@@ -47,8 +47,11 @@ def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
     if tool == "gate" and ctx.inputs.get("accepted") is None:  # the judge re-derives the gate from the metric
         # (a failed gate a person accepted is the person's decision: the judge does not second-guess it)
         try:
+            from trainteam.agents.tools.evaluation import gate_rules
+
             ev = ctx.output(ctx.inputs.get("of", "evaluate"))
-            spec = ctx.task.gates.get(ev.get("details", {}).get("stage"))
+            spec = next((r for r in gate_rules(ctx.task, ev.get("details", {}).get("stage")) if r.min is not None),
+                        None)
         except LookupError:
             spec, ev = None, {}
         if spec is not None:

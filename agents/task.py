@@ -3,6 +3,13 @@
 Model, data and budget are required: a run never guesses a data path or spends
 without a ceiling. Paths are checked when the task is loaded, so a typo fails
 before anything is written.
+
+A task lists its stages one of two ways: the plain ``stages``/``training``/``gates``
+(pretrain, SFT, an align method), or a ``curriculum`` of named stages (mid-train,
+long-context, ...) each with its own data, training settings, eval battery and gates.
+``trainteam.agents.curriculum.curriculum_from_task`` turns either into one list the
+tools walk; with a curriculum, ``stages`` is derived (the methods it uses), so the
+workflow's per-stage steps (tokenizer, align) apply the same way.
 """
 
 from __future__ import annotations
@@ -10,11 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import re
+
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trainteam.errors import BadInput, format_validation_error
-from trainteam.trainers.config import ModelSpec, TokenizerConfig, TrainConfig
+from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
+from trainteam.trainers.eval_battery import STAGE_KINDS, BatterySpec, StageKind
+from trainteam.trainers.gates import GateRule
 
 Stage = Literal["pretrain", "sft", "dpo", "grpo"]
 TRAIN_STAGES = ("pretrain", "sft")
@@ -68,17 +79,73 @@ class EvalSpec(_Strict):
     batch_size: int = Field(default=64, gt=0)
 
 
+# Continued pretraining for the pre-/mid-training kinds; supervised fine-tuning after.
+DEFAULT_METHOD: dict[str, Method] = {
+    "pretrain": "pretrain", "mid_train": "pretrain", "long_context": "pretrain", "post_train": "sft",
+}
+
+
+class CurriculumStage(_Strict):
+    """One stage of a curriculum as a task file writes it. Left out: kind (from the name),
+    method (from the kind), data (the task's), training (defaults), battery (the kind's)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    kind: StageKind | None = Field(default=None, validate_default=True,
+                                   description="default: from the name (mid_train, long_context, sft...)")
+    method: Method | None = Field(default=None, validate_default=True,
+                                  description="default: pretrain for pre/mid/long-context, sft after")
+    data: DataSpec | None = Field(default=None, description="default: the task's data")
+    training: TrainConfig | None = None
+    battery: BatterySpec | None = Field(default=None, description="default: the stage kind's fixed battery")
+    gates: list[GateRule] = Field(default_factory=list)
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: StageKind | None, info: ValidationInfo) -> StageKind:
+        name = info.data.get("name")
+        if v is None and name is not None:  # (a refused name has its own error)
+            if name not in STAGE_KINDS:
+                raise ValueError(f"give the kind of stage {name!r} ({', '.join(DEFAULT_METHOD)})")
+            v = STAGE_KINDS[name]
+        return v
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: Method | None, info: ValidationInfo) -> Method | None:
+        name, kind = info.data.get("name"), info.data.get("kind")
+        if kind is None:  # the kind was refused: that error says it
+            return v
+        if v is None:
+            v = name if name in ("pretrain", "sft", "dpo", "grpo") else DEFAULT_METHOD[kind]
+        if v in ALIGN_STAGES and kind != "post_train":
+            raise ValueError(f"{v} aligns a trained model: its stage kind is post_train, not {kind}")
+        return v
+
+    @field_validator("gates", mode="before")
+    @classmethod
+    def _one_rule(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else v  # ``gates: {metric: exact_match, min: 0.5}`` as in plain tasks
+
+    def train_config(self) -> TrainConfig:
+        cfg = self.training or TrainConfig(method=self.method)
+        return cfg.model_copy(update={"method": self.method})
+
+
 class TrainTask(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     workflow: str = "train_model"
     model: ModelSpec
     data: DataSpec
     budget: BudgetSpec
-    stages: list[Stage] = Field(default_factory=lambda: ["pretrain"], min_length=1)
+    stages: list[Stage] = Field(default_factory=lambda: ["pretrain"], min_length=1,
+                                description="with a curriculum: derived (the methods its stages use)")
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     training: dict[Stage, TrainConfig] = Field(default_factory=dict)
     gates: dict[Stage, GateSpec] = Field(default_factory=dict)
     eval: EvalSpec = Field(default_factory=EvalSpec)
+    curriculum: list[CurriculumStage] | None = Field(default=None, min_length=1, description="named stages in "
+                                                     "order, each with its own data, training, battery and gates; "
+                                                     "instead of stages/training/gates")
     curation: dict[str, Any] | None = Field(default=None, description="trainteam.curation.CurationConfig fields; "
                                             "default: chosen for the kind of data")
     require_approval: list[str] = Field(default_factory=list, description="steps that wait for a person before "
@@ -90,9 +157,13 @@ class TrainTask(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainTask":
-        if not any(s in TRAIN_STAGES for s in self.stages):
+        if self.curriculum is not None:
+            from trainteam.agents.curriculum import check_curriculum
+
+            self.stages = check_curriculum(self)
+        elif not any(s in TRAIN_STAGES for s in self.stages):
             raise ValueError("stages: needs pretrain or sft")
-        if "pretrain" in self.stages and self.model.path is not None:
+        if "pretrain" in self.stages and self.model.path is not None and self.curriculum is None:
             raise ValueError("stages: pretrain starts from random init; model.path is for fine-tuning")
         if self.curation is not None:
             from trainteam.curation.pipeline import CurationConfig
@@ -106,9 +177,33 @@ class TrainTask(_Strict):
                 raise ValueError(f"training/gates: stage {stage!r} is not in stages")
         return self
 
+    def stage_names(self) -> list[str]:
+        """Every stage in order: the curriculum's names, or the plain ``stages``."""
+        return [s.name for s in self.curriculum] if self.curriculum is not None else list(self.stages)
+
+    def _curriculum_stage(self, stage: str) -> CurriculumStage:
+        for s in self.curriculum or []:
+            if s.name == stage:
+                return s
+        for s in self.curriculum or []:  # an align step asks by method
+            if s.method == stage:
+                return s
+        raise BadInput(f"curriculum: no stage {stage!r} (stages: {', '.join(self.stage_names())})")
+
     def train_config(self, stage: str) -> TrainConfig:
+        """The training settings of a stage (a curriculum stage by name, or a plain stage)."""
+        if self.curriculum is not None:
+            return self._curriculum_stage(stage).train_config()
         cfg = self.training.get(stage) or TrainConfig(method=stage)
         return cfg.model_copy(update={"method": stage})
+
+    def with_training(self, stage: str, cfg: TrainConfig) -> "TrainTask":
+        """A copy whose ``stage`` trains with ``cfg`` (the engineer's overrides from the planner)."""
+        if self.curriculum is None:
+            return self.model_copy(update={"training": {**self.training, stage: cfg}})
+        target = self._curriculum_stage(stage)
+        stages = [s.model_copy(update={"training": cfg}) if s is target else s for s in self.curriculum]
+        return self.model_copy(update={"curriculum": stages})
 
 
 def parse_task(data: Any, source: str, base_dir: Path | None = None) -> TrainTask:
@@ -117,24 +212,45 @@ def parse_task(data: Any, source: str, base_dir: Path | None = None) -> TrainTas
     try:
         task = TrainTask.model_validate(data)
     except ValidationError as exc:
-        raise BadInput(format_validation_error(exc, source)) from None
+        # pydantic says ``curriculum.1.data``; a person reads ``curriculum[1].data``
+        raise BadInput(re.sub(r"\bcurriculum\.(\d+)", r"curriculum[\1]", format_validation_error(exc, source))) from None
     return resolve_paths(task, base_dir or Path.cwd(), source)
 
 
-def resolve_paths(task: TrainTask, base_dir: Path, source: str) -> TrainTask:
-    """Make relative paths absolute (relative to the task file) and check they exist."""
-    checks = {"data.path": task.data.path, "data.eval_path": task.data.eval_path, "model.path": task.model.path}
+def _resolve_data(data: DataSpec, base_dir: Path, source: str, prefix: str) -> DataSpec:
     resolved = {}
-    for field, value in checks.items():
+    for field in ("path", "eval_path"):
+        value = getattr(data, field)
         if value is None:
             continue
         path = value if value.is_absolute() else (base_dir / value).resolve()
         if not path.exists():
-            raise BadInput(f"{source}: {field}: {value} does not exist")
+            raise BadInput(f"{source}: {prefix}.{field}: {value} does not exist")
         resolved[field] = path
-    data = task.data.model_copy(update={k.split(".")[1]: v for k, v in resolved.items() if k.startswith("data.")})
-    model = task.model.model_copy(update={"path": resolved.get("model.path", task.model.path)})
-    return task.model_copy(update={"data": data, "model": model})
+    return data.model_copy(update=resolved)
+
+
+def resolve_paths(task: TrainTask, base_dir: Path, source: str) -> TrainTask:
+    """Make relative paths absolute (relative to the task file) and check they exist."""
+    data = _resolve_data(task.data, base_dir, source, "data")
+    model = task.model
+    if model.path is not None:
+        path = model.path if model.path.is_absolute() else (base_dir / model.path).resolve()
+        if not path.exists():
+            raise BadInput(f"{source}: model.path: {model.path} does not exist")
+        model = model.model_copy(update={"path": path})
+    update: dict[str, Any] = {"data": data, "model": model}
+    if task.curriculum is not None:
+        from trainteam.agents.curriculum import check_context_length
+
+        update["curriculum"] = [
+            s.model_copy(update={"data": _resolve_data(s.data, base_dir, source, f"curriculum[{i}].data")})
+            if s.data is not None else s for i, s in enumerate(task.curriculum)]
+        try:
+            check_context_length(task.curriculum, model)  # a local model's own context, read from its config
+        except ValueError as exc:
+            raise BadInput(f"{source}: {exc}") from None
+    return task.model_copy(update=update)
 
 
 def load_task_file(path: Path) -> TrainTask:

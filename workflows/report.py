@@ -48,11 +48,23 @@ class GateOutcome(_Strict):
     accepted_by: str | None = None
 
 
+class StageRecord(_Strict):
+    """One stage of the run's curriculum: what it trained, on what, how long its sequences."""
+
+    name: str
+    kind: str
+    method: str
+    data: str = ""
+    seq_len: int | None = None
+    steps: int | None = None
+
+
 class ReportInput(_Strict):
     run_id: str
     task_name: str
     status: str = ""
     steps: list[StepRecord] = Field(default_factory=list)
+    stages: list[StageRecord] = Field(default_factory=list, description="the curriculum's stages, in order")
     losses: dict[str, list[tuple[int, float]]] = Field(default_factory=dict, description="stage -> [(step, loss)]")
     events: list[LossEvent] = Field(default_factory=list)
     evals: dict[str, dict[str, float]] = Field(default_factory=dict, description="stage -> {metric: value}")
@@ -82,6 +94,14 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 | {{ s.name }} | {{ s.persona or "" }} | {{ s.status }} | {{ "%.1f"|format(s.seconds) if s.seconds is not none else "" }} | {{ "%.4f"|format(s.cost) }} |
 {% endfor %}
 {% if plots.get("steps") %}![time and cost per step]({{ plots.steps }}){% endif %}
+{% if r.stages %}
+## Stages
+
+| stage | kind | method | data | seq_len | steps |
+| --- | --- | --- | --- | ---: | ---: |
+{% for s in r.stages -%}
+| {{ s.name }} | {{ s.kind }} | {{ s.method }} | {{ s.data }} | {{ s.seq_len if s.seq_len is not none else "" }} | {{ s.steps if s.steps is not none else "" }} |
+{% endfor %}{% endif %}
 
 ## Training loss
 {% for stage, pts in r.losses.items() if pts %}

@@ -1,4 +1,4 @@
-"""data_curator's curation tool: dedup, decontaminate against the eval set, filter quality."""
+"""data_curator's curation tool: dedup, decontaminate against the eval sets, filter quality."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 from trainteam.agents.tools.base import StepResult, ToolContext
 
 
-def curation_config(task):
-    """The task's curation settings, or defaults chosen for the kind of data.
+def curation_config(task, data=None):
+    """The task's curation settings, or defaults chosen for the kind of data (``data``:
+    a curriculum stage's own DataSpec; default the task's).
 
     Verifiable problems (``12+34=`` / ``46``) are one short line each: text-quality
     heuristics and MinHash shingles say nothing about them, so the defaults keep exact
@@ -19,23 +20,25 @@ def curation_config(task):
 
     if task.curation is not None:
         return CurationConfig.model_validate(task.curation)
-    if task.data.demo:
+    if (data or task.data).demo:
         return CurationConfig(quality=None, near_dedup=None,
                               decontam=DecontamConfig(ngram=3, min_words=3, mode="drop"))
     return CurationConfig()
 
 
-def curate(ctx: ToolContext) -> StepResult:
+def _curate_split(ctx: ToolContext, train: str, prepared_node: str, evals: dict[str, str], config):
+    """One training split through the chain, decontaminated against every eval set;
+    returns the report and the curated file in the trainers' record shape. The curated
+    version is linked to the prepared one, so its lineage reaches the corpus it came from."""
     from trainteam.curation import curate as run_curation
     from trainteam.curation import read_jsonl
+    from trainteam.graph import EdgeKind
 
-    prepared = ctx.output("prepare_corpus")
-    raw = read_jsonl(Path(prepared["artifacts"]["train"]))
+    raw = read_jsonl(Path(train))
     corpus = [{**r, "text": r.get("text") or (r["prompt"] + r["completion"])} for r in raw]
-    eval_path = prepared["artifacts"]["eval"]
-    config = curation_config(ctx.task)
-    report = run_curation(corpus, {"eval": eval_path}, config, graph=ctx.graph,
-                          out_dir=_version_dir(ctx, corpus, eval_path, config), progress=ctx.progress)
+    report = run_curation(corpus, evals, config, graph=ctx.graph,
+                          out_dir=_version_dir(ctx, corpus, evals, config), progress=ctx.progress)
+    ctx.graph.add_edge(report.node_id, prepared_node, EdgeKind.DERIVED_FROM)
     out_dir = Path(report.output).parent
     train_path = out_dir / "train.jsonl"
     if not train_path.exists():  # back to the trainers' record shape: prompt/completion (or text)
@@ -47,24 +50,53 @@ def curate(ctx: ToolContext) -> StepResult:
                        if "prompt" in meta and "completion" in meta else {"id": rec["id"], "text": rec["text"]})
                 dst.write(json.dumps(row) + "\n")
         train_path.with_suffix(".tmp").rename(train_path)
+    return report, train_path
+
+
+def _summary(report) -> str:
     c = report.counts
     leaks = report.injected.get("leaks")
     caught = f"; caught {leaks.caught}/{leaks.injected} injected leaks" if leaks and leaks.injected else ""
-    return StepResult(
-        summary=(f"{c.get('input', 0)} → {c.get('output', 0)} records: {c.get('exact_duplicates', 0)} exact dups, "
-                 f"{c.get('near_duplicates', 0)} near dups, {c.get('quality_dropped', 0)} low quality, "
-                 f"{c.get('leak_dropped', 0) + c.get('leak_cut', 0)} eval leaks removed{caught}"),
-        artifacts={"train": str(train_path), "eval": eval_path, "report": str(out_dir / "report.json")},
-        metrics={f"curation.{k}": float(v) for k, v in c.items()},
-        nodes={"train": report.node_id, "eval": prepared["nodes"]["eval"]},
-        details={"version": report.version, "reused": report.reused,
-                 "leaked_eval_examples": {k: v[:20] for k, v in report.leaked_eval_examples.items()},
-                 "injected": {k: v.model_dump() for k, v in report.injected.items()}},
-    )
+    return (f"{c.get('input', 0)} → {c.get('output', 0)} records: {c.get('exact_duplicates', 0)} exact dups, "
+            f"{c.get('near_duplicates', 0)} near dups, {c.get('quality_dropped', 0)} low quality, "
+            f"{c.get('leak_dropped', 0) + c.get('leak_cut', 0)} eval leaks removed{caught}")
 
 
-def _version_dir(ctx: ToolContext, corpus, eval_path: str, config) -> Path:
+def curate(ctx: ToolContext) -> StepResult:
+    """The task's training data and each curriculum stage's own, each checked against every
+    held-out set of the run (a checkpoint is measured on the eval set of each stage it went
+    through, so no training set may hold any of them)."""
+    from trainteam.agents.curriculum import curriculum_from_task
+    from trainteam.agents.tools.data import eval_sets
+
+    prepared = ctx.output("prepare_corpus")
+    evals = eval_sets(ctx)
+    report, train_path = _curate_split(ctx, prepared["artifacts"]["train"], prepared["nodes"]["train"], evals,
+                                       curation_config(ctx.task))
+    out_dir = Path(report.output).parent
+    artifacts = {"train": str(train_path), "eval": prepared["artifacts"]["eval"], "report": str(out_dir / "report.json")}
+    metrics = {f"curation.{k}": float(v) for k, v in report.counts.items()}
+    nodes = {"train": report.node_id, "eval": prepared["nodes"]["eval"]}
+    summary = _summary(report)
+    details = {"version": report.version, "reused": report.reused,
+               "leaked_eval_examples": {k: v[:20] for k, v in report.leaked_eval_examples.items()},
+               "injected": {k: v.model_dump() for k, v in report.injected.items()}}
+    for s in curriculum_from_task(ctx.task).stages:
+        if s.data is None:
+            continue
+        rep, path = _curate_split(ctx, prepared["artifacts"][f"{s.name}.train"], prepared["nodes"][f"{s.name}.train"],
+                                  evals, curation_config(ctx.task, s.data))
+        artifacts.update({f"{s.name}.train": str(path), f"{s.name}.eval": prepared["artifacts"][f"{s.name}.eval"],
+                          f"{s.name}.report": str(Path(rep.output).parent / "report.json")})
+        nodes.update({f"{s.name}.train": rep.node_id, f"{s.name}.eval": prepared["nodes"][f"{s.name}.eval"]})
+        metrics.update({f"curation.{s.name}.{k}": float(v) for k, v in rep.counts.items()})
+        summary += f"; {s.name}: {_summary(rep)}"
+        details.setdefault("stages", {})[s.name] = {"version": rep.version, "reused": rep.reused}
+    return StepResult(summary=summary, artifacts=artifacts, metrics=metrics, nodes=nodes, details=details)
+
+
+def _version_dir(ctx: ToolContext, corpus, evals: dict[str, str], config) -> Path:
     """Content-addressed output folder: the same inputs and settings land in the same place."""
     from trainteam.curation.pipeline import planned_version
 
-    return ctx.ws.dir("datasets") / f"curated-{planned_version(corpus, {'eval': eval_path}, config)}"
+    return ctx.ws.dir("datasets") / f"curated-{planned_version(corpus, evals, config)}"

@@ -1,21 +1,26 @@
-"""data_curator's tools: bring the corpus in as versioned datasets."""
+"""data_curator's tools: bring the corpus in as versioned datasets.
+
+A curriculum stage may name its own data (a different demo mix, other files): it is
+prepared here beside the task's data, as its own dataset versions, so that curation
+checks every training set against every eval set and the training step only reads
+what the data steps recorded. The helpers at the end say where a stage's data is.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 from trainteam.agents.tools.base import StepResult, ToolContext, sha256_file
 from trainteam.graph import EdgeKind, NodeKind
 
 
-def prepare_corpus(ctx: ToolContext) -> StepResult:
-    """Generate the bundled verifiable demo data, or take the task's local files, as
-    content-addressed dataset versions (the same inputs never do the work twice)."""
+def _prepare(ctx: ToolContext, data) -> tuple[str, Path, Path, Path]:
+    """One DataSpec as files in the workspace: (corpus node, folder, train path, eval path)."""
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, read_jsonl, write_jsonl
 
-    data = ctx.task.data
     g = ctx.graph
     if data.demo:
         cfg = ArithmeticConfig(task=data.demo, max_operand=data.max_operand, n_train=data.n_train,
@@ -49,18 +54,73 @@ def prepare_corpus(ctx: ToolContext) -> StepResult:
         train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
         shutil.copyfile(src_train, train_path)
         shutil.copyfile(src_eval, eval_path)
+    return corpus, folder, train_path, eval_path
 
-    nodes = {}
-    counts = {}
-    for split, path in (("train", train_path), ("eval", eval_path)):
+
+def _versions(ctx: ToolContext, corpus: str, paths: dict[str, Path], stage: str | None) -> tuple[dict, dict]:
+    nodes, counts = {}, {}
+    for split, path in paths.items():
         digest = sha256_file(path)
-        n = sum(1 for _ in open(path))
-        counts[split] = n
-        nodes[split] = g.link(NodeKind.DATASET_VERSION, digest[:16], [(EdgeKind.DERIVED_FROM, corpus)],
-                              split=split, path=str(path), sha256=digest, records=n)
-    return StepResult(
-        summary=f"{counts['train']} training and {counts['eval']} held-out problems ({folder.name})",
-        artifacts={"train": str(train_path), "eval": str(eval_path)},
-        metrics={"n_train": counts["train"], "n_eval": counts["eval"]},
-        nodes={"corpus": corpus, **nodes},
-    )
+        counts[split] = sum(1 for _ in open(path))
+        extra = {"stage": stage} if stage else {}
+        nodes[split] = ctx.graph.link(NodeKind.DATASET_VERSION, digest[:16], [(EdgeKind.DERIVED_FROM, corpus)],
+                                      split=split, path=str(path), sha256=digest, records=counts[split], **extra)
+    return nodes, counts
+
+
+def prepare_corpus(ctx: ToolContext) -> StepResult:
+    """Generate the bundled verifiable demo data, or take the task's local files, as
+    content-addressed dataset versions (the same inputs never do the work twice); the
+    same for each curriculum stage that names its own data (keys ``<stage>.train`` ...)."""
+    from trainteam.agents.curriculum import curriculum_from_task
+
+    corpus, folder, train_path, eval_path = _prepare(ctx, ctx.task.data)
+    nodes, counts = _versions(ctx, corpus, {"train": train_path, "eval": eval_path}, None)
+    artifacts = {"train": str(train_path), "eval": str(eval_path)}
+    metrics = {"n_train": counts["train"], "n_eval": counts["eval"]}
+    nodes = {"corpus": corpus, **nodes}
+    summary = f"{counts['train']} training and {counts['eval']} held-out problems ({folder.name})"
+    own = [s for s in curriculum_from_task(ctx.task).stages if s.data is not None]
+    for s in own:
+        s_corpus, s_folder, s_train, s_eval = _prepare(ctx, s.data)
+        s_nodes, s_counts = _versions(ctx, s_corpus, {"train": s_train, "eval": s_eval}, s.name)
+        for split in ("train", "eval"):
+            artifacts[f"{s.name}.{split}"] = str(s_train if split == "train" else s_eval)
+            nodes[f"{s.name}.{split}"] = s_nodes[split]
+            metrics[f"{s.name}.n_{split}"] = s_counts[split]
+        nodes[f"{s.name}.corpus"] = s_corpus
+        summary += f"; {s.name}: {s_counts['train']} / {s_counts['eval']} ({s_folder.name})"
+    return StepResult(summary=summary, artifacts=artifacts, metrics=metrics, nodes=nodes,
+                      details={"stage_data": [s.name for s in own]})
+
+
+# -- where a stage's data is -------------------------------------------------------------------
+
+def _prefix(stage) -> str:
+    return f"{stage.name}." if stage is not None and stage.data is not None else ""
+
+
+def stage_train_data(ctx: ToolContext, stage) -> tuple[Path, str]:
+    """(train file, DatasetVersion node) a stage trains on: its own data when it has some,
+    else the task's; the curated version when curation ran, else the prepared one."""
+    key = _prefix(stage) + "train"
+    for step in ("curate", "prepare_corpus"):
+        out = ctx.outputs.get(step)
+        if out is not None and out.get("outcome") not in ("skipped", None) and key in out.get("artifacts", {}):
+            return Path(out["artifacts"][key]), out["nodes"][key]
+    raise LookupError(f"step {ctx.step!r} needs the {key} data of step 'prepare_corpus', which did not run")
+
+
+def stage_eval_set(ctx: ToolContext, stage) -> tuple[str, Path, str]:
+    """(eval-set name, file, DatasetVersion node) a stage's battery measures on: the
+    held-out split of its own data, else the task's held-out problems."""
+    key = _prefix(stage) + "eval"
+    prepared = ctx.output("prepare_corpus")
+    return key, Path(prepared["artifacts"][key]), prepared["nodes"][key]
+
+
+def eval_sets(ctx: ToolContext) -> dict[str, str]:
+    """Every held-out set of the run (the task's and each stage's own): what training data
+    is decontaminated against, whichever stage trains on it."""
+    prepared = ctx.output("prepare_corpus")
+    return {k: v for k, v in prepared["artifacts"].items() if k == "eval" or k.endswith(".eval")}

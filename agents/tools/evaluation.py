@@ -9,65 +9,120 @@ from trainteam.agents.tools.base import StepResult, ToolContext
 from trainteam.graph import EdgeKind
 
 
-def _decontamination_report(ctx: ToolContext) -> dict | None:
-    """The data engine's report for the eval set, when curation ran: the battery attaches it
-    instead of checking the eval set against the training data a second time."""
+def _decontamination_report(ctx: ToolContext, eval_set: str = "eval") -> dict | None:
+    """The data engine's report for this eval set, when curation ran: the battery attaches it
+    instead of checking the eval set against the training data a second time. Curation
+    checked every training set of the run (the task's and each stage's own) against every
+    eval set, so the reports together cover whatever a checkpoint trained on."""
     cur = ctx.outputs.get("curate")
     if not cur or cur.get("outcome") != "ok":
         return None
-    report = json.loads(Path(cur["artifacts"]["report"]).read_text())
-    leaked = report.get("leaked_eval_examples", {}).get("eval", [])
-    return {"checked": True, "source": "curation", "version": report.get("version"),
+    versions, leaked = [], []
+    for name, path in sorted(cur["artifacts"].items()):
+        if name == "report" or name.endswith(".report"):
+            report = json.loads(Path(path).read_text())
+            versions.append(report.get("version"))
+            leaked += report.get("leaked_eval_examples", {}).get(eval_set, [])
+    return {"checked": True, "source": "curation", "version": versions[0] if len(versions) == 1 else versions,
             "removed": 0, "leaked_in_training_and_removed_there": leaked}
+
+
+def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt_node: str | None, key: str,
+                  trained_on: list[Path], battery: dict | None = None):
+    """A curriculum stage's battery on its checkpoint, on the stage's eval set, recorded as an
+    Eval node (``key``). Returns (node, BatteryResult). Without a curation report, the eval
+    set is first checked against ``trained_on`` (every file the checkpoint trained on)."""
+    from trainteam.agents.tools.data import stage_eval_set
+    from trainteam.curation.demo import read_jsonl
+    from trainteam.trainers import load_tokenizer
+    from trainteam.trainers.eval_battery import BatterySpec, record_battery, run_battery
+
+    set_name, eval_path, eval_node = stage_eval_set(ctx, stage)
+    if battery:
+        spec = BatterySpec.model_validate(battery).model_copy(
+            update={"max_new_tokens": ctx.task.eval.max_new_tokens, "batch_size": ctx.task.eval.batch_size})
+    else:
+        spec = stage.battery
+    decon = _decontamination_report(ctx, set_name)
+    train_records = None if decon else [r for p in dict.fromkeys(trained_on) for r in read_jsonl(p)]
+    # The battery's kind decides its defaults; the result carries the stage's own name.
+    result = run_battery(ckpt, load_tokenizer(tokenizer_dir), read_jsonl(eval_path), stage=stage.kind, spec=spec,
+                         train_records=train_records, decontamination_report=decon)
+    result = result.model_copy(update={"stage": stage.name})
+    node = record_battery(ctx.graph, result, run_id=ctx.run_id, key=key, checkpoint_node=ckpt_node,
+                          dataset_node=eval_node)
+    ctx.graph.add_edge(node, ctx.step_node, EdgeKind.PRODUCED_BY)
+    return node, result
+
+
+def _stage_of(ctx: ToolContext, name: str):
+    """The filled-in curriculum stage ``name``; a stage the task does not list (an ad-hoc
+    ``inputs.stage``) gets its kind's default battery on the task's data."""
+    from trainteam.agents.curriculum import curriculum_from_task
+    from trainteam.agents.task import CurriculumStage
+    from trainteam.trainers.eval_battery import default_battery
+
+    found = curriculum_from_task(ctx.task).find(name)
+    if found is not None:
+        return found
+    battery = default_battery(name).model_copy(update={"max_new_tokens": ctx.task.eval.max_new_tokens,
+                                                       "batch_size": ctx.task.eval.batch_size})
+    return CurriculumStage(name=name, battery=battery)
 
 
 def evaluate(ctx: ToolContext) -> StepResult:
     """The stage's eval battery (held-out loss, greedy exact match, reliability checks)
-    on the checkpoint of the step named in ``inputs.of``."""
-    from trainteam.curation.demo import read_jsonl
-    from trainteam.trainers import load_tokenizer
-    from trainteam.trainers.eval_battery import record_battery, run_battery
+    on the checkpoint of the step named in ``inputs.of``: the last stage that step trained
+    (the train step measured the curriculum's earlier stages itself), with that stage's
+    battery on that stage's eval set."""
+    from trainteam.agents.curriculum import curriculum_from_task
 
     trained = ctx.output(ctx.inputs.get("of", "train"))
-    data = ctx.output("prepare_corpus")
-    stage = (ctx.inputs.get("stage") or (trained.get("details") or {}).get("stages", [None])[-1]
-             or ctx.task.stages[-1])
+    stage = _stage_of(ctx, ctx.inputs.get("stage") or (trained.get("details") or {}).get("stages", [None])[-1]
+                      or curriculum_from_task(ctx.task).names()[-1])
     ckpt = Path(trained["artifacts"]["checkpoint"])
-    tokenizer = load_tokenizer(Path(trained["artifacts"]["tokenizer"]))
-    problems = read_jsonl(Path(data["artifacts"]["eval"]))
-    battery = ctx.inputs.get("battery")
-    from trainteam.trainers.eval_battery import BatterySpec, default_battery
+    trained_on = [Path(p) for p in (trained.get("details") or {}).get("trained_on", [])]
+    if not trained_on:
+        from trainteam.agents.tools.data import stage_train_data
 
-    spec = BatterySpec.model_validate(battery) if battery else default_battery(stage)
-    spec = spec.model_copy(update={"max_new_tokens": ctx.task.eval.max_new_tokens,
-                                   "batch_size": ctx.task.eval.batch_size})
-    decon = _decontamination_report(ctx)
-    train_records = None if decon else read_jsonl(Path(ctx.latest("prepare_corpus", "curate")["artifacts"]["train"]))
-    result = run_battery(ckpt, tokenizer, problems, stage=stage, spec=spec, train_records=train_records,
-                         decontamination_report=decon)
-    node = record_battery(ctx.graph, result, run_id=ctx.run_id, key=f"{ctx.run_id}/{ctx.step}#{ctx.visit}",
-                          checkpoint_node=trained["nodes"]["checkpoint"], dataset_node=data["nodes"]["eval"])
-    ctx.graph.add_edge(node, ctx.step_node, EdgeKind.PRODUCED_BY)
+        trained_on = [stage_train_data(ctx, stage)[0]]
+    node, result = measure_stage(ctx, stage, ckpt, Path(trained["artifacts"]["tokenizer"]),
+                                 trained["nodes"]["checkpoint"], f"{ctx.run_id}/{ctx.step}#{ctx.visit}", trained_on,
+                                 battery=ctx.inputs.get("battery"))
     m = result.metrics
     shown = ", ".join(f"{k} {v:.3g}" for k, v in m.items() if k in ("exact_match", "heldout_loss", "format_adherence"))
     return StepResult(
-        summary=f"{stage}: {shown} on {result.n_eval} held-out problems",
+        summary=f"{stage.name}: {shown} on {result.n_eval} held-out problems",
         metrics=m, nodes={"eval": node, "checkpoint": trained["nodes"]["checkpoint"]},
         artifacts={"checkpoint": str(ckpt), "tokenizer": trained["artifacts"]["tokenizer"]},
-        details={"stages": [stage], "stage": stage, "samples": result.details.get("exact_match", {}).get("samples", [])[:5],
+        details={"stages": [stage.name], "stage": stage.name,
+                 "samples": result.details.get("exact_match", {}).get("samples", [])[:5],
                  "decontamination": result.decontamination},
     )
 
 
-def _previous_eval(ctx: ToolContext, this_eval_step: str) -> tuple[str | None, dict | None]:
-    """The metrics of the eval before this one (for "no regression" rules)."""
+def _previous_eval(ctx: ToolContext, this_eval_step: str, stage: str) -> tuple[str | None, dict | None]:
+    """The metrics of the eval before this one (for "no regression" rules): the last other
+    eval step, else the stage before this one that the train step measured."""
     evals = [(name, out) for name, out in ctx.outputs.items()
              if name != this_eval_step and out.get("outcome") == "ok"
              and str((out.get("nodes") or {}).get("eval", "")).startswith("Eval:")]
-    if not evals:
+    if evals:
+        name, out = evals[-1]
+        return out["details"]["stage"], out["metrics"]
+    measured = ((ctx.outputs.get("train") or {}).get("details") or {}).get("stage_evals") or {}
+    earlier = [s for s in measured if s != stage]
+    if not earlier:
         return None, None
-    name, out = evals[-1]
-    return out["details"]["stage"], out["metrics"]
+    return earlier[-1], measured[earlier[-1]]
+
+
+def gate_rules(task, stage: str) -> list:
+    """The gate rules of a stage: the curriculum stage's, or the plain task's ``gates``."""
+    from trainteam.agents.curriculum import curriculum_from_task
+
+    found = curriculum_from_task(task).find(stage)
+    return list(found.gates) if found is not None else []
 
 
 def gate(ctx: ToolContext) -> StepResult:
@@ -80,9 +135,9 @@ def gate(ctx: ToolContext) -> StepResult:
     ev_step = ctx.inputs.get("of", "evaluate")
     ev = ctx.output(ev_step)
     stage = ev["details"]["stage"]
-    rules = ctx.task.gates.get(stage)
-    prev_stage, prev_metrics = _previous_eval(ctx, ev_step)
-    if rules is None:  # the task set no bar for this stage: promoted, and the report says so
+    rules = gate_rules(ctx.task, stage)
+    prev_stage, prev_metrics = _previous_eval(ctx, ev_step, stage)
+    if not rules:  # the task set no bar for this stage: promoted, and the report says so
         decision = GateDecision(stage=stage, passed=True, checks=[], previous_stage=prev_stage,
                                 reasons=[f"no gate rules for stage {stage} in the task"])
     else:

@@ -1,4 +1,18 @@
-"""training_engineer's tools: tokenizer, training stages, alignment, adapter merging."""
+"""training_engineer's tools: tokenizer, training stages, alignment, adapter merging.
+
+The ``train`` step walks the task's training stages in order — a plain task's
+pretrain → SFT, or a curriculum's pretrain → mid_train → long_context → SFT — each
+continuing from the previous stage's checkpoint, on the stage's own data, with its own
+settings (a long-context stage's longer ``seq_len``). After every stage but the last
+it runs that stage's eval battery and its gate rules:
+
+- the last stage is measured and judged by the workflow's own ``evaluate`` and ``gate``
+  steps, as before (a failed gate there can loop back or be accepted by a person);
+- an earlier stage's failed gate ends the step with outcome ``error`` and the gate's
+  reasons (recorded as a Gate node), so the run stops before promoting anything. The
+  engine routes only gate steps to retries and to a person's acceptance: to let a person
+  accept a stage's failure, put the rule on the last training stage instead.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.agents.tools.base import StepResult, ToolContext, sha256_file
-from trainteam.graph import EdgeKind, NodeKind
-
-TRAIN_STAGES = ("pretrain", "sft")
-ALIGN_STAGES = ("dpo", "grpo")
+from trainteam.graph import EdgeKind, NodeKind, node_id
 
 
 def _records(path: str) -> list[dict]:
@@ -25,18 +36,25 @@ def _training_data(ctx: ToolContext) -> dict[str, Any]:
 
 
 def train_tokenizer(ctx: ToolContext) -> StepResult:
-    """Byte-level BPE on the training split, digits one per token; reused when the same
-    dataset version and settings were seen before."""
+    """Byte-level BPE on the training split (and every curriculum stage's own data), digits
+    one per token; reused when the same dataset versions and settings were seen before.
+    A task that continues a local model (``model.path``) keeps that model's tokenizer."""
+    from trainteam.agents.curriculum import curriculum_from_task
+    from trainteam.agents.tools.data import stage_train_data
     from trainteam.trainers import train_tokenizer as fit
 
+    if ctx.task.model.path is not None:
+        return StepResult(outcome="skipped", summary=f"the tokenizer of {ctx.task.model.path} is kept")
     data = _training_data(ctx)
+    own = [stage_train_data(ctx, s) for s in curriculum_from_task(ctx.task).stages if s.data is not None]
+    sources = [(Path(data["artifacts"]["train"]), data["nodes"]["train"])] + list(dict.fromkeys(own))
     cfg = ctx.task.tokenizer
-    key = hashlib.sha256((data["nodes"]["train"] + cfg.model_dump_json()).encode()).hexdigest()[:16]
+    key = hashlib.sha256(("".join(n for _, n in sources) + cfg.model_dump_json()).encode()).hexdigest()[:16]
     out_dir = ctx.ws.dir("tokenizers") / key
     if not (out_dir / "tokenizer.json").exists():
-        texts = (r.get("text") or (r["prompt"] + r["completion"]) for r in _records(data["artifacts"]["train"]))
+        texts = (r.get("text") or (r["prompt"] + r["completion"]) for path, _ in sources for r in _records(str(path)))
         fit(texts, cfg, out_dir)
-    node = ctx.graph.link(NodeKind.TOKENIZER, key, [(EdgeKind.DERIVED_FROM, data["nodes"]["train"]),
+    node = ctx.graph.link(NodeKind.TOKENIZER, key, [*((EdgeKind.DERIVED_FROM, n) for _, n in sources),
                                                    (EdgeKind.PRODUCED_BY, ctx.step_node)],
                           path=str(out_dir), vocab_size=cfg.vocab_size, split_digits=cfg.split_digits)
     return StepResult(summary=f"tokenizer {key} (vocab {cfg.vocab_size})", artifacts={"tokenizer": str(out_dir)},
@@ -44,7 +62,7 @@ def train_tokenizer(ctx: ToolContext) -> StepResult:
 
 
 def _checkpoint_node(ctx: ToolContext, final_dir: Path, stage: str, data_node: str, tok_node: str | None,
-                     parent: str | None, metrics: dict) -> str:
+                     parent: str | None, metrics: dict, **attrs: Any) -> str:
     weights = sorted(final_dir.glob("*.safetensors"))
     digest = hashlib.sha256("".join(sha256_file(w) for w in weights).encode()).hexdigest()[:16]
     edges = [(EdgeKind.PRODUCED_BY, ctx.run_node), (EdgeKind.PRODUCED_BY, ctx.step_node),
@@ -55,22 +73,38 @@ def _checkpoint_node(ctx: ToolContext, final_dir: Path, stage: str, data_node: s
         edges.append((EdgeKind.DERIVED_FROM, parent))
     return ctx.graph.link(NodeKind.CHECKPOINT, digest, edges, path=str(final_dir), stage=stage,
                           run_id=ctx.run_id, metrics=metrics,
-                          adapter=(final_dir / "adapter_config.json").exists())
+                          adapter=(final_dir / "adapter_config.json").exists(), **attrs)
 
 
 class _Stage:
-    """Runs one method with checkpoints under ``checkpoints/<run>/<stage>-v<visit>`` and
+    """Runs one stage with checkpoints under ``checkpoints/<run>/<stage>-v<visit>`` and
     ``resume="auto"``, so a run resumed after a crash continues from its last checkpoint."""
 
-    def __init__(self, ctx: ToolContext, tokenizer, tok_node: str | None, data_node: str):
-        self.ctx, self.tokenizer, self.tok_node, self.data_node = ctx, tokenizer, tok_node, data_node
+    def __init__(self, ctx: ToolContext, tokenizer, tok_node: str | None):
+        self.ctx, self.tokenizer, self.tok_node = ctx, tokenizer, tok_node
         self.metrics: dict[str, float] = {}
         # A restart continues the curves and events of the attempt that spiked.
         before = ctx.inputs.get("before") or {}
         self.curves: dict[str, list] = {k: list(v) for k, v in (before.get("losses") or {}).items()}
         self.events: list[dict] = list(before.get("events") or [])
 
-    def run(self, stage: str, model, data, parent: str | None):
+    def _out(self, stage: str) -> Path:
+        return self.ctx.ws.dir("checkpoints") / self.ctx.run_id / f"{stage}-v{self.ctx.visit}"
+
+    def finished(self, stage: str, data_node: str, parent: str | None) -> tuple[str, Path] | None:
+        """A stage this visit already trained to the end (its ``final`` weights are on disk):
+        a restart after a later stage's spike continues from it instead of training it again.
+        Its metrics come back from its Checkpoint node."""
+        out = self._out(stage)
+        for final in (out.with_name(out.name + "-restart") / "final", out / "final"):
+            if final.is_dir() and any(final.glob("*.safetensors")) and (final / "tokenizer.json").is_file():
+                node = _checkpoint_node(self.ctx, final, stage, data_node, self.tok_node, parent, {})
+                metrics = self.ctx.graph.get_node(node).get("metrics") or {}
+                self.metrics.update({f"{stage}.{k}": float(v) for k, v in metrics.items()})
+                return node, final
+        return None
+
+    def run(self, stage: str, model, data, parent: str | None, data_node: str):
         from trainteam.trainers import RestartProposal
         from trainteam.trainers import train as run_training
 
@@ -78,7 +112,7 @@ class _Stage:
         cfg = ctx.task.train_config(stage)
         if ctx.visit > 1:  # the changed plan of a second attempt after a failed gate: train twice as long
             cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
-        out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
+        out = self._out(stage)
         cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto"})
         proposal = ctx.inputs.get("apply_proposal")
         if proposal is not None and proposal.get("stage") == stage and proposal.get("from_start"):
@@ -93,7 +127,7 @@ class _Stage:
             self.events.append({"stage": stage, "step": proposal.spike_step, "kind": "restart"})
         else:
             proposal = None
-        report = run_training(stage, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
+        report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
                               apply_proposal=proposal)
         new = [list(x) for x in report.losses]
         if new:  # points from before the rollback stay; the resumed run's points follow them
@@ -101,11 +135,11 @@ class _Stage:
         if report.stopped_reason == "spike":
             return None, report
         stage_metrics = {"final_loss": report.losses[-1][1] if report.losses else float("nan"),
-                         "steps": float(report.steps_done),
+                         "steps": float(report.steps_done), "seq_len": float(cfg.seq_len),
                          **{k: float(v) for k, v in report.telemetry.items() if isinstance(v, (int, float))}}
         self.metrics.update({f"{stage}.{k}": v for k, v in stage_metrics.items()})
-        node = _checkpoint_node(ctx, Path(report.final_dir), stage, self.data_node, self.tok_node, parent,
-                                stage_metrics)
+        node = _checkpoint_node(ctx, Path(report.final_dir), stage, data_node, self.tok_node, parent,
+                                stage_metrics, method=cfg.method, seq_len=cfg.seq_len)
         return node, report
 
     def spike_result(self, stage: str, report) -> StepResult:
@@ -135,32 +169,86 @@ def _tokenizer_source(ctx: ToolContext) -> tuple[Path, str | None]:
 
 
 def train(ctx: ToolContext) -> StepResult:
-    """The task's training stages in order: pretrain from random init, then SFT."""
+    """The task's training stages in order (see the module docstring): pretrain from random
+    init, then each stage from the previous stage's weights on its own data; the earlier
+    stages' batteries and gates on the way."""
+    from trainteam.agents.curriculum import curriculum_from_task
+    from trainteam.agents.tools.data import stage_train_data
     from trainteam.trainers import build_model, load_tokenizer
 
     task = ctx.task
-    data = _training_data(ctx)
-    stages = [s for s in TRAIN_STAGES if s in task.stages]
+    cur = curriculum_from_task(task)
+    stages = cur.training_stages()
+    names = [s.name for s in stages]
     tok_path, tok_node = _tokenizer_source(ctx)
     tokenizer = load_tokenizer(tok_path)
-    runner = _Stage(ctx, tokenizer, tok_node, data["nodes"]["train"])
+    runner = _Stage(ctx, tokenizer, tok_node)
+    restart_at = (ctx.inputs.get("apply_proposal") or {}).get("stage")
+    done_before = names.index(restart_at) if restart_at in names else 0
     model: Any = task.model.path
-    parent = None
-    final_dir = None
-    for stage in stages:
-        if model is None:
-            model = build_model(task.model, tokenizer)
-        parent, report = runner.run(stage, model, Path(data["artifacts"]["train"]), parent)
-        if parent is None:
-            return runner.spike_result(stage, report)
-        final_dir = Path(report.final_dir)
+    parent, final_dir = None, None
+    seen: list[str] = []
+    record: dict[str, dict] = {"stage_evals": {}, "stage_gates": {}, "checkpoints": {}, "data": {}}
+    for i, st in enumerate(stages):
+        data_path, data_node = stage_train_data(ctx, st)
+        seen.append(str(data_path))
+        reused = runner.finished(st.name, data_node, parent) if i < done_before else None
+        if reused is not None:
+            parent, final_dir = reused
+        else:
+            if model is None:
+                model = build_model(task.model, tokenizer)
+            parent, report = runner.run(st.name, model, data_path, parent, data_node)
+            if parent is None:
+                return runner.spike_result(st.name, report)
+            final_dir = Path(report.final_dir)
         model = final_dir
+        record["checkpoints"][st.name], record["data"][st.name] = parent, data_node
+        if i < len(stages) - 1:  # the last stage: the workflow's evaluate and gate steps
+            failed = _measure_and_gate(ctx, cur, st, final_dir, parent, seen, runner.metrics, record)
+            if failed is not None:
+                return StepResult(outcome="error", summary=f"{failed.summary} (after stage {st.name}; "
+                                  f"{' → '.join(names[i + 1:])} not trained)", metrics=runner.metrics,
+                                  nodes={"checkpoint": parent, "gate": record["stage_gates"][st.name]["node"]},
+                                  details={"stages": names[: i + 1], "stage": st.name, "reasons": failed.reasons,
+                                           "losses": runner.curves, "events": runner.events, **record})
+    last = names[-1]
+    shown = "; ".join(f"{n} exact match {m['exact_match']:.3g}" for n, m in record["stage_evals"].items()
+                      if "exact_match" in m)
     return StepResult(
-        summary=f"trained {' → '.join(stages)}; final loss {runner.metrics.get(f'{stages[-1]}.final_loss', 0):.4f}",
+        summary=f"trained {' → '.join(names)}; final loss {runner.metrics.get(f'{last}.final_loss', 0):.4f}"
+                + (f" ({shown})" if shown else ""),
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
         metrics=runner.metrics, nodes={"checkpoint": parent, **({"tokenizer": tok_node} if tok_node else {})},
-        details={"stages": stages, "losses": runner.curves, "events": runner.events},
+        details={"stages": names, "losses": runner.curves, "events": runner.events, "trained_on": seen, **record},
     )
+
+
+def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, seen: list[str],
+                      metrics: dict[str, float], record: dict):
+    """A stage's battery (an Eval node per stage; read back when a restart passes by again)
+    and its gate rules against the stage before it. Returns the failed GateDecision, or None."""
+    from trainteam.agents.tools.evaluation import measure_stage
+    from trainteam.trainers.gates import evaluate_gate, record_gate
+
+    key = f"{ctx.run_id}/{ctx.step}#{ctx.visit}/{st.name}"
+    if ctx.graph.has_node(node_id(NodeKind.EVAL, key)):
+        ev_node = node_id(NodeKind.EVAL, key)
+        measured = {k: float(v) for k, v in ctx.graph.get_node(ev_node)["metrics"].items()}
+    else:
+        ev_node, result = measure_stage(ctx, st, ckpt, ckpt, ckpt_node, key, [Path(p) for p in seen])
+        measured = result.metrics
+    record["stage_evals"][st.name] = measured
+    metrics.update({f"{st.name}.{k}": v for k, v in measured.items()})
+    if not st.gates:
+        return None
+    prev = cur.previous(st.name)
+    decision = evaluate_gate(st.name, measured, st.gates, previous=record["stage_evals"].get(prev.name) if prev else None,
+                             previous_stage=prev.name if prev else None)
+    node = record_gate(ctx.graph, decision, run_id=ctx.run_id, eval_node=ev_node)
+    ctx.graph.add_edge(node, ctx.step_node, EdgeKind.PRODUCED_BY)
+    record["stage_gates"][st.name] = {"passed": decision.passed, "reasons": decision.reasons, "node": node}
+    return None if decision.passed else decision
 
 
 def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dict], limit: int = 512) -> list[dict]:
@@ -190,27 +278,34 @@ def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dic
 
 
 def align(ctx: ToolContext) -> StepResult:
-    """DPO or GRPO (verifiable reward: exact answer, format) from the promoted checkpoint."""
+    """DPO or GRPO (verifiable reward: exact answer, format) from the promoted checkpoint,
+    on the align stage's own data when the curriculum gives it some."""
+    from trainteam.agents.curriculum import curriculum_from_task
+    from trainteam.agents.tools.data import stage_train_data
     from trainteam.trainers import load_tokenizer
 
-    task = ctx.task
-    method = next(s for s in ALIGN_STAGES if s in task.stages)
+    st = curriculum_from_task(ctx.task).align_stage()
+    if st is None:
+        raise LookupError("align: the task has no dpo or grpo stage")
+    method = st.method
     start = ctx.output(ctx.inputs.get("from", "gate"))
-    data = _training_data(ctx)
+    data_path, data_node = stage_train_data(ctx, st)
     ckpt = Path(start["artifacts"]["checkpoint"])
     tokenizer = load_tokenizer(Path(start["artifacts"]["tokenizer"]))
     tok_node = (ctx.outputs.get("train_tokenizer") or {}).get("nodes", {}).get("tokenizer")
-    runner = _Stage(ctx, tokenizer, tok_node, data["nodes"]["train"])
-    records = _records(data["artifacts"]["train"])
+    runner = _Stage(ctx, tokenizer, tok_node)
+    records = _records(str(data_path))
     train_data = _preference_pairs(ctx, ckpt, tokenizer, records) if method == "dpo" else records
-    node, report = runner.run(method, ckpt, train_data, start["nodes"]["checkpoint"])
+    node, report = runner.run(st.name, ckpt, train_data, start["nodes"]["checkpoint"], data_node)
     if node is None:
-        return runner.spike_result(method, report)
+        return runner.spike_result(st.name, report)
     final_dir = Path(report.final_dir)
     return StepResult(
-        summary=f"{method}: {report.steps_done} steps; final loss {runner.metrics.get(f'{method}.final_loss', 0):.4f}",
+        summary=f"{st.name}: {report.steps_done} steps; final loss {runner.metrics.get(f'{st.name}.final_loss', 0):.4f}",
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)}, metrics=runner.metrics,
-        nodes={"checkpoint": node}, details={"stages": [method], "losses": runner.curves, "events": runner.events},
+        nodes={"checkpoint": node}, details={"stages": [st.name], "losses": runner.curves, "events": runner.events,
+                                             "trained_on": [*((ctx.outputs.get("train") or {}).get("details") or {})
+                                                            .get("trained_on", []), str(data_path)]},
     )
 
 
