@@ -1,4 +1,4 @@
-"""Helpers shared by the command modules: the workspace, JSON and one-line errors."""
+"""Helpers shared by the command modules: the workspace (and its read-only stores), JSON and one-line errors."""
 
 from __future__ import annotations
 
