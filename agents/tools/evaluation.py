@@ -46,8 +46,11 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
     decon = _decontamination_report(ctx, set_name)
     train_records = None if decon else [r for p in dict.fromkeys(trained_on) for r in read_jsonl(p)]
     # The battery's kind decides its defaults; the result carries the stage's own name.
+    # lm-eval-harness writes its task files and results beside the run's reports
+    out_dir = ctx.ws.dir("reports") / ctx.run_id / "evals" / key.split("/", 1)[-1].replace("#", "-")
     result = run_battery(ckpt, load_tokenizer(tokenizer_dir), read_jsonl(eval_path), stage=stage.kind, spec=spec,
-                         train_records=train_records, decontamination_report=decon)
+                         train_records=train_records, decontamination_report=decon,
+                         out_dir=out_dir if "lm_eval" in spec.metrics else None)
     result = result.model_copy(update={"stage": stage.name})
     node = record_battery(ctx.graph, result, run_id=ctx.run_id, key=key, checkpoint_node=ckpt_node,
                           dataset_node=eval_node)

@@ -16,7 +16,7 @@ def register_model(ctx: ToolContext) -> StepResult:
     record = ModelRegistry.of(ctx.ws).register_checkpoint(
         ckpt, stage=final["details"]["stage"], metrics=final["metrics"], name=ctx.task.name, run_id=ctx.run_id,
         checkpoint_node=final["nodes"]["checkpoint"],
-        lineage={"run": ctx.run_id, "task": ctx.task.name, "stages": list(ctx.task.stages)},
+        lineage={"run": ctx.run_id, "task": ctx.task.name, "stages": ctx.task.stage_names()},
     )
     ctx.graph.add_edge(node_id(NodeKind.MODEL, record.id), ctx.step_node, "produced_by")
     return StepResult(summary=f"registered model {record.id} ({record.stage})",
