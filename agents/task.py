@@ -14,10 +14,9 @@ workflow's per-stage steps (tokenizer, align) apply the same way.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
-
-import re
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
