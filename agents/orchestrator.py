@@ -28,13 +28,14 @@ DEMO_REQUEST = (
     "Use the bundled addition demo with 20000 training problems and 200 held out, operands up to 99, seed 0, "
     "and a tokenizer vocabulary of 300 with digits split. "
     "Plant 20 held-out problems in the training data so curation has leaks to catch. "
-    "Pretrain for 300 steps at batch 32, sequence length 64, learning rate 0.003, checkpoint every 100 steps; "
-    "then SFT for 3000 steps at batch 64, sequence length 64, learning rate 0.003, warm up over 100 steps, "
-    "no gradient clipping, checkpoint every 250 steps; "
+    "Pretrain for 300 steps at batch 32, sequence length 64, learning rate 0.001, warm up over 30 steps, "
+    "checkpoint every 100 steps; "
+    "then SFT for 1500 steps at batch 64, sequence length 64, learning rate 0.001, warm up over 100 steps, "
+    "checkpoint every 250 steps; "
     "then GRPO for 200 steps at batch 32, sequence length 64, learning rate 0.0001, 8 generations per prompt, "
     "completions of at most "
     "6 tokens, checkpoint every 100 steps. "
-    "Gate SFT at 50% exact match; GRPO must not regress exact match; if a gate fails, retry once. "
+    "Gate SFT at 90% exact match; GRPO must not regress exact match; if a gate fails, retry once. "
     "Budget: 30 minutes. Name it addition."
 )
 
