@@ -1,4 +1,4 @@
-"""Trackers by config: TensorBoard event files written offline; a missing tracker is a clear error."""
+"""Trackers by config: TensorBoard events and an MLflow file store written offline; a missing tracker is a clear error."""
 
 from __future__ import annotations
 
@@ -36,10 +36,51 @@ def _scalars(path, tag):
     return out
 
 
-@pytest.mark.parametrize("tracker,package", [("mlflow", "mlflow"), ("wandb", "wandb")])
-def test_uninstalled_tracker_names_the_field(tmp_path, tiny, tok, arith, tracker, package):
-    if importlib.util.find_spec(package) is not None:
-        pytest.skip(f"{package} is installed here")
+def test_mlflow_file_store_under_the_run_folder(tmp_path, tiny, tok, arith, monkeypatch):
+    pytest.importorskip("mlflow")  # the `tracking` extra; `make setup` installs it with the tests
+    for var in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_ALLOW_FILE_STORE"):
+        monkeypatch.delenv(var, raising=False)  # nothing remote; trainteam sets the store itself
+    from mlflow import MlflowClient
+
+    runs = []
+    for name in ("a", "b"):  # two runs in one process: each logs into its own folder
+        out = tmp_path / name
+        cfg = TrainConfig(output_dir=out, max_steps=3, per_device_batch_size=8, seq_len=32, tracker="mlflow")
+        rep = train("pretrain", cfg, tiny, arith[0], tokenizer=tok, progress=False)
+        uri = (out / "mlruns").resolve().as_uri()
+        assert uri.startswith("file:") and (out / "mlruns").is_dir()
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name("trainteam")
+        (run,) = client.search_runs([exp.experiment_id])
+        loss = client.get_metric_history(run.info.run_id, "loss")
+        assert [m.step for m in loss] == [1, 2, 3]
+        assert [m.value for m in loss] == pytest.approx([v for _, v in rep.losses])
+        assert run.data.params["max_steps"] == "3" and run.info.run_name == name
+        assert run.info.status == "FINISHED"
+        runs.append(run.info.run_id)
+    assert runs[0] != runs[1]
+
+
+def test_user_mlflow_uri_is_kept(tmp_path, monkeypatch):
+    from trainteam.trainers.tracking import tracking_args
+
+    monkeypatch.setattr("trainteam.trainers.tracking.installed", lambda tracker: True)
+    mine = (tmp_path / "elsewhere").resolve().as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mine)
+    assert tracking_args("mlflow", tmp_path / "run") == {"report_to": ["mlflow"], "run_name": "run"}
+    import os
+
+    assert os.environ["MLFLOW_TRACKING_URI"] == mine
+
+
+@pytest.mark.parametrize("tracker,pip", [("mlflow", "'trainteam[tracking]'"), ("wandb", "wandb")])
+def test_uninstalled_tracker_names_the_field(tmp_path, tiny, tok, arith, tracker, pip, monkeypatch):
+    real = importlib.util.find_spec
+    missing = {"mlflow": "mlflow", "wandb": "wandb"}[tracker]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
     cfg = TrainConfig(output_dir=tmp_path, max_steps=2, tracker=tracker)
-    with pytest.raises(BadInput, match=f"tracker: {tracker} is not installed"):
+    with pytest.raises(BadInput) as err:
         train("pretrain", cfg, tiny, arith[0], tokenizer=tok, progress=False)
+    msg = str(err.value)
+    assert msg == f"tracker: {tracker} is not installed (pip install {pip})" and "\n" not in msg
+    assert not list(tmp_path.glob("checkpoint-*"))  # refused before any work
