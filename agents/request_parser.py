@@ -204,6 +204,9 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
         m = _search(_NUM + r"\s+generations", clause)
         if m:
             cfg.setdefault("grpo", {})["num_generations"] = _int(m.group(1))
+        m = _search(r"(?:sampling\s+)?temperature(?:\s+of)?\s*=?\s*" + _NUM, clause)
+        if m:
+            cfg.setdefault("grpo", {})["temperature"] = _num(m.group(1))
         m = _search(r"completions?\s+(?:of\s+)?(?:up to\s+|at most\s+)?" + _NUM + r"\s+tokens", clause)
         if m:
             cfg.setdefault("grpo", {})["max_completion_length"] = _int(m.group(1))
