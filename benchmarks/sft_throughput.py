@@ -87,6 +87,7 @@ def run_variant(name: str, work: Path) -> dict:
         rep = train("sft", cfg, work / "init", rows, tokenizer=tok, progress=False)
         runtime, tokens, model = rep.metrics["train_runtime"], rep.telemetry["tokens"], load_model(rep.final_dir)
         threads = rep.telemetry["threads"]
+        changes = rep.telemetry.get("thread_changes", [])
     else:
         import torch
         from datasets import Dataset
@@ -105,10 +106,17 @@ def run_variant(name: str, work: Path) -> dict:
         trainer = SFTTrainer(model=model, args=SFTConfig(**kw), train_dataset=ds, processing_class=tok)
         res = trainer.train()
         runtime, tokens, threads = res.metrics["train_runtime"], trainer.state.num_input_tokens_seen, torch.get_num_threads()
+        changes = []
     loss = heldout_loss(model, tok, ev, batch_size=4)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"variant": name, "tokens": int(tokens), "train_s": round(runtime, 2), "tokens_per_s": round(tokens / runtime, 1),
-            "heldout_loss": round(loss, 4), "peak_rss_mb": round(rss_mb), "threads": threads}
+            "heldout_loss": round(loss, 4), "peak_rss_mb": round(rss_mb), "threads": threads,
+            "thread_changes": changes, "load1": round(os.getloadavg()[0], 2)}
+
+
+def _load() -> list[float]:
+    """1/5/15-minute load averages (what `uptime` shows): the 2 cores are shared with other jobs."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def main() -> None:
@@ -124,10 +132,12 @@ def main() -> None:
         setup(work)
         rows = json.loads((work / "train.json").read_text())
         print(f"data: {len(rows)} rows, one epoch, batch {BATCH}; lengths log-normal {MIN_TOK}-{MAX_TOK} tokens")
-        print(f"{ROUNDS} interleaved rounds, median round per variant (the 2 cores are shared)")
+        print(f"{ROUNDS} interleaved rounds, order rotated each round, median round per variant (the 2 cores are shared)")
+        print(f"load average at start: {_load()}", flush=True)
         runs: dict[str, list[dict]] = {}
+        names = ["trl_default", *HAND, "trainteam"]
         for rnd in range(ROUNDS):
-            for name in ["trl_default", *HAND, "trainteam"]:
+            for name in names[rnd % len(names):] + names[: rnd % len(names)]:
                 t = time.time()
                 p = subprocess.run([sys.executable, __file__, "--variant", name, "--work", str(work)], capture_output=True, text=True)
                 line = next((l for l in p.stdout.splitlines() if l.startswith("VARIANT ")), None)
@@ -150,6 +160,8 @@ def main() -> None:
         "peak_rss_mb": {k: v["peak_rss_mb"] for k, v in results.items()},
         "threads": {k: v["threads"] for k, v in results.items()},
         "tokens_per_s_all_rounds": {k: [r["tokens_per_s"] for r in v] for k, v in runs.items()},
+        "load1_all_rounds": {k: [r["load1"] for r in v] for k, v in runs.items()},
+        "load_at_end": _load(),
     }
     print(f"trainteam / TRL default: {summary['ratio_vs_trl_default']}x tokens/s (goal >= 1.3)")
     print(f"trainteam / best hand ({best_name}): {summary['ratio_vs_best_hand']}x (goal >= 1.0)")

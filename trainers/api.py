@@ -106,12 +106,15 @@ def train(
         raise BadInput(f"output_dir: {out} holds a {'/'.join(sorted(other))} run; give each stage its own folder")
     quiet_libraries()
     check_runtime(config)
-    threads, tune_threads = choose_threads(config)
+    from trainteam.trainers.threads import cpu_sample
+
+    setup_mark = cpu_sample()  # the neighbours' CPU use is measured while we load, not in an idle wait
     ds = D.load_data(data, method, "data")
     eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None
     model, merged = _prepare_model(model, config, out)
     resized = not hasattr(model, "peft_config") and _fit_embeddings(model, tokenizer)
     model = _anchor_base(model, config, out, changed=resized or merged)
+    threads, tune_cores = choose_threads(config, since=setup_mark)
 
     extra_cbs = []
     if apply_proposal is not None:
@@ -128,10 +131,10 @@ def train(
     spike = SpikeMonitor(config.spike) if config.spike.enabled else None
     stop = GracefulStop()
     tuner = None
-    if tune_threads:
+    if tune_cores:
         from trainteam.trainers.threads import ThreadTuner
 
-        tuner = ThreadTuner(tune_threads)
+        tuner = ThreadTuner(tune_cores, start=threads)
         extra_cbs.append(tuner)
     cbs = extra_cbs + [telemetry, stop] + ([spike] if spike else []) + list(callbacks or [])
     if progress:
@@ -195,9 +198,10 @@ def train(
     if eval_ds is not None and method in ("pretrain", "sft", "dpo"):
         metrics.update(trainer.evaluate())
     tel = telemetry.summary(interruptions)
-    tel["threads"] = tuner.chosen if tuner and tuner.chosen else threads
+    tel["threads"] = tuner.chosen if tuner else threads
+    tel["threads_start"] = threads
     if tuner and tuner.history:
-        tel["thread_probes"] = tuner.history
+        tel["thread_changes"] = tuner.history
     losses = telemetry.losses
     if losses:
         metrics.setdefault("final_loss", losses[-1][1])

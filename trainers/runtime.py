@@ -20,41 +20,42 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def choose_threads(config: TrainConfig) -> tuple[int, list[int] | None]:
-    """Threads to start with, and the candidates to tune between while training (None: fixed).
+def choose_threads(config: TrainConfig, since: tuple[float, float, float] | None = None) -> tuple[int, int | None]:
+    """Threads to start with, and the core count to follow the load over (None: fixed).
 
     config.threads or TRAINTEAM_THREADS fix the count; otherwise training starts on the
-    cores idle right now and ``threads.ThreadTuner`` measures 1 vs all cores as it goes.
+    cores the neighbours left free since ``since`` (a ``threads.cpu_sample()`` taken when
+    set-up began) and ``threads.ThreadTuner`` follows their CPU use from there.
     """
     import torch
 
     if config.threads:
-        n, tune = config.threads, None
+        n, cores = config.threads, None
     elif os.environ.get("TRAINTEAM_THREADS"):
-        n, tune = int(os.environ["TRAINTEAM_THREADS"]), None
+        n, cores = int(os.environ["TRAINTEAM_THREADS"]), None
     elif int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))) > 1:
         # Launched ranks share the node's cores; tuning per rank would let ranks disagree.
-        n, tune = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))), None
+        n, cores = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))), None
     else:
-        n = idle_cores()
+        n = idle_cores(since)
         cores = os.cpu_count() or 1
-        tune = [1, cores] if cores > 1 and not has_cuda() else None
+        if cores == 1 or has_cuda():
+            cores = None
     torch.set_num_threads(n)
-    return n, tune
+    return n, cores
 
 
-def idle_cores(sample_s: float = 0.3) -> int:
-    """Cores not busy right now, sampled over ``sample_s`` (this process is idle meanwhile).
+def idle_cores(since: tuple[float, float, float] | None = None, sample_s: float = 0.3) -> int:
+    """Threads for the cores the neighbours leave free, measured over at least ``sample_s``.
 
-    Measured here: 2 threads ran ~3× slower than 1 when other jobs shared the 2 cores, and
-    ~1.9× faster when the machine was idle. The load average is no guide: it still counts
-    a training run that ended a minute ago.
+    Only the first guess: ``threads.ThreadTuner`` re-measures over every window of training
+    with the same rule (``threads.threads_for``). The load average is no guide: it still
+    counts a training run that ended a minute ago.
     """
-    import psutil
+    from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
 
-    cores = psutil.cpu_count(logical=True) or os.cpu_count() or 1
-    busy = psutil.cpu_percent(interval=sample_s) / 100.0 * cores
-    return max(1, min(cores, cores - int(busy + 0.5)))
+    cores = os.cpu_count() or 1
+    return threads_for(neighbours_since(since or cpu_sample(), sample_s), cores, current=cores)
 
 
 def has_cuda() -> bool:

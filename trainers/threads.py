@@ -1,93 +1,118 @@
-"""Torch CPU threads chosen by measurement while training, not guessed once.
+"""Torch CPU threads chosen from what the neighbours use, re-checked while training.
 
 On shared cores the best thread count flips with the neighbours' load: measured here,
-2 threads ran ~3× slower than 1 when another job was busy and ~1.9× faster when the
-machine was idle, and a 0.3 s load sample before training picked wrong often. So the
-tuner trains a few steps at each candidate count (the first step after a switch pays
-the thread pool's start-up and is not counted), keeps the faster by tokens per second
-of step time — switching away from all cores only for a clear (>10 %) gain, since
-batches of different lengths make single steps noisy — and probes again every
-``every`` steps.
+a second torch thread made training 3–5× slower (a 256² matmul 25× slower) while
+another job kept one of the 2 cores busy, and ~1.9× faster when the machine was idle.
+Intra-op threads meet at a barrier after every op, so one descheduled thread stalls
+them all: the rule is never more threads than cores the neighbours leave free.
+
+How busy the neighbours are is measured, not guessed, and costs nothing: over each
+window of ``window_s`` seconds of training, the machine's busy CPU time (/proc/stat
+via psutil) minus this process's own CPU time is the neighbours' use, in cores. A
+single 0.3 s sample before training picked wrong often (jobs here come and go), so
+the count follows that window for the whole run, with hysteresis so one burst does
+not flip it. An earlier version probed 1 thread vs all cores by training steps on
+each: every probe spent steps on the worse count (3–5× slower steps under load), which
+cost 10–20 % of a short run against a fixed, hand-chosen count.
+
+When the neighbours leave every core free, all cores are used without a probe: torch
+only splits ops above its grain size (32k elements), so a model too small to gain from
+threads also loses little on an idle machine.
 """
 
 from __future__ import annotations
 
+import math
+import resource
 import time
+from typing import Callable
 
 from transformers import TrainerCallback
 
 
+def cpu_sample() -> tuple[float, float, float]:
+    """(machine busy CPU seconds, this process's CPU seconds, wall seconds), all cumulative."""
+    import psutil
+
+    t = psutil.cpu_times()
+    # steal: time the hypervisor ran other guests; a stalled thread stalls the barrier just the same
+    busy = t.user + t.system + sum(getattr(t, k, 0.0) for k in ("nice", "irq", "softirq", "steal"))
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return busy, r.ru_utime + r.ru_stime, time.perf_counter()
+
+
+def neighbours_since(mark: tuple[float, float, float], min_s: float = 0.3) -> float:
+    """Cores the neighbours used since ``mark`` (a ``cpu_sample()``), waiting out ``min_s`` if needed.
+
+    This process's own CPU is subtracted, so the window can cover its own set-up work
+    (loading data and model) instead of an idle wait.
+    """
+    wall = mark[2]
+    left = min_s - (time.perf_counter() - wall)
+    if left > 0:
+        time.sleep(left)
+    busy, own, now = cpu_sample()
+    return max(0.0, (busy - mark[0]) - (own - mark[1])) / max(now - wall, 1e-9)
+
+
+def threads_for(others: float, cores: int, current: int, busy_at: float = 0.3, free_at: float = 0.15) -> int:
+    """Thread count for neighbours using ``others`` cores, with hysteresis around idle.
+
+    At all cores, drop only once the neighbours use ``busy_at`` of a core; below all
+    cores, return to all only once they use under ``free_at``. Otherwise take the cores
+    they leave free (at least one).
+    """
+    idle = others < (busy_at if current >= cores else free_at)
+    if idle:
+        return cores
+    return max(1, min(cores, math.floor(cores - others + 0.1)))
+
+
 class ThreadTuner(TrainerCallback):
-    def __init__(self, candidates: list[int], probe_steps: int = 3, every: int = 100, margin: float = 0.10):
-        self.candidates = sorted(set(candidates))
-        self.probe_steps = probe_steps
-        self.every = every
-        self.margin = margin
-        self.rates: dict[int, float] = {}
-        self.history: list[dict] = []
-        self._queue: list[int] = []
-        self._probe: dict | None = None
-        self._t0 = 0.0
-        self._tok0 = 0
-        self._chosen: int | None = None
-        self._since = 0
+    """Sets ``torch.set_num_threads`` from the neighbours' CPU use over each window of training."""
+
+    def __init__(self, cores: int, start: int, window_s: float = 2.0, first_window_s: float = 0.5,
+                 sampler: Callable[[], tuple[float, float, float]] = cpu_sample, set_threads: Callable[[int], None] | None = None):
+        self.cores = cores
+        self.current = start
+        self.window_s = window_s
+        self.first_window_s = first_window_s
+        self.sampler = sampler
+        self._set_threads = set_threads
+        self.history: list[dict] = []  # one entry per change: step, neighbours' cores, threads
+        self._mark: tuple[float, float, float] | None = None
+        self._windows = 0
 
     def _set(self, n: int) -> None:
+        if self._set_threads is not None:
+            self._set_threads(n)
+            return
         import torch
 
         torch.set_num_threads(n)
 
-    def _start_probe(self) -> None:
-        self._queue = list(self.candidates)
-        self.rates = {}
-        self._next_candidate()
-
-    def _next_candidate(self) -> None:
-        n = self._queue.pop(0)
-        self._set(n)
-        self._probe = {"threads": n, "steps": -1, "time": 0.0, "tokens": 0}  # step -1: warm-up, not counted
-
     def on_train_begin(self, args, state, control, **kwargs):
-        # The first step pays one-off set-up costs: probing starts after it (see on_step_end).
-        self._since = self.every - 1 if len(self.candidates) > 1 else 0
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._t0 = time.perf_counter()
-        self._tok0 = state.num_input_tokens_seen or 0
+        self._mark = self.sampler()
 
     def on_step_end(self, args, state, control, **kwargs):
-        dt = time.perf_counter() - self._t0
-        if self._probe is None:
-            self._since += 1
-            if self._since >= self.every and len(self.candidates) > 1:
-                self._start_probe()
+        if self._mark is None:
+            self._mark = self.sampler()
             return
-        p = self._probe
-        p["steps"] += 1
-        if p["steps"] <= 0:
+        busy, own, wall = self.sampler()
+        b0, o0, w0 = self._mark
+        dt = wall - w0
+        if dt < (self.first_window_s if self._windows == 0 else self.window_s):
             return
-        p["time"] += dt
-        p["tokens"] += (state.num_input_tokens_seen or 0) - self._tok0
-        # Without token counts (some trainers), steps per second decides.
-        rate = (p["tokens"] or p["steps"]) / max(p["time"], 1e-9)
-        # A candidate at under half the best rate after one counted step is dropped at once:
-        # under contention 2 threads ran 10x slower here, and each probe step costs that much.
-        hopeless = bool(self.rates) and rate < 0.5 * max(self.rates.values())
-        if p["steps"] < self.probe_steps and not hopeless:
-            return
-        self.rates[p["threads"]] = rate
-        if self._queue:
-            self._next_candidate()
-            return
-        most = max(self.candidates)
-        best = max(self.rates, key=self.rates.get)
-        if best != most and self.rates[best] < (1 + self.margin) * self.rates[most]:
-            best = most
-        self._chosen = best
-        self._set(best)
-        self.history.append({"step": state.global_step, "rates": dict(self.rates), "chosen": best})
-        self._probe, self._since = None, 0
+        others = max(0.0, (busy - b0) - (own - o0)) / dt
+        self._mark, self._windows = (busy, own, wall), self._windows + 1
+        n = threads_for(others, self.cores, self.current)
+        if n != self.current or not self.history:
+            self.history.append({"step": state.global_step, "neighbours_cores": round(others, 2), "threads": n})
+        if n != self.current:
+            self._set(n)
+            self.current = n
 
     @property
-    def chosen(self) -> int | None:
-        return self._chosen
+    def chosen(self) -> int:
+        """The count in use now (the last decision)."""
+        return self.current
