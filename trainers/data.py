@@ -61,20 +61,23 @@ def record_text(tokenizer, rec: dict) -> str:
 
 
 def packed_windows(tokenizer, ds, seq_len: int):
-    """Concatenate all texts (each closed by EOS) and cut fixed ``seq_len`` windows for pretraining."""
+    """Concatenate all texts (each closed by one EOS) and cut fixed ``seq_len`` windows for pretraining.
+
+    The packing is the data engine's ``pack_token_stream`` (one implementation for both);
+    a text that already ends in EOS (a completion does) has it stripped first so that
+    the stream closes it once, and the last, partial window is dropped.
+    """
     from datasets import Dataset
 
+    from trainteam.curation.packing import pack_token_stream
+
     eos = tokenizer.eos_token_id
-    stream: list[int] = []
-    for rec in ds:
-        ids = tokenizer(record_text(tokenizer, rec), add_special_tokens=False)["input_ids"]
-        stream.extend(ids)
-        if not ids or ids[-1] != eos:
-            stream.append(eos)
-    n = len(stream) // seq_len
-    if n == 0:
-        raise BadInput(f"data: {len(stream)} tokens are fewer than one window of seq_len={seq_len}")
-    windows = [stream[i * seq_len : (i + 1) * seq_len] for i in range(n)]
+    ids = tokenizer([record_text(tokenizer, rec) for rec in ds], add_special_tokens=False)["input_ids"]
+    seqs = [s[:-1] if s and s[-1] == eos else s for s in ids]
+    windows = list(pack_token_stream(seqs, seq_len, eos)) if seq_len > 1 else []
+    if not windows:
+        total = sum(len(s) + 1 for s in seqs)
+        raise BadInput(f"data: {total} tokens are fewer than one window of seq_len={seq_len}")
     return Dataset.from_dict({"input_ids": windows, "labels": [list(w) for w in windows]})
 
 

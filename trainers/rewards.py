@@ -2,7 +2,9 @@
 
 TRL calls ``f(prompts, completions, completion_ids, **columns)`` with completions
 decoded *without* special tokens; our GRPO datasets carry the reference answer in
-``answer``. Whether the model closed its answer with EOS is read from the ids.
+``answer``. Whether the model closed its answer with EOS is read from the ids, which
+the data engine's composite ``curation.rewards.score_reward`` (used to score samples
+for preference pairs) cannot see; its exact-match term is shared.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ import re
 
 
 def exact_answer_reward():
+    """1 for the exact (stripped) answer: the data engine's ``score_reward`` exact term."""
+    from trainteam.curation.rewards import score_reward
+
     def exact_answer(completions, answer, **_):
-        return [1.0 if c.strip() == str(a).strip() else 0.0 for c, a in zip(completions, answer)]
+        return [score_reward(c, str(a)).exact for c, a in zip(completions, answer)]
 
     return exact_answer
 
