@@ -80,7 +80,7 @@ def _record(task: str, split: str, i: int, a: int, b: int, widths: tuple[int, in
 
 
 def generate_arithmetic(cfg: ArithmeticConfig | None = None) -> tuple[list[dict], list[dict]]:
-    """(train, eval) records ``{"id", "prompt": "12+34=", "completion": "46", "task"}``.
+    """(train, eval) records ``{"id", "prompt": "12+34=", "completion": "046", "task"}`` (fixed width by default).
 
     Deterministic for a seed. Eval problems are distinct and never appear in train;
     train may repeat a problem when ``n_train`` exceeds the problem space (as sampling
