@@ -45,6 +45,7 @@ class DataSpec(_Strict):
     n_eval: int = Field(default=200, gt=0)
     max_operand: int = Field(default=99, gt=0)
     seed: int = 0
+    fixed_width: bool = Field(default=True, description="demo only: zero-pad operands and answers (08+64=072)")
     inject_leaks: int = Field(default=0, ge=0, description="demo only: copy this many eval problems into the "
                               "training split, so curation has leaks to catch and report")
 

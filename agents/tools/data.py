@@ -24,7 +24,7 @@ def _prepare(ctx: ToolContext, data) -> tuple[str, Path, Path, Path]:
     g = ctx.graph
     if data.demo:
         cfg = ArithmeticConfig(task=data.demo, max_operand=data.max_operand, n_train=data.n_train,
-                               n_eval=data.n_eval, seed=data.seed)
+                               n_eval=data.n_eval, seed=data.seed, fixed_width=data.fixed_width)
         params = {**cfg.model_dump(), "inject_leaks": data.inject_leaks}
         key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
         corpus = g.add_node(NodeKind.CORPUS, f"demo-{key}", source="demo", generator="arithmetic", params=params)

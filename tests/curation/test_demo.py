@@ -59,3 +59,16 @@ def test_the_library_imports_no_torch_transformers_or_trl():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_fixed_width_keeps_every_digit_in_its_place():
+    """The default writes ``08+64=072``: the tiny demo model learns addition only this way
+    within the demo's budget (see the generator's docstring for the measurement)."""
+    train, ev = generate_arithmetic(ArithmeticConfig(n_train=500, n_eval=50))
+    assert {len(r["prompt"]) for r in train + ev} == {6} and {len(r["completion"]) for r in train + ev} == {3}
+    assert any(r["prompt"].startswith("0") for r in train) and any(r["completion"].startswith("0") for r in train)
+    mult, _ = generate_arithmetic(ArithmeticConfig(task="multiplication", n_train=200, n_eval=10, max_operand=12))
+    assert {len(r["completion"]) for r in mult} == {3}  # 12*12 = 144
+    plain, _ = generate_arithmetic(ArithmeticConfig(n_train=500, n_eval=50, fixed_width=False))
+    assert not any(r["prompt"].startswith("0") and r["prompt"][1] != "+" for r in plain)
+    assert {len(r["completion"]) for r in plain} == {1, 2, 3}
