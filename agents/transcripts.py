@@ -13,13 +13,13 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-from pydantic_ai import ModelMessagesTypeAdapter
-from pydantic_ai.messages import ModelMessage
+from typing import TYPE_CHECKING, Any
 
 from trainteam.agents.redact import redact
 from trainteam.graph import EdgeKind, NodeKind
+
+if TYPE_CHECKING:  # pydantic_ai costs ~0.8 s to import; listing transcripts must not pay it
+    from pydantic_ai.messages import ModelMessage
 
 VERSION = 1
 
@@ -51,10 +51,14 @@ def choose_segment(ws, run_id: str, step: str, visit: int) -> str:
 
 
 def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
+    from pydantic_ai import ModelMessagesTypeAdapter
+
     return ModelMessagesTypeAdapter.dump_python(messages, mode="json")
 
 
 def load_messages(data: list[dict[str, Any]]) -> list[ModelMessage]:
+    from pydantic_ai import ModelMessagesTypeAdapter
+
     return ModelMessagesTypeAdapter.validate_python(data)
 
 
