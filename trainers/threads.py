@@ -15,6 +15,11 @@ not flip it. An earlier version probed 1 thread vs all cores by training steps o
 each: every probe spent steps on the worse count (3–5× slower steps under load), which
 cost 10–20 % of a short run against a fixed, hand-chosen count.
 
+The thresholds (drop at 0.3 of a core, return under 0.15) were measured on this SFT:
+a neighbour busy in short bursts (15 % or 30 % duty cycle, seen as 0.09 / 0.16 cores)
+still left 2 threads 1.5–1.6× faster than 1; a neighbour busy all the time made 1
+thread 3–5× faster than 2.
+
 When the neighbours leave every core free, all cores are used without a probe: torch
 only splits ops above its grain size (32k elements), so a model too small to gain from
 threads also loses little on an idle machine.
