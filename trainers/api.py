@@ -209,4 +209,5 @@ def train(
         method=method, steps_done=steps_done, losses=losses, metrics=metrics,
         checkpoints=complete_checkpoints(out), final_dir=final_dir, stopped_reason=reason,
         proposal=proposal, telemetry=tel, resumed_from=resume_from, log_history=telemetry.logs,
+        spike_evidence=spike.evidence if reason == "spike" else None,
     )

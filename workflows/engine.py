@@ -263,8 +263,9 @@ def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any
             rounds += 1
             if out["outcome"] == "spike":  # a loss spike: a person decides on the restart proposal
                 proposal = out["details"]["proposal"]
+                evidence = {"summary": out["summary"], "monitor": out["details"].get("evidence") or {}}
                 d = await_approval(run_id, current, visit, f"restart_after_spike_{rounds}", proposal,
-                                   {"summary": out["summary"]}, step.persona, wait_s)
+                                   evidence, step.persona, wait_s)
                 if d["status"] != "approved":
                     return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
                                          f"{out['summary']}; restart {d['status']} by {d.get('decided_by')}")

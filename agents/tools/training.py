@@ -146,17 +146,21 @@ class _Stage:
         p = report.proposal
         if p is None:  # the spike came before the first checkpoint: nothing to roll back to
             step = report.steps_done
+            ev = report.spike_evidence or {}
+            seen = (f" ({ev['metric']} {ev['value']:.4g} against a window mean of {ev['window_mean']:.4g} ± "
+                    f"{ev['window_std']:.2g}, z {ev['z']:.1f})" if "z" in ev else "")
             proposal = {"stage": stage, "from_start": True, "spike_step": step, "lr_scale": 0.5,
-                        "reason": f"loss spike at step {step}, before any checkpoint: restart {stage} from its "
-                                  f"start with the learning rate scaled by 0.5"}
+                        "reason": f"loss spike at step {step}{seen}, before any checkpoint: restart {stage} from "
+                                  f"its start with the learning rate scaled by 0.5"}
             why = proposal["reason"]
         else:
             proposal = {"stage": stage, "proposal": p.model_dump(mode="json")}
             step, why = p.spike_step, p.reason
         self.events.append({"stage": stage, "step": step, "kind": "spike"})
+        # The person deciding sees what the monitor saw, whichever kind of proposal it is.
         return StepResult(outcome="spike", summary=f"{stage}: {why}", metrics=self.metrics,
                           details={"stage": stage, "proposal": proposal, "losses": self.curves,
-                                   "events": self.events})
+                                   "events": self.events, "evidence": report.spike_evidence or {}})
 
 
 def _tokenizer_source(ctx: ToolContext) -> tuple[Path, str | None]:

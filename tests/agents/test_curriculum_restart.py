@@ -69,6 +69,13 @@ def test_a_spike_mid_curriculum_restarts_that_stage_and_keeps_the_ones_before(ws
     assert first.outcome == "spike" and first.details["stage"] == "long_context", first.summary
     proposal = first.details["proposal"]
     assert proposal["stage"] == "long_context"
+    # the person deciding sees what the monitor saw, even with no checkpoint to roll back to
+    ev = first.details["evidence"]
+    assert ev["step"] == proposal["spike_step"] and ev["metric"] in ("loss", "grad_norm")
+    if "z" in ev:
+        assert ev["z"] > SPIKY.get("sigma", 6.0) and f"z {ev['z']:.1f}" in proposal["reason"]
+    else:
+        assert ev["rule"] == "non-finite"
     ckpts = ws.root / "checkpoints" / "r1"
     assert sorted(p.name for p in ckpts.iterdir()) == ["long_context-v1", "mid_train-v1", "pretrain-v1"]
     kept = {s: (ckpts / f"{s}-v1" / "final" / "model.safetensors").stat().st_mtime_ns for s in ("pretrain", "mid_train")}
