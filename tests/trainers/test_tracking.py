@@ -36,10 +36,16 @@ def _scalars(path, tag):
     return out
 
 
-def test_mlflow_file_store_under_the_run_folder(tmp_path, tiny, tok, arith, monkeypatch):
-    pytest.importorskip("mlflow")  # the `tracking` extra; `make setup` installs it with the tests
+@pytest.fixture
+def no_mlflow_env(monkeypatch):
+    """No MLflow settings from outside (nothing remote); what train() sets is undone afterwards."""
     for var in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_ALLOW_FILE_STORE"):
-        monkeypatch.delenv(var, raising=False)  # nothing remote; trainteam sets the store itself
+        monkeypatch.setenv(var, "")  # remembers the original state for the teardown
+        monkeypatch.delenv(var)
+
+
+def test_mlflow_file_store_under_the_run_folder(tmp_path, tiny, tok, arith, no_mlflow_env):
+    pytest.importorskip("mlflow")  # the `tracking` extra; `make setup` installs it with the tests
     from mlflow import MlflowClient
 
     runs = []
@@ -61,7 +67,7 @@ def test_mlflow_file_store_under_the_run_folder(tmp_path, tiny, tok, arith, monk
     assert runs[0] != runs[1]
 
 
-def test_user_mlflow_uri_is_kept(tmp_path, monkeypatch):
+def test_user_mlflow_uri_is_kept(tmp_path, monkeypatch, no_mlflow_env):
     from trainteam.trainers.tracking import tracking_args
 
     monkeypatch.setattr("trainteam.trainers.tracking.installed", lambda tracker: True)
