@@ -134,9 +134,12 @@ class _Stage:
             self.curves[stage] = [p for p in self.curves.get(stage, []) if p[0] < new[0][0]] + new
         if report.stopped_reason == "spike":
             return None, report
-        stage_metrics = {"final_loss": report.losses[-1][1] if report.losses else float("nan"),
-                         "steps": float(report.steps_done), "seq_len": float(cfg.seq_len),
-                         **{k: float(v) for k, v in report.telemetry.items() if isinstance(v, (int, float))}}
+        # Telemetry counts the steps of this attempt only (a resumed run: max_steps minus the
+        # checkpoint's step); the stage's step count is the trainer's global step.
+        tel = {("steps_this_attempt" if k == "steps" else k): float(v) for k, v in report.telemetry.items()
+               if isinstance(v, (int, float))}
+        stage_metrics = {**tel, "final_loss": report.losses[-1][1] if report.losses else float("nan"),
+                         "steps": float(report.steps_done), "seq_len": float(cfg.seq_len)}
         self.metrics.update({f"{stage}.{k}": v for k, v in stage_metrics.items()})
         node = _checkpoint_node(ctx, Path(report.final_dir), stage, data_node, self.tok_node, parent,
                                 stage_metrics, method=cfg.method, seq_len=cfg.seq_len)
