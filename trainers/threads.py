@@ -46,6 +46,11 @@ def cpu_sample() -> tuple[float, float, float]:
     return busy, r.ru_utime + r.ru_stime, time.perf_counter()
 
 
+def neighbours_between(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """Cores the neighbours used between two ``cpu_sample()`` readings: machine busy time minus ours."""
+    return max(0.0, (b[0] - a[0]) - (b[1] - a[1])) / max(b[2] - a[2], 1e-9)
+
+
 def neighbours_since(mark: tuple[float, float, float], min_s: float = 0.3) -> float:
     """Cores the neighbours used since ``mark`` (a ``cpu_sample()``), waiting out ``min_s`` if needed.
 
@@ -56,8 +61,7 @@ def neighbours_since(mark: tuple[float, float, float], min_s: float = 0.3) -> fl
     left = min_s - (time.perf_counter() - wall)
     if left > 0:
         time.sleep(left)
-    busy, own, now = cpu_sample()
-    return max(0.0, (busy - mark[0]) - (own - mark[1])) / max(now - wall, 1e-9)
+    return neighbours_between(mark, cpu_sample())
 
 
 def threads_for(others: float, cores: int, current: int, busy_at: float = 0.3, free_at: float = 0.15) -> int:
@@ -103,13 +107,11 @@ class ThreadTuner(TrainerCallback):
         if self._mark is None:
             self._mark = self.sampler()
             return
-        busy, own, wall = self.sampler()
-        b0, o0, w0 = self._mark
-        dt = wall - w0
-        if dt < (self.first_window_s if self._windows == 0 else self.window_s):
+        now = self.sampler()
+        if now[2] - self._mark[2] < (self.first_window_s if self._windows == 0 else self.window_s):
             return
-        others = max(0.0, (busy - b0) - (own - o0)) / dt
-        self._mark, self._windows = (busy, own, wall), self._windows + 1
+        others = neighbours_between(self._mark, now)
+        self._mark, self._windows = now, self._windows + 1
         n = threads_for(others, self.cores, self.current)
         if n != self.current or not self.history:
             self.history.append({"step": state.global_step, "neighbours_cores": round(others, 2), "threads": n})
