@@ -9,6 +9,8 @@ created with ``create_all`` (which never drops or alters); the schema version in
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from datetime import datetime, timezone
 
 from sqlalchemy import Column, MetaData, String, Table, Text, create_engine, event, select
@@ -52,13 +54,33 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # several processes share the file
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
+            _wal_mode(cur)
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _wal_mode(cur, wait_s: float = 30.0) -> None:
+    """Switch the file to WAL, waiting out a neighbour doing the same.
+
+    Turning a new file to WAL needs an exclusive lock and SQLite answers "database is
+    locked" at once instead of calling the busy handler; eight processes opening one new
+    workspace together hit it about once in 50 tries (measured, tests/spine/test_schema_race.py).
+    """
+    deadline = time.monotonic() + wait_s
+    pause = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
 
 class SchemaTooNew(RuntimeError):
@@ -82,14 +104,7 @@ def ensure_schema(engine: Engine) -> int:
             return SCHEMA_VERSION
     except (OperationalError, ProgrammingError):
         pass  # a new workspace: no tt_meta yet
-    for attempt in range(5):
-        try:
-            metadata.create_all(engine)
-            break
-        except (OperationalError, ProgrammingError, IntegrityError) as exc:
-            # Two processes opening a new workspace at once both try to create a table.
-            if "already exists" not in str(exc) or attempt == 4:
-                raise
+    _create_missing_tables(engine)
     try:
         with engine.begin() as conn:
             conn.execute(meta_table.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
@@ -109,3 +124,21 @@ def ensure_schema(engine: Engine) -> int:
     except IntegrityError:
         pass  # another process recorded the same set at the same moment
     return found
+
+
+def _create_missing_tables(engine: Engine) -> None:
+    """``create_all`` under a database-wide write lock, so that check-then-create is atomic.
+
+    Two processes opening a new workspace at once (a run starting while `approvals list`
+    polls) otherwise both see a table missing and the second CREATE fails with "already
+    exists" — retrying only moved the collision to the next table (CI, 2026-12-01). SQLite
+    and Postgres both run DDL inside a transaction, so the loser waits for the winner's
+    commit and then finds every table present.
+    """
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # waits up to busy_timeout for the writer
+        elif engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7471020)")  # 'tt' schema lock
+        metadata.create_all(conn)
+        conn.commit()
