@@ -45,10 +45,12 @@ def plan_stage(task, stage: str, cfg, hardware=None) -> StageVerdict:
 
     hw = hardware or this_machine()
     vocab = task.model.vocab_size or task.tokenizer.vocab_size
-    rows = task.data.n_train if getattr(task.data, "demo", None) else None
+    data = task.stage_data(stage)
+    rows = data.n_train if getattr(data, "demo", None) else None
+    per_row = row_tokens(data) if cfg.method == "sft" else None
 
     def attempt(c):
-        return plan(c, task.model, hw, vocab_size=vocab, dataset_rows=rows, strict=True)
+        return plan(c, task.model, hw, vocab_size=vocab, dataset_rows=rows, row_tokens=per_row, strict=True)
 
     fixes: dict[str, Any] = {}
     refusals: list[dict[str, str]] = []
@@ -75,3 +77,17 @@ def plan_stage(task, stage: str, cfg, hardware=None) -> StageVerdict:
                         total_tokens=p.total_tokens, est_minutes=round(p.cost.hours * 60, 3),
                         est_cost_usd=round(p.cost.cost, 4), memory_gib=round(p.memory.total_gib, 3),
                         warnings=list(p.warnings))
+
+
+def row_tokens(data) -> float | None:
+    """The planner's bound on tokens per row for a task's data (demo: a generated sample)."""
+    from trainteam.trainers.planning.rows import SAMPLE_ROWS, jsonl_row_tokens, row_tokens_bound
+
+    if getattr(data, "demo", None):
+        from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
+
+        rows, _ = generate_arithmetic(ArithmeticConfig(task=data.demo, max_operand=data.max_operand,
+                                                       n_train=SAMPLE_ROWS, n_eval=0, seed=data.seed,
+                                                       fixed_width=data.fixed_width))
+        return row_tokens_bound(rows)
+    return jsonl_row_tokens(data.path)

@@ -197,6 +197,12 @@ class TrainTask(_Strict):
         cfg = self.training.get(stage) or TrainConfig(method=stage)
         return cfg.model_copy(update={"method": stage})
 
+    def stage_data(self, stage: str) -> DataSpec:
+        """The data a stage trains on: a curriculum stage's own, else the task's."""
+        if self.curriculum is not None:
+            return self._curriculum_stage(stage).data or self.data
+        return self.data
+
     def with_training(self, stage: str, cfg: TrainConfig) -> "TrainTask":
         """A copy whose ``stage`` trains with ``cfg`` (the engineer's overrides from the planner)."""
         if self.curriculum is None:

@@ -52,6 +52,40 @@ def test_batch_and_token_accounting_by_hand():
     assert any("global batch 256" in r for r in p.reasons)
 
 
+def test_sft_without_packing_counts_the_rows_tokens_not_seq_len_windows():
+    cfg = TrainConfig(method="sft", per_device_batch_size=64, seq_len=64, max_steps=1500)
+    full = plan(cfg, SPEC, CPU1, tokens_per_second=10_000)
+    rows = plan(cfg, SPEC, CPU1, tokens_per_second=10_000, row_tokens=11.0)
+    assert full.total_tokens == 64 * 64 * 1500
+    assert rows.tokens_per_step == 64 * 11 and rows.total_tokens == 64 * 11 * 1500
+    assert rows.cost.hours == pytest.approx(full.cost.hours * 11 / 64)
+    assert any("rows of ~11.0 tokens" in r for r in rows.reasons)
+    # rows longer than seq_len are cut to it; packing and pretraining fill whole windows
+    assert plan(cfg, SPEC, CPU1, row_tokens=500.0).tokens_per_step == 64 * 64
+    packed = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"packing": True})})
+    assert plan(packed, SPEC, CPU1, row_tokens=11.0).tokens_per_step == 64 * 64
+    pre = cfg.model_copy(update={"method": "pretrain"})
+    assert plan(pre, SPEC, CPU1, row_tokens=11.0).tokens_per_step == 64 * 64
+
+
+def test_row_token_bound_holds_for_the_trained_tokenizer(tok, arith, tmp_path):
+    """The planner's bound (bytes + BOS + EOS) is never below what training really sees."""
+    from trainteam.curation.jsonl import write_jsonl
+    from trainteam.trainers.formats import completion_text, prompt_text
+    from trainteam.trainers.planning.rows import jsonl_row_tokens, row_tokens_bound
+
+    train, _ = arith
+    seen = [len(tok(prompt_text(tok, r["prompt"]) + completion_text(tok, r["completion"]))["input_ids"])
+            for r in train[:1000]]
+    measured = sum(seen) / len(seen)
+    bound = row_tokens_bound(train[:1000])
+    assert measured <= bound < measured * 1.25
+    write_jsonl(train[:1000], tmp_path / "sft.jsonl")
+    assert jsonl_row_tokens(tmp_path / "sft.jsonl") == pytest.approx(bound)
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    assert jsonl_row_tokens(tmp_path / "bad.jsonl") is None and jsonl_row_tokens(tmp_path / "missing.jsonl") is None
+
+
 def test_tensor_parallel_shrinks_the_data_parallel_group():
     cfg = TrainConfig(per_device_batch_size=2, grad_accum=4, devices_per_node=8, precision="bf16", strategy="ddp",
                       tensor_parallel_size=2)

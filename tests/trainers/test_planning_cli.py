@@ -46,3 +46,19 @@ def test_plan_refusal_is_one_line_naming_the_field(tmp_path):
     cfg.write_text(yaml.safe_dump({"max_steps": -1}))
     out = _cli("--params", "1e6", "--hardware", str(hw), "--config", str(cfg), cwd=tmp_path)
     assert out.returncode == 2 and "max_steps" in out.stderr and str(cfg) in out.stderr
+
+
+def test_plan_counts_the_sft_rows_of_a_data_file(tmp_path):
+    hw = tmp_path / "hw.yaml"
+    hw.write_text(yaml.safe_dump({"device": "cpu", "device_memory_gib": 8}))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({"method": "sft", "seq_len": 64, "per_device_batch_size": 8, "max_steps": 10}))
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "12+34=", "completion": "046"}) + "\n" for _ in range(5)))
+    out = _cli("--params", "1e6", "--hardware", str(hw), "--config", str(cfg), "--data", str(data), "--json",
+               cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["total_tokens"] == 8 * (9 + 2) * 10  # 9 bytes + BOS + EOS per row
+    data.write_text("12+34=046\n")
+    out = _cli("--params", "1e6", "--hardware", str(hw), "--config", str(cfg), "--data", str(data), cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip() == f"error: --data: {data} is not JSONL with prompt/completion or text fields"

@@ -222,8 +222,12 @@ def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec) -> list[Refusal
 
 def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int, hardware: HardwareSpec | None = None, *,
          vocab_size: int | None = None, dataset_rows: int | None = None, tokens_per_second: float | None = None,
-         strict: bool = True) -> RunPlan:
+         row_tokens: float | None = None, strict: bool = True) -> RunPlan:
     """Account for a config on the hardware, or raise ``PlanRefused`` naming the fields.
+
+    ``row_tokens`` (the data's mean tokens per row, an upper bound is fine) makes an SFT
+    run without packing count what it computes: each row's own tokens, not ``seq_len``
+    of padding (the demo's 11-token rows at seq_len 64 were estimated 5.9x too many tokens).
 
     ``hardware=None`` reads this machine (torch is imported only if a GPU may be present).
     ``tokens_per_second`` (measured, whole job) replaces the FLOP-based throughput guess.
@@ -245,7 +249,10 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int, hardware: Hardwa
     tp = cfg.tensor_parallel_size
     dp = world // tp
     gbs = cfg.per_device_batch_size * cfg.grad_accum * dp
-    tokens_step = gbs * cfg.seq_len
+    per_row = float(cfg.seq_len)
+    if row_tokens and cfg.method == "sft" and not cfg.sft.packing:
+        per_row = min(float(row_tokens), per_row)  # padding-free or per-batch padding: rows, not windows
+    tokens_step = int(round(gbs * per_row))
     total = tokens_step * cfg.max_steps
     mem = _memory(cfg, shape, hardware)
     n = shape.num_params()
@@ -258,7 +265,8 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int, hardware: Hardwa
                         cost=hours * world * hardware.price_per_device_hour)
     reasons = notes + [
         f"global batch {gbs} = {cfg.per_device_batch_size} per device x {cfg.grad_accum} accumulation x "
-        f"{dp} data-parallel ranks; {tokens_step:,} tokens per step (at seq_len {cfg.seq_len})",
+        f"{dp} data-parallel ranks; {tokens_step:,} tokens per step "
+        + (f"(rows of ~{per_row:.1f} tokens, seq_len {cfg.seq_len})" if per_row < cfg.seq_len else f"(at seq_len {cfg.seq_len})"),
         f"{total:,} tokens over {cfg.max_steps} steps",
         f"{mem.total_gib:.2f} GiB per device of {hardware.device_memory_gib:g} GiB (weights {mem.weights_gib:.2f}, "
         f"grads {mem.gradients_gib:.2f}, optimizer {mem.optimizer_gib:.2f}, activations {mem.activations_gib:.2f})",
