@@ -138,6 +138,10 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
     stages = [s.name for s in cur.training_stages()] if tool == "train" else ([align.name] if align else [])
     if restart.get("stage") in stages:
         stages = stages[stages.index(restart["stage"]):]
+    # A failed stage gate a person accepted: that stage and those before it are trained already.
+    done = [stages.index(s) for s in (ctx.inputs.get("accepted_stage_gates") or {}) if s in stages]
+    if done and tool == "train":
+        stages = stages[max(done) + 1:]
     for stage in stages:
         cfg = task.train_config(stage)
         if ctx.visit > 1 and tool == "train":  # the tool trains twice as long on a retry

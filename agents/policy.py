@@ -152,6 +152,9 @@ class OfflinePolicy:
         if outcome == "spike":  # the trainer stopped at a loss spike: its restart proposal goes to a person
             return self._finish(messages, info, summary, "stop",
                                 ["loss spike: the restart proposal waits for a person's approval"])
+        if outcome == "stage_gate_failed":  # an earlier curriculum stage failed its gate: a person decides
+            return self._finish(messages, info, summary, "stop",
+                                ["stage gate failed: only a person can accept it (on_gate_failure: ask)"])
         metrics = result.get("metrics") or {}
         keep = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")
         reasons = [f"{k}={v:.4g}" for k, v in sorted(metrics.items())

@@ -167,7 +167,8 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     if result.outcome == "needs_approval":
         return out
     runs.merge_metrics(run_id, {f"{name}.{k}": v for k, v in result.metrics.items()})
-    mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]"}.get(result.outcome, "[green]✓[/green]")
+    mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]",
+            "stage_gate_failed": "[red]✗[/red]", "spike": "[yellow]⚠[/yellow]"}.get(result.outcome, "[green]✓[/green]")
     _say(f"  {mark} {name}: {result.summary} [dim]({seconds:.1f}s)[/dim]")
     return out
 
@@ -259,8 +260,25 @@ def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any
         out = DBOS.run_step({"name": f"{current}#{visit}"}, _execute_step, run_id, current, visit,
                             spec_data, task_data, dict(outputs), inputs)
         rounds = 0
-        while out["outcome"] in ("spike", "needs_approval"):
+        while out["outcome"] in ("spike", "stage_gate_failed", "needs_approval"):
             rounds += 1
+            if out["outcome"] == "stage_gate_failed":  # an earlier curriculum stage's gate: only a person accepts
+                details = out["details"]
+                d = await_approval(run_id, current, visit, f"accept_failed_gate_{details['stage']}",
+                                   {"gate": f"{current}.{details['stage']}", "stage": details["stage"]},
+                                   {"summary": out["summary"], "reasons": details.get("reasons", [])},
+                                   "eval_judge", wait_s)
+                if d["status"] != "approved":
+                    note = f": {d.get('note')}" if d.get("note") else ""
+                    return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
+                                         f"{out['summary']}; acceptance {d['status']} by "
+                                         f"{d.get('decided_by') or 'nobody'}{note}")
+                inputs = {**inputs, "accepted_stage_gates": {**(inputs.get("accepted_stage_gates") or {}),
+                                                             details["stage"]: d},
+                          "before": {k: details.get(k) for k in ("losses", "events")}}
+                out = DBOS.run_step({"name": f"{current}#{visit}.accepted{rounds}"}, _execute_step, run_id,
+                                    current, visit, spec_data, task_data, dict(outputs), inputs)
+                continue
             if out["outcome"] == "spike":  # a loss spike: a person decides on the restart proposal
                 proposal = out["details"]["proposal"]
                 evidence = {"summary": out["summary"], "monitor": out["details"].get("evidence") or {}}

@@ -61,7 +61,7 @@ def report_input(ws, run_id: str) -> ReportInput:
         for stage, metrics in (details.get("stage_evals") or {}).items():  # the train step's per-stage batteries
             evals[stage] = {k: float(v) for k, v in metrics.items()}
         for stage, g in (details.get("stage_gates") or {}).items():
-            gate_outcomes[stage] = GateOutcome(passed=g["passed"], reasons=g["reasons"])
+            gate_outcomes[stage] = GateOutcome(passed=g["passed"], reasons=g["reasons"], accepted_by=g.get("accepted_by"))
         if str((out.get("nodes") or {}).get("eval", "")).startswith("Eval:"):
             key = "final" if name == "final_eval" else details.get("stage", name)
             evals[key] = {k: float(v) for k, v in out["metrics"].items()}

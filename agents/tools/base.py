@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "needs_approval", "error"]
+Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "stage_gate_failed", "needs_approval", "error"]
 
 
 class StepResult(BaseModel):

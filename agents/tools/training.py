@@ -8,10 +8,12 @@ it runs that stage's eval battery and its gate rules:
 
 - the last stage is measured and judged by the workflow's own ``evaluate`` and ``gate``
   steps, as before (a failed gate there can loop back or be accepted by a person);
-- an earlier stage's failed gate ends the step with outcome ``error`` and the gate's
-  reasons (recorded as a Gate node), so the run stops before promoting anything. The
-  engine routes only gate steps to retries and to a person's acceptance: to let a person
-  accept a stage's failure, put the rule on the last training stage instead.
+- an earlier stage's failed gate (recorded as a Gate node) stops the step before the next
+  stage trains. With ``on_gate_failure: stop`` the step ends with outcome ``error`` and
+  the gate's reasons; with ``ask`` it ends ``stage_gate_failed`` and the engine asks a
+  person. An approved acceptance comes back as ``inputs.accepted_stage_gates`` (stage →
+  the decided approval): the step runs again, reuses the stages already trained, records
+  the gate as accepted by that person, and goes on to the next stage.
 """
 
 from __future__ import annotations
@@ -192,6 +194,10 @@ def train(ctx: ToolContext) -> StepResult:
     runner = _Stage(ctx, tokenizer, tok_node)
     restart_at = (ctx.inputs.get("apply_proposal") or {}).get("stage")
     done_before = names.index(restart_at) if restart_at in names else 0
+    accepted: dict[str, dict] = ctx.inputs.get("accepted_stage_gates") or {}
+    for stage in accepted:  # a person accepted this stage's failed gate: it and those before it are done
+        if stage in names:
+            done_before = max(done_before, names.index(stage) + 1)
     model: Any = task.model.path
     parent, final_dir = None, None
     seen: list[str] = []
@@ -212,10 +218,14 @@ def train(ctx: ToolContext) -> StepResult:
         model = final_dir
         record["checkpoints"][st.name], record["data"][st.name] = parent, data_node
         if i < len(stages) - 1:  # the last stage: the workflow's evaluate and gate steps
-            failed = _measure_and_gate(ctx, cur, st, final_dir, parent, seen, runner.metrics, record)
+            failed = _measure_and_gate(ctx, cur, st, final_dir, parent, seen, runner.metrics, record,
+                                       accepted.get(st.name))
             if failed is not None:
-                return StepResult(outcome="error", summary=f"{failed.summary} (after stage {st.name}; "
-                                  f"{' → '.join(names[i + 1:])} not trained)", metrics=runner.metrics,
+                ask = task.on_gate_failure == "ask"
+                return StepResult(outcome="stage_gate_failed" if ask else "error",
+                                  summary=f"{failed.summary} (after stage {st.name}; {' → '.join(names[i + 1:])} "
+                                          + ("waits for a person)" if ask else "not trained)"),
+                                  metrics=runner.metrics,
                                   nodes={"checkpoint": parent, "gate": record["stage_gates"][st.name]["node"]},
                                   details={"stages": names[: i + 1], "stage": st.name, "reasons": failed.reasons,
                                            "losses": runner.curves, "events": runner.events, **record})
@@ -232,11 +242,12 @@ def train(ctx: ToolContext) -> StepResult:
 
 
 def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, seen: list[str],
-                      metrics: dict[str, float], record: dict):
+                      metrics: dict[str, float], record: dict, accepted: dict | None = None):
     """A stage's battery (an Eval node per stage; read back when a restart passes by again)
-    and its gate rules against the stage before it. Returns the failed GateDecision, or None."""
+    and its gate rules against the stage before it. Returns the failed GateDecision, or None
+    when it passed or ``accepted`` (a person's approved decision) accepts its failure."""
     from trainteam.agents.tools.evaluation import measure_stage
-    from trainteam.trainers.gates import evaluate_gate, record_gate
+    from trainteam.trainers.gates import accept_failed_gate, evaluate_gate, record_gate
 
     key = f"{ctx.run_id}/{ctx.step}#{ctx.visit}/{st.name}"
     if ctx.graph.has_node(node_id(NodeKind.EVAL, key)):
@@ -252,10 +263,13 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
     prev = cur.previous(st.name)
     decision = evaluate_gate(st.name, measured, st.gates, previous=record["stage_evals"].get(prev.name) if prev else None,
                              previous_stage=prev.name if prev else None)
+    if accepted is not None:
+        decision = accept_failed_gate(decision, accepted)
     node = record_gate(ctx.graph, decision, run_id=ctx.run_id, eval_node=ev_node)
     ctx.graph.add_edge(node, ctx.step_node, EdgeKind.PRODUCED_BY)
-    record["stage_gates"][st.name] = {"passed": decision.passed, "reasons": decision.reasons, "node": node}
-    return None if decision.passed else decision
+    record["stage_gates"][st.name] = {"passed": decision.passed, "reasons": decision.reasons, "node": node,
+                                      "accepted_by": decision.accepted_by}
+    return None if decision.promote else decision
 
 
 def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dict], limit: int = 512) -> list[dict]:

@@ -124,8 +124,9 @@ def test_the_report_shows_metrics_per_stage(run):
     assert "gate **mid_train**: passed" in md
 
 
-def test_a_failed_stage_gate_stops_the_run_with_its_reason(tmp_path, ws):
-    from spine_helpers import TINY_TASK, run_view
+def _strict_task(tmp_path, **changes) -> Path:
+    """pretrain → mid_train (a gate no tiny model passes: held-out loss ≤ 0.01) → sft."""
+    from spine_helpers import TINY_TASK
 
     body = {k: v for k, v in TINY_TASK.items() if k not in ("stages", "training", "gates")}
     body["curriculum"] = [
@@ -136,7 +137,14 @@ def test_a_failed_stage_gate_stops_the_run_with_its_reason(tmp_path, ws):
         {"name": "sft", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32}},
     ]
     task = tmp_path / "strict.yaml"
-    task.write_text(yaml.safe_dump(body))
+    task.write_text(yaml.safe_dump({**body, **changes}))
+    return task
+
+
+def test_a_failed_stage_gate_stops_the_run_with_its_reason(tmp_path, ws):
+    from spine_helpers import run_view
+
+    task = _strict_task(tmp_path)
     proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "g1", "-q", timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     view = run_view(ws, "g1")
@@ -147,3 +155,51 @@ def test_a_failed_stage_gate_stops_the_run_with_its_reason(tmp_path, ws):
     assert not (ws / "checkpoints" / "g1" / "sft-v1").exists()
     md = Path(json.loads(cli(ws, "runs", "report", "g1", "--json", check=True).stdout)["markdown"]).read_text()
     assert "gate **mid_train**: FAILED" in md and "| mid_train | heldout_loss |" in md
+
+
+def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_path, ws):
+    from spine_helpers import pending_approvals, run_view, spawn, wait_for
+
+    run = spawn(ws, "execute-workflow", "train_model", "--task", str(_strict_task(tmp_path, on_gate_failure="ask")),
+                "--run-id", "a1", "-q")
+    (pending,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the stage gate's approval")
+    assert pending["step"] == "train" and pending["action"] == "accept_failed_gate_mid_train"
+    assert pending["proposed"]["stage"] == "mid_train"
+    assert any("heldout_loss" in r and "> max 0.01" in r for r in pending["evidence"]["reasons"])
+    assert not (ws / "checkpoints" / "a1" / "sft-v1").exists()  # nothing after the stage trains while it waits
+    mid_final = ws / "checkpoints" / "a1" / "mid_train-v1" / "final"
+    before = {p.name: p.stat().st_mtime_ns for p in mid_final.glob("*.safetensors")}
+
+    cli(ws, "approvals", "approve", pending["id"], "--by", "dana", "--note", "loss bar too strict", check=True)
+    (register,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the register_model approval")
+    assert register["step"] == "register_model"  # the run went on: sft, evaluate, gate, final eval
+    cli(ws, "approvals", "approve", register["id"], "--by", "dana", check=True)
+    assert run.wait(timeout=120) == 0, run.stderr.read()[-3000:]
+    view = run_view(ws, "a1")
+    assert view["status"] == "completed"
+    assert view["metrics"]["train.sft.steps"] == 4  # the stage after the accepted one trained
+    # the accepted stage was not trained again: its weights are the ones the person judged
+    assert {p.name: p.stat().st_mtime_ns for p in mid_final.glob("*.safetensors")} == before
+    from trainteam.workspace import Workspace
+
+    graph = Workspace.open(ws).graph
+    (gate,) = [d for d in graph.nodes("Gate") if d["run_id"] == "a1" and d["stage"] == "mid_train" and d["accepted_by"]]
+    assert gate["accepted_by"] == "dana" and gate["promote"] and not gate["passed"]
+    decided = [v for _, v, k in graph.to_networkx().out_edges(gate["id"], keys=True) if k == "decided_by"]
+    assert f"Approval:{pending['id']}" in decided
+    md = Path(json.loads(cli(ws, "runs", "report", "a1", "--json", check=True).stdout)["markdown"]).read_text()
+    assert "gate **mid_train**: FAILED (accepted by dana)" in md
+
+
+def test_a_rejected_stage_gate_stops_the_run(tmp_path, ws):
+    from spine_helpers import pending_approvals, run_view, spawn, wait_for
+
+    run = spawn(ws, "execute-workflow", "train_model", "--task", str(_strict_task(tmp_path, on_gate_failure="ask")),
+                "--run-id", "a2", "-q")
+    (pending,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the stage gate's approval")
+    cli(ws, "approvals", "reject", pending["id"], "--by", "eve", "--note", "retrain it", check=True)
+    assert run.wait(timeout=120) == 1
+    view = run_view(ws, "a2")
+    assert view["status"] == "failed"
+    assert "gate mid_train: failed" in view["error"] and "rejected by eve: retrain it" in view["error"]
+    assert not (ws / "checkpoints" / "a2" / "sft-v1").exists()
