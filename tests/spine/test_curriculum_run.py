@@ -157,11 +157,23 @@ def test_a_failed_stage_gate_stops_the_run_with_its_reason(tmp_path, ws):
     assert "gate **mid_train**: FAILED" in md and "| mid_train | heldout_loss |" in md
 
 
-def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_path, ws):
+@pytest.fixture
+def background():
+    """Runs started in the background: a failing test does not leave one waiting for a person."""
+    started = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_path, ws, background):
     from spine_helpers import pending_approvals, run_view, spawn, wait_for
 
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(_strict_task(tmp_path, on_gate_failure="ask")),
                 "--run-id", "a1", "-q")
+    background.append(run)
     (pending,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the stage gate's approval")
     assert pending["step"] == "train" and pending["action"] == "accept_failed_gate_mid_train"
     assert pending["proposed"]["stage"] == "mid_train"
@@ -191,11 +203,12 @@ def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_pat
     assert "gate **mid_train**: FAILED (accepted by dana)" in md
 
 
-def test_a_rejected_stage_gate_stops_the_run(tmp_path, ws):
+def test_a_rejected_stage_gate_stops_the_run(tmp_path, ws, background):
     from spine_helpers import pending_approvals, run_view, spawn, wait_for
 
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(_strict_task(tmp_path, on_gate_failure="ask")),
                 "--run-id", "a2", "-q")
+    background.append(run)
     (pending,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the stage gate's approval")
     cli(ws, "approvals", "reject", pending["id"], "--by", "eve", "--note", "retrain it", check=True)
     assert run.wait(timeout=120) == 1
