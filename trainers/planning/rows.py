@@ -9,7 +9,7 @@ estimated at 9.4 min where it took 2.3.
 
 from __future__ import annotations
 
-import json
+from itertools import islice
 from pathlib import Path
 from typing import Iterable
 
@@ -31,14 +31,10 @@ def jsonl_row_tokens(path: str | Path, limit: int = SAMPLE_ROWS) -> float | None
     The data step reports an unreadable file with its own message; the planner then
     falls back to counting full windows.
     """
-    rows: list = []
+    from trainteam.curation.jsonl import iter_jsonl
+    from trainteam.errors import BadInput
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    rows.append(json.loads(line))
-                if len(rows) >= limit:
-                    break
-    except (OSError, TypeError, ValueError):
+        return row_tokens_bound(list(islice(iter_jsonl(path), limit)))
+    except (BadInput, OSError, TypeError):
         return None
-    return row_tokens_bound(rows)
