@@ -158,7 +158,8 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
     from trainteam.agents.briefing import spent_minutes
 
     out["est_minutes"] = round(total, 3)
-    out["budget_minutes"] = task.budget.max_wall_minutes
+    # the ceiling the run works under: the task's budget plus what a person granted since
+    out["budget_minutes"] = round(ctx.allowed_s / 60, 3) if ctx.allowed_s is not None else task.budget.max_wall_minutes
     out["spent_minutes"] = round(spent_minutes(ctx) or 0.0, 3)  # what the run's earlier steps already took
     return out
 

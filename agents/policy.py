@@ -149,9 +149,15 @@ class OfflinePolicy:
             return self._judge(messages, info, result)
         if outcome == "error":
             return self._finish(messages, info, summary, "stop")
-        if outcome == "spike":  # the trainer stopped at a loss spike: its restart proposal goes to a person
+        if outcome == "spike":  # the trainer stopped at a spike: its restart proposal goes to a person
             return self._finish(messages, info, summary, "stop",
-                                ["loss spike: the restart proposal waits for a person's approval"])
+                                ["spike: the restart proposal waits for a person's approval"])
+        if outcome == "spike_limit":  # no restart worth proposing: only a person may keep the pre-spike weights
+            return self._finish(messages, info, summary, "stop",
+                                ["spike with no restart worth proposing: a person decides (on_gate_failure: ask)"])
+        if outcome == "over_budget":  # the work reached the run's ceiling, checkpoint saved
+            return self._finish(messages, info, summary, "stop",
+                                ["budget reached: more time only with a person's exceed_budget approval"])
         if outcome == "stage_gate_failed":  # an earlier curriculum stage failed its gate: a person decides
             return self._finish(messages, info, summary, "stop",
                                 ["stage gate failed: only a person can accept it (on_gate_failure: ask)"])

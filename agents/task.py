@@ -66,6 +66,18 @@ class BudgetSpec(_Strict):
     max_wall_minutes: float = Field(gt=0)
     max_cost_usd: float = Field(default=0.0, ge=0)
     cost_per_hour_usd: float = Field(default=0.0, ge=0, description="price of the machine; 0 for a local CPU")
+    extension_minutes: float | None = Field(default=None, gt=0, description="what one approved exceed_budget "
+                                            "adds to the ceiling; default half of max_wall_minutes")
+
+    def allowed_s(self) -> float:
+        """Seconds the run may spend: the wall ceiling, or less where the cost ceiling comes first."""
+        wall = self.max_wall_minutes * 60
+        if self.cost_per_hour_usd > 0:
+            wall = min(wall, self.max_cost_usd / self.cost_per_hour_usd * 3600)
+        return wall
+
+    def extension_s(self) -> float:
+        return (self.extension_minutes or self.max_wall_minutes / 2) * 60
 
 
 class GateSpec(_Strict):
@@ -153,6 +165,11 @@ class TrainTask(_Strict):
     on_gate_failure: Literal["stop", "ask"] = Field(default="stop", description="ask: a person may accept a "
                                                     "failed gate through the approval queue")
     allow_retry: bool = Field(default=False, description="a failed gate may loop back once with a changed plan")
+    threads: int | None = Field(default=None, gt=0, description="torch threads of every stage that sets none; "
+                                "None: chosen from the load when the run starts, then fixed and recorded, so a "
+                                "resumed or replayed run trains on the same count")
+    final_tolerance: float = Field(default=0.0, ge=0, description="how far final_eval (the weights registered) "
+                                   "may fall below the last passed gate's metrics before the run fails")
     description: str = ""
 
     @model_validator(mode="after")
@@ -193,9 +210,12 @@ class TrainTask(_Strict):
     def train_config(self, stage: str) -> TrainConfig:
         """The training settings of a stage (a curriculum stage by name, or a plain stage)."""
         if self.curriculum is not None:
-            return self._curriculum_stage(stage).train_config()
-        cfg = self.training.get(stage) or TrainConfig(method=stage)
-        return cfg.model_copy(update={"method": stage})
+            cfg = self._curriculum_stage(stage).train_config()
+        else:
+            cfg = (self.training.get(stage) or TrainConfig(method=stage)).model_copy(update={"method": stage})
+        if cfg.threads is None and self.threads is not None:
+            cfg = cfg.model_copy(update={"threads": self.threads})
+        return cfg
 
     def stage_data(self, stage: str) -> DataSpec:
         """The data a stage trains on: a curriculum stage's own, else the task's."""

@@ -92,6 +92,7 @@ def train(
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
 
+    from trainteam.trainers import budget
     from trainteam.trainers import data as D
     from trainteam.trainers.checkpoints import resolve_resume
     from trainteam.trainers.methods import BUILDERS
@@ -114,13 +115,14 @@ def train(
     model, merged = _prepare_model(model, config, out)
     resized = not hasattr(model, "peft_config") and _fit_embeddings(model, tokenizer)
     model = _anchor_base(model, config, out, changed=resized or merged)
-    threads, tune_cores = choose_threads(config, since=setup_mark)
+    threads = choose_threads(config, since=setup_mark)
 
     extra_cbs = []
     if apply_proposal is not None:
         from trainteam.trainers.restart import lr_sync_callback, prepare_rollback
 
-        resume_from = prepare_rollback(apply_proposal, out)
+        prepare_rollback(apply_proposal, out)
+        resume_from = resolve_resume("auto", out)  # the rollback, or a checkpoint saved after it
         extra_cbs.append(lr_sync_callback())
     else:
         resume_from = resolve_resume(config.resume, out)
@@ -128,15 +130,12 @@ def train(
     interruptions = history.interruptions()
 
     telemetry = Telemetry(model, config.seq_len, wall_start, history)
-    spike = SpikeMonitor(config.spike) if config.spike.enabled else None
+    spike = SpikeMonitor(config.spike, method) if config.spike.enabled else None
     stop = GracefulStop()
-    tuner = None
-    if tune_cores:
-        from trainteam.trainers.threads import ThreadTuner
-
-        tuner = ThreadTuner(tune_cores, start=threads)
-        extra_cbs.append(tuner)
-    cbs = extra_cbs + [telemetry, stop] + ([spike] if spike else []) + list(callbacks or [])
+    limit = budget.current()
+    guard = budget.budget_guard(limit) if limit is not None else None
+    # A caller's callbacks come before the monitor, so a metric they add to the logs can be watched.
+    cbs = extra_cbs + [telemetry, stop] + list(callbacks or []) + ([spike] if spike else []) + ([guard] if guard else [])
     if progress:
         cbs.append(RichProgress(f"{method}"))
 
@@ -146,8 +145,8 @@ def train(
 
     trainer.remove_callback(PrinterCallback)
 
-    # The step whose work this attempt keeps: a rollback keeps only the pre-spike checkpoint's.
-    if apply_proposal is not None:
+    # The step whose work this attempt keeps: a fresh rollback keeps only the pre-spike checkpoint's.
+    if apply_proposal is not None and resume_from is not None and resume_from.name.startswith("rollback-"):
         resume_step = json.loads((Path(apply_proposal.rollback_checkpoint) / "trainer_state.json").read_text())["global_step"]
     else:
         resume_step = json.loads((resume_from / "trainer_state.json").read_text())["global_step"] if resume_from else 0
@@ -181,9 +180,12 @@ def train(
         if is_main_process():
             tokenizer.save_pretrained(str(final_dir))
         proposal = make_proposal(spike.evidence, out)
-    elif stop.requested and (out / f"checkpoint-{steps_done}").is_dir():
-        reason = "interrupted"  # the checkpoint saved on the signal is the result; "final" means done
+    elif (stop.requested or (guard and guard.hit_at is not None)) and (out / f"checkpoint-{steps_done}").is_dir():
+        # the checkpoint saved on the signal (or at the budget's ceiling) is the result; "final" means done
+        reason = "interrupted" if stop.requested else "budget"
         final_dir = out / f"checkpoint-{steps_done}"
+    elif guard and guard.hit_at is not None:  # the ceiling came before the first step: nothing to keep
+        reason, final_dir = "budget", out
     else:
         reason = "interrupted" if stop.requested else "completed"
         final_dir = out / "final"
@@ -195,13 +197,10 @@ def train(
     from trainteam.trainers.checkpoints import complete_checkpoints
 
     metrics = dict(result.metrics)
-    if eval_ds is not None and method in ("pretrain", "sft", "dpo"):
+    if eval_ds is not None and method in ("pretrain", "sft", "dpo") and reason != "budget":
         metrics.update(trainer.evaluate())
     tel = telemetry.summary(interruptions)
-    tel["threads"] = tuner.chosen if tuner else threads
-    tel["threads_start"] = threads
-    if tuner and tuner.history:
-        tel["thread_changes"] = tuner.history
+    tel["threads"] = threads
     losses = telemetry.losses
     if losses:
         metrics.setdefault("final_loss", losses[-1][1])

@@ -82,6 +82,13 @@ class GRPOOptions(_Strict):
     vllm_server_url: str | None = Field(default=None, description="separate generation server")
 
 
+class SpikeSignal(_Strict):
+    """A logged metric whose jump means "diverging", and which way it jumps."""
+
+    metric: str = Field(min_length=1, description="a key of the trainer's logs: loss, grad_norm, reward, kl, ...")
+    direction: Literal["up", "down"] = "up"
+
+
 class SpikeOptions(_Strict):
     enabled: bool = True
     window: int = Field(default=128, ge=4)
@@ -91,6 +98,15 @@ class SpikeOptions(_Strict):
     # window) as the model began to learn the answers, while the loss sat at 1.40 ± 0.04.
     # A non-finite grad norm is a spike either way.
     watch_grad_norm: bool = False
+    signals: list[SpikeSignal] | None = Field(default=None, description="None: the method's own "
+                                              "(pretrain/sft/dpo: loss up; grpo: reward down, kl up)")
+    # A jump must clear sigma × max(window std, rel_floor × |window mean|, abs_floor): a
+    # near-constant signal (GRPO's surrogate loss on a solved task sat at -0.0012 ± 0 and
+    # read z = 29,756) never makes a spike out of noise.
+    rel_floor: float = Field(default=0.01, ge=0)
+    abs_floor: float = Field(default=0.02, ge=0)
+    max_restarts: int = Field(default=2, ge=0, description="restart proposals per stage; then the step fails "
+                              "(or asks a person, with on_gate_failure: ask)")
 
 
 class TrainConfig(_Strict):

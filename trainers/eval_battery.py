@@ -23,6 +23,7 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.errors import BadInput
+from trainteam.trainers import budget
 from trainteam.trainers.formats import prompt_text
 
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
@@ -111,6 +112,7 @@ def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_toke
     out: list[dict] = []
     try:
         for s in range(0, len(prompts), batch_size):
+            budget.check("generation")
             texts = [prompt_text(tokenizer, p) for p in prompts[s : s + batch_size]]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.no_grad():

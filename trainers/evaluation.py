@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.errors import BadInput
+from trainteam.trainers import budget
 from trainteam.trainers.formats import prompt_text
 from trainteam.trainers.reports import EvalResult
 
@@ -27,6 +28,7 @@ def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: 
     samples, correct = [], 0
     try:
         for start in range(0, len(problems), batch_size):
+            budget.check("evaluation (exact match)")
             chunk = problems[start : start + batch_size]
             texts = [prompt_text(tokenizer, p["prompt"]) for p in chunk]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
@@ -66,6 +68,7 @@ def heldout_loss(model: Any, tokenizer, records: list[dict], *, batch_size: int 
     total, count = 0.0, 0
     pad = tokenizer.pad_token_id
     for start in range(0, len(records), batch_size):
+        budget.check("evaluation (held-out loss)")
         rows, labels = [], []
         for r in records[start : start + batch_size]:
             ids = tokenizer(record_text(tokenizer, r), add_special_tokens=False)["input_ids"]

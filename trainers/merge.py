@@ -28,6 +28,7 @@ def merge_adapters(
     density: float = 0.5,
 ) -> Path:
     """Combine LoRA adapters of one base into one, merge it into the base, save a full model.
+    Adapters recorded against different bases are refused.
 
     TIES trims each adapter's delta to its ``density`` largest entries, elects a sign per
     parameter and averages the agreeing entries; the result is a plain safetensors model.
@@ -44,6 +45,10 @@ def merge_adapters(
     for a in adapters:
         if not (a / "adapter_config.json").is_file():
             raise BadInput(f"adapters: {a} is not a PEFT adapter folder (no adapter_config.json)")
+    bases = {str(json.loads((a / "adapter_config.json").read_text()).get("base_model_name_or_path")) for a in adapters}
+    if len(bases) > 1:  # e.g. an align adapter trained on base + SFT beside the SFT adapter itself
+        raise BadInput(f"adapters: trained on different bases ({', '.join(sorted(bases))}); averaging them "
+                       "mixes deltas of different models — merge each onto its own base, in order")
     if weights is not None and len(weights) != len(adapters):
         raise BadInput(f"weights: {len(weights)} weights for {len(adapters)} adapters")
     if not 0 < density <= 1:

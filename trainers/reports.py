@@ -26,7 +26,7 @@ class TrainReport(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     checkpoints: list[Path] = Field(default_factory=list)
     final_dir: Path
-    stopped_reason: Literal["completed", "spike", "interrupted"] = "completed"
+    stopped_reason: Literal["completed", "spike", "interrupted", "budget"] = "completed"
     proposal: RestartProposal | None = None
     spike_evidence: dict[str, Any] | None = Field(default=None, description="what the monitor saw (value, window "
                                                   "mean and std, z), also when no checkpoint allows a proposal")

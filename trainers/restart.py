@@ -26,12 +26,17 @@ def _link_copy(src: str, dst: str) -> None:
 
 
 def prepare_rollback(proposal: RestartProposal, output_dir: Path, timeout_s: float = 600.0) -> Path:
-    """Rank 0 writes the rollback folder; other ranks of a launched run wait for it."""
+    """Rank 0 writes the rollback folder; other ranks of a launched run wait for it.
+
+    Written once: the same approved proposal applied again (a crash, or more budget granted
+    mid-restart) finds it ready, and training continues from the newest checkpoint after it."""
     src = Path(proposal.rollback_checkpoint)
-    if not is_complete(src):
-        raise BadInput(f"proposal.rollback_checkpoint: {src} is not a complete checkpoint")
     dst = Path(output_dir) / f"rollback-{proposal.spike_step}"
     ready = dst / ".ready"
+    if ready.is_file():
+        return dst
+    if not is_complete(src):
+        raise BadInput(f"proposal.rollback_checkpoint: {src} is not a complete checkpoint")
     if int(os.environ.get("RANK", "0")) != 0:
         import time
 

@@ -20,38 +20,32 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def choose_threads(config: TrainConfig, since: tuple[float, float, float] | None = None) -> tuple[int, int | None]:
-    """Threads to start with, and the core count to follow the load over (None: fixed).
+def choose_threads(config: TrainConfig, since: tuple[float, float, float] | None = None) -> int:
+    """The torch thread count, fixed for the whole of this training (weights depend on it).
 
-    config.threads or TRAINTEAM_THREADS fix the count; otherwise training starts on the
-    cores the neighbours left free since ``since`` (a ``threads.cpu_sample()`` taken when
-    set-up began) and ``threads.ThreadTuner`` follows their CPU use from there.
+    config.threads or TRAINTEAM_THREADS fix the count (a run records its choice and passes it
+    on, so a resumed or replayed run trains on the same count); otherwise it is the cores the
+    neighbours left free since ``since`` (a ``threads.cpu_sample()`` taken when set-up began).
     """
     import torch
 
     if config.threads:
-        n, cores = config.threads, None
+        n = config.threads
     elif os.environ.get("TRAINTEAM_THREADS"):
-        n, cores = int(os.environ["TRAINTEAM_THREADS"]), None
+        n = int(os.environ["TRAINTEAM_THREADS"])
     elif int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))) > 1:
-        # Launched ranks share the node's cores; tuning per rank would let ranks disagree.
-        n, cores = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))), None
+        # Launched ranks share the node's cores.
+        n = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))))
     else:
         n = idle_cores(since)
-        cores = os.cpu_count() or 1
-        if cores == 1 or has_cuda():
-            cores = None
     torch.set_num_threads(n)
-    return n, cores
+    return n
 
 
 def idle_cores(since: tuple[float, float, float] | None = None, sample_s: float = 0.3) -> int:
-    """Threads for the cores the neighbours leave free, measured over at least ``sample_s``.
-
-    Only the first guess: ``threads.ThreadTuner`` re-measures over every window of training
-    with the same rule (``threads.threads_for``). The load average is no guide: it still
-    counts a training run that ended a minute ago.
-    """
+    """Threads for the cores the neighbours leave free, measured over at least ``sample_s``
+    (the rule is ``threads.threads_for``). The load average is no guide: it still counts a
+    training run that ended a minute ago."""
     from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
 
     cores = os.cpu_count() or 1

@@ -1,9 +1,19 @@
-"""Loss-spike monitor: stop cleanly on a spike and propose a restart for a person to approve.
+"""Spike monitor: stop cleanly when training diverges and propose a restart for a person.
 
-Defaults follow OLMo: a value beyond ``sigma`` (6) standard deviations of the last
-``window`` (128) observations counts, after ``warmup_steps`` (64); a non-finite loss or
-grad-norm always counts. The spiking update is already applied when the loss shows it,
-so the proposal rolls back to the last checkpoint *before* the spike.
+Defaults follow OLMo: a value beyond ``sigma`` (6) spreads of the last ``window`` (128)
+observations counts, after ``warmup_steps`` (64); a non-finite loss, grad norm or watched
+signal always counts. Two rules keep it from crying wolf:
+
+- **A real jump.** The spread is floored: ``max(std, rel_floor·|mean|, abs_floor)``. A
+  near-constant signal (GRPO's surrogate loss on a solved task: -0.0012 ± 0) once gave
+  z = 29,756 from a change in the fourth decimal; with the floor it gives z < 1.
+- **Each method its own signal.** Pretraining, SFT and DPO diverge when their loss jumps
+  up; GRPO's loss is a surrogate that sits near 0 whatever happens, so GRPO watches its
+  reward (collapse: a jump *down*) and, when a KL term is on, the KL (up).
+
+The spiking update is already applied when the metric shows it, so a proposal rolls back
+to the last checkpoint *before* the spike. ``restart_refusal`` says when a restart is not
+worth proposing (the limit per stage, or the last restart reproduced the very same spike).
 """
 
 from __future__ import annotations
@@ -11,48 +21,100 @@ from __future__ import annotations
 import math
 from collections import deque
 from pathlib import Path
+from typing import Mapping, Sequence
 
 from transformers import TrainerCallback
 
 from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
-from trainteam.trainers.config import SpikeOptions
+from trainteam.trainers.config import SpikeOptions, SpikeSignal
 from trainteam.trainers.reports import RestartProposal
+
+ALWAYS_FINITE = ("loss", "grad_norm")
+
+
+def method_signals(method: str, options: SpikeOptions) -> list[SpikeSignal]:
+    """What "diverging" looks like for ``method`` (``options.signals`` overrides)."""
+    if options.signals is not None:
+        return list(options.signals)
+    if method == "grpo":
+        return [SpikeSignal(metric="reward", direction="down"), SpikeSignal(metric="kl", direction="up")]
+    signals = [SpikeSignal(metric="loss")]
+    if options.watch_grad_norm:
+        signals.append(SpikeSignal(metric="grad_norm"))
+    return signals
 
 
 class SpikeDetector:
-    """Rolling z-score of loss and grad-norm; pure Python so it is testable without training."""
+    """Rolling, floored z-score of each watched signal; pure Python, testable without training."""
 
-    def __init__(self, options: SpikeOptions):
+    def __init__(self, options: SpikeOptions, signals: Sequence[SpikeSignal] | None = None):
         self.opt = options
-        self.hist: dict[str, deque[float]] = {"loss": deque(maxlen=options.window), "grad_norm": deque(maxlen=options.window)}
+        self.signals = list(signals) if signals is not None else method_signals("sft", options)
+        self.hist: dict[str, deque[float]] = {s.metric: deque(maxlen=options.window) for s in self.signals}
         self.seen = 0
 
-    def observe(self, step: int, loss: float | None, grad_norm: float | None = None) -> dict | None:
+    def spread(self, mean: float, std: float) -> float:
+        return max(std, self.opt.rel_floor * abs(mean), self.opt.abs_floor, 1e-12)
+
+    def observe(self, step: int, logs: Mapping[str, float | None]) -> dict | None:
         """Evidence of a spike at ``step``, or None. Spiking values never enter the window."""
-        for name, v in (("loss", loss), ("grad_norm", grad_norm)):  # non-finite always counts
-            if v is not None and not math.isfinite(v):
+        watched = {s.metric for s in self.signals}
+        for name in (*ALWAYS_FINITE, *sorted(watched)):  # non-finite always counts
+            v = logs.get(name)
+            if isinstance(v, (int, float)) and not math.isfinite(v):
                 return {"step": step, "metric": name, "value": repr(v), "rule": "non-finite"}
-        values = {"loss": loss}
-        if self.opt.watch_grad_norm:
-            values["grad_norm"] = grad_norm
         self.seen += 1
         if self.seen > self.opt.warmup_steps:
-            for name, v in values.items():
-                h = self.hist[name]
-                if v is None or len(h) < 4:
-                    continue
-                mean = sum(h) / len(h)
-                std = math.sqrt(sum((x - mean) ** 2 for x in h) / (len(h) - 1))
-                if v > mean + self.opt.sigma * max(std, 1e-8):
-                    return {
-                        "step": step, "metric": name, "value": v, "window_mean": mean, "window_std": std,
-                        "z": (v - mean) / max(std, 1e-8), "sigma": self.opt.sigma, "window": len(h),
-                        "rule": f">{self.opt.sigma}σ",
-                    }
-        for name, v in values.items():
-            if v is not None:
-                self.hist[name].append(float(v))
+            for sig in self.signals:
+                ev = self._jump(step, sig, logs.get(sig.metric))
+                if ev is not None:
+                    return ev
+        for sig in self.signals:
+            v = logs.get(sig.metric)
+            if isinstance(v, (int, float)):
+                self.hist[sig.metric].append(float(v))
         return None
+
+    def _jump(self, step: int, sig: SpikeSignal, v: float | None) -> dict | None:
+        h = self.hist[sig.metric]
+        if not isinstance(v, (int, float)) or len(h) < 4:
+            return None
+        mean = sum(h) / len(h)
+        std = math.sqrt(sum((x - mean) ** 2 for x in h) / (len(h) - 1))
+        spread = self.spread(mean, std)
+        z = (v - mean) / spread * (1 if sig.direction == "up" else -1)
+        if z <= self.opt.sigma:
+            return None
+        arrow = ">" if sig.direction == "up" else "<"
+        return {"step": step, "metric": sig.metric, "direction": sig.direction, "value": float(v),
+                "window_mean": mean, "window_std": std, "spread_floor": spread, "z": z, "sigma": self.opt.sigma,
+                "window": len(h), "rule": f"{arrow}{self.opt.sigma:g} spreads"}
+
+
+def same_spike(a: Mapping, b: Mapping, rel: float = 1e-3) -> bool:
+    """Two spikes at the same step of the same signal with the same value: a restart between
+    them changed nothing that mattered, so another restart of that kind will not either."""
+    if a.get("metric") != b.get("metric") or int(a.get("step", -1)) != int(b.get("step", -2)):
+        return False
+    va, vb = a.get("value"), b.get("value")
+    if isinstance(va, str) or isinstance(vb, str):  # non-finite values are recorded as repr()
+        return va == vb
+    return math.isclose(float(va), float(vb), rel_tol=rel, abs_tol=1e-9)
+
+
+def restart_refusal(evidence: Mapping, previous: Sequence[Mapping], max_restarts: int) -> str | None:
+    """Why no restart should be proposed for this spike (None: propose one).
+
+    ``previous``: the spikes of this stage that earlier approved restarts answered, oldest first.
+    """
+    if len(previous) >= max_restarts:
+        return (f"{len(previous)} restart(s) of this stage already approved (max_restarts {max_restarts}); "
+                "another is not proposed")
+    if previous and same_spike(previous[-1], evidence):
+        return (f"the last restart reproduced the same spike ({evidence.get('metric')} {evidence.get('value')} "
+                f"at step {evidence.get('step')}): a restart that replays the same data from the same weights "
+                "cannot change the outcome")
+    return None
 
 
 def make_proposal(evidence: dict, output_dir: Path, *, skip_batches: int | None = None, lr_scale: float = 0.5) -> RestartProposal | None:
@@ -69,10 +131,11 @@ def make_proposal(evidence: dict, output_dir: Path, *, skip_batches: int | None 
     ck_step = checkpoint_step(ckpt) or 0
     # Skip the batches between the checkpoint and the spike plus the spiking one itself.
     skip = skip_batches if skip_batches is not None else max(1, step - ck_step)
-    why = f"{evidence['metric']} {evidence['value']} at step {step} ({evidence['rule']})"
+    why = f"{evidence['value']} at step {step} ({evidence['rule']})"
     return RestartProposal(
         spike_step=step, rollback_checkpoint=ckpt, skip_batches=skip, lr_scale=lr_scale,
-        reason=f"loss spike: {why}; roll back to step {ck_step}, skip {skip} batches, scale LR by {lr_scale}",
+        reason=f"{evidence['metric']} spike: {why}; roll back to step {ck_step}, skip {skip} batches, "
+               f"scale LR by {lr_scale}",
         evidence=evidence,
     )
 
@@ -80,14 +143,14 @@ def make_proposal(evidence: dict, output_dir: Path, *, skip_batches: int | None 
 class SpikeMonitor(TrainerCallback):
     """Watches every log; on a spike it asks the Trainer to save and stop."""
 
-    def __init__(self, options: SpikeOptions):
-        self.detector = SpikeDetector(options)
+    def __init__(self, options: SpikeOptions, method: str = "sft"):
+        self.detector = SpikeDetector(options, method_signals(method, options))
         self.evidence: dict | None = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or self.evidence is not None or "loss" not in logs:
             return control
-        ev = self.detector.observe(state.global_step, logs.get("loss"), logs.get("grad_norm"))
+        ev = self.detector.observe(state.global_step, logs)
         if ev is not None:
             ev["learning_rate"] = logs.get("learning_rate")
             self.evidence = ev

@@ -1,4 +1,4 @@
-"""Torch CPU threads chosen from what the neighbours use, re-checked while training.
+"""Torch CPU threads chosen from what the neighbours use — once per run, then fixed.
 
 On shared cores the best thread count flips with the neighbours' load: measured here,
 a second torch thread made training 3–5× slower (a 256² matmul 25× slower) while
@@ -6,23 +6,18 @@ another job kept one of the 2 cores busy, and ~1.9× faster when the machine was
 Intra-op threads meet at a barrier after every op, so one descheduled thread stalls
 them all: the rule is never more threads than cores the neighbours leave free.
 
-How busy the neighbours are is measured, not guessed, and costs nothing: over each
-window of ``window_s`` seconds of training, the machine's busy CPU time (/proc/stat
-via psutil) minus this process's own CPU time is the neighbours' use, in cores. A
-single 0.3 s sample before training picked wrong often (jobs here come and go), so
-the count follows that window for the whole run, with hysteresis so one burst does
-not flip it. An earlier version probed 1 thread vs all cores by training steps on
-each: every probe spent steps on the worse count (3–5× slower steps under load), which
-cost 10–20 % of a short run against a fixed, hand-chosen count.
+How busy the neighbours are is measured, not guessed: over a window, the machine's
+busy CPU time (/proc/stat via psutil) minus this process's own CPU time is the
+neighbours' use, in cores (``neighbours_between``). The thresholds (drop at 0.3 of a
+core, return under 0.15) were measured on the demo's SFT: a neighbour busy in short
+bursts (15 % or 30 % duty cycle) still left 2 threads 1.5–1.6× faster than 1; a
+neighbour busy all the time made 1 thread 3–5× faster than 2.
 
-The thresholds (drop at 0.3 of a core, return under 0.15) were measured on this SFT:
-a neighbour busy in short bursts (15 % or 30 % duty cycle, seen as 0.09 / 0.16 cores)
-still left 2 threads 1.5–1.6× faster than 1; a neighbour busy all the time made 1
-thread 3–5× faster than 2.
-
-When the neighbours leave every core free, all cores are used without a probe: torch
-only splits ops above its grain size (32k elements), so a model too small to gain from
-threads also loses little on an idle machine.
+The count is chosen once, when a run starts, and then kept for every stage, resume and
+replay of that run: float reductions depend on the thread count, so runs on 1 and 2
+threads register different weights. An earlier version re-chose the count every 2 s
+of training to follow the load; that made the same task give different weights from
+one run to the next, so it went (issue 10: reproducible runs).
 """
 
 from __future__ import annotations
@@ -30,9 +25,6 @@ from __future__ import annotations
 import math
 import resource
 import time
-from typing import Callable
-
-from transformers import TrainerCallback
 
 
 def cpu_sample() -> tuple[float, float, float]:
@@ -75,51 +67,3 @@ def threads_for(others: float, cores: int, current: int, busy_at: float = 0.3, f
     if idle:
         return cores
     return max(1, min(cores, math.floor(cores - others + 0.1)))
-
-
-class ThreadTuner(TrainerCallback):
-    """Sets ``torch.set_num_threads`` from the neighbours' CPU use over each window of training."""
-
-    def __init__(self, cores: int, start: int, window_s: float = 2.0, first_window_s: float = 0.5,
-                 sampler: Callable[[], tuple[float, float, float]] = cpu_sample, set_threads: Callable[[int], None] | None = None):
-        self.cores = cores
-        self.current = start
-        self.window_s = window_s
-        self.first_window_s = first_window_s
-        self.sampler = sampler
-        self._set_threads = set_threads
-        self.history: list[dict] = []  # one entry per change: step, neighbours' cores, threads
-        self._mark: tuple[float, float, float] | None = None
-        self._windows = 0
-
-    def _set(self, n: int) -> None:
-        if self._set_threads is not None:
-            self._set_threads(n)
-            return
-        import torch
-
-        torch.set_num_threads(n)
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self._mark = self.sampler()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self._mark is None:
-            self._mark = self.sampler()
-            return
-        now = self.sampler()
-        if now[2] - self._mark[2] < (self.first_window_s if self._windows == 0 else self.window_s):
-            return
-        others = neighbours_between(self._mark, now)
-        self._mark, self._windows = now, self._windows + 1
-        n = threads_for(others, self.cores, self.current)
-        if n != self.current or not self.history:
-            self.history.append({"step": state.global_step, "neighbours_cores": round(others, 2), "threads": n})
-        if n != self.current:
-            self._set(n)
-            self.current = n
-
-    @property
-    def chosen(self) -> int:
-        """The count in use now (the last decision)."""
-        return self.current

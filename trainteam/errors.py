@@ -38,3 +38,16 @@ def format_validation_error(exc, source: str) -> str:
         parts.append(f"{loc}: {msg}" if loc else msg)
     more = f" (+{exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
     return f"{source}: " + "; ".join(parts) + more
+
+
+class RunStopped(TrainteamError):
+    """A run ended without completing (failed, rejected, over budget): raised out of its DBOS
+    workflow so the engine records ERROR, which DBOS's own CLI, ``list_workflows(status=…)``
+    and ``fork_workflow`` read. ``result`` is what a completed run would have returned."""
+
+    def __init__(self, result: dict):
+        super().__init__(f"run {result.get('run_id')} {result.get('status')}: {result.get('error')}")
+        self.result = result
+
+    def __reduce__(self):  # DBOS pickles the workflow's exception
+        return (RunStopped, (self.result,))

@@ -30,6 +30,11 @@ from trainteam.agents.task import TrainTask
 APP_NAME = "trainteam"
 WORKFLOW_NAME = "trainteam.run"
 
+# Outcomes a step ends with when only a person can say how to go on.
+ASK_OUTCOMES = ("spike", "spike_limit", "stage_gate_failed", "over_budget", "needs_approval")
+# What a re-run of the step after a person's decision carries over from the attempt before.
+CARRIED = ("losses", "events", "spikes")
+
 console = Console(stderr=True, soft_wrap=True)
 
 
@@ -40,6 +45,7 @@ class _Process:
     executor_id: str | None = None
     progress: bool = True
     launched: bool = False
+    cpu_mark: tuple[float, float, float] | None = None  # CPU counters at launch: the neighbours' load since
 
 
 def dbos_config(ws, executor_id: str) -> dict[str, Any]:
@@ -56,6 +62,9 @@ def dbos_config(ws, executor_id: str) -> dict[str, Any]:
 def launch(ws, progress: bool = True) -> str:
     if _Process.launched:
         raise RuntimeError("the workflow engine is already launched in this process")
+    from trainteam.trainers.threads import cpu_sample
+
+    _Process.cpu_mark = cpu_sample()
     executor_id = new_executor_id()
     DBOS(config=dbos_config(ws, executor_id))
     _quiet_cancellations()
@@ -66,15 +75,18 @@ def launch(ws, progress: bool = True) -> str:
 
 
 def _quiet_cancellations() -> None:
-    """A person's `runs cancel` is not an error: keep DBOS from logging it with a traceback."""
+    """A person's `runs cancel`, or a run that stopped with its reason (``RunStopped``, which
+    the engine raises so DBOS records ERROR), is not a crash: keep DBOS from logging a traceback."""
     import logging
 
     from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError
 
+    from trainteam.errors import RunStopped
+
     class _DropCancelled(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
             exc = record.exc_info[1] if record.exc_info else None
-            if isinstance(exc, (DBOSWorkflowCancelledError, DBOSAwaitedWorkflowCancelledError)):
+            if isinstance(exc, (DBOSWorkflowCancelledError, DBOSAwaitedWorkflowCancelledError, RunStopped)):
                 return False
             return "is no longer owned by this execution" not in record.getMessage()
 
@@ -108,11 +120,14 @@ def _spent(run_id: str, cost_per_hour: float) -> dict[str, float]:
 
 
 def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data: dict,
-                  outputs: dict[str, dict], inputs: dict[str, Any], decision: dict | None = None) -> dict[str, Any]:
+                  outputs: dict[str, dict], inputs: dict[str, Any], decision: dict | None = None,
+                  allowed_s: float | None = None) -> dict[str, Any]:
     """One step, run by its persona's Agent. ``decision`` continues a persona run that
-    stopped on a gated tool call, with the person's decision read from the queue."""
+    stopped on a gated tool call, with the person's decision read from the queue.
+    ``allowed_s``: what the run may spend in all; the step works under the rest as its ceiling."""
     from trainteam.agents import resume_persona_step, run_persona_step
     from trainteam.agents.tools import ToolContext
+    from trainteam.trainers import budget
 
     ws = _Process.ws
     spec = WorkflowSpec.model_validate(spec_data)
@@ -133,15 +148,24 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
         return out
     if decision is None:
         _say(f"[bold]▶ {name}[/bold] [cyan]({step.persona})[/cyan]")
+    spent_s = _spent(run_id, 0.0)["seconds"]
+    allowed_s = task.budget.allowed_s() if allowed_s is None else allowed_s
     ctx = ToolContext(ws=ws, run_id=run_id, step=name, visit=visit, persona=step.persona, task=task,
                       outputs=outputs, inputs={**step.inputs, **inputs}, progress=_Process.progress,
-                      spent_s=_spent(run_id, 0.0)["seconds"])
+                      spent_s=spent_s, allowed_s=allowed_s)
     try:
-        if decision is None:
-            result = run_persona_step(ctx, step.tool)
-        else:
-            result = resume_persona_step(ctx, step.tool, decision["pending"], decision["status"] == "approved",
-                                         decision.get("note"))
+        with budget.ceiling(allowed_s - spent_s, allowed_s):
+            if decision is None:
+                result = run_persona_step(ctx, step.tool)
+            else:
+                result = resume_persona_step(ctx, step.tool, decision["pending"], decision["status"] == "approved",
+                                             decision.get("note"))
+    except budget.BudgetExceeded as exc:  # an eval or generation loop reached the ceiling: a person decides
+        seconds = time.monotonic() - t0
+        out = {"outcome": "over_budget", "summary": str(exc), "artifacts": {}, "metrics": {}, "nodes": {},
+               "details": {"where": exc.where, **(inputs.get("before") or {})}}
+        runs.finish_attempt(attempt, "over_budget", seconds, out)
+        return out
     except Exception as exc:  # the run fails with the reason; the traceback stays in the log
         seconds = time.monotonic() - t0
         message = f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -157,6 +181,8 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     seconds = time.monotonic() - t0
     out = result.model_dump(mode="json")
     status = {"needs_approval": "needs_approval", "error": "failed"}.get(result.outcome, "completed")
+    if result.outcome in ASK_OUTCOMES:
+        status = result.outcome
     # The whole output (curves, evals, decisions) feeds the run report; a paused persona's
     # conversation stays in DBOS's record only.
     recorded = {**out, "details": {k: v for k, v in out["details"].items() if k != "pending"}}
@@ -164,11 +190,11 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     if result.outcome == "error":
         _say(f"[red]✗ {name} failed:[/red] {result.summary}")
         return out
-    if result.outcome == "needs_approval":
+    if result.outcome in ASK_OUTCOMES:
         return out
     runs.merge_metrics(run_id, {f"{name}.{k}": v for k, v in result.metrics.items()})
     mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]",
-            "stage_gate_failed": "[red]✗[/red]", "spike": "[yellow]⚠[/yellow]"}.get(result.outcome, "[green]✓[/green]")
+            }.get(result.outcome, "[green]✓[/green]")
     _say(f"  {mark} {name}: {result.summary} [dim]({seconds:.1f}s)[/dim]")
     return out
 
@@ -221,12 +247,164 @@ def await_approval(run_id: str, name: str, visit: int, action: str, proposed: di
     return decision
 
 
+def _carry(out: dict) -> dict[str, Any]:
+    return {"before": {k: out["details"].get(k) for k in CARRIED if out["details"].get(k) is not None}}
+
+
+def _question(step, out: dict, rounds: int, allowed_s: float, task: TrainTask) -> tuple[str, dict, dict, str]:
+    """The approval an outcome asks for: (action, proposed, evidence, requested_by)."""
+    o, details, summary = out["outcome"], out["details"], out["summary"]
+    if o == "stage_gate_failed":  # an earlier curriculum stage's gate: only a person accepts
+        return (f"accept_failed_gate_{details['stage']}", {"gate": f"{step.name}.{details['stage']}",
+                "stage": details["stage"]}, {"summary": summary, "reasons": details.get("reasons", [])}, "eval_judge")
+    if o == "spike":  # the monitor caught a spike: a person decides on the restart proposal
+        return (f"restart_after_spike_{rounds}", details["proposal"],
+                {"summary": summary, "monitor": details.get("evidence") or {}, "spikes": details.get("spikes", [])},
+                step.persona)
+    if o == "spike_limit":  # no restart worth proposing: a person may keep the weights from before the spike
+        return (f"accept_spiked_{details['stage']}", details["accept"],
+                {"summary": summary, "monitor": details.get("evidence") or {}, "spikes": details.get("spikes", [])},
+                step.persona)
+    if o == "over_budget":
+        extra = task.budget.extension_s()
+        return ("exceed_budget", {"continue_with": step.name, "extra_minutes": round(extra / 60, 2)},
+                {"summary": summary, "where": details.get("where"), "checkpoint": details.get("checkpoint"),
+                 "allowed_minutes": round(allowed_s / 60, 2), "budget": task.budget.model_dump()}, "ml_orchestrator")
+    # a persona's gated tool call (pydantic-ai DeferredToolRequests)
+    return (details["action"], details["proposed"], {"summary": summary, "transcript": details.get("transcript")},
+            step.persona)
+
+
+def _decided(d: dict) -> str:
+    return f"{d['status']} by {d.get('decided_by') or 'nobody'}" + (f": {d['note']}" if d.get("note") else "")
+
+
+def _refused(out: dict, d: dict) -> str:
+    """The run's error when a person did not approve what ``out`` asked for."""
+    what = {"stage_gate_failed": "acceptance", "spike": "restart", "spike_limit": "acceptance",
+            "over_budget": "more budget"}[out["outcome"]]
+    return f"{out['summary']}; {what} {_decided(d)}"
+
+
+def _after_yes(out: dict, d: dict, inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The re-run's inputs once a person approved, and the name of that re-run."""
+    o, details = out["outcome"], out["details"]
+    if o == "stage_gate_failed":
+        gates = {**(inputs.get("accepted_stage_gates") or {}), details["stage"]: d}
+        return {**inputs, "accepted_stage_gates": gates, **_carry(out)}, "accepted"
+    if o == "spike":
+        return {**inputs, "apply_proposal": details["proposal"], **_carry(out)}, "restart"
+    if o == "spike_limit":
+        kept = {**(inputs.get("accept_spiked") or {}), details["stage"]: {**details["accept"], "approval": d}}
+        return {**inputs, "accept_spiked": kept, **_carry(out)}, "kept"
+    return {**inputs, **_carry(out)}, "extended"  # over_budget: the same work, resumed from its checkpoint
+
+
+def _ask_until_answered(run_id: str, current: str, visit: int, spec_data: dict, task_data: dict, out: dict,
+                        outputs: dict, inputs: dict, allowed_s: float, wait_s: float) -> tuple[dict, float, str | None]:
+    """While the step asks a person, ask and re-run it. Returns (its last output, the seconds
+    of budget granted meanwhile, the run's error if a person said no)."""
+    spec = WorkflowSpec.model_validate(spec_data)
+    task = TrainTask.model_validate(task_data)
+    step = spec.step(current)
+    granted, rounds = 0.0, 0
+    while out["outcome"] in ASK_OUTCOMES:
+        rounds += 1
+        action, proposed, evidence, by = _question(step, out, rounds, allowed_s + granted, task)
+        d = await_approval(run_id, current, visit, action, proposed, evidence, by, wait_s)
+        if out["outcome"] == "needs_approval":  # the persona's conversation goes on with the decision
+            decision = {"pending": out["details"]["pending"], "status": d["status"], "note": d.get("note")}
+            out = DBOS.run_step({"name": f"{current}#{visit}.decided{rounds}"}, _execute_step, run_id, current,
+                                visit, spec_data, task_data, dict(outputs), inputs, decision, allowed_s + granted)
+            if d["status"] != "approved":
+                return out, granted, f"{action} at {current} was {_decided(d)}"
+            continue
+        if d["status"] != "approved":
+            return out, granted, _refused(out, d)
+        if out["outcome"] == "over_budget":
+            granted += task.budget.extension_s()
+        inputs, kind = _after_yes(out, d, inputs)
+        out = DBOS.run_step({"name": f"{current}#{visit}.{kind}{rounds}"}, _execute_step, run_id, current, visit,
+                            spec_data, task_data, dict(outputs), inputs, None, allowed_s + granted)
+    return out, granted, None
+
+
+def _stop(run_id: str, status: str, error: str) -> None:
+    """End the run as ``status``: recorded in the workspace, then raised so DBOS records ERROR."""
+    from trainteam.errors import RunStopped
+
+    result = DBOS.run_step({"name": "finish"}, _finish, run_id, status, error)
+    raise RunStopped(result)
+
+
+def _before_step(run_id: str, current: str, visit: int, step, task: TrainTask, outputs: dict, allowed_s: float,
+                 wait_s: float) -> tuple[float, str | None]:
+    """The checks before a step starts: the budget, and a person's go-ahead where the task asks
+    for one. Returns (seconds of budget granted, the run's error if it must stop)."""
+    granted = 0.0
+    spent = DBOS.run_step({"name": f"budget:{current}#{visit}"}, _spent, run_id, task.budget.cost_per_hour_usd)
+    if spent["seconds"] > allowed_s:
+        d = await_approval(run_id, current, visit, "exceed_budget",
+                           {"continue_with": current, "extra_minutes": round(task.budget.extension_s() / 60, 2)},
+                           {"spent": spent, "allowed_minutes": round(allowed_s / 60, 2),
+                            "budget": task.budget.model_dump()}, "ml_orchestrator", wait_s)
+        if d["status"] != "approved":
+            return 0.0, (f"budget exceeded before {current} ({spent['seconds']:.0f}s spent); "
+                         f"approval {d['status']}")
+        granted = task.budget.extension_s()
+    if current in task.require_approval:
+        d = await_approval(run_id, current, visit, "run_step",
+                           {"step": current, "tool": step.tool, "persona": step.persona},
+                           {"completed_steps": list(outputs)}, step.persona, wait_s)
+        if d["status"] != "approved":
+            note = f": {d.get('note')}" if d.get("note") else ""
+            return granted, f"step {current} was {d['status']} by {d.get('decided_by') or 'nobody'}{note}"
+    return granted, None
+
+
+def _accept_failed_gate(run_id: str, current: str, visit: int, step, spec: WorkflowSpec, spec_data: dict,
+                        task_data: dict, out: dict, outputs: dict, loops: dict, allowed_s: float, wait_s: float) -> dict:
+    """``on_gate_failure: ask`` and no retry left: a person may accept the failed gate."""
+    task = TrainTask.model_validate(task_data)
+    nxt_if_failed, _ = spec.next_step(current, "failed", loops if task.allow_retry else
+                                      {f"{e.source}->{e.target}": 10**9 for e in spec.edges})
+    if nxt_if_failed is not None:
+        return out
+    d = await_approval(run_id, current, visit, "accept_failed_gate",
+                       {"gate": current, "stage": out["details"].get("stage")},
+                       {"reasons": out["details"].get("reasons", [])}, step.persona, wait_s)
+    if d["status"] != "approved":
+        return out
+    return DBOS.run_step({"name": f"{current}#{visit}.accepted"}, _execute_step, run_id, current, visit,
+                         spec_data, task_data, dict(outputs), {"accepted": d}, None, allowed_s)
+
+
+TRAINING_TOOLS = ("train", "align")
+
+
+def _fix_threads(run_id: str, task_data: dict) -> int:
+    """The torch thread count of the whole run: the task's, TRAINTEAM_THREADS, or the cores the
+    neighbours left free since this process started (its own CPU time subtracted)."""
+    import os
+
+    from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
+
+    n = task_data.get("threads") or int(os.environ.get("TRAINTEAM_THREADS") or 0)
+    if not n:
+        cores = os.cpu_count() or 1
+        n = threads_for(neighbours_since(_Process.cpu_mark or cpu_sample(), 0.5), cores, current=cores)
+    RunStore(_Process.ws.engine).merge_metrics(run_id, {"run.threads": n})
+    return n
+
+
 @DBOS.workflow(name=WORKFLOW_NAME)
 def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any]:
     spec = WorkflowSpec.model_validate(spec_data)
-    task = TrainTask.model_validate(task_data)
     wait_s = _Process.ws.settings.approval_wait_s
     DBOS.run_step({"name": "start"}, _mark_started, run_id, spec.name, task_data)
+    task = TrainTask.model_validate(task_data)
+    fixed = False
+    allowed_s = task.budget.allowed_s()
     outputs: dict[str, dict] = {}
     visits: Counter[str] = Counter()
     loops: dict[str, int] = {}
@@ -235,95 +413,36 @@ def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any
         step = spec.step(current)
         visits[current] += 1
         visit = visits[current]
-        inputs: dict[str, Any] = {}
-        applicable = spec.applies(step, task.stages)
-        if applicable:
-            spent = DBOS.run_step({"name": f"budget:{current}#{visit}"}, _spent, run_id, task.budget.cost_per_hour_usd)
-            over = spent["seconds"] > task.budget.max_wall_minutes * 60 or (
-                task.budget.cost_per_hour_usd > 0 and spent["cost_usd"] > task.budget.max_cost_usd)
-            if over:
-                d = await_approval(run_id, current, visit, "exceed_budget",
-                                   {"continue_with": current}, {"spent": spent, "budget": task.budget.model_dump()},
-                                   "ml_orchestrator", wait_s)
-                if d["status"] != "approved":
-                    return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
-                                         f"budget exceeded before {current} ({spent['seconds']:.0f}s spent); "
-                                         f"approval {d['status']}")
-            if current in task.require_approval:
-                d = await_approval(run_id, current, visit, "run_step",
-                                   {"step": current, "tool": step.tool, "persona": step.persona},
-                                   {"completed_steps": list(outputs)}, step.persona, wait_s)
-                if d["status"] != "approved":
-                    note = f": {d.get('note')}" if d.get("note") else ""
-                    return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
-                                         f"step {current} was {d['status']} by {d.get('decided_by') or 'nobody'}{note}")
+        if spec.applies(step, task.stages):
+            if step.tool in TRAINING_TOOLS and not fixed:
+                # Weights depend on the thread count: chosen once as training starts, recorded by DBOS
+                # (a resumed run keeps it) and in the task every later step sees (a replay keeps it).
+                task_data = {**task_data, "threads": DBOS.run_step({"name": "threads"}, _fix_threads, run_id,
+                                                                   task_data)}
+                fixed = True
+            granted, error = _before_step(run_id, current, visit, step, task, outputs, allowed_s, wait_s)
+            allowed_s += granted
+            if error:
+                _stop(run_id, "failed", error)
         out = DBOS.run_step({"name": f"{current}#{visit}"}, _execute_step, run_id, current, visit,
-                            spec_data, task_data, dict(outputs), inputs)
-        rounds = 0
-        while out["outcome"] in ("spike", "stage_gate_failed", "needs_approval"):
-            rounds += 1
-            if out["outcome"] == "stage_gate_failed":  # an earlier curriculum stage's gate: only a person accepts
-                details = out["details"]
-                d = await_approval(run_id, current, visit, f"accept_failed_gate_{details['stage']}",
-                                   {"gate": f"{current}.{details['stage']}", "stage": details["stage"]},
-                                   {"summary": out["summary"], "reasons": details.get("reasons", [])},
-                                   "eval_judge", wait_s)
-                if d["status"] != "approved":
-                    note = f": {d.get('note')}" if d.get("note") else ""
-                    return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
-                                         f"{out['summary']}; acceptance {d['status']} by "
-                                         f"{d.get('decided_by') or 'nobody'}{note}")
-                inputs = {**inputs, "accepted_stage_gates": {**(inputs.get("accepted_stage_gates") or {}),
-                                                             details["stage"]: d},
-                          "before": {k: details.get(k) for k in ("losses", "events")}}
-                out = DBOS.run_step({"name": f"{current}#{visit}.accepted{rounds}"}, _execute_step, run_id,
-                                    current, visit, spec_data, task_data, dict(outputs), inputs)
-                continue
-            if out["outcome"] == "spike":  # a loss spike: a person decides on the restart proposal
-                proposal = out["details"]["proposal"]
-                evidence = {"summary": out["summary"], "monitor": out["details"].get("evidence") or {}}
-                d = await_approval(run_id, current, visit, f"restart_after_spike_{rounds}", proposal,
-                                   evidence, step.persona, wait_s)
-                if d["status"] != "approved":
-                    return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
-                                         f"{out['summary']}; restart {d['status']} by {d.get('decided_by')}")
-                out = DBOS.run_step({"name": f"{current}#{visit}.restart{rounds}"}, _execute_step, run_id,
-                                    current, visit, spec_data, task_data, dict(outputs),
-                                    {"apply_proposal": proposal,  # curves and events carry over to the restart
-                                     "before": {k: out["details"].get(k) for k in ("losses", "events")}})
-                continue
-            # a persona's gated tool call (pydantic-ai DeferredToolRequests): a person decides
-            details = out["details"]
-            d = await_approval(run_id, current, visit, details["action"], details["proposed"],
-                               {"summary": out["summary"], "transcript": details.get("transcript")},
-                               step.persona, wait_s)
-            out = DBOS.run_step({"name": f"{current}#{visit}.decided{rounds}"}, _execute_step, run_id, current,
-                                visit, spec_data, task_data, dict(outputs), inputs,
-                                {"pending": details["pending"], "status": d["status"], "note": d.get("note")})
-            if d["status"] != "approved":
-                note = f": {d.get('note')}" if d.get("note") else ""
-                return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed",
-                                     f"{details['action']} at {current} was {d['status']} by "
-                                     f"{d.get('decided_by') or 'nobody'}{note}")
+                            spec_data, task_data, dict(outputs), {}, None, allowed_s)
+        out, granted, error = _ask_until_answered(run_id, current, visit, spec_data, task_data, out, outputs, {},
+                                                  allowed_s, wait_s)
+        allowed_s += granted
+        if error:
+            _stop(run_id, "failed", error)
         if step.gate and out["outcome"] == "failed" and task.on_gate_failure == "ask":
-            nxt_if_failed, _ = spec.next_step(current, "failed", loops if task.allow_retry else
-                                              {f"{e.source}->{e.target}": 10**9 for e in spec.edges})
-            if nxt_if_failed is None:  # no retry left: only a person can accept the failed gate
-                d = await_approval(run_id, current, visit, "accept_failed_gate",
-                                   {"gate": current, "stage": out["details"].get("stage")},
-                                   {"reasons": out["details"].get("reasons", [])}, step.persona, wait_s)
-                if d["status"] == "approved":
-                    out = DBOS.run_step({"name": f"{current}#{visit}.accepted"}, _execute_step, run_id, current,
-                                        visit, spec_data, task_data, dict(outputs), {"accepted": d})
+            out = _accept_failed_gate(run_id, current, visit, step, spec, spec_data, task_data, out, outputs,
+                                      loops, allowed_s, wait_s)
         outputs[current] = out
         if out["outcome"] == "error":
-            return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed", f"step {current}: {out['summary']}")
+            _stop(run_id, "failed", f"step {current}: {out['summary']}")
         allowed_loops = loops if task.allow_retry else {f"{e.source}->{e.target}": 10**9 for e in spec.edges}
         nxt, loop_key = spec.next_step(current, out["outcome"], allowed_loops)
         if loop_key:
             loops[loop_key] = loops.get(loop_key, 0) + 1
         if nxt is None and step.gate and out["outcome"] == "failed":
-            return DBOS.run_step({"name": "finish"}, _finish, run_id, "failed", out["summary"])
+            _stop(run_id, "failed", out["summary"])
         current = nxt
     return DBOS.run_step({"name": "finish"}, _finish, run_id, "completed", None)
 
@@ -343,7 +462,7 @@ def resume(ws, run_id: str, force: bool = False):
     status = DBOS.get_workflow_status(run_id)
     if status is None:
         raise NotFound(f"run {run_id!r} not found in the workflow engine")
-    if status.status in ("SUCCESS", "ERROR"):
+    if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
         return DBOS.retrieve_workflow(run_id)
     if status.status == "PENDING":
         alive = executor_alive(status.executor_id)

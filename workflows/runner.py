@@ -42,10 +42,16 @@ def run_foreground(ws, spec: WorkflowSpec, task: TrainTask, run_id: str, progres
 
 
 def _result(handle, run_id: str) -> dict:
+    """The run's end: a completed run's return value, or what a stopped one raised (DBOS
+    records a failed run as ERROR and a cancelled one as CANCELLED)."""
     from dbos._error import DBOSAwaitedWorkflowCancelledError
+
+    from trainteam.errors import RunStopped
 
     try:
         return handle.get_result()
+    except RunStopped as stopped:
+        return stopped.result
     except DBOSAwaitedWorkflowCancelledError:
         return {"run_id": run_id, "status": "cancelled", "error": "cancelled by a person"}
 
@@ -74,7 +80,7 @@ def serve(ws, once: bool = False, poll_s: float = 5.0, progress: bool = True) ->
             engine.console.print(f"resuming {len(resumed)} run(s): {', '.join(resumed)}")
         if once:
             for run_id in resumed:
-                DBOS.retrieve_workflow(run_id).get_result()
+                _result(DBOS.retrieve_workflow(run_id), run_id)
             return
         while True:
             time.sleep(poll_s)

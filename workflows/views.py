@@ -58,8 +58,12 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
         "metrics": row["metrics"], "created_at": row["created_at"], "updated_at": row["updated_at"],
         "executor_id": row["executor_id"],
     }
-    # A run marked active whose process is gone is waiting for `runs resume` (or a worker).
+    # A run marked active whose process is gone is waiting for `runs resume` (or a worker): a
+    # running one says so. (A run waiting for a person keeps saying that: the decision is kept
+    # and reaches it when it resumes.)
     view["process_alive"] = executor_alive(row["executor_id"]) if row["status"] in ACTIVE else None
+    if view["process_alive"] is False and row["status"] == "running":
+        view["status"] = "interrupted"
     return view
 
 

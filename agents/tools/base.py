@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "stage_gate_failed", "needs_approval", "error"]
+Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "spike_limit", "stage_gate_failed", "over_budget",
+                  "needs_approval", "error"]
 
 
 class StepResult(BaseModel):
@@ -35,6 +36,7 @@ class ToolContext:
     inputs: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
     spent_s: float | None = None  # wall seconds the run's steps took so far (the engine measures it)
+    allowed_s: float | None = None  # what the run may spend in all: the budget plus extensions a person granted
 
     @property
     def graph(self):

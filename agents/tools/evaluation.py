@@ -89,6 +89,15 @@ def evaluate(ctx: ToolContext) -> StepResult:
         from trainteam.agents.tools.data import stage_train_data
 
         trained_on = [stage_train_data(ctx, stage)[0]]
+    same = _measured_before(ctx, trained["nodes"]["checkpoint"], stage.name)
+    if same is not None and not ctx.inputs.get("battery"):
+        name, out = same  # the very weights (same content hash) on the same battery: measured once
+        return StepResult(summary=f"{stage.name}: the weights {name} measured (same checkpoint "
+                                  f"{trained['nodes']['checkpoint']}): {out['summary'].split(': ', 1)[-1]}",
+                          metrics=dict(out["metrics"]), nodes={"eval": out["nodes"]["eval"],
+                                                               "checkpoint": trained["nodes"]["checkpoint"]},
+                          artifacts={"checkpoint": str(ckpt), "tokenizer": trained["artifacts"]["tokenizer"]},
+                          details={**out["details"], "measured_by": name})
     node, result = measure_stage(ctx, stage, ckpt, Path(trained["artifacts"]["tokenizer"]),
                                  trained["nodes"]["checkpoint"], f"{ctx.run_id}/{ctx.step}#{ctx.visit}", trained_on,
                                  battery=ctx.inputs.get("battery"))
@@ -102,6 +111,16 @@ def evaluate(ctx: ToolContext) -> StepResult:
                  "samples": result.details.get("exact_match", {}).get("samples", [])[:5],
                  "decontamination": result.decontamination},
     )
+
+
+def _measured_before(ctx: ToolContext, checkpoint_node: str, stage: str) -> tuple[str, dict] | None:
+    """An earlier eval step of this run that measured the same checkpoint node for the same stage."""
+    for name, out in ctx.outputs.items():
+        nodes = out.get("nodes") or {}
+        if (out.get("outcome") == "ok" and str(nodes.get("eval", "")).startswith("Eval:")
+                and nodes.get("checkpoint") == checkpoint_node and (out.get("details") or {}).get("stage") == stage):
+            return name, out
+    return None
 
 
 def _previous_eval(ctx: ToolContext, this_eval_step: str, stage: str) -> tuple[str | None, dict | None]:
@@ -138,13 +157,16 @@ def gate(ctx: ToolContext) -> StepResult:
     ev_step = ctx.inputs.get("of", "evaluate")
     ev = ctx.output(ev_step)
     stage = ev["details"]["stage"]
-    rules = gate_rules(ctx.task, stage)
-    prev_stage, prev_metrics = _previous_eval(ctx, ev_step, stage)
-    if not rules:  # the task set no bar for this stage: promoted, and the report says so
-        decision = GateDecision(stage=stage, passed=True, checks=[], previous_stage=prev_stage,
-                                reasons=[f"no gate rules for stage {stage} in the task"])
+    if ctx.inputs.get("final"):
+        decision = _final_decision(ctx, ev)
     else:
-        decision = evaluate_gate(stage, ev["metrics"], rules, previous=prev_metrics, previous_stage=prev_stage)
+        rules = gate_rules(ctx.task, stage)
+        prev_stage, prev_metrics = _previous_eval(ctx, ev_step, stage)
+        if not rules:  # the task set no bar for this stage: promoted, and the report says so
+            decision = GateDecision(stage=stage, passed=True, checks=[], previous_stage=prev_stage,
+                                    reasons=[f"no gate rules for stage {stage} in the task"])
+        else:
+            decision = evaluate_gate(stage, ev["metrics"], rules, previous=prev_metrics, previous_stage=prev_stage)
     accepted = ctx.inputs.get("accepted")
     if accepted is not None:
         decision = accept_failed_gate(decision, accepted)
@@ -153,5 +175,24 @@ def gate(ctx: ToolContext) -> StepResult:
     return StepResult(outcome="passed" if decision.promote else "failed", summary=decision.summary,
                       nodes={"gate": node, "checkpoint": ev["nodes"]["checkpoint"]},
                       artifacts={"checkpoint": ev["artifacts"]["checkpoint"], "tokenizer": ev["artifacts"]["tokenizer"]},
-                      details={"stage": stage, "reasons": decision.reasons, "passed": decision.passed,
-                               "accepted_by": decision.accepted_by})
+                      details={"stage": decision.stage, "reasons": decision.reasons, "passed": decision.passed,
+                               "accepted_by": decision.accepted_by, "judged": ev["metrics"],
+                               "checked": sorted({c.metric for c in decision.checks})})
+
+
+def _final_decision(ctx: ToolContext, ev: dict):
+    """The weights ``register_model`` will register against the last gate that promoted a
+    checkpoint: every metric that gate checked may fall by at most ``task.final_tolerance``."""
+    from trainteam.trainers.gates import GateDecision, GateRule, evaluate_gate
+
+    passed = [(n, o) for n, o in ctx.outputs.items() if o.get("outcome") == "passed" and "judged" in o.get("details", {})]
+    if not passed:
+        return GateDecision(stage="final", passed=True, checks=[], reasons=["no earlier gate to hold the final weights to"])
+    name, last = passed[-1]
+    judged = last["details"]["judged"]
+    metrics = last["details"].get("checked") or [m for m in ("exact_match",) if m in judged and m in ev["metrics"]]
+    if not metrics:
+        return GateDecision(stage="final", passed=True, checks=[],
+                            reasons=[f"{name} checked no metric that final_eval measured"])
+    rules = [GateRule(metric=m, max_regression=ctx.task.final_tolerance) for m in metrics]
+    return evaluate_gate("final", ev["metrics"], rules, previous=judged, previous_stage=f"{name} ({last['details']['stage']})")

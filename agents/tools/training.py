@@ -19,6 +19,7 @@ it runs that stage's eval battery and its gate rules:
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -80,25 +81,39 @@ def _checkpoint_node(ctx: ToolContext, final_dir: Path, stage: str, data_node: s
 
 class _Stage:
     """Runs one stage with checkpoints under ``checkpoints/<run>/<stage>-v<visit>`` and
-    ``resume="auto"``, so a run resumed after a crash continues from its last checkpoint."""
+    ``resume="auto"``, so a run resumed after a crash continues from its last checkpoint.
+
+    A spike ends the attempt with a restart proposal for a person (``spike``), unless a restart
+    is not worth proposing (``spikes.restart_refusal``: the stage's ``max_restarts`` are used
+    up, or the last restart reproduced the same spike): then the step fails, or with
+    ``on_gate_failure: ask`` a person may keep the weights from before the spike
+    (``spike_limit``). A restart from the stage's start trains in a folder of its own
+    (``-restart<k>``) at a learning rate halved once more per restart, so no two attempts
+    replay each other. At the budget's ceiling the trainer saves and stops (``over_budget``);
+    a person's extension resumes from that checkpoint."""
 
     def __init__(self, ctx: ToolContext, tokenizer, tok_node: str | None):
         self.ctx, self.tokenizer, self.tok_node = ctx, tokenizer, tok_node
         self.metrics: dict[str, float] = {}
-        # A restart continues the curves and events of the attempt that spiked.
+        # A restart continues the curves, events and spike history of the attempts before it.
         before = ctx.inputs.get("before") or {}
         self.curves: dict[str, list] = {k: list(v) for k, v in (before.get("losses") or {}).items()}
         self.events: list[dict] = list(before.get("events") or [])
+        self.spikes: list[dict] = list(before.get("spikes") or [])
+        self.attempt: dict[str, Any] = {}  # this attempt's folder and LR factor (what a spike proposal builds on)
 
     def _out(self, stage: str) -> Path:
         return self.ctx.ws.dir("checkpoints") / self.ctx.run_id / f"{stage}-v{self.ctx.visit}"
 
     def finished(self, stage: str, data_node: str, parent: str | None) -> tuple[str, Path] | None:
-        """A stage this visit already trained to the end (its ``final`` weights are on disk):
-        a restart after a later stage's spike continues from it instead of training it again.
-        Its metrics come back from its Checkpoint node."""
+        """A stage this visit already trained to the end (its ``final`` weights are on disk, the
+        newest restart's first): a restart after a later stage's spike continues from it instead
+        of training it again. Its metrics come back from its Checkpoint node."""
         out = self._out(stage)
-        for final in (out.with_name(out.name + "-restart") / "final", out / "final"):
+        kept = (self.ctx.inputs.get("accept_spiked") or {}).get(stage)
+        restarts = sorted(out.parent.glob(f"{out.name}-restart*"), key=lambda p: p.name, reverse=True)
+        finals = ([Path(kept["keep"])] if kept else []) + [r / "final" for r in restarts] + [out / "final"]
+        for final in finals:
             if final.is_dir() and any(final.glob("*.safetensors")) and (final / "tokenizer.json").is_file():
                 node = _checkpoint_node(self.ctx, final, stage, data_node, self.tok_node, parent, {})
                 metrics = self.ctx.graph.get_node(node).get("metrics") or {}
@@ -106,35 +121,38 @@ class _Stage:
                 return node, final
         return None
 
-    def run(self, stage: str, model, data, parent: str | None, data_node: str):
+    def _config(self, stage: str):
+        """The stage's TrainConfig for this attempt, and the rollback proposal it applies."""
         from trainteam.trainers import RestartProposal
-        from trainteam.trainers import train as run_training
 
         ctx = self.ctx
         cfg = ctx.task.train_config(stage)
         if ctx.visit > 1:  # the changed plan of a second attempt after a failed gate: train twice as long
             cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
-        out = self._out(stage)
-        cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto"})
-        proposal = ctx.inputs.get("apply_proposal")
-        if proposal is not None and proposal.get("stage") == stage and proposal.get("from_start"):
-            # No checkpoint preceded the spike: the stage starts over from its input weights,
-            # in a fresh folder, with the learning rate scaled as the person approved.
-            cfg = cfg.model_copy(update={"learning_rate": cfg.learning_rate * proposal["lr_scale"],
-                                         "output_dir": out.with_name(out.name + "-restart"), "resume": "auto"})
-            self.events.append({"stage": stage, "step": proposal["spike_step"], "kind": "restart"})
-            proposal = None
-        elif proposal is not None and proposal.get("stage") == stage:
-            proposal = RestartProposal.model_validate(proposal["proposal"])
-            self.events.append({"stage": stage, "step": proposal.spike_step, "kind": "restart"})
-        else:
-            proposal = None
+        out, factor, proposal = self._out(stage), 1.0, None
+        restart = ctx.inputs.get("apply_proposal")
+        if restart is not None and restart.get("stage") == stage:
+            out = Path(restart.get("output_dir") or out)
+            factor = float(restart.get("lr_factor") or (restart.get("lr_scale", 1.0) if restart.get("from_start") else 1.0))
+            if not restart.get("from_start"):
+                proposal = RestartProposal.model_validate(restart["proposal"])
+            self.events.append({"stage": stage, "step": restart["spike_step"], "kind": "restart"})
+        self.attempt = {"output_dir": out, "lr_factor": factor}
+        cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto", "learning_rate": cfg.learning_rate * factor})
+        return cfg, proposal
+
+    def run(self, stage: str, model, data, parent: str | None, data_node: str):
+        from trainteam.trainers import train as run_training
+
+        ctx = self.ctx
+        self.attempt["input"] = model
+        cfg, proposal = self._config(stage)
         report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
                               apply_proposal=proposal)
         new = [list(x) for x in report.losses]
         if new:  # points from before the rollback stay; the resumed run's points follow them
             self.curves[stage] = [p for p in self.curves.get(stage, []) if p[0] < new[0][0]] + new
-        if report.stopped_reason == "spike":
+        if report.stopped_reason in ("spike", "budget"):
             return None, report
         # Telemetry counts the steps of this attempt only (a resumed run: max_steps minus the
         # checkpoint's step); the stage's step count is the trainer's global step.
@@ -147,25 +165,68 @@ class _Stage:
                                 stage_metrics, method=cfg.method, seq_len=cfg.seq_len)
         return node, report
 
+    def stopped(self, stage: str, report) -> StepResult:
+        """The result of an attempt that did not finish: a spike, or the budget's ceiling."""
+        if report.stopped_reason == "budget":
+            return StepResult(outcome="over_budget", metrics=self.metrics,
+                              summary=f"{stage}: budget reached at step {report.steps_done}; checkpoint kept",
+                              details={"stage": stage, "where": f"training {stage}", "checkpoint": str(report.final_dir),
+                                       "losses": self.curves, "events": self.events, "spikes": self.spikes})
+        return self.spike_result(stage, report)
+
     def spike_result(self, stage: str, report) -> StepResult:
-        p = report.proposal
-        if p is None:  # the spike came before the first checkpoint: nothing to roll back to
-            step = report.steps_done
-            ev = report.spike_evidence or {}
-            seen = (f" ({ev['metric']} {ev['value']:.4g} against a window mean of {ev['window_mean']:.4g} ± "
-                    f"{ev['window_std']:.2g}, z {ev['z']:.1f})" if "z" in ev else "")
-            proposal = {"stage": stage, "from_start": True, "spike_step": step, "lr_scale": 0.5,
-                        "reason": f"loss spike at step {step}{seen}, before any checkpoint: restart {stage} from "
-                                  f"its start with the learning rate scaled by 0.5"}
-            why = proposal["reason"]
-        else:
-            proposal = {"stage": stage, "proposal": p.model_dump(mode="json")}
-            step, why = p.spike_step, p.reason
+        from trainteam.trainers.spike import restart_refusal
+
+        ev = report.spike_evidence or {}
+        step = report.steps_done if report.proposal is None else report.proposal.spike_step
+        previous = [s for s in self.spikes if s["stage"] == stage]
+        refusal = restart_refusal({**ev, "step": step}, previous, self.ctx.task.train_config(stage).spike.max_restarts)
         self.events.append({"stage": stage, "step": step, "kind": "spike"})
+        self.spikes.append({"stage": stage, "step": step, "metric": ev.get("metric"), "value": ev.get("value"),
+                            "rule": ev.get("rule"), "z": ev.get("z")})
+        details = {"stage": stage, "losses": self.curves, "events": self.events, "spikes": self.spikes,
+                   "evidence": ev}
+        if refusal is not None:
+            return self._unresolved(stage, step, refusal, details)
+        proposal = self._proposal(stage, step, report, ev, previous)
         # The person deciding sees what the monitor saw, whichever kind of proposal it is.
-        return StepResult(outcome="spike", summary=f"{stage}: {why}", metrics=self.metrics,
-                          details={"stage": stage, "proposal": proposal, "losses": self.curves,
-                                   "events": self.events, "evidence": report.spike_evidence or {}})
+        return StepResult(outcome="spike", summary=f"{stage}: {proposal['reason']}", metrics=self.metrics,
+                          details={**details, "proposal": proposal})
+
+    def _proposal(self, stage: str, step: int, report, ev: dict, previous: list[dict]) -> dict[str, Any]:
+        p = report.proposal
+        if p is not None:  # roll back inside the folder that spiked, at that attempt's learning rate
+            return {"stage": stage, "from_start": False, "spike_step": step, "reason": p.reason,
+                    "output_dir": str(self.attempt["output_dir"]), "lr_factor": self.attempt["lr_factor"],
+                    "proposal": p.model_dump(mode="json")}
+        # No checkpoint preceded the spike: start the stage over from its input weights, in a
+        # folder of its own, at half the learning rate of the attempt that spiked.
+        k = 1 + sum(1 for s in previous if s.get("from_start", True))
+        factor = self.attempt["lr_factor"] * 0.5
+        seen = (f" ({ev['metric']} {ev['value']:.4g} against a window mean of {ev['window_mean']:.4g} ± "
+                f"{ev['window_std']:.2g}, z {ev['z']:.1f})" if "z" in ev else f" ({ev.get('metric')} {ev.get('value')})")
+        out = self._out(stage)
+        self.spikes[-1]["from_start"] = True
+        return {"stage": stage, "from_start": True, "spike_step": step, "lr_scale": factor, "lr_factor": factor,
+                "output_dir": str(out.with_name(f"{out.name}-restart{k}")),
+                "reason": f"spike at step {step}{seen}, before any checkpoint: restart {stage} from its start "
+                          f"with the learning rate at {factor:g}× the task's"}
+
+    def _unresolved(self, stage: str, step: int, refusal: str, details: dict) -> StepResult:
+        """No restart is proposed: the step fails, or a person may keep the weights before the spike."""
+        from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
+
+        folder = Path(self.attempt["output_dir"])
+        before = [c for c in complete_checkpoints(folder) if (checkpoint_step(c) or 0) <= step - 2]
+        source = self.attempt.get("input")
+        keep = before[-1] if before else (Path(source) if isinstance(source, (str, Path)) else None)
+        summary = f"{stage}: spike at step {step}; no restart proposed: {refusal}"
+        if self.ctx.task.on_gate_failure != "ask" or keep is None:
+            return StepResult(outcome="error", summary=summary, metrics=self.metrics, details=details)
+        what = f"checkpoint {keep.name} (before the spike)" if before else f"the stage's input weights ({keep})"
+        accept = {"stage": stage, "keep": str(keep), "spike_step": step, "reason": f"keep {what} as {stage}'s result"}
+        return StepResult(outcome="spike_limit", summary=f"{summary}; a person may keep {what}", metrics=self.metrics,
+                          details={**details, "accept": accept})
 
 
 def _tokenizer_source(ctx: ToolContext) -> tuple[Path, str | None]:
@@ -192,12 +253,7 @@ def train(ctx: ToolContext) -> StepResult:
     tok_path, tok_node = _tokenizer_source(ctx)
     tokenizer = load_tokenizer(tok_path)
     runner = _Stage(ctx, tokenizer, tok_node)
-    restart_at = (ctx.inputs.get("apply_proposal") or {}).get("stage")
-    done_before = names.index(restart_at) if restart_at in names else 0
     accepted: dict[str, dict] = ctx.inputs.get("accepted_stage_gates") or {}
-    for stage in accepted:  # a person accepted this stage's failed gate: it and those before it are done
-        if stage in names:
-            done_before = max(done_before, names.index(stage) + 1)
     model: Any = task.model.path
     parent, final_dir = None, None
     seen: list[str] = []
@@ -205,7 +261,9 @@ def train(ctx: ToolContext) -> StepResult:
     for i, st in enumerate(stages):
         data_path, data_node = stage_train_data(ctx, st)
         seen.append(str(data_path))
-        reused = runner.finished(st.name, data_node, parent) if i < done_before else None
+        # A stage this visit trained to its end already (before a crash, a later stage's spike, a
+        # failed stage gate a person accepted, or more budget granted) is not trained again.
+        reused = runner.finished(st.name, data_node, parent)
         if reused is not None:
             parent, final_dir = reused
         else:
@@ -213,7 +271,7 @@ def train(ctx: ToolContext) -> StepResult:
                 model = build_model(task.model, tokenizer)
             parent, report = runner.run(st.name, model, data_path, parent, data_node)
             if parent is None:
-                return runner.spike_result(st.name, report)
+                return runner.stopped(st.name, report)
             final_dir = Path(report.final_dir)
         model = final_dir
         record["checkpoints"][st.name], record["data"][st.name] = parent, data_node
@@ -237,7 +295,8 @@ def train(ctx: ToolContext) -> StepResult:
                 + (f" ({shown})" if shown else ""),
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
         metrics=runner.metrics, nodes={"checkpoint": parent, **({"tokenizer": tok_node} if tok_node else {})},
-        details={"stages": names, "losses": runner.curves, "events": runner.events, "trained_on": seen, **record},
+        details={"stages": names, "losses": runner.curves, "events": runner.events, "spikes": runner.spikes,
+                 "trained_on": seen, **record},
     )
 
 
@@ -315,50 +374,49 @@ def align(ctx: ToolContext) -> StepResult:
     tokenizer = load_tokenizer(Path(start["artifacts"]["tokenizer"]))
     tok_node = (ctx.outputs.get("train_tokenizer") or {}).get("nodes", {}).get("tokenizer")
     runner = _Stage(ctx, tokenizer, tok_node)
-    records = _records(str(data_path))
-    train_data = _preference_pairs(ctx, ckpt, tokenizer, records) if method == "dpo" else records
-    node, report = runner.run(st.name, ckpt, train_data, start["nodes"]["checkpoint"], data_node)
-    if node is None:
-        return runner.spike_result(st.name, report)
-    final_dir = Path(report.final_dir)
+    done = runner.finished(st.name, data_node, start["nodes"]["checkpoint"])  # after a crash, or a person kept it
+    if done is not None:
+        node, final_dir = done
+        what = f"{st.name}: trained before ({final_dir.parent.name}/{final_dir.name})"
+    else:
+        records = _records(str(data_path))
+        train_data = _preference_pairs(ctx, ckpt, tokenizer, records) if method == "dpo" else records
+        node, report = runner.run(st.name, ckpt, train_data, start["nodes"]["checkpoint"], data_node)
+        if node is None:
+            return runner.stopped(st.name, report)
+        final_dir = Path(report.final_dir)
+        what = f"{st.name}: {report.steps_done} steps; final loss {runner.metrics.get(f'{st.name}.final_loss', 0):.4f}"
     return StepResult(
-        summary=f"{st.name}: {report.steps_done} steps; final loss {runner.metrics.get(f'{st.name}.final_loss', 0):.4f}",
-        artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)}, metrics=runner.metrics,
+        summary=what, artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)}, metrics=runner.metrics,
         nodes={"checkpoint": node}, details={"stages": [st.name], "losses": runner.curves, "events": runner.events,
+                                             "spikes": runner.spikes,
                                              "trained_on": [*((ctx.outputs.get("train") or {}).get("details") or {})
                                                             .get("trained_on", []), str(data_path)]},
     )
 
 
 def merge_adapters(ctx: ToolContext) -> StepResult:
-    """Fold LoRA adapters into full weights: one adapter is merged into its base; several
-    adapters of one base are combined with TIES (PEFT) first."""
-    from trainteam.trainers import merge_adapters as ties_merge
+    """Fold the gated checkpoint's LoRA adapter into full weights, onto the base it was trained
+    on. That base already holds every earlier stage (an align adapter is trained on base + SFT,
+    merged), so the result is the very model the gates judged. Combining adapters of one base
+    by TIES averaging (``trainteam.trainers.merge_adapters``) is for a person who asks for it:
+    averaging an SFT adapter with an align adapter trained on top of it registered a worse
+    model than either (real model, 50 held-out rows: 0.40 / 0.42 gated, 0.26 / 0.32 registered)."""
+    from trainteam.trainers import load_tokenizer
 
     last = ctx.latest("gate", "gate_align")
     ckpt = Path(last["artifacts"]["checkpoint"])
-    adapters = [Path(o["artifacts"]["checkpoint"]) for name, o in ctx.outputs.items()
-                if o.get("outcome") == "ok" and "checkpoint" in o.get("artifacts", {})
-                and (Path(o["artifacts"]["checkpoint"]) / "adapter_config.json").exists()]
-    adapters = list(dict.fromkeys(adapters))
     if not (ckpt / "adapter_config.json").exists():
         return StepResult(outcome="ok", summary="no adapters to merge: the checkpoint holds full weights",
                           artifacts=dict(last["artifacts"]), nodes={"checkpoint": last["nodes"]["checkpoint"]})
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"merged-v{ctx.visit}"
-    tokenizer_dir = Path(last["artifacts"]["tokenizer"])
-    from trainteam.trainers import load_tokenizer
-
-    tokenizer = load_tokenizer(tokenizer_dir)
-    if len(adapters) >= 2:
-        merged = ties_merge(adapters, out, tokenizer=tokenizer, combination_type="ties")
-        how = f"TIES merge of {len(adapters)} adapters"
-    else:
-        merged = _merge_one(ckpt, out, tokenizer)
-        how = "adapter merged into its base"
-    node = _checkpoint_node(ctx, Path(merged), "merged", _training_data(ctx)["nodes"]["train"], None,
+    tokenizer = load_tokenizer(Path(last["artifacts"]["tokenizer"]))
+    merged = _merge_one(ckpt, out, tokenizer)
+    node = _checkpoint_node(ctx, merged, "merged", _training_data(ctx)["nodes"]["train"], None,
                             last["nodes"]["checkpoint"], {})
-    return StepResult(summary=how, artifacts={"checkpoint": str(merged), "tokenizer": str(merged)},
-                      nodes={"checkpoint": node})
+    base = json.loads((ckpt / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    return StepResult(summary=f"adapter of {ckpt.parent.name} merged into the base it was trained on ({Path(base).name})",
+                      artifacts={"checkpoint": str(merged), "tokenizer": str(merged)}, nodes={"checkpoint": node})
 
 
 def _merge_one(adapter: Path, out: Path, tokenizer) -> Path:

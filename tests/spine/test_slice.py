@@ -33,7 +33,8 @@ def test_slice_end_to_end_with_lineage(tmp_path, ws):
         ("prepare_corpus", "completed", 1), ("curate", "completed", 1), ("train_tokenizer", "completed", 1),
         ("train", "completed", 1), ("evaluate", "completed", 1), ("gate", "completed", 1),
         ("align", "skipped", 1), ("evaluate_align", "skipped", 1), ("gate_align", "skipped", 1),
-        ("merge_adapters", "completed", 1), ("final_eval", "completed", 1), ("register_model", "completed", 1)]
+        ("merge_adapters", "completed", 1), ("final_eval", "completed", 1), ("gate_final", "completed", 1),
+        ("register_model", "completed", 1)]
     assert 0.0 <= view["metrics"]["evaluate.exact_match"] <= 1.0
     assert view["metrics"]["train.pretrain.steps"] == 6
 
@@ -83,7 +84,7 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     os.kill(run.pid, signal.SIGKILL)
     run.wait(timeout=10)
     before = run_view(ws, "r3")
-    assert before["status"] == "running" and before["process_alive"] is False
+    assert before["status"] == "interrupted" and before["process_alive"] is False
 
     resumed = cli(ws, "runs", "resume", "r3", "-q", "--yes", timeout=600)
     assert resumed.returncode == 0, resumed.stderr
@@ -91,7 +92,7 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     assert view["status"] == "completed"
     attempts = {s["name"]: s["attempts"] for s in view["steps"]}
     assert attempts.pop("train") == 2
-    assert set(attempts.values()) == {1} and len(attempts) == 11
+    assert set(attempts.values()) == {1} and len(attempts) == 12
     assert view["metrics"]["train.pretrain.steps"] == 150
     # DBOS recorded every step exactly once; the graph holds one Step node per step
     # step records only (not approvals, budget checks or a gated call's continuation)

@@ -8,8 +8,8 @@ import pytest
 from transformers import TrainerCallback
 
 from trainteam.trainers import ModelSpec, RestartProposal, TrainConfig, build_model, train
-from trainteam.trainers.config import SpikeOptions
-from trainteam.trainers.spike import SpikeDetector
+from trainteam.trainers.config import SpikeOptions, SpikeSignal
+from trainteam.trainers.spike import SpikeDetector, method_signals, restart_refusal
 
 
 class LrBlowUp(TrainerCallback):
@@ -94,20 +94,101 @@ def test_non_finite_loss_stops_even_in_warmup(tmp_path, tok, arith):
 
 
 def test_detector_rules():
-    d = SpikeDetector(SpikeOptions(window=16, warmup_steps=8, sigma=6, watch_grad_norm=True))
+    d = SpikeDetector(SpikeOptions(window=16, warmup_steps=8, sigma=6, watch_grad_norm=True),
+                      method_signals("sft", SpikeOptions(watch_grad_norm=True)))
     vals = [2.0 + 0.01 * ((i * 7) % 5) for i in range(20)]
-    assert all(d.observe(i, v, 1.0) is None for i, v in enumerate(vals))
-    assert d.observe(20, 2.5, 1.0)["metric"] == "loss"
-    assert d.observe(21, 2.01, 50.0)["metric"] == "grad_norm"
-    assert d.observe(22, 2.02, 1.0) is None  # spikes never entered the window
+    assert all(d.observe(i, {"loss": v, "grad_norm": 1.0}) is None for i, v in enumerate(vals))
+    assert d.observe(20, {"loss": 2.5, "grad_norm": 1.0})["metric"] == "loss"
+    assert d.observe(21, {"loss": 2.01, "grad_norm": 50.0})["metric"] == "grad_norm"
+    assert d.observe(22, {"loss": 2.02, "grad_norm": 1.0}) is None  # spikes never entered the window
     early = SpikeDetector(SpikeOptions(warmup_steps=64))
-    assert early.observe(0, 100.0) is None  # warm-up: big values are fine...
-    assert early.observe(1, float("inf"))["rule"] == "non-finite"  # ...non-finite never is
+    assert early.observe(0, {"loss": 100.0}) is None  # warm-up: big values are fine...
+    assert early.observe(1, {"loss": float("inf")})["rule"] == "non-finite"  # ...non-finite never is
     assert SpikeOptions().window == 128 and SpikeOptions().sigma == 6 and SpikeOptions().warmup_steps == 64
     loss_only = SpikeDetector(SpikeOptions(window=16, warmup_steps=0))  # grad-norm z-score off by default
-    assert all(loss_only.observe(i, 2.0 + 0.01 * (i % 3), 1.0) is None for i in range(10))
-    assert loss_only.observe(10, 2.0, 50.0) is None
-    assert loss_only.observe(11, 2.0, float("nan"))["metric"] == "grad_norm"
+    assert all(loss_only.observe(i, {"loss": 2.0 + 0.01 * (i % 3), "grad_norm": 1.0}) is None for i in range(10))
+    assert loss_only.observe(10, {"loss": 2.0, "grad_norm": 50.0}) is None
+    assert loss_only.observe(11, {"loss": 2.0, "grad_norm": float("nan")})["metric"] == "grad_norm"
+
+
+# What GRPO logged on the demo's solved task (100 % exact match: every group's rewards equal,
+# advantages 0): the surrogate loss sat at -0.001191 with no spread, then read -0.000893.
+GRPO_FLAT = [-0.001191] * 70 + [-0.000893]
+
+
+def test_a_near_constant_signal_never_makes_a_spike():
+    opts = SpikeOptions(window=64, warmup_steps=8, signals=[SpikeSignal(metric="loss")])
+    d = SpikeDetector(opts, opts.signals)
+    assert all(d.observe(i, {"loss": v}) is None for i, v in enumerate(GRPO_FLAT))
+    # The floored spread: the same jump is 0.015 spreads (it was z = 29,756 against the raw std).
+    assert (GRPO_FLAT[-1] - GRPO_FLAT[0]) / d.spread(GRPO_FLAT[0], 0.0) < 1
+    # A real jump still counts on a flat signal: the floor is a floor, not a blindfold.
+    assert d.observe(71, {"loss": 0.5})["metric"] == "loss"
+
+
+def test_each_method_watches_its_own_signal():
+    assert [s.metric for s in method_signals("sft", SpikeOptions())] == ["loss"]
+    assert [(s.metric, s.direction) for s in method_signals("grpo", SpikeOptions())] == [("reward", "down"),
+                                                                                         ("kl", "up")]
+    grpo = SpikeDetector(SpikeOptions(window=16, warmup_steps=4), method_signals("grpo", SpikeOptions()))
+    for i, loss in enumerate(GRPO_FLAT[:30]):  # GRPO's surrogate loss is never its spike signal...
+        assert grpo.observe(i, {"loss": loss * (1 + 300 * (i == 29)), "reward": 1.9 + 0.01 * (i % 2)}) is None
+    ev = grpo.observe(30, {"loss": -0.0012, "reward": 0.2})  # ...a reward collapse is
+    assert ev["metric"] == "reward" and ev["direction"] == "down" and ev["z"] > 6
+    assert grpo.observe(31, {"loss": float("nan"), "reward": 1.9})["rule"] == "non-finite"  # non-finite: always
+
+
+def test_no_restart_is_proposed_past_the_limit_or_for_the_same_spike_again():
+    first = {"step": 86, "metric": "loss", "value": -0.000893}
+    assert restart_refusal(first, [], max_restarts=2) is None
+    # The approved restart reproduced the very same spike: another one would too.
+    why = restart_refusal({**first, "value": -0.0008930001}, [first], max_restarts=2)
+    assert why and "same spike" in why
+    other = {"step": 90, "metric": "loss", "value": 3.0}
+    assert restart_refusal(other, [first], max_restarts=2) is None
+    assert "max_restarts 2" in restart_refusal(other, [first, {"step": 88, "metric": "loss", "value": 2.0}], 2)
+    assert "max_restarts 0" in restart_refusal(first, [], max_restarts=0)
+    assert restart_refusal({"step": 5, "metric": "loss", "value": "nan"}, [{"step": 5, "metric": "loss",
+                                                                           "value": "nan"}], 2)
+
+
+class ForceLogs(TrainerCallback):
+    """Overwrites logged values before the monitor reads them (added ahead of it)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs:
+            logs.update(self.fn(state.global_step, logs))
+
+
+def _grpo_cfg(out, **spike):
+    from trainteam.trainers.config import GRPOOptions
+
+    return TrainConfig(output_dir=out, max_steps=14, per_device_batch_size=4, learning_rate=1e-5, seq_len=32,
+                       save_steps=4, save_total_limit=10, grpo=GRPOOptions(num_generations=4, max_completion_length=3),
+                       spike=SpikeOptions(window=8, warmup_steps=4, **spike))
+
+
+def test_grpo_with_a_flat_loss_runs_to_the_end_and_a_reward_collapse_stops_it(tmp_path, tok, arith):
+    exact = lambda completions, answer, **_: [float(c.strip() == a) for c, a in zip(completions, answer)]  # noqa: E731
+    flat = ForceLogs(lambda step, logs: {"loss": GRPO_FLAT[0] if step < 12 else GRPO_FLAT[-1]})
+    rep = train("grpo", _grpo_cfg(tmp_path / "flat"), _model(tok), arith[0][:64], tokenizer=tok, progress=False,
+                reward_funcs=[exact], callbacks=[flat])
+    assert rep.stopped_reason == "completed" and rep.steps_done == 14
+    # Even told to watch that loss, the floored spread sees no jump in it.
+    rep = train("grpo", _grpo_cfg(tmp_path / "flat-watched", signals=[SpikeSignal(metric="loss")]), _model(tok),
+                arith[0][:64], tokenizer=tok, progress=False, reward_funcs=[exact], callbacks=[flat])
+    assert rep.stopped_reason == "completed" and rep.steps_done == 14
+
+    collapse = ForceLogs(lambda step, logs: {"reward": 1.5 + 0.01 * (step % 2) if step < 11 else 0.0})
+    rep = train("grpo", _grpo_cfg(tmp_path / "collapse"), _model(tok), arith[0][:64], tokenizer=tok, progress=False,
+                reward_funcs=[exact], callbacks=[collapse])
+    assert rep.stopped_reason == "spike" and rep.steps_done == 11
+    assert rep.spike_evidence["metric"] == "reward" and rep.spike_evidence["direction"] == "down"
+    assert rep.proposal is not None and rep.proposal.rollback_checkpoint.name == "checkpoint-8"
+    assert "reward spike" in rep.proposal.reason
 
 
 def test_proposal_never_rolls_back_to_a_checkpoint_that_may_hold_the_bad_update(tmp_path):
