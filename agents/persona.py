@@ -22,6 +22,7 @@ from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, ModelRetr
 
 from trainteam.agents.cards import PersonaCard
 from trainteam.agents.tools import TOOLS, StepResult, ToolContext
+from trainteam.agents.tools.training import stage_progress
 
 TRAINING_TOOLS = ("train", "align")  # tools that accept per-stage overrides chosen from the planner
 
@@ -131,30 +132,25 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
     cur = curriculum_from_task(task)
     out: dict[str, Any] = {"tool": tool, "step": ctx.step, "stages": {}}
     total = 0.0
-    # A restart a person approved after a loss spike only has the rest of its stage (and the
-    # stages after it) left to train: the stages before it resume from their final weights.
-    restart = ctx.inputs.get("apply_proposal") or {}
     align = cur.align_stage()
     stages = [s.name for s in cur.training_stages()] if tool == "train" else ([align.name] if align else [])
-    if restart.get("stage") in stages:
-        stages = stages[stages.index(restart["stage"]):]
-    # A failed stage gate a person accepted: that stage and those before it are trained already.
-    done = [stages.index(s) for s in (ctx.inputs.get("accepted_stage_gates") or {}) if s in stages]
-    if done and tool == "train":
-        stages = stages[max(done) + 1:]
     for stage in stages:
+        # What is left: a stage this visit finished (before a crash, a later stage's spike, an
+        # accepted stage gate) is not trained again; one with checkpoints resumes from the newest.
+        finished, done_steps = stage_progress(ctx, stage)
+        if finished:
+            continue
         cfg = task.train_config(stage)
         if ctx.visit > 1 and tool == "train":  # the tool trains twice as long on a retry
             cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
         verdict = plan_stage(task, stage, cfg)
-        left = 1.0
-        if stage == restart.get("stage") and not restart.get("from_start"):
-            spike_step = int((restart.get("proposal") or {}).get("spike_step", 0))
-            left = max(0.0, 1.0 - spike_step / cfg.max_steps)
+        left = max(0.0, 1.0 - done_steps / cfg.max_steps)
         total += verdict.est_minutes * left
         out["stages"][stage] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
-                                "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len,
+                                "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len, "steps_done": done_steps,
                                 **verdict.model_dump(exclude={"stage"})}
+    # a person approved spending over the budget for this step: the plan informs, it does not refuse
+    out["budget_extended_by_person"] = bool(ctx.inputs.get("budget_extended"))
     from trainteam.agents.briefing import spent_minutes
 
     out["est_minutes"] = round(total, 3)

@@ -131,7 +131,7 @@ class OfflinePolicy:
                             f"{ {k: v for k, v in entry['fixes'].items()} }" for r in entry.get("refusals", [])]
         est, budget = plan.get("est_minutes"), plan.get("budget_minutes")
         spent = plan.get("spent_minutes") or 0.0
-        if est is not None and budget and est > budget - spent:
+        if est is not None and budget and est > budget - spent and not plan.get("budget_extended_by_person"):
             left = f"{budget - spent:.1f} min left of " if spent else ""
             why = f"the planner estimates {est:.1f} min, over the {left}{budget:g} min budget"
             return self._finish(messages, info, f"not starting {f.tool}: {why}", "stop", [why])

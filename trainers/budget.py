@@ -37,12 +37,12 @@ class Ceiling:
 class BudgetExceeded(TrainteamError):
     """Work reached the run's ceiling; the engine asks a person for ``exceed_budget``."""
 
-    def __init__(self, where: str, allowed_s: float):
+    def __init__(self, where: str, allowed_s: float, late_s: float = 0.0):
         super().__init__(f"budget reached during {where} (the run may spend {allowed_s:.0f}s)")
-        self.where, self.allowed_s = where, allowed_s
+        self.where, self.allowed_s, self.late_s = where, allowed_s, late_s
 
     def __reduce__(self):  # DBOS pickles a step's exception
-        return (BudgetExceeded, (self.where, self.allowed_s))
+        return (BudgetExceeded, (self.where, self.allowed_s, self.late_s))
 
 
 _current: ContextVar[Ceiling | None] = ContextVar("trainteam_budget_ceiling", default=None)
@@ -67,7 +67,7 @@ def check(where: str) -> None:
     """Raise ``BudgetExceeded`` once the current ceiling is reached (no ceiling: never)."""
     c = _current.get()
     if c is not None and c.left_s() <= 0:
-        raise BudgetExceeded(where, c.allowed_s)
+        raise BudgetExceeded(where, c.allowed_s, -c.left_s())
 
 
 def budget_guard(limit: Ceiling):

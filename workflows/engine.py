@@ -163,7 +163,7 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     except budget.BudgetExceeded as exc:  # an eval or generation loop reached the ceiling: a person decides
         seconds = time.monotonic() - t0
         out = {"outcome": "over_budget", "summary": str(exc), "artifacts": {}, "metrics": {}, "nodes": {},
-               "details": {"where": exc.where, **(inputs.get("before") or {})}}
+               "details": {"where": exc.where, "overrun_s": round(exc.late_s, 2), **(inputs.get("before") or {})}}
         runs.finish_attempt(attempt, "over_budget", seconds, out)
         return out
     except Exception as exc:  # the run fails with the reason; the traceback stays in the log
@@ -267,8 +267,10 @@ def _question(step, out: dict, rounds: int, allowed_s: float, task: TrainTask) -
                 step.persona)
     if o == "over_budget":
         extra = task.budget.extension_s()
-        return ("exceed_budget", {"continue_with": step.name, "extra_minutes": round(extra / 60, 2)},
+        # numbered: an approval's id is its action within the step visit, and one visit may ask often
+        return (f"exceed_budget_{rounds}", {"continue_with": step.name, "extra_minutes": round(extra / 60, 2)},
                 {"summary": summary, "where": details.get("where"), "checkpoint": details.get("checkpoint"),
+                 "step": details.get("step"), "overrun_s": details.get("overrun_s"),
                  "allowed_minutes": round(allowed_s / 60, 2), "budget": task.budget.model_dump()}, "ml_orchestrator")
     # a persona's gated tool call (pydantic-ai DeferredToolRequests)
     return (details["action"], details["proposed"], {"summary": summary, "transcript": details.get("transcript")},
@@ -297,7 +299,8 @@ def _after_yes(out: dict, d: dict, inputs: dict[str, Any]) -> tuple[dict[str, An
     if o == "spike_limit":
         kept = {**(inputs.get("accept_spiked") or {}), details["stage"]: {**details["accept"], "approval": d}}
         return {**inputs, "accept_spiked": kept, **_carry(out)}, "kept"
-    return {**inputs, **_carry(out)}, "extended"  # over_budget: the same work, resumed from its checkpoint
+    # over_budget: the same work, resumed from its checkpoint, under the person's extension
+    return {**inputs, "budget_extended": True, **_carry(out)}, "extended"
 
 
 def _ask_until_answered(run_id: str, current: str, visit: int, spec_data: dict, task_data: dict, out: dict,

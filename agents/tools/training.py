@@ -168,9 +168,14 @@ class _Stage:
     def stopped(self, stage: str, report) -> StepResult:
         """The result of an attempt that did not finish: a spike, or the budget's ceiling."""
         if report.stopped_reason == "budget":
+            from trainteam.trainers import budget
+
+            limit = budget.current()
+            overrun = round(-limit.left_s(), 2) if limit is not None else None
             return StepResult(outcome="over_budget", metrics=self.metrics,
                               summary=f"{stage}: budget reached at step {report.steps_done}; checkpoint kept",
                               details={"stage": stage, "where": f"training {stage}", "checkpoint": str(report.final_dir),
+                                       "step": report.steps_done, "overrun_s": overrun,
                                        "losses": self.curves, "events": self.events, "spikes": self.spikes})
         return self.spike_result(stage, report)
 
@@ -227,6 +232,24 @@ class _Stage:
         accept = {"stage": stage, "keep": str(keep), "spike_step": step, "reason": f"keep {what} as {stage}'s result"}
         return StepResult(outcome="spike_limit", summary=f"{summary}; a person may keep {what}", metrics=self.metrics,
                           details={**details, "accept": accept})
+
+
+def stage_progress(ctx: ToolContext, stage: str) -> tuple[bool, int]:
+    """(finished, steps of its newest complete checkpoint) of ``stage`` in this step visit's
+    folders: what a plan still has to train. Reads the disk only (no torch)."""
+    from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
+
+    if stage in (ctx.inputs.get("accept_spiked") or {}):
+        return True, 0
+    out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
+    folders = [out, *out.parent.glob(f"{out.name}-restart*")]
+    if any(any((f / "final").glob("*.safetensors")) for f in folders):
+        return True, 0
+    restart = ctx.inputs.get("apply_proposal") or {}
+    if restart.get("stage") == stage and restart.get("output_dir"):
+        folders = [Path(restart["output_dir"])]  # a restart trains in its own folder (from its start)
+    steps = [checkpoint_step(c) or 0 for f in folders for c in complete_checkpoints(f)]
+    return False, max(steps, default=0)
 
 
 def _tokenizer_source(ctx: ToolContext) -> tuple[Path, str | None]:

@@ -49,16 +49,18 @@ def _cosine(step, total=30, base=3e-3):
 def test_injected_spike_is_caught_and_approved_proposal_resumes_before_it(tmp_path, tok, arith):
     out = tmp_path / "run"
     rep = train("pretrain", _cfg(out), _model(tok), arith[0], tokenizer=tok, callbacks=[LrBlowUp(at=14)], progress=False)
-    # The update of step 14 is blown up; the loss of step 15 shows it, and the run stops there.
-    assert rep.stopped_reason == "spike" and rep.steps_done == 15
+    # The update of step 14 is blown up; the loss of step 15 shows it, step 16 confirms it, and the
+    # run stops there (a jump under 3 × sigma must persist for one more log).
+    assert rep.stopped_reason == "spike" and rep.steps_done == 16
+    assert rep.spike_evidence["confirmed_at"]["step"] == 16
     p = rep.proposal
     assert isinstance(p, RestartProposal)
     assert p.spike_step == 15 and p.rollback_checkpoint == out / "checkpoint-12"
     assert p.skip_batches == 3 and p.lr_scale == 0.5
     assert p.evidence["metric"] == "loss" and p.evidence["z"] > 6
     assert "loss spike" in p.reason
-    assert rep.final_dir == out / "spike-15" and (rep.final_dir / "model.safetensors").is_file()
-    assert not (out / "checkpoint-15").exists()  # evidence is kept aside, never auto-resumed
+    assert rep.final_dir == out / "spike-16" and (rep.final_dir / "model.safetensors").is_file()
+    assert not (out / "checkpoint-16").exists()  # evidence is kept aside, never auto-resumed
     lr10 = next(e["learning_rate"] for e in rep.log_history if e["step"] == 10)
     assert lr10 == pytest.approx(_cosine(9), rel=1e-4)  # the LR logged at step s drove update s
 
@@ -124,6 +126,20 @@ def test_a_near_constant_signal_never_makes_a_spike():
     assert (GRPO_FLAT[-1] - GRPO_FLAT[0]) / d.spread(GRPO_FLAT[0], 0.0) < 1
     # A real jump still counts on a flat signal: the floor is a floor, not a blindfold.
     assert d.observe(71, {"loss": 0.5})["metric"] == "loss"
+
+
+def test_one_noisy_value_is_not_a_spike_a_lasting_jump_is():
+    d = SpikeDetector(SpikeOptions(window=16, warmup_steps=0), [SpikeSignal(metric="loss")])
+    noise = [1.05 + 0.02 * ((i * 7) % 5 - 2) for i in range(16)]
+    assert all(d.observe(i, {"loss": v}) is None for i, v in enumerate(noise))
+    assert d.observe(16, {"loss": 1.30}) is None  # 7-8 spreads once (a small last batch of an epoch)...
+    assert d.observe(17, {"loss": 1.05}) is None  # ...and gone: noise, and now part of the window
+    assert d.observe(18, {"loss": 1.70}) is None  # a jump...
+    ev = d.observe(19, {"loss": 1.65})  # ...that lasts
+    assert ev["step"] == 18 and ev["value"] == 1.70 and ev["confirmed_at"]["step"] == 19
+    d2 = SpikeDetector(SpikeOptions(window=16, warmup_steps=0), [SpikeSignal(metric="loss")])
+    assert all(d2.observe(i, {"loss": v}) is None for i, v in enumerate(noise))
+    assert d2.observe(16, {"loss": 9.0})["step"] == 16  # a huge jump counts at once
 
 
 def test_each_method_watches_its_own_signal():
