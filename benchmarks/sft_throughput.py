@@ -10,8 +10,8 @@ Measures trained (non-padding) tokens per second of training time, held-out loss
 the same rows (completion tokens, one shared scorer), peak RSS. The 2 cores are shared
 with other people's jobs: rounds are interleaved with the order rotated, each variant's
 median round is compared, the per-round paired ratio is reported too, and the load
-average is printed with every run (trainteam picks its threads from that load itself,
-the hand variants fix theirs). Ends with one ``RESULT {json}`` line.
+average is printed with every run (trainteam picks its thread count from that load once,
+as training starts; the hand variants fix theirs). Ends with one ``RESULT {json}`` line.
 """
 
 from __future__ import annotations
@@ -90,7 +90,6 @@ def run_variant(name: str, work: Path) -> dict:
         rep = train("sft", cfg, work / "init", rows, tokenizer=tok, progress=False)
         runtime, tokens, model = rep.metrics["train_runtime"], rep.telemetry["tokens"], load_model(rep.final_dir)
         threads = rep.telemetry["threads"]
-        changes = rep.telemetry.get("thread_changes", [])
     else:
         import torch
         from datasets import Dataset
@@ -109,12 +108,11 @@ def run_variant(name: str, work: Path) -> dict:
         trainer = SFTTrainer(model=model, args=SFTConfig(**kw), train_dataset=ds, processing_class=tok)
         res = trainer.train()
         runtime, tokens, threads = res.metrics["train_runtime"], trainer.state.num_input_tokens_seen, torch.get_num_threads()
-        changes = []
     loss = heldout_loss(model, tok, ev, batch_size=4)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"variant": name, "tokens": int(tokens), "train_s": round(runtime, 2), "tokens_per_s": round(tokens / runtime, 1),
             "heldout_loss": round(loss, 4), "peak_rss_mb": round(rss_mb), "threads": threads,
-            "thread_changes": changes, "load1": round(os.getloadavg()[0], 2)}
+            "load1": round(os.getloadavg()[0], 2)}
 
 
 def _median(xs: list[float]) -> float:

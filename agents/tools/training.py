@@ -136,7 +136,9 @@ class _Stage:
             factor = float(restart.get("lr_factor") or (restart.get("lr_scale", 1.0) if restart.get("from_start") else 1.0))
             if not restart.get("from_start"):
                 proposal = RestartProposal.model_validate(restart["proposal"])
-            self.events.append({"stage": stage, "step": restart["spike_step"], "kind": "restart"})
+            event = {"stage": stage, "step": restart["spike_step"], "kind": "restart"}
+            if event not in self.events:  # the same restart resumed (more budget, a crash) is one restart
+                self.events.append(event)
         self.attempt = {"output_dir": out, "lr_factor": factor}
         cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto", "learning_rate": cfg.learning_rate * factor})
         return cfg, proposal
@@ -200,18 +202,18 @@ class _Stage:
 
     def _proposal(self, stage: str, step: int, report, ev: dict, previous: list[dict]) -> dict[str, Any]:
         p = report.proposal
+        self.spikes[-1]["from_start"] = p is None
         if p is not None:  # roll back inside the folder that spiked, at that attempt's learning rate
             return {"stage": stage, "from_start": False, "spike_step": step, "reason": p.reason,
                     "output_dir": str(self.attempt["output_dir"]), "lr_factor": self.attempt["lr_factor"],
                     "proposal": p.model_dump(mode="json")}
         # No checkpoint preceded the spike: start the stage over from its input weights, in a
         # folder of its own, at half the learning rate of the attempt that spiked.
-        k = 1 + sum(1 for s in previous if s.get("from_start", True))
+        k = 1 + sum(1 for s in previous if s.get("from_start"))
         factor = self.attempt["lr_factor"] * 0.5
         seen = (f" ({ev['metric']} {ev['value']:.4g} against a window mean of {ev['window_mean']:.4g} ± "
                 f"{ev['window_std']:.2g}, z {ev['z']:.1f})" if "z" in ev else f" ({ev.get('metric')} {ev.get('value')})")
         out = self._out(stage)
-        self.spikes[-1]["from_start"] = True
         return {"stage": stage, "from_start": True, "spike_step": step, "lr_scale": factor, "lr_factor": factor,
                 "output_dir": str(out.with_name(f"{out.name}-restart{k}")),
                 "reason": f"spike at step {step}{seen}, before any checkpoint: restart {stage} from its start "

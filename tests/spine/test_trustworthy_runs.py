@@ -243,12 +243,23 @@ def test_failed_and_rejected_runs_end_in_error_cancelled_in_cancelled_completed_
     waiting.wait(timeout=120)
     assert {r: _dbos_status(ws, r) for r in ("f1", "ok1", "r1", "c1")} == {
         "f1": "ERROR", "ok1": "SUCCESS", "r1": "ERROR", "c1": "CANCELLED"}
-    # DBOS's own queries now tell our runs apart
+    # DBOS's own CLI and queries now tell our runs apart
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dbos_cli = Path(sys.executable).with_name("dbos")
+    listed = subprocess.run([str(dbos_cli), "workflow", "list", "-s", f"sqlite:///{ws / 'dbos.sqlite'}", "-S", "ERROR"],
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    errors = json.loads(listed.stdout)
+    assert sorted(w["workflow_id"] for w in errors) == ["f1", "r1"]
+    assert "exact_match 0 < min 1.01" in next(w["error"] for w in errors if w["workflow_id"] == "f1")
     from dbos import DBOSClient
 
     client = DBOSClient(system_database_url=f"sqlite:///{ws / 'dbos.sqlite'}")
     try:
-        assert sorted(w.workflow_id for w in client.list_workflows(status="ERROR")) == ["f1", "r1"]
+        assert [w.workflow_id for w in client.list_workflows(status="CANCELLED")] == ["c1"]
     finally:
         client.destroy()
     assert {r: run_view(ws, r)["status"] for r in ("f1", "ok1", "r1", "c1")} == {
