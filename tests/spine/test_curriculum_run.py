@@ -157,17 +157,6 @@ def test_a_failed_stage_gate_stops_the_run_with_its_reason(tmp_path, ws):
     assert "gate **mid_train**: FAILED" in md and "| mid_train | heldout_loss |" in md
 
 
-@pytest.fixture
-def background():
-    """Runs started in the background: a failing test does not leave one waiting for a person."""
-    started = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_path, ws, background):
     from spine_helpers import pending_approvals, run_view, spawn, wait_for
 

@@ -85,8 +85,12 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     run.wait(timeout=10)
     before = run_view(ws, "r3")
     assert before["status"] == "interrupted" and before["process_alive"] is False
+    listed = json.loads(cli(ws, "runs", "list", "--json", check=True).stdout)
+    assert [(r["run_id"], r["status"]) for r in listed] == [("r3", "interrupted")]
+    assert before["metrics"]["run.threads"] == 1  # fixed as training started (here: TRAINTEAM_THREADS=1)
 
-    resumed = cli(ws, "runs", "resume", "r3", "-q", "--yes", timeout=600)
+    # resumed where the environment would now pick 2 threads: the run keeps the count it recorded
+    resumed = cli(ws, "runs", "resume", "r3", "-q", "--yes", timeout=600, env={"TRAINTEAM_THREADS": "2"})
     assert resumed.returncode == 0, resumed.stderr
     view = run_view(ws, "r3")
     assert view["status"] == "completed"
@@ -94,6 +98,7 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     assert attempts.pop("train") == 2
     assert set(attempts.values()) == {1} and len(attempts) == 12
     assert view["metrics"]["train.pretrain.steps"] == 150
+    assert view["metrics"]["train.pretrain.threads"] == 1
     # DBOS recorded every step exactly once; the graph holds one Step node per step
     # step records only (not approvals, budget checks or a gated call's continuation)
     steps = [s for s in _dbos_steps(ws, "r3") if "#" in s and ":" not in s and "." not in s]
