@@ -1,4 +1,5 @@
-"""The team end to end through the workflow engine, then replayed bit for bit (slow: it trains)."""
+"""The team end to end through the workflow engine, then replayed bit for bit on the thread count
+the run recorded (even where the environment would pick another)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 import yaml
 from persona_helpers import cli
 
@@ -24,14 +24,14 @@ TASK = {
 }
 
 
-@pytest.mark.slow
 def test_team_runs_the_workflow_waits_for_registration_and_replays_identically(tmp_path):
     ws = tmp_path / "ws"
     task_file = tmp_path / "task.yaml"
     task_file.write_text(yaml.safe_dump(TASK))
     proc = subprocess.Popen([sys.executable, "-m", "trainteam.cli", "-w", str(ws), "execute-workflow", "train_model",
                              "--task", str(task_file), "--run-id", "team-1", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TRAINTEAM_THREADS": "1"})
     try:
         deadline = time.monotonic() + 240
         pending = []
@@ -48,7 +48,13 @@ def test_team_runs_the_workflow_waits_for_registration_and_replays_identically(t
             proc.kill()
     shown = cli(ws, "replay", "team-1")
     assert "train#1 training_engineer" in shown.stdout and "register_model approved by a person" in shown.stdout
-    replay = cli(ws, "replay", "team-1", "--execute", "--into", str(tmp_path / "again"), "--json", timeout=240)
+    replay = cli(ws, "replay", "team-1", "--execute", "--into", str(tmp_path / "again"), "--json", timeout=240,
+                 env={"TRAINTEAM_THREADS": "2"})
     assert replay.returncode == 0, replay.stdout + replay.stderr
     report = json.loads(replay.stdout)
     assert report["identical"] and len(report["steps"]) >= 8
+    from trainteam.agents import transcripts
+    from trainteam.workspace import Workspace
+
+    (train,) = [r for r in transcripts.read_run(Workspace.open(tmp_path / "again"), "team-1") if r["step"] == "train"]
+    assert train["task"]["threads"] == 1 and train["result"]["metrics"]["pretrain.threads"] == 1
