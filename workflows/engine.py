@@ -193,8 +193,7 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     if result.outcome in ASK_OUTCOMES:
         return out
     runs.merge_metrics(run_id, {f"{name}.{k}": v for k, v in result.metrics.items()})
-    mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]",
-            }.get(result.outcome, "[green]✓[/green]")
+    mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]"}.get(result.outcome, "[green]✓[/green]")
     _say(f"  {mark} {name}: {result.summary} [dim]({seconds:.1f}s)[/dim]")
     return out
 

@@ -258,10 +258,20 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     t = task(stages=["pretrain", "sft"], training={"pretrain": {"max_steps": 400, "seq_len": 64},
                                                    "sft": {"max_steps": 1000, "seq_len": 64}})
     whole = plan_stages(ctx(ws, "training_engineer", "train", t), "train")
+    # On disk as a spike left it: pretrain trained to its end, SFT checkpointed at step 750.
+    run = ws.root / "checkpoints" / "run1"
+    for folder in (run / "pretrain-v1" / "final", run / "sft-v1" / "checkpoint-750"):
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"weights")
+    (run / "sft-v1" / "checkpoint-750" / "trainer_state.json").write_text('{"global_step": 750}')
     c = ctx(ws, "training_engineer", "train", t)
-    c.inputs = {"apply_proposal": {"stage": "sft", "proposal": {"spike_step": 750}}}
+    c.inputs = {"apply_proposal": {"stage": "sft", "proposal": {"spike_step": 752}}}
     rest = plan_stages(c, "train")
     sft_minutes = whole["stages"]["sft"]["est_minutes"]
     assert list(rest["stages"]) == ["sft"]  # pretrain resumes from its final weights
+    assert rest["stages"]["sft"]["steps_done"] == 750
     assert rest["est_minutes"] == pytest.approx(0.25 * sft_minutes, abs=0.002)
     assert rest["est_minutes"] < whole["est_minutes"]
+    # a restart from the stage's start trains in a folder of its own: all of SFT is left
+    c.inputs = {"apply_proposal": {"stage": "sft", "from_start": True, "output_dir": str(run / "sft-v1-restart1")}}
+    assert plan_stages(c, "train")["est_minutes"] == pytest.approx(sft_minutes, abs=0.002)
