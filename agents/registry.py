@@ -136,7 +136,7 @@ class ModelRegistry:
         digest = checkpoint_hash(path)
         existing = self._by_hash(digest)
         if existing is not None:
-            return existing
+            return self._with_lineage(existing, checkpoint_node, run_id)
         model_id = f"m-{digest[:12]}"
         lin = dict(lineage or {})
         if run_id:
@@ -151,10 +151,17 @@ class ModelRegistry:
         except IntegrityError:  # another process registered it in between
             found = self._by_hash(digest)
             if found is not None:
-                return found
+                return self._with_lineage(found, checkpoint_node, run_id)
             raise
         self._record_lineage(record, checkpoint_node, run_id)
         return self.get(model_id)
+
+    def _with_lineage(self, rec: ModelRecord, checkpoint_node: str | None, run_id: str | None) -> ModelRecord:
+        """A record found registered already: its graph lineage too, in case the process that
+        wrote the row died before the Model node (kill -9 between the two writes)."""
+        if not self.graph.has_node(f"{NodeKind.MODEL.value}:{rec.id}"):
+            self._record_lineage(rec.model_dump(), checkpoint_node, run_id)
+        return rec
 
     def _record_lineage(self, rec: dict[str, Any], checkpoint_node: str | None, run_id: str | None) -> None:
         g = self.graph

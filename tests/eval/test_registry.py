@@ -28,6 +28,23 @@ def test_registering_the_same_checkpoint_twice_is_a_noop(ws, tiny_checkpoint, tm
     assert [m.id for m in reg.list()] == [a.id]
 
 
+def test_a_registration_cut_short_before_its_graph_node_is_completed_by_the_retry(ws, tiny_checkpoint):
+    """kill -9 between the registry row and the Model node: the step's retry finds the row and
+    records the lineage it lacks (before, the run failed for good on 'node Model:… does not exist')."""
+    from sqlalchemy import text
+
+    reg = ModelRegistry.of(ws)
+    first = reg.register_checkpoint(tiny_checkpoint, stage="sft", run_id="r1")
+    with ws.engine.begin() as conn:  # the state the killed process left: the row, no graph node
+        conn.execute(text("DELETE FROM graph_edges WHERE src = :n OR dst = :n"), {"n": f"Model:{first.id}"})
+        conn.execute(text("DELETE FROM graph_nodes WHERE id = :n"), {"n": f"Model:{first.id}"})
+    assert not ws.graph.has_node(f"Model:{first.id}")
+    again = reg.register_checkpoint(tiny_checkpoint, stage="sft", run_id="r1")
+    assert again.id == first.id and ws.graph.has_node(f"Model:{first.id}")
+    g = ws.graph.to_networkx()
+    assert any(k == EdgeKind.REGISTERS.value for _, _, k in g.out_edges(f"Model:{first.id}", keys=True))
+
+
 def test_other_weights_are_another_model_with_lineage(ws, tiny_checkpoint, random_checkpoint):
     reg = ModelRegistry.of(ws)
     base = reg.register_checkpoint(random_checkpoint, stage="pretrain")
