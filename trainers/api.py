@@ -162,6 +162,7 @@ def train(
         stop.uninstall()
 
     steps_done = trainer.state.global_step
+    at_ceiling = guard is not None and guard.hit_at is not None
     proposal = None
     if spike is not None and spike.evidence is not None:
         reason = "spike"
@@ -180,11 +181,11 @@ def train(
         if is_main_process():
             tokenizer.save_pretrained(str(final_dir))
         proposal = make_proposal(spike.evidence, out)
-    elif (stop.requested or (guard and guard.hit_at is not None)) and (out / f"checkpoint-{steps_done}").is_dir():
+    elif (stop.requested or at_ceiling) and (out / f"checkpoint-{steps_done}").is_dir():
         # the checkpoint saved on the signal (or at the budget's ceiling) is the result; "final" means done
         reason = "interrupted" if stop.requested else "budget"
         final_dir = out / f"checkpoint-{steps_done}"
-    elif guard and guard.hit_at is not None:  # the ceiling came before the first step: nothing to keep
+    elif at_ceiling:  # the ceiling came before the first step: nothing to keep
         reason, final_dir = "budget", out
     else:
         reason = "interrupted" if stop.requested else "completed"

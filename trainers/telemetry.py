@@ -275,9 +275,7 @@ class Telemetry(TrainerCallback):
         self.seq_len = seq_len
         self._last_beat = time.perf_counter()
         self._count_model(model, float(seq_len))
-        self.threads = None  # torch threads at train begin
-        self.thread_s = 0.0  # step seconds × threads in use, for the time-weighted count
-        self._threads_now = None
+        self.threads = None  # torch threads at train begin (a run fixes its count for the whole training)
         self.world_size = 1
         self.bf16 = False
         self.step_time = 0.0
@@ -304,7 +302,7 @@ class Telemetry(TrainerCallback):
 
         self.tokens_start = self.tokens_end = state.num_input_tokens_seen or 0
         self.steps_start = self.steps_end = state.global_step
-        self.threads = self._threads_now = torch.get_num_threads()
+        self.threads = torch.get_num_threads()
         self.world_size = max(1, int(getattr(args, "world_size", 1) or 1))
         self.bf16 = bool(getattr(args, "bf16", False))
         if model is not None:
@@ -312,16 +310,12 @@ class Telemetry(TrainerCallback):
             self._count_model(model, context)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        import torch
-
         self._t_step = time.perf_counter()
-        self._threads_now = torch.get_num_threads()
 
     def on_step_end(self, args, state, control, **kwargs):
         now = time.perf_counter()
         if self._t_step is not None:
             self.step_time += now - self._t_step
-            self.thread_s += (now - self._t_step) * (self._threads_now or 1)
         self._t_end = now
         self.tokens_end = state.num_input_tokens_seen or 0
         self.steps_end = state.global_step
@@ -346,8 +340,8 @@ class Telemetry(TrainerCallback):
                 self.losses.append((state.global_step, float(logs["loss"])))
 
     def peak(self) -> tuple[float, str, float | None]:
-        """(FLOP/s of every rank together, its source, the time-weighted torch threads of the steps)."""
-        threads = self.thread_s / self.step_time if self.step_time > 0 else self.threads
+        """(FLOP/s of every rank together, its source, the torch threads training ran on)."""
+        threads = self.threads
         peak, src = device_peak_flops(threads, self.bf16)
         if self.world_size > 1:
             peak, src = peak * self.world_size, f"{self.world_size} ranks × {src}"

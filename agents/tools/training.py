@@ -84,7 +84,7 @@ class _Stage:
     ``resume="auto"``, so a run resumed after a crash continues from its last checkpoint.
 
     A spike ends the attempt with a restart proposal for a person (``spike``), unless a restart
-    is not worth proposing (``spikes.restart_refusal``: the stage's ``max_restarts`` are used
+    is not worth proposing (``spike.restart_refusal``: the stage's ``max_restarts`` are used
     up, or the last restart reproduced the same spike): then the step fails, or with
     ``on_gate_failure: ask`` a person may keep the weights from before the spike
     (``spike_limit``). A restart from the stage's start trains in a folder of its own
@@ -109,19 +109,15 @@ class _Stage:
         """A stage this visit already trained to the end (its ``final`` weights are on disk, the
         newest restart's first): a restart after a later stage's spike continues from it instead
         of training it again. Its metrics come back from its Checkpoint node."""
-        out = self._out(stage)
-        kept = (self.ctx.inputs.get("accept_spiked") or {}).get(stage)
-        restarts = sorted(out.parent.glob(f"{out.name}-restart*"), key=lambda p: p.name, reverse=True)
-        finals = ([Path(kept["keep"])] if kept else []) + [r / "final" for r in restarts] + [out / "final"]
-        for final in finals:
-            if final.is_dir() and any(final.glob("*.safetensors")) and (final / "tokenizer.json").is_file():
+        for final in _finals(self.ctx, stage):
+            if _is_final(final):
                 node = _checkpoint_node(self.ctx, final, stage, data_node, self.tok_node, parent, {})
                 metrics = self.ctx.graph.get_node(node).get("metrics") or {}
                 self.metrics.update({f"{stage}.{k}": float(v) for k, v in metrics.items()})
                 return node, final
         return None
 
-    def _config(self, stage: str):
+    def _config(self, stage: str, model):
         """The stage's TrainConfig for this attempt, and the rollback proposal it applies."""
         from trainteam.trainers import RestartProposal
 
@@ -133,13 +129,13 @@ class _Stage:
         restart = ctx.inputs.get("apply_proposal")
         if restart is not None and restart.get("stage") == stage:
             out = Path(restart.get("output_dir") or out)
-            factor = float(restart.get("lr_factor") or (restart.get("lr_scale", 1.0) if restart.get("from_start") else 1.0))
+            factor = float(restart.get("lr_factor", 1.0))
             if not restart.get("from_start"):
                 proposal = RestartProposal.model_validate(restart["proposal"])
             event = {"stage": stage, "step": restart["spike_step"], "kind": "restart"}
             if event not in self.events:  # the same restart resumed (more budget, a crash) is one restart
                 self.events.append(event)
-        self.attempt = {"output_dir": out, "lr_factor": factor}
+        self.attempt = {"output_dir": out, "lr_factor": factor, "input": model}
         cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto", "learning_rate": cfg.learning_rate * factor})
         return cfg, proposal
 
@@ -147,8 +143,7 @@ class _Stage:
         from trainteam.trainers import train as run_training
 
         ctx = self.ctx
-        self.attempt["input"] = model
-        cfg, proposal = self._config(stage)
+        cfg, proposal = self._config(stage, model)
         report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
                               apply_proposal=proposal)
         new = [list(x) for x in report.losses]
@@ -214,7 +209,7 @@ class _Stage:
         seen = (f" ({ev['metric']} {ev['value']:.4g} against a window mean of {ev['window_mean']:.4g} ± "
                 f"{ev['window_std']:.2g}, z {ev['z']:.1f})" if "z" in ev else f" ({ev.get('metric')} {ev.get('value')})")
         out = self._out(stage)
-        return {"stage": stage, "from_start": True, "spike_step": step, "lr_scale": factor, "lr_factor": factor,
+        return {"stage": stage, "from_start": True, "spike_step": step, "lr_factor": factor,
                 "output_dir": str(out.with_name(f"{out.name}-restart{k}")),
                 "reason": f"spike at step {step}{seen}, before any checkpoint: restart {stage} from its start "
                           f"with the learning rate at {factor:g}× the task's"}
@@ -236,17 +231,28 @@ class _Stage:
                           details={**details, "accept": accept})
 
 
+def _finals(ctx: ToolContext, stage: str) -> list[Path]:
+    """Where ``stage``'s finished weights of this step visit may be, first match wins: what a
+    person kept after an unresolved spike, the newest restart's ``final``, the stage's ``final``."""
+    out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
+    kept = (ctx.inputs.get("accept_spiked") or {}).get(stage)
+    restarts = sorted(out.parent.glob(f"{out.name}-restart*"), key=lambda p: p.name, reverse=True)
+    return ([Path(kept["keep"])] if kept else []) + [r / "final" for r in restarts] + [out / "final"]
+
+
+def _is_final(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.glob("*.safetensors")) and (folder / "tokenizer.json").is_file()
+
+
 def stage_progress(ctx: ToolContext, stage: str) -> tuple[bool, int]:
     """(finished, steps of its newest complete checkpoint) of ``stage`` in this step visit's
     folders: what a plan still has to train. Reads the disk only (no torch)."""
     from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
 
-    if stage in (ctx.inputs.get("accept_spiked") or {}):
+    if any(_is_final(f) for f in _finals(ctx, stage)):
         return True, 0
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
     folders = [out, *out.parent.glob(f"{out.name}-restart*")]
-    if any(any((f / "final").glob("*.safetensors")) for f in folders):
-        return True, 0
     restart = ctx.inputs.get("apply_proposal") or {}
     if restart.get("stage") == stage and restart.get("output_dir"):
         folders = [Path(restart["output_dir"])]  # a restart trains in its own folder (from its start)

@@ -263,6 +263,7 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     for folder in (run / "pretrain-v1" / "final", run / "sft-v1" / "checkpoint-750"):
         folder.mkdir(parents=True)
         (folder / "model.safetensors").write_bytes(b"weights")
+    (run / "pretrain-v1" / "final" / "tokenizer.json").write_text("{}")  # train() saves the tokenizer with it
     (run / "sft-v1" / "checkpoint-750" / "trainer_state.json").write_text('{"global_step": 750}')
     c = ctx(ws, "training_engineer", "train", t)
     c.inputs = {"apply_proposal": {"stage": "sft", "proposal": {"spike_step": 752}}}

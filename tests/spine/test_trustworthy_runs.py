@@ -106,8 +106,13 @@ def test_a_restart_that_reproduces_the_same_spike_is_not_proposed_again(tmp_path
     assert lr[0]["event"] == "start" and lr[0]["resume_step"] == 0
 
 
-def test_past_the_restart_limit_a_person_may_keep_the_weights_from_before_the_spike(tmp_path, ws, background):
-    task = _spiking_sft_task(tmp_path, "limit.yaml", save_steps=3, on_gate_failure="ask")
+@pytest.mark.parametrize("save_steps, restarts, why", [(3, 2, "max_restarts 2"), (100, 1, "reproduced the same spike")],
+                         ids=["limit-keeps-a-checkpoint", "futile-keeps-the-input-weights"])
+def test_with_no_restart_left_a_person_may_keep_the_weights_from_before_the_spike(tmp_path, ws, background,
+                                                                                 save_steps, restarts, why):
+    """Checkpoints before the spike: the newest safe one is kept. None (the demo's GRPO case): the
+    stage's input weights — here the pretrained model SFT started from."""
+    task = _spiking_sft_task(tmp_path, "limit.yaml", save_steps=save_steps, on_gate_failure="ask")
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "s2", "-q")
     background.append(run)
     decided: list[str] = []
@@ -120,14 +125,16 @@ def test_past_the_restart_limit_a_person_may_keep_the_weights_from_before_the_sp
             cli(ws, "approvals", "approve", pending["id"], "--by", "dana", check=True)
         else:
             keep = pending
-    restarts = [a for a in decided[:-1]]
-    assert len(restarts) == 2  # max_restarts (2) rollbacks, each at a new step, then none
+    assert len(decided) - 1 == restarts  # restarts proposed (each at a new step, or one that changed nothing), then none
     assert keep["action"] == "accept_spiked_sft" and keep["step"] == "train"
-    assert "max_restarts 2" in keep["evidence"]["summary"]
-    assert [s["stage"] for s in keep["evidence"]["spikes"]] == ["sft"] * 3
+    assert why in keep["evidence"]["summary"]
+    assert [s["stage"] for s in keep["evidence"]["spikes"]] == ["sft"] * (restarts + 1)
     kept = keep["proposed"]["keep"]
-    assert os.path.basename(kept).startswith("checkpoint-")
-    assert int(kept.rsplit("-", 1)[1]) <= keep["proposed"]["spike_step"] - 2  # never a checkpoint after the spike
+    if save_steps < 12:
+        assert os.path.basename(kept).startswith("checkpoint-")
+        assert int(kept.rsplit("-", 1)[1]) <= keep["proposed"]["spike_step"] - 2  # never one after the spike
+    else:
+        assert kept == str(ws / "checkpoints" / "s2" / "pretrain-v1" / "final")
 
     cli(ws, "approvals", "approve", keep["id"], "--by", "dana", "--note", "keep it", check=True)
     (register,) = wait_for(lambda: [a for a in pending_approvals(ws) if a["id"] not in decided], timeout=240,
