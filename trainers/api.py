@@ -95,6 +95,7 @@ def train(
     from trainteam.trainers import budget
     from trainteam.trainers import data as D
     from trainteam.trainers.checkpoints import resolve_resume
+    from trainteam.trainers.manifest import manifest_callback
     from trainteam.trainers.methods import BUILDERS
     from trainteam.trainers.progress import RichProgress, quiet_libraries
     from trainteam.trainers.runtime import check_runtime, choose_threads
@@ -138,6 +139,7 @@ def train(
     cbs = extra_cbs + [telemetry, stop] + list(callbacks or []) + ([spike] if spike else []) + ([guard] if guard else [])
     if progress:
         cbs.append(RichProgress(f"{method}"))
+    cbs.append(manifest_callback())  # last: each checkpoint's manifest is written after everything else
 
     kwargs = {"reward_funcs": reward_funcs} if method == "grpo" else {}
     trainer = BUILDERS[method](config, model, tokenizer, ds, eval_ds, out, cbs, **kwargs)

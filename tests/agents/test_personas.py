@@ -262,7 +262,7 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     run = ws.root / "checkpoints" / "run1"
     for folder in (run / "pretrain-v1" / "final", run / "sft-v1" / "checkpoint-750"):
         folder.mkdir(parents=True)
-        (folder / "model.safetensors").write_bytes(b"weights")
+        (folder / "model.safetensors").write_bytes(b"\x02" + bytes(7) + b"{}")  # sound safetensors, no tensors
     (run / "pretrain-v1" / "final" / "tokenizer.json").write_text("{}")  # train() saves the tokenizer with it
     (run / "sft-v1" / "checkpoint-750" / "trainer_state.json").write_text('{"global_step": 750}')
     c = ctx(ws, "training_engineer", "train", t)

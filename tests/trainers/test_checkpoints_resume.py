@@ -73,7 +73,7 @@ def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path, caplog):
     good = tmp_path / "checkpoint-4"
     good.mkdir()
     (good / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
-    (good / "model.safetensors").write_bytes(b"x")
+    (good / "model.safetensors").write_bytes(b"\x02" + bytes(7) + b"{}")  # a sound safetensors file of no tensors
     bad = tmp_path / "checkpoint-8"
     bad.mkdir()
     (bad / "trainer_state.json").write_text('{"global_st')  # truncated mid-write

@@ -216,7 +216,7 @@ def test_proposal_never_rolls_back_to_a_checkpoint_that_may_hold_the_bad_update(
         d = tmp_path / f"checkpoint-{step}"
         d.mkdir()
         (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-        (d / "model.safetensors").write_bytes(b"x")
+        (d / "model.safetensors").write_bytes(b"\x02" + bytes(7) + b"{}")  # a sound safetensors file of no tensors
     ev = {"step": 13, "metric": "loss", "value": 9.0, "rule": ">6σ"}
     p = make_proposal(ev, tmp_path)
     assert p.rollback_checkpoint.name == "checkpoint-8" and p.skip_batches == 5  # 12 saw update 12, shown at 13
