@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from trainteam.agents.redact import KEYRING_SERVICE, remember
 from trainteam.errors import BadInput
 
 OFFLINE = "offline"
@@ -63,14 +64,19 @@ def choose_model(persona: str, environ: dict[str, str] | None = None) -> ModelCh
 
 def _api_key(persona: str, environ: dict[str, str]) -> str | None:
     key, _ = _env("TRAINTEAM_MODEL_API_KEY", persona, environ)
-    if key:
-        return key
+    if not key:
+        key = _keyring_key(persona)
+    remember(key)  # whatever a provider may echo back of it is masked before it is stored or printed
+    return key
+
+
+def _keyring_key(persona: str) -> str | None:
     try:
         import keyring  # optional: only when installed
     except ImportError:
         return None
     try:
-        return keyring.get_password("trainteam", persona) or keyring.get_password("trainteam", "default")
+        return keyring.get_password(KEYRING_SERVICE, persona) or keyring.get_password(KEYRING_SERVICE, "default")
     except Exception:  # a locked or absent keyring backend means "no key here", not a crash
         return None
 
