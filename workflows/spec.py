@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import networkx as nx
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainteam.errors import BadInput, format_validation_error
+from trainteam.inputfiles import load_yaml, load_yaml_file
 
 PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator")
 Persona = Literal["data_curator", "training_engineer", "eval_judge", "ml_orchestrator"]
@@ -137,19 +137,32 @@ class WorkflowSpec(_Strict):
 
 def parse_spec(data: Any, source: str) -> WorkflowSpec:
     try:
-        return WorkflowSpec.model_validate(data)
+        spec = WorkflowSpec.model_validate(data)
     except ValidationError as exc:
         raise BadInput(format_validation_error(exc, source)) from None
+    check_tools(spec, source)
+    return spec
+
+
+def check_tools(spec: WorkflowSpec, source: str) -> None:
+    """Each step's tool exists and is on its persona's card, as the run would find (the
+    engine looks the tool up, the persona's Agent is built with exactly its card's tools)."""
+    from trainteam.agents.cards import load_card  # lazy: cards render templates (jinja2)
+    from trainteam.agents.tools.catalog import TOOLS  # lazy: names only, no torch at import
+
+    for step in spec.steps:
+        if step.tool not in TOOLS:
+            raise BadInput(f"{source}: steps.{step.name}.tool: unknown tool {step.tool!r} "
+                           f"(known: {', '.join(sorted(TOOLS))})")
+        card = load_card(step.persona)
+        if card.grant(step.tool) is None:
+            raise BadInput(f"{source}: steps.{step.name}.tool: {step.tool!r} is not on the {step.persona} card "
+                           f"(its tools: {', '.join(card.tool_names)})")
 
 
 def load_spec_file(path: Path) -> WorkflowSpec:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path}: workflow spec not found") from None
-    except yaml.YAMLError as exc:
-        raise BadInput(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return parse_spec(data, str(path))
+    """A spec file, read with the bounds of ``trainteam.inputfiles`` (size, UTF-8, YAML limits)."""
+    return parse_spec(load_yaml_file(path, "workflow spec"), str(path))
 
 
 def builtin_names() -> list[str]:
@@ -163,4 +176,4 @@ def load_builtin(name: str) -> WorkflowSpec:
     res = resources.files("trainteam.workflows").joinpath(f"{name}.yaml")
     if not res.is_file():
         raise BadInput(f"workflow: unknown workflow {name!r} (known: {', '.join(builtin_names())})")
-    return parse_spec(yaml.safe_load(res.read_text()), f"{name}.yaml")
+    return parse_spec(load_yaml(res.read_text(), f"{name}.yaml"), f"{name}.yaml")

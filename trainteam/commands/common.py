@@ -72,17 +72,13 @@ def print_json(data: Any) -> None:
 def load_config_file(path: Path, cls, option: str):
     """A pydantic config from a YAML/JSON file given on the command line; one-line errors
     name the option, the file and the field."""
-    import yaml
     from pydantic import ValidationError
 
     from trainteam.errors import BadInput, format_validation_error
+    from trainteam.inputfiles import load_yaml, read_text
 
-    if not path.is_file():
-        raise BadInput(f"{option}: {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise BadInput(f"{option}: {path}: not YAML/JSON ({exc.__class__.__name__})") from None
+    # bounded: a regular UTF-8 file of at most 1 MiB, YAML with depth/alias/size limits
+    data = load_yaml(read_text(path, f"{option} file"), f"{option}: {path}") or {}
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
