@@ -19,7 +19,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
-from trainteam.agents.providers import build_model, choose_model
+from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
 from trainteam.agents.request_parser import read_request
 from trainteam.errors import BadInput, format_validation_error
 
@@ -131,10 +131,14 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
 
     if not isinstance(text, str) or not text.strip():
         raise BadInput("request: empty; say which model, which data and what budget")
+    agent = _agent(model)
     try:
-        result = _agent(model).run_sync(text)
+        result = agent.run_sync(text)
     except UnexpectedModelBehavior as exc:
         raise BadInput(f"request: the orchestrator could not turn it into a valid task ({exc.message})") from None
+    except provider_errors() as exc:  # the provider setting is a person's input: one line, exit 2
+        choice = choose_model("ml_orchestrator") if model is None else None
+        raise BadInput(provider_failure("ml_orchestrator", exc, agent.model, choice)) from None
     out = result.output
     if isinstance(out, RequestRefusal):
         raise BadInput(out.reason if out.reason else f"request: missing {', '.join(out.missing)}")

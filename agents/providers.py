@@ -15,10 +15,14 @@ They are handed to the provider object and never written anywhere.
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from trainteam.agents.redact import KEYRING_SERVICE, remember
+from trainteam.agents.redact import KEYRING_SERVICE, redact_text, remember
 from trainteam.errors import BadInput
 
 OFFLINE = "offline"
@@ -38,7 +42,16 @@ class ModelChoice:
         return self.model == OFFLINE
 
     def describe(self) -> str:
-        return self.model + (f" @ {self.base_url}" if self.base_url else "")
+        return self.model + (f" @ {public_url(self.base_url)}" if self.base_url else "")
+
+
+def public_url(url: str | None) -> str | None:
+    """A URL fit to print: without the user:password a base URL may carry, and its trailing slash."""
+    if not url:
+        return url
+    parts = urlsplit(str(url))
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host)).rstrip("/")
 
 
 def _env(name: str, persona: str, environ: dict[str, str]) -> tuple[str | None, str | None]:
@@ -115,3 +128,68 @@ def _build(choice: ModelChoice, env: dict[str, str]) -> Any:
     except TypeError:
         raise BadInput(f"TRAINTEAM_MODEL_API_KEY: provider {provider_name!r} does not take an api key") from None
     return infer_model(choice.model, provider_factory=lambda _name: provider)
+
+
+def provider_errors() -> tuple[type[BaseException], ...]:
+    """What a failing provider raises: pydantic-ai's ModelAPIError family (HTTP status, connection,
+    timeout), and the openai SDK's own errors should one ever escape unwrapped."""
+    from pydantic_ai.exceptions import ModelAPIError
+
+    try:
+        from openai import APIError
+    except ImportError:
+        return (ModelAPIError,)
+    return (ModelAPIError, APIError)
+
+
+def provider_failure(persona: str, exc: BaseException, model: Any = None, choice: ModelChoice | None = None) -> str:
+    """One line for a provider that failed: the persona, the model, its URL and what happened, e.g.
+    ``eval_judge: openai:gpt-x at http://127.0.0.1:8000/v1: HTTP 401 (unauthorized)``. Never the request,
+    the response body or the traceback: a 401 often echoes the very key it refused."""
+    return redact_text(f"{persona}: {_where(model, choice)}: {_what(exc)}")
+
+
+def _where(model: Any, choice: ModelChoice | None) -> str:
+    if choice is not None and not choice.offline:
+        name, url = choice.model, choice.base_url
+    else:
+        name, url = f"{getattr(model, 'system', None) or 'model'}:{getattr(model, 'model_name', '?')}", None
+    if url is None:
+        try:
+            url = getattr(model, "base_url", None)
+        except Exception:  # a provider that cannot say where it talks to
+            url = None
+    return f"{name} at {public_url(url)}" if url else name
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        chain.append(exc)
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def _what(exc: BaseException) -> str:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        try:
+            return f"HTTP {status} ({HTTPStatus(status).phrase.lower()})"
+        except ValueError:
+            return f"HTTP {status}"
+    if getattr(exc, "timeout", None) is not None and isinstance(exc.timeout, (int, float)):
+        return f"no answer within {exc.timeout:g} s"
+    chain = _causes(exc)
+    kinds = tuple(type(c).__name__ for c in chain)
+    if any(isinstance(c, ConnectionRefusedError) for c in chain):
+        return "cannot connect (connection refused)"
+    if any(isinstance(c, socket.gaierror) for c in chain):
+        return "cannot connect (unknown host)"
+    if any(isinstance(c, ssl.SSLError) for c in chain):
+        return "cannot connect (TLS failed)"
+    if any(isinstance(c, TimeoutError) or "Timeout" in k for c, k in zip(chain, kinds)):
+        return "timed out"
+    if any("Connection" in k for k in kinds):
+        return "connection lost" if getattr(exc, "phase", None) == "read" else "cannot connect"
+    return f"failed ({type(exc).__name__})"

@@ -26,6 +26,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from trainteam.errors import BadInput
+
 MARK = "[REDACTED]"
 KEYRING_SERVICE = "trainteam"
 KEYRING_USERS = ("default", "data_curator", "training_engineer", "eval_judge", "ml_orchestrator")
@@ -121,7 +123,40 @@ def redact(obj: Any, secrets: list[str] | None = None) -> Any:
     if isinstance(obj, str):
         return redact_text(obj, secrets)
     if isinstance(obj, dict):
-        return {redact(k, secrets): redact(v, secrets) for k, v in obj.items()}
+        return {redact(k, secrets): _field(k, v, secrets) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact(v, secrets) for v in obj]
     return obj
+
+
+def _field(key: Any, value: Any, secrets: list[str]) -> Any:
+    """A dict's value; the whole of it when its key names a secret (``{"api_key": "..."}``)."""
+    if isinstance(key, str) and isinstance(value, str) and len(value) >= 8 and _secret_name(key, value):
+        return MARK
+    return redact(value, secrets)
+
+
+def redacted_task(data: dict[str, Any], source: str = "task", prose: tuple[str, ...] = ("description",)) -> dict[str, Any]:
+    """A task (JSON) with its secrets masked, as it is stored and handed to the run. Only prose may lose
+    text: a secret in a field the run uses (a path, a name) is refused rather than quietly rewritten."""
+    clean = redact(data)
+    for key, value in data.items():
+        where = _changed(value, clean.get(key), key) if key not in prose else None
+        if where is not None:
+            raise BadInput(f"{source}: {where}: holds what looks like a secret (a key or token); keep keys out "
+                           "of tasks (TRAINTEAM_MODEL_API_KEY or the keyring)")
+    return clean
+
+
+def _changed(before: Any, after: Any, path: str) -> str | None:
+    """The dotted path of the first value redaction changed, or None."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        for (k, v), w in zip(before.items(), after.values()):
+            found = _changed(v, w, f"{path}.{k}")
+            if found is not None:
+                return found
+        return None if list(before) == list(after) else path
+    if isinstance(before, (list, tuple)) and isinstance(after, list):
+        return next((f for i, (v, w) in enumerate(zip(before, after)) if (f := _changed(v, w, f"{path}[{i}]"))),
+                    None)
+    return None if before == after else path

@@ -24,7 +24,7 @@ from trainteam.agents.cards import PersonaCard, load_card
 from trainteam.agents.graphlog import ensure_step_node, graph_hooks
 from trainteam.agents.persona import PersonaDeps, PersonaReport, build_agent
 from trainteam.agents.policy import StepFacts, offline_model
-from trainteam.agents.providers import build_model, choose_model
+from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
 from trainteam.agents.redact import redact
 from trainteam.agents.tools import TOOLS, StepResult, ToolContext
 from trainteam.agents.tools.base import sha256_file
@@ -123,6 +123,7 @@ class _Session:
         ensure_step_node(ctx)  # the engine makes it; a persona run outside the engine needs it too
         self.segment = segment or transcripts.choose_segment(ctx.ws, ctx.run_id, ctx.step, ctx.visit)
         choice = choose_model(ctx.persona)
+        self.choice = None if model is not None else choice
         if model is not None:
             self.model, self.model_desc = model, f"given:{getattr(model, 'model_name', type(model).__name__)}"
         elif choice.offline:
@@ -152,6 +153,10 @@ class _Session:
                 result = self.agent.run_sync(deps=self.deps, **kwargs)
             except UnexpectedModelBehavior as exc:
                 return self._failed(captured, exc, t0)
+            except provider_errors() as exc:  # the provider failed: one line, no request, no body, no key
+                summary = provider_failure(self.card.name, exc, self.model, self.choice)
+                path = self._write(captured, "error", t0, error=summary)
+                return _error(summary, transcript=str(path), persona=self.card.name)
             except Exception as exc:  # the tool's own failure: recorded, then handed to the engine as is
                 self._write(captured, "error", t0, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
                 raise

@@ -20,6 +20,7 @@ from typing import Any
 from dbos import DBOS, SetWorkflowID
 from rich.console import Console
 
+from trainteam.agents.redact import redact_text, redacted_task
 from trainteam.graph import EdgeKind, NodeKind
 from trainteam.workflows import approvals
 from trainteam.workflows.executors import executor_alive, new_executor_id
@@ -168,14 +169,16 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
         return out
     except Exception as exc:  # the run fails with the reason; the traceback stays in the log
         seconds = time.monotonic() - t0
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        # a library's message may echo a key: masked before it is stored, printed or checkpointed
+        message = redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
         runs.finish_attempt(attempt, "failed", seconds, None, message)
         from trainteam.errors import TrainteamError
 
-        if not isinstance(exc, TrainteamError):  # a bug, not bad input: keep the traceback
+        if not isinstance(exc, TrainteamError):  # a bug, not bad input: keep the traceback (masked too)
             import logging
+            import traceback
 
-            logging.getLogger("trainteam").warning("step %s failed", name, exc_info=True)
+            logging.getLogger("trainteam").warning("step %s failed\n%s", name, redact_text(traceback.format_exc()))
         _say(f"[red]✗ {name} failed:[/red] {message}")
         return {"outcome": "error", "summary": message, "artifacts": {}, "metrics": {}, "nodes": {}, "details": {}}
     seconds = time.monotonic() - t0
@@ -215,6 +218,7 @@ def _read_decision(approval_id: str) -> dict[str, Any]:
 
 def _finish(run_id: str, status: str, error: str | None) -> dict[str, Any]:
     ws = _Process.ws
+    error = None if error is None else redact_text(error)  # it becomes DBOS's output and RunStopped's result
     RunStore(ws.engine).set_status(run_id, status, error=error, current_step=None)
     if status == "completed":
         _say(f"[bold green]run {run_id} completed[/bold green]")
@@ -451,10 +455,12 @@ def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any
 
 # ------------------------------------------------------------------- entry points
 def start(ws, spec: WorkflowSpec, task: TrainTask, run_id: str):
-    RunStore(ws.engine).create(run_id, spec.name, task.model_dump(mode="json"))
+    # The task as stored and as the workflow's input, which the run itself reads: a key pasted into its
+    # description is masked in both; one in a field the run uses is refused before anything is written.
+    task_data = redacted_task(task.model_dump(mode="json"))
+    RunStore(ws.engine).create(run_id, spec.name, task_data)
     with SetWorkflowID(run_id):
-        return DBOS.start_workflow(run_workflow, run_id, spec.model_dump(mode="json", by_alias=True),
-                                   task.model_dump(mode="json"))
+        return DBOS.start_workflow(run_workflow, run_id, spec.model_dump(mode="json", by_alias=True), task_data)
 
 
 def resume(ws, run_id: str, force: bool = False):

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Column, Integer, String, Table, Text, func, select, update
 from sqlalchemy.engine import Engine
 
+from trainteam.agents.redact import redact, redact_text
 from trainteam.db import JSONText, metadata, utcnow
 from trainteam.workflows.readonly import summarize_attempts
 
@@ -70,12 +71,19 @@ approvals_table = Table(
 )
 
 
+def _masked_error(values: dict[str, Any]) -> dict[str, Any]:
+    """An error text goes in redacted: a provider's or a library's message may echo a key."""
+    if isinstance(values.get("error"), str):
+        return {**values, "error": redact_text(values["error"])}
+    return values
+
+
 class RunStore:
     def __init__(self, engine: Engine):
         self.engine = engine
 
     def create(self, run_id: str, workflow: str, task: dict[str, Any]) -> None:
-        now = utcnow()
+        now, task = utcnow(), redact(task)  # a key pasted into the task's text is never stored
         with self.engine.begin() as conn:
             exists = conn.execute(select(runs_table.c.run_id).where(runs_table.c.run_id == run_id)).first()
             if exists:
@@ -88,13 +96,14 @@ class RunStore:
             )
 
     def set(self, run_id: str, **values: Any) -> None:
+        values = _masked_error(values)
         values["updated_at"] = utcnow()
         with self.engine.begin() as conn:
             conn.execute(update(runs_table).where(runs_table.c.run_id == run_id).values(**values))
 
     def set_status(self, run_id: str, status: str, *, only_if_not_final: bool = True, **values: Any) -> None:
         assert status in RUN_STATUSES, status
-        query = update(runs_table).where(runs_table.c.run_id == run_id)
+        query, values = update(runs_table).where(runs_table.c.run_id == run_id), _masked_error(values)
         if only_if_not_final:
             query = query.where(runs_table.c.status.notin_(["completed", "failed", "cancelled"]))
         with self.engine.begin() as conn:
@@ -138,7 +147,8 @@ class RunStore:
         with self.engine.begin() as conn:
             conn.execute(
                 update(attempts_table).where(attempts_table.c.id == attempt_id).values(
-                    status=status, finished_at=utcnow(), seconds=f"{seconds:.3f}", output=output, error=error
+                    status=status, finished_at=utcnow(), seconds=f"{seconds:.3f}", output=redact(output),
+                    error=None if error is None else redact_text(error),
                 )
             )
 

@@ -104,3 +104,18 @@ def test_a_megabyte_is_redacted_in_well_under_a_second():
     assert "q0123456789abcdef" not in out and "tiny-20261201-101010-ab12" in out
     print(f"redact_text: 1 MB in {seconds * 1000:.1f} ms")
     assert seconds < 0.5  # ~40 ms here; generous for a shared 2-core machine
+
+
+def test_a_dict_value_under_a_secret_name_is_masked_whole():
+    data = {"OPENAI_API_KEY": "plain-value-1234", "headers": {"Authorization": "Basic dXNlcjpwYXNz"},
+            "pad_token": "<|endoftext|>", "token": "short", "path": "/work/runs/tiny-20261201-101010-ab12"}
+    assert redact(data, secrets=[]) == {**data, "OPENAI_API_KEY": MARK, "headers": {"Authorization": MARK}}
+
+
+def test_a_task_keeps_its_prose_masked_and_refuses_a_secret_in_a_field_the_run_uses():
+    task = {"name": "tiny", "description": "my key sk-proj-0123456789abcdef", "data": {"path": "/d/train.jsonl"}}
+    assert R.redacted_task(task) == {**task, "description": f"my key {MARK}"}
+    with pytest.raises(R.BadInput, match=r"^task: data\.path: holds what looks like a secret"):
+        R.redacted_task({**task, "data": {"path": "/d/hf_abcdefghijklmnopqrstuvwx/train.jsonl"}})
+    with pytest.raises(R.BadInput, match=r"^task: curation\.extra\[0\]\.api_key: "):
+        R.redacted_task({**task, "curation": {"extra": [{"api_key": "abcdefgh12345678"}]}})

@@ -62,11 +62,20 @@ def read_stores():
 
 
 def err(message: str) -> None:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
+    """The one-line error: masked (a library's message may echo a key) and printed as text, not markup."""
+    from rich.markup import escape
+
+    from trainteam.agents.redact import redact_text
+
+    err_console.print(f"[red]error:[/red] {escape(redact_text(str(message)))}", highlight=False, markup=True,
+                      soft_wrap=True)
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """JSON on stdout, masked like everything stored (what an older version stored unmasked stays hidden)."""
+    from trainteam.agents.redact import redact
+
+    sys.stdout.write(json.dumps(redact(json.loads(json.dumps(data, default=str))), indent=2) + "\n")
 
 
 def load_config_file(path: Path, cls, option: str):
