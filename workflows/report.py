@@ -15,6 +15,7 @@ from typing import Literal
 from jinja2 import Environment, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.agents.redact import redact, redact_text
 from trainteam.trainers.gates import GateRule, as_rules
 
 
@@ -246,7 +247,7 @@ def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
         if not wanted:
             continue
         png, js = out / f"{name}.png", out / f"{name}.json"
-        js.write_text(json.dumps(make(r, plt, png), indent=1))
+        js.write_text(json.dumps(redact(make(r, plt, png)), indent=1))
         plots[name], data[name] = png, js
     thresholds = {
         stage: {m: ", ".join(f"{k} {v:g}" for k, v in t.items()) for m, t in per.items()}
@@ -258,6 +259,6 @@ def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
         total_seconds=sum(s.seconds or 0.0 for s in r.steps), total_cost=sum(s.cost for s in r.steps),
     )
     md_path = out / "report.md"
-    md_path.write_text(md)
+    md_path.write_text(redact_text(md))  # notes and reasons carry errors and summaries: masked like all we write
     return ReportFiles(markdown=md_path, plots=plots, data=data)
 

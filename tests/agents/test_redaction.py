@@ -119,3 +119,14 @@ def test_a_task_keeps_its_prose_masked_and_refuses_a_secret_in_a_field_the_run_u
         R.redacted_task({**task, "data": {"path": "/d/hf_abcdefghijklmnopqrstuvwx/train.jsonl"}})
     with pytest.raises(R.BadInput, match=r"^task: curation\.extra\[0\]\.api_key: "):
         R.redacted_task({**task, "curation": {"extra": [{"api_key": "abcdefgh12345678"}]}})
+
+
+def test_the_report_is_written_masked(tmp_path):
+    from trainteam.workflows.report import ReportInput, StepRecord, write_report
+
+    r = ReportInput(run_id="tiny-20261201-101010-ab12", task_name="tiny", status="failed",
+                    steps=[StepRecord(name="prepare_corpus", status="failed", seconds=1.0)],
+                    notes=["stopped: step prepare_corpus: 401 for key sk-test-0123456789abcdef0123"])
+    files = write_report(r, tmp_path / "report")
+    text = files.markdown.read_text() + "".join(p.read_text() for p in files.data.values())
+    assert "0123456789abcdef0123" not in text and f"key {MARK}" in text and "tiny-20261201-101010-ab12" in text
