@@ -19,6 +19,7 @@ from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 from rich.console import Console
+from rich.markup import escape
 
 from trainteam.agents.redact import redact_text, redacted_task
 from trainteam.graph import EdgeKind, NodeKind
@@ -179,7 +180,7 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
             import traceback
 
             logging.getLogger("trainteam").warning("step %s failed\n%s", name, redact_text(traceback.format_exc()))
-        _say(f"[red]✗ {name} failed:[/red] {message}")
+        _say(f"[red]✗ {name} failed:[/red] {escape(message)}")  # text, not markup: '[/x]' would raise
         return {"outcome": "error", "summary": message, "artifacts": {}, "metrics": {}, "nodes": {}, "details": {}}
     seconds = time.monotonic() - t0
     out = result.model_dump(mode="json")
@@ -191,13 +192,13 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     recorded = {**out, "details": {k: v for k, v in out["details"].items() if k != "pending"}}
     runs.finish_attempt(attempt, status, seconds, recorded, result.summary if status == "failed" else None)
     if result.outcome == "error":
-        _say(f"[red]✗ {name} failed:[/red] {result.summary}")
+        _say(f"[red]✗ {name} failed:[/red] {escape(result.summary)}")
         return out
     if result.outcome in ASK_OUTCOMES:
         return out
     runs.merge_metrics(run_id, {f"{name}.{k}": v for k, v in result.metrics.items()})
     mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]"}.get(result.outcome, "[green]✓[/green]")
-    _say(f"  {mark} {name}: {result.summary} [dim]({seconds:.1f}s)[/dim]")
+    _say(f"  {mark} {name}: {escape(result.summary)} [dim]({seconds:.1f}s)[/dim]")
     return out
 
 
@@ -223,7 +224,7 @@ def _finish(run_id: str, status: str, error: str | None) -> dict[str, Any]:
     if status == "completed":
         _say(f"[bold green]run {run_id} completed[/bold green]")
     else:
-        _say(f"[bold red]run {run_id} {status}:[/bold red] {error}")
+        _say(f"[bold red]run {run_id} {status}:[/bold red] {escape(str(error))}")
     return {"run_id": run_id, "status": status, "error": error}
 
 
