@@ -6,11 +6,22 @@ structured output. Either way the result is then checked against the text itself
 a data path must be written in the request and a budget must be stated, so no model
 can guess a path or start a run without a ceiling. Missing model / data / budget, a
 task the planner refuses, or one over its own budget → ``BadInput`` naming the field.
+
+A model's answer is input too, held to the person's words (``_grounded``): each budget
+number must be an amount the request writes in that unit (or what the rule reader derives
+from them); every other setting the answer changes from its default must be a number
+written in the request (or read as a percentage / hours), a word it contains, or what the
+rule reader reads there — anything else is refused with one line naming the field, not
+dropped, so what runs is never silently different from what was asked (the instructions
+say "anything the request does not say keeps its default"). ``model.trust_remote_code`` is
+refused from any parsed request: only a person's own task file turns it on. Steps the
+request asks to approve must stay in ``require_approval``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Iterator
 
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_ai import Agent
@@ -20,7 +31,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
-from trainteam.agents.request_parser import read_request
+from trainteam.agents.request_parser import Reading, read_request, stated_budget, stated_numbers, too_long
 from trainteam.errors import BadInput, format_validation_error
 
 DEMO_REQUEST = (
@@ -109,12 +120,87 @@ def _grounded(task, text: str) -> None:
                 raise BadInput(f"{field}: {value} is not written in the request; give the path explicitly")
     if task.model.path is not None and str(task.model.path) not in text:
         raise BadInput(f"model.path: {task.model.path} is not written in the request; give the folder explicitly")
+    if task.model.trust_remote_code:
+        raise BadInput("model.trust_remote_code: a request cannot turn it on; only your own task file can "
+                       "(model.trust_remote_code: true, run with execute-workflow --task)")
     said = read_request(text)
     if "budget" in said.missing:
         raise BadInput(_MISSING["budget"])
     refused = [p for p in said.problems if p.startswith("budget")]
     if refused:  # "no budget" stays a refusal whatever ceiling a model filled in
         raise BadInput(refused[0])
+    _grounded_budget(task.budget, text, said)
+    _grounded_settings(task, text, said)
+    asked = [s for s in said.fields.get("require_approval", []) if s not in task.require_approval]
+    if asked:
+        raise BadInput(f"require_approval: the request asks to approve {', '.join(asked)} first; "
+                       "the orchestrator's answer left it out")
+
+
+def _close(a: float, values) -> bool:
+    return any(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for b in values)
+
+
+def _grounded_budget(budget, text: str, said: Reading) -> None:
+    """Each budget number is an amount the request writes in that unit, or what the rule
+    reader derives from them (minutes from the money and the hourly price)."""
+    stated = stated_budget(text)
+    read = said.fields.get("budget", {})
+    for field, unit in (("max_wall_minutes", "minutes"), ("max_cost_usd", "USD"), ("cost_per_hour_usd", "USD/hour")):
+        value = getattr(budget, field)
+        if field != "max_wall_minutes" and value == 0:
+            continue  # the default: no price, no money ceiling
+        allowed = stated[field] | ({read[field]} if field in read else set())
+        if not _close(value, allowed):
+            says = ", ".join(f"{v:g}" for v in sorted(allowed)) or "none"
+            raise BadInput(f"budget.{field}: {value:g} {unit} is not written in the request (it states: {says}); "
+                           "a budget comes from the request's own words")
+    if budget.extension_minutes is not None:
+        raise BadInput("budget.extension_minutes: a request cannot set it; put it in a task file")
+
+
+_FREE = {"name", "description", "stages", "budget", "require_approval", "on_gate_failure"}  # checked apart, or harmless
+
+
+def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, value) of every setting in a dump; an empty dict or list is a leaf (e.g. LoRA on)."""
+    if isinstance(value, dict):
+        if not value and path:
+            yield path, value
+        for key, v in value.items():
+            if path or key not in _FREE:
+                if key != "method":  # a stage's method is its stage name, set by train_config
+                    yield from _leaves(v, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        if not value and path:
+            yield path, value
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
+def _grounded_settings(task, text: str, said: Reading) -> None:
+    """Every setting the answer moves off its default is in the request's words or its rule reading."""
+    read = dict(_leaves(said.fields))
+    prefixes = {p.split("[")[0].rsplit(".", i)[0] for p in read for i in range(p.count(".") + 1)}
+    numbers = stated_numbers(text) | {v for v in read.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    lowered = text.lower()
+    for path, value in _leaves(task.model_dump(mode="json", exclude_defaults=True)):
+        if value is None or read.get(path, object()) == value:
+            continue
+        if isinstance(value, bool):
+            ok = False
+        elif isinstance(value, (int, float)):
+            ok = _close(value, numbers)
+        elif isinstance(value, str):
+            ok = value.lower() in lowered
+        else:  # {} or []: a sub-setting switched on with its defaults
+            ok = path in prefixes
+        if not ok:
+            shown = repr(value) if isinstance(value, str) else value
+            raise BadInput(f"{path}: {shown} is not written in the request; a request sets only what it says "
+                           "(say it in the request, or use a task file)")
 
 
 def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bool = True):
@@ -131,6 +217,8 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
 
     if not isinstance(text, str) or not text.strip():
         raise BadInput("request: empty; say which model, which data and what budget")
+    if too_long(text):  # before any model sees it: bounded work, bounded tokens
+        raise BadInput(too_long(text))
     agent = _agent(model)
     try:
         result = agent.run_sync(text)

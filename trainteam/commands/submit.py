@@ -1,7 +1,8 @@
 """`trainteam submit "..."`: a request in plain words → a validated task, its plan, and (once confirmed) the run.
 
-A refusal (missing model, data or budget; a task the planner cannot run) is one line and
-exit 2; nothing is written to the workspace before the person confirms.
+A refusal (missing model, data or budget; a task the planner cannot run; a request over
+4,000 characters) is one line and exit 2; nothing is written to the workspace before the
+person confirms.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ def submit_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output while it runs"),
 ) -> None:
     """Submit a training request in natural language; the ml_orchestrator turns it into a task."""
+    from trainteam.agents.request_parser import too_long
+    from trainteam.errors import BadInput
+
+    if too_long(request):  # refused at once: before pydantic-ai is imported or any model sees it
+        raise BadInput(too_long(request))
     from trainteam.agents.orchestrator import parse_request, plan_request
 
     from trainteam.workflows.spec import load_builtin
