@@ -48,7 +48,7 @@ def server():
 
 
 @pytest.mark.parametrize("status,what", [(401, "HTTP 401 (unauthorized)"), (403, "HTTP 403 (forbidden)"),
-                                         (404, "HTTP 404 (not found)")])
+                                         (404, "HTTP 404 (not found)"), (503, "HTTP 503 (service unavailable)")])
 def test_a_persona_step_on_a_failing_provider_fails_with_one_line(tmp_path, server, monkeypatch, status, what):
     Failing.status = status
     monkeypatch.setenv("TRAINTEAM_MODEL_EVAL_JUDGE", "openai:gpt-x")
