@@ -46,6 +46,8 @@ MAX_WALL_MINUTES = 43_200  # 30 days, the ceiling BudgetSpec holds a task file t
 _SIGN = r"(?:(?<![\w.,\-])-)?"
 _NUM = rf"(?<!\d)(?<!\d[.,_])((?>{_SIGN}\d+(?:[,_]\d{{3}})*(?:\.\d+)?(?:e-?\d+)?))"
 _PATH = r"(?<![\w.\-~/])((?:~|\.{1,2}|/)?[\w.\-~]*/[\w.\-/~]+|[\w.\-~]+\.jsonl?)"
+_HOURLY = r"\$?\s*" + _NUM + r"\s*(?:\$|usd|dollars)?\s*(?:/|an?|per)\s*(?:hour|hr|h)\b"
+_DURATION = _NUM + r"\s*(minutes?|mins?|hours?|hrs?|h)\b"
 
 
 class _BadNumber(ValueError):
@@ -200,14 +202,14 @@ def _budget(text: str, r: Reading) -> dict[str, Any] | None:
         return None
     budget: dict[str, Any] = {}
     rest = text
-    m = _search(r"\$?\s*" + _NUM + r"\s*(?:\$|usd|dollars)?\s*(?:/|an?|per)\s*(?:hour|hr|h)\b", rest)
+    m = _search(_HOURLY, rest)
     if m:
         budget["cost_per_hour_usd"] = _money(m, "budget.cost_per_hour_usd")
         rest = rest[:m.start()] + rest[m.end():]
     m = _search(r"\$\s*" + _NUM, rest) or _search(_NUM + r"\s*(?:usd|dollars)\b", rest)
     if m:
         budget["max_cost_usd"] = _money(m, "budget.max_cost_usd")
-    durations = list(re.finditer(_NUM + r"\s*(minutes?|mins?|hours?|hrs?|h)\b", rest, re.IGNORECASE))
+    durations = list(re.finditer(_DURATION, rest, re.IGNORECASE))
     said = ""
     if durations:
         cue = r"(?:budget|within|under|at most|max(?:imum)?|limit|no more than|cap|in)\W*(?:of\s+)?(?:\w+\s+){0,2}$"
@@ -231,6 +233,38 @@ def _budget(text: str, r: Reading) -> dict[str, Any] | None:
         r.problems.append(problem)
         return None
     return budget
+
+
+def _finite(s: str) -> float | None:
+    try:
+        return _num(s, "")
+    except _BadNumber:
+        return None
+
+
+def stated_budget(text: str) -> dict[str, set[float]]:
+    """Every budget amount the text writes, by field, in that field's unit: hourly prices, money
+    amounts (not the hourly ones) and durations in minutes. A model's budget must be one of them."""
+    text = " ".join(text[:MAX_REQUEST_CHARS + 1].split())
+    out: dict[str, set[float]] = {"cost_per_hour_usd": set(), "max_cost_usd": set(), "max_wall_minutes": set()}
+    rest = text
+    for m in re.finditer(_HOURLY, text, re.IGNORECASE):
+        out["cost_per_hour_usd"].add(_finite(m.group(1)))
+        rest = rest[:m.start()] + " " * (m.end() - m.start()) + rest[m.end():]
+    for pat in (r"\$\s*" + _NUM, _NUM + r"\s*(?:usd|dollars)\b"):
+        out["max_cost_usd"].update(_finite(m.group(1)) for m in re.finditer(pat, rest, re.IGNORECASE))
+    for m in re.finditer(_DURATION, rest, re.IGNORECASE):
+        value = _finite(m.group(1))
+        out["max_wall_minutes"].add(None if value is None else value * 60 if m.group(2).lower().startswith("h") else value)
+    return {k: {v for v in vals if v is not None} for k, vals in out.items()}
+
+
+def stated_numbers(text: str) -> set[float]:
+    """Every finite number the text writes, also read as a percentage (90 → 0.9) and as hours
+    in minutes (2 → 120): what a model's answer may put in a numeric field."""
+    values = {_finite(m.group(1)) for m in re.finditer(_NUM, text[:MAX_REQUEST_CHARS + 1])}
+    values.discard(None)
+    return values | {v / 100 for v in values} | {v * 60 for v in values}
 
 
 def _clauses(text: str) -> list[str]:
