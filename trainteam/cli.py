@@ -113,7 +113,33 @@ def main(argv: list[str] | None = None) -> None:
     except TrainteamError as exc:
         err(str(exc))
         sys.exit(exc.exit_code)
+    except Exception as exc:
+        found = _damaged_database(exc)
+        if found is None:
+            raise
+        err(found)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _damaged_database(exc: BaseException) -> str | None:
+    """One line naming the damaged workspace database when ``exc`` (or what caused it) is a
+    database error and ``PRAGMA quick_check`` finds one of the workspace's SQLite files damaged;
+    None for any other error (a locked database, a bug), which keeps its traceback."""
+    import sqlite3
+
+    sa_exc = sys.modules.get("sqlalchemy.exc")  # imported only by commands that used SQLAlchemy
+    kinds = (sqlite3.DatabaseError,) + ((sa_exc.DatabaseError,) if sa_exc else ())
+    seen, cur = set(), exc
+    while cur is not None and id(cur) not in seen and not isinstance(cur, kinds):
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    if cur is None or id(cur) in seen:
+        return None
+    from trainteam.commands.common import STATE
+    from trainteam.dbread import diagnose, workspace_databases
+
+    return diagnose(workspace_databases(STATE.workspace))
 
 
 if __name__ == "__main__":

@@ -3,16 +3,28 @@
 Everything a run produces lives under one root (``--workspace`` or
 ``TRAINTEAM_HOME``, default ``./.trainteam``) so that a workspace can be copied,
 archived or deleted as a unit.
+
+Opening refuses, with one line and before anything is written, a workspace this user cannot
+write (a probe file is created and removed: root passes any permission bits, so ``os.access``
+cannot tell) and a damaged database (``trainteam.dbread.check_database``). Once the schema
+exists ``workspace.json`` records it, so that a zero-byte ``trainteam.db`` is refused instead of
+being recreated empty; a brand-new workspace that several processes create at once has a
+zero-byte file and no record yet, and is created as before.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
 from functools import cached_property
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DatabaseError
 
-from trainteam.db import SchemaTooNew, ensure_schema, make_engine
+from trainteam import dbread
+from trainteam.db import SchemaTooNew, ensure_schema, make_engine, utcnow
 from trainteam.errors import BadInput
 from trainteam.settings import Settings
 
@@ -38,16 +50,89 @@ class Workspace:
         if root_path.exists() and not root_path.is_dir():
             raise BadInput(f"workspace: {root_path} exists and is not a folder")
         root_path = root_path.resolve()
-        root_path.mkdir(parents=True, exist_ok=True)
+        try:
+            root_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"workspace: cannot create {root_path} ({exc.strerror}); choose another --workspace") from None
+        ws = cls(root_path, settings)
+        ws.check_database()
+        ws.check_writable()
+        ws.check_dbos_database(runs=False)
         for d in ARTIFACT_DIRS:
             (root_path / d).mkdir(exist_ok=True)
-        ws = cls(root_path, settings)
         _register_tables()
         try:
             ensure_schema(ws.engine)
         except SchemaTooNew as exc:
             raise BadInput(f"workspace {root_path}: {exc}") from None
+        except DatabaseError:
+            found = dbread.diagnose([ws.database_path] if ws.database_path else [])
+            if found is None:
+                raise
+            raise BadInput(found) from None
+        ws._record_schema()
+        ws.check_dbos_database()
         return ws
+
+    @property
+    def database_path(self) -> Path | None:
+        """The workspace database's file when it is SQLite."""
+        return dbread.sqlite_path(self.database_url)
+
+    @property
+    def marker(self) -> Path:
+        return self.root / dbread.MARKER
+
+    def check_database(self) -> None:
+        """A damaged trainteam.db is one line (zero bytes counts once the schema was recorded)."""
+        if self.database_path is not None:
+            dbread.check_database(self.database_path, must_hold_data=self.marker.is_file(),
+                                  why_data=f"{dbread.MARKER} says its schema was created")
+
+    def check_dbos_database(self, runs: bool = True) -> None:
+        """A damaged dbos.sqlite is one line, before DBOS opens it (``engine.launch`` calls this).
+        Zero bytes counts when the workspace has runs (``runs``: ask the database)."""
+        path = dbread.sqlite_path(self.dbos_database_url)
+        if path is None:
+            return
+        dbread.check_database(path, must_hold_data=(lambda: self._runs_exist()) if runs else False,
+                              why_data="the workspace has runs", wait_s=1.0)
+        if path.exists() and not _can_write(path):
+            raise BadInput(f"workspace {self.root} is read-only: {path.name} cannot be written by this user; "
+                           "make it writable, or choose another --workspace")
+
+    def _runs_exist(self) -> bool:
+        from sqlalchemy import text
+
+        try:
+            with self.engine.connect() as conn:
+                return conn.execute(text("SELECT 1 FROM runs LIMIT 1")).first() is not None
+        except DatabaseError:
+            return False
+
+    def check_writable(self) -> None:
+        """Create and remove a probe file (root ignores permission bits), and open the database
+        file for writing (without writing): a read-only workspace is one line at open."""
+        probe = self.root / f".write-probe-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            os.close(fd)
+            probe.unlink()
+        except OSError as exc:
+            raise BadInput(f"workspace {self.root} is read-only: cannot create a file in it ({exc.strerror}); "
+                           "make it writable for this user, or choose another --workspace") from None
+        db = self.database_path
+        if db is not None and db.exists() and not _can_write(db):
+            raise BadInput(f"workspace {self.root} is read-only: {db.name} cannot be written by this user; "
+                           "make it writable, or choose another --workspace")
+
+    def _record_schema(self) -> None:
+        """Write ``workspace.json`` once (atomically) when the workspace's own SQLite schema exists."""
+        if self.marker.is_file() or self.database_path is None:
+            return
+        tmp = self.root / f".{dbread.MARKER}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"schema_created": utcnow(), "database": str(self.database_path)}, indent=1) + "\n")
+        os.replace(tmp, self.marker)
 
     @property
     def database_url(self) -> str:
@@ -71,3 +156,12 @@ class Workspace:
         from trainteam.graph import KnowledgeGraph
 
         return KnowledgeGraph(self.engine)
+
+
+def _can_write(path: Path) -> bool:
+    """Whether this process may write ``path`` (opened for writing, nothing written)."""
+    try:
+        with open(path, "r+b"):
+            return True
+    except OSError:
+        return False

@@ -62,6 +62,7 @@ def dbos_config(ws, executor_id: str) -> dict[str, Any]:
 
 
 def launch(ws, progress: bool = True) -> str:
+    ws.check_dbos_database()  # a damaged dbos.sqlite is one line, before DBOS opens it
     if _Process.launched:
         raise RuntimeError("the workflow engine is already launched in this process")
     from trainteam.trainers.threads import cpu_sample
