@@ -60,13 +60,14 @@ _ENV_NAMES = ("_TOKEN", "_KEY", "_SECRET", "_PAT")  # MY_SERVICE_TOKEN=..., as i
 _TOKEN_LIKE = re.compile(r"[A-Za-z0-9._~+/\-]{16,}")  # what a bare `token:` must be followed by
 _SHAPE = re.compile(rf"{_NO_WORD_BEFORE}(?:{_SHAPES})")
 _NAME_WINDOW = 48
-_REMEMBERED: set[str] = set()
+_REMEMBERED: frozenset[str] = frozenset()  # replaced, never mutated: threads read it while another adds
 
 
 def remember(value: str | None) -> None:
     """A secret this process uses (a provider key): masked wherever it shows up from now on."""
-    if value and len(value) >= _MIN_SECRET_LEN:
-        _REMEMBERED.add(value)
+    global _REMEMBERED
+    if value and len(value) >= _MIN_SECRET_LEN and value not in _REMEMBERED:
+        _REMEMBERED = _REMEMBERED | {value}
 
 
 @lru_cache(maxsize=1)

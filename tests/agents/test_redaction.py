@@ -51,7 +51,7 @@ def test_ordinary_text_paths_ids_and_numbers_are_left_alone(text):
 
 def test_known_values_are_masked_wherever_they_appear(monkeypatch):
     monkeypatch.setenv("SOME_VENDOR_TOKEN", "plain-words-value")
-    monkeypatch.setattr(R, "_REMEMBERED", set())
+    monkeypatch.setattr(R, "_REMEMBERED", frozenset())
     R.remember("remembered-keyring-value")
     R.remember("tiny")  # too short to mask without masking ordinary words
     out = redact({"a": ["x plain-words-value y", "remembered-keyring-value"], "tiny": "tiny"})
