@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 
 from trainteam.db import JSONText, metadata, utcnow
 from trainteam.errors import BadInput, NotFound
+from trainteam.ids import prefix_allowed
 from trainteam.graph import EdgeKind, KnowledgeGraph, NodeKind
 
 models_table = Table(
@@ -207,8 +208,9 @@ class ModelRegistry:
         """A model by id, unique id prefix, or unique name."""
         with self.engine.connect() as conn:
             rows = conn.execute(select(models_table).where(models_table.c.id == ref)).mappings().all()
-            if not rows:
-                rows = conn.execute(select(models_table).where(models_table.c.id.startswith(ref, autoescape=True))).mappings().all()
+            if not rows and prefix_allowed(ref):  # LIKE ignores case on SQLite: keep literal prefixes only
+                rows = [r for r in conn.execute(select(models_table).where(
+                    models_table.c.id.startswith(ref, autoescape=True))).mappings() if r["id"].startswith(ref)]
             if not rows:
                 rows = conn.execute(select(models_table).where(models_table.c.name == ref)).mappings().all()
         if not rows:

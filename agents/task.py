@@ -18,21 +18,23 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from trainteam.agents.redact import redact_text
 from trainteam.errors import BadInput, format_validation_error
+from trainteam.inputfiles import load_yaml_file
 from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
-from trainteam.trainers.eval_battery import STAGE_KINDS, BatterySpec, StageKind
-from trainteam.trainers.gates import GateRule
+from trainteam.trainers.eval_battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
+from trainteam.trainers.gates import GateRule, check_metric
 
 Stage = Literal["pretrain", "sft", "dpo", "grpo"]
 TRAIN_STAGES = ("pretrain", "sft")
 ALIGN_STAGES = ("dpo", "grpo")
+MAX_WALL_MINUTES = 43_200  # 30 days
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DataSpec(_Strict):
@@ -41,12 +43,12 @@ class DataSpec(_Strict):
     demo: Literal["addition", "subtraction", "multiplication"] | None = None
     path: Path | None = None
     eval_path: Path | None = None
-    n_train: int = Field(default=20000, gt=0)
-    n_eval: int = Field(default=200, gt=0)
-    max_operand: int = Field(default=99, gt=0)
-    seed: int = 0
+    n_train: int = Field(default=20000, gt=0, le=10_000_000, description="demo only: training problems generated")
+    n_eval: int = Field(default=200, gt=0, le=100_000)
+    max_operand: int = Field(default=99, gt=0, le=10**12)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
     fixed_width: bool = Field(default=True, description="demo only: zero-pad operands and answers (08+64=072)")
-    inject_leaks: int = Field(default=0, ge=0, description="demo only: copy this many eval problems into the "
+    inject_leaks: int = Field(default=0, ge=0, le=100_000, description="demo only: copy this many eval problems into the "
                               "training split, so curation has leaks to catch and report")
 
     @model_validator(mode="after")
@@ -63,10 +65,10 @@ class DataSpec(_Strict):
 
 
 class BudgetSpec(_Strict):
-    max_wall_minutes: float = Field(gt=0)
-    max_cost_usd: float = Field(default=0.0, ge=0)
-    cost_per_hour_usd: float = Field(default=0.0, ge=0, description="price of the machine; 0 for a local CPU")
-    extension_minutes: float | None = Field(default=None, gt=0, description="what one approved exceed_budget "
+    max_wall_minutes: float = Field(gt=0, le=MAX_WALL_MINUTES, description="at most 30 days: a longer job is several runs")
+    max_cost_usd: float = Field(default=0.0, ge=0, le=1_000_000)
+    cost_per_hour_usd: float = Field(default=0.0, ge=0, le=100_000, description="price of the machine; 0 for a local CPU")
+    extension_minutes: float | None = Field(default=None, gt=0, le=MAX_WALL_MINUTES, description="what one approved exceed_budget "
                                             "adds to the ceiling; default half of max_wall_minutes")
 
     def allowed_s(self) -> float:
@@ -83,12 +85,19 @@ class BudgetSpec(_Strict):
 class GateSpec(_Strict):
     metric: str = "exact_match"
     min: float | None = Field(default=None, description="absolute threshold")
-    max_regression: float | None = Field(default=None, ge=0, description="allowed drop against the previous stage")
+    max_regression: float | None = Field(default=None, ge=0, le=1e6, description="allowed drop against the previous stage")
+
+    @model_validator(mode="after")
+    def _measurable(self) -> "GateSpec":
+        if self.min is None and self.max_regression is None:
+            raise ValueError(f"gate on {self.metric!r}: give min or max_regression")
+        check_metric(self.metric, min=self.min)
+        return self
 
 
 class EvalSpec(_Strict):
-    max_new_tokens: int = Field(default=8, gt=0)
-    batch_size: int = Field(default=64, gt=0)
+    max_new_tokens: int = Field(default=8, gt=0, le=MAX_NEW_TOKENS)
+    batch_size: int = Field(default=64, gt=0, le=4096)
 
 
 # Continued pretraining for the pre-/mid-training kinds; supervised fine-tuning after.
@@ -165,12 +174,12 @@ class TrainTask(_Strict):
     on_gate_failure: Literal["stop", "ask"] = Field(default="stop", description="ask: a person may accept a "
                                                     "failed gate through the approval queue")
     allow_retry: bool = Field(default=False, description="a failed gate may loop back once with a changed plan")
-    threads: int | None = Field(default=None, gt=0, description="torch threads of every stage that sets none; "
+    threads: int | None = Field(default=None, gt=0, le=1024, description="torch threads of every stage that sets none; "
                                 "None: chosen from the load when the run starts, then fixed and recorded, so a "
                                 "resumed or replayed run trains on the same count")
-    final_tolerance: float = Field(default=0.0, ge=0, description="how far final_eval (the weights registered) "
+    final_tolerance: float = Field(default=0.0, ge=0, le=1e6, description="how far final_eval (the weights registered) "
                                    "may fall below the last passed gate's metrics before the run fails")
-    description: str = ""
+    description: str = Field(default="", max_length=20_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainTask":
@@ -192,7 +201,19 @@ class TrainTask(_Strict):
         for stage in list(self.training) + list(self.gates):
             if stage not in self.stages:
                 raise ValueError(f"training/gates: stage {stage!r} is not in stages")
+        configs = {f"training.{k}": v for k, v in self.training.items()}
+        configs.update({f"curriculum[{i}].training": s.training for i, s in enumerate(self.curriculum or [])
+                        if s.training is not None})
+        for where, cfg in configs.items():
+            _run_owned(cfg, where)
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_secret(cls, v: str) -> str:
+        if redact_text(v) != v:  # the name starts every run id, folder and record of the run
+            raise ValueError(f"{v[:8]}… looks like a secret key; it would be masked in every record")
+        return v
 
     def stage_names(self) -> list[str]:
         """Every stage in order: the curriculum's names, or the plain ``stages``."""
@@ -232,6 +253,16 @@ class TrainTask(_Strict):
         return self.model_copy(update={"curriculum": stages})
 
 
+def _run_owned(cfg: TrainConfig, where: str) -> None:
+    """A run decides where each stage writes and when it resumes (its own folders, the newest
+    complete checkpoint); a task that sets them would be silently ignored, so it is refused."""
+    if cfg.output_dir is not None:
+        raise ValueError(f"{where}.output_dir: a run trains each stage in its own workspace folder; remove it")
+    if cfg.resume != "auto":
+        raise ValueError(f"{where}.resume: a run resumes from its own newest complete checkpoint "
+                         "(`trainteam runs resume RUN`); remove it")
+
+
 def parse_task(data: Any, source: str, base_dir: Path | None = None) -> TrainTask:
     if not isinstance(data, dict):
         raise BadInput(f"{source}: a task must be a mapping of fields, got {type(data).__name__}")
@@ -252,8 +283,23 @@ def _resolve_data(data: DataSpec, base_dir: Path, source: str, prefix: str) -> D
         path = value if value.is_absolute() else (base_dir / value).resolve()
         if not path.exists():
             raise BadInput(f"{source}: {prefix}.{field}: {value} does not exist")
+        if not path.is_file():
+            raise BadInput(f"{source}: {prefix}.{field}: {value} is not a regular file (a folder or a device)")
         resolved[field] = path
     return data.model_copy(update=resolved)
+
+
+def _model_folder(path: Path, given: Path, source: str) -> None:
+    """A local model folder: config.json and safetensors weights (a ``.bin``-only folder is refused:
+    pickled weights run code when loaded)."""
+    if not path.exists():
+        raise BadInput(f"{source}: model.path: {given} does not exist")
+    if not path.is_dir():
+        raise BadInput(f"{source}: model.path: {given} is not a folder (a Hugging Face model folder)")
+    if not (path / "config.json").is_file():
+        raise BadInput(f"{source}: model.path: {given} is not a model folder (no config.json)")
+    if not any(path.glob("*.safetensors")) and not (path / "model.safetensors.index.json").is_file():
+        raise BadInput(f"{source}: model.path: {given} has no safetensors weights (only safetensors are loaded)")
 
 
 def resolve_paths(task: TrainTask, base_dir: Path, source: str) -> TrainTask:
@@ -262,8 +308,7 @@ def resolve_paths(task: TrainTask, base_dir: Path, source: str) -> TrainTask:
     model = task.model
     if model.path is not None:
         path = model.path if model.path.is_absolute() else (base_dir / model.path).resolve()
-        if not path.exists():
-            raise BadInput(f"{source}: model.path: {model.path} does not exist")
+        _model_folder(path, model.path, source)
         model = model.model_copy(update={"path": path})
     update: dict[str, Any] = {"data": data, "model": model}
     if task.curriculum is not None:
@@ -280,14 +325,6 @@ def resolve_paths(task: TrainTask, base_dir: Path, source: str) -> TrainTask:
 
 
 def load_task_file(path: Path) -> TrainTask:
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise BadInput(f"{path}: task file not found") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path}: is a folder, expected a task YAML file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise BadInput(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    """A task YAML file, read with bounds (size, depth, aliases; a regular UTF-8 file)."""
+    data = load_yaml_file(Path(path), "task file")
     return parse_task(data, str(path), Path(path).resolve().parent)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainteam.agents.redact import redact
 from trainteam.graph import EdgeKind, NodeKind
+from trainteam.ids import check_run_id
 
 if TYPE_CHECKING:  # pydantic_ai costs ~0.8 s to import; listing transcripts must not pay it
     from pydantic_ai.messages import ModelMessage
@@ -29,7 +30,7 @@ def utcnow() -> str:
 
 
 def run_dir(ws, run_id: str) -> Path:
-    return ws.dir("transcripts") / run_id
+    return ws.dir("transcripts") / check_run_id(run_id)
 
 
 def choose_segment(ws, run_id: str, step: str, visit: int) -> str:

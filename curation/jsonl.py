@@ -41,17 +41,16 @@ def iter_jsonl(
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: no such file")
-    with path.open("r", encoding="utf-8", errors="strict") as fh:
+    with path.open("rb") as fh:  # bytes, decoded line by line: an encoding error names its own line
         lineno = 0
-        while True:
-            try:
-                line = fh.readline()
-            except UnicodeDecodeError as exc:
-                where = f"{path}:{lineno + 1}: not UTF-8 ({exc.reason})"
-                raise BadInput(where) from None
-            if not line:
-                return
+        for raw in fh:
             lineno += 1
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadInput(f"{path}:{lineno}: not UTF-8 ({exc.reason})") from None
             if not line.strip():
                 continue
             try:

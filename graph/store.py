@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from trainteam.db import JSONText, metadata, utcnow
 from trainteam.graph.kinds import EdgeKind, NodeKind, node_id
+from trainteam.ids import check_ref
 
 if TYPE_CHECKING:  # networkx costs ~0.15 s to import: only queries load it
     import networkx as nx
@@ -125,10 +126,10 @@ class KnowledgeGraph:
         """Accept a full id (``Model:abc``) or a unique key suffix (``abc``)."""
         if self.has_node(ref):
             return ref
+        check_ref(ref, "graph node")
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(nodes_table.c.id).where(nodes_table.c.id.like(f"%:{ref}"))
-            ).all()
+            rows = [r for r in conn.execute(select(nodes_table.c.id).where(
+                nodes_table.c.id.endswith(f":{ref}", autoescape=True))).all() if r[0].endswith(f":{ref}")]
         if len(rows) == 1:
             return rows[0][0]
         if not rows:

@@ -19,7 +19,7 @@ Strategy = Literal["single", "ddp", "fsdp", "zero2", "zero3"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):
@@ -27,13 +27,13 @@ class ModelSpec(_Strict):
 
     path: Path | None = Field(default=None, description="local HF model folder; no hub downloads")
     arch: Literal["llama", "qwen2", "gpt2"] = "llama"
-    hidden_size: int = Field(default=128, gt=0)
-    num_layers: int = Field(default=2, gt=0)
-    num_heads: int = Field(default=4, gt=0)
-    num_kv_heads: int | None = Field(default=None, gt=0)
-    intermediate_size: int | None = Field(default=None, gt=0)
-    max_position_embeddings: int = Field(default=256, gt=0)
-    vocab_size: int | None = Field(default=None, gt=0, description="default: the tokenizer's")
+    hidden_size: int = Field(default=128, gt=0, le=1 << 16)
+    num_layers: int = Field(default=2, gt=0, le=1024)
+    num_heads: int = Field(default=4, gt=0, le=1024)
+    num_kv_heads: int | None = Field(default=None, gt=0, le=1024)
+    intermediate_size: int | None = Field(default=None, gt=0, le=1 << 20)
+    max_position_embeddings: int = Field(default=256, gt=0, le=1 << 20)
+    vocab_size: int | None = Field(default=None, gt=0, le=1 << 21, description="default: the tokenizer's")
     trust_remote_code: bool = Field(default=False, description="only a person turns this on")
 
     @model_validator(mode="after")
@@ -44,16 +44,16 @@ class ModelSpec(_Strict):
 
 
 class TokenizerConfig(_Strict):
-    vocab_size: int = Field(default=512, ge=260, description="byte alphabet (256) + special tokens + merges")
+    vocab_size: int = Field(default=512, ge=260, le=1 << 20, description="byte alphabet (256) + special tokens + merges")
     split_digits: bool = Field(default=True, description="one token per digit; arithmetic fails without it")
-    min_frequency: int = Field(default=1, ge=1)
-    special_tokens: list[str] = Field(default_factory=lambda: ["<pad>", "<s>", "</s>", "<unk>"])
-    extra_tokens: list[str] = Field(default_factory=list, description="functional tokens added after training")
+    min_frequency: int = Field(default=1, ge=1, le=1 << 30)
+    special_tokens: list[str] = Field(default_factory=lambda: ["<pad>", "<s>", "</s>", "<unk>"], max_length=1000)
+    extra_tokens: list[str] = Field(default_factory=list, max_length=10000, description="functional tokens added after training")
 
 
 class LoraOptions(_Strict):
-    r: int = Field(default=8, gt=0)
-    alpha: int = Field(default=16, gt=0)
+    r: int = Field(default=8, gt=0, le=4096)
+    alpha: int = Field(default=16, gt=0, le=1 << 16)
     dropout: float = Field(default=0.0, ge=0, lt=1)
     target_modules: str | list[str] = "all-linear"
     quantize_4bit: bool = Field(default=False, description="QLoRA; needs a CUDA device")
@@ -66,19 +66,19 @@ class SFTOptions(_Strict):
 
 
 class DPOOptions(_Strict):
-    beta: float = Field(default=0.1, gt=0)
+    beta: float = Field(default=0.1, gt=0, le=1000)
     loss_type: list[str] = Field(default_factory=lambda: ["sigmoid"])
     precompute_ref_log_probs: bool = False
 
 
 class GRPOOptions(_Strict):
-    num_generations: int = Field(default=8, ge=2)
-    max_completion_length: int = Field(default=16, gt=0)
+    num_generations: int = Field(default=8, ge=2, le=1024)
+    max_completion_length: int = Field(default=16, gt=0, le=1 << 16)
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
-    beta: float = Field(default=0.0, ge=0)
-    epsilon: float = Field(default=0.2, gt=0)
-    epsilon_high: float | None = Field(default=None, gt=0, description="clip-higher (DAPO)")
-    temperature: float = Field(default=1.0, gt=0)
+    beta: float = Field(default=0.0, ge=0, le=1000)
+    epsilon: float = Field(default=0.2, gt=0, le=10)
+    epsilon_high: float | None = Field(default=None, gt=0, le=10, description="clip-higher (DAPO)")
+    temperature: float = Field(default=1.0, gt=0, le=100)
     vllm_server_url: str | None = Field(default=None, description="separate generation server")
 
 
@@ -91,9 +91,9 @@ class SpikeSignal(_Strict):
 
 class SpikeOptions(_Strict):
     enabled: bool = True
-    window: int = Field(default=128, ge=4)
+    window: int = Field(default=128, ge=4, le=100_000)
     sigma: float = Field(default=6.0, gt=0)
-    warmup_steps: int = Field(default=64, ge=0)
+    warmup_steps: int = Field(default=64, ge=0, le=10_000_000)
     # Off by default: on the demo's SFT the grad norm rose from ~0.5 to ~1.2 (> 6σ of its
     # window) as the model began to learn the answers, while the loss sat at 1.40 ± 0.04.
     # A non-finite grad norm is a spike either way.
@@ -105,37 +105,37 @@ class SpikeOptions(_Strict):
     # read z = 29,756) never makes a spike out of noise.
     rel_floor: float = Field(default=0.01, ge=0)
     abs_floor: float = Field(default=0.02, ge=0)
-    max_restarts: int = Field(default=2, ge=0, description="restart proposals per stage; then the step fails "
+    max_restarts: int = Field(default=2, ge=0, le=100, description="restart proposals per stage; then the step fails "
                               "(or asks a person, with on_gate_failure: ask)")
 
 
 class TrainConfig(_Strict):
     method: Method = "sft"
     output_dir: Path | None = None
-    seed: int = 0
-    max_steps: int = Field(default=100, gt=0)
-    per_device_batch_size: int = Field(default=8, gt=0)
-    grad_accum: int = Field(default=1, gt=0)
-    learning_rate: float = Field(default=3e-4, gt=0)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    max_steps: int = Field(default=100, gt=0, le=10_000_000)
+    per_device_batch_size: int = Field(default=8, gt=0, le=1 << 16)
+    grad_accum: int = Field(default=1, gt=0, le=1 << 16)
+    learning_rate: float = Field(default=3e-4, gt=0, le=10)
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup", "warmup_stable_decay"] = "cosine"
-    warmup_steps: int = Field(default=0, ge=0)
+    warmup_steps: int = Field(default=0, ge=0, le=10_000_000)
     weight_decay: float = Field(default=0.0, ge=0)
-    max_grad_norm: float = Field(default=1.0, gt=0)
-    seq_len: int = Field(default=128, gt=0)
+    max_grad_norm: float = Field(default=1.0, gt=0, le=1e6)
+    seq_len: int = Field(default=128, gt=0, le=1 << 20)
     precision: Precision = "fp32"
     gradient_checkpointing: bool = False
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] = "sdpa"
     use_liger: bool = False
-    logging_steps: int = Field(default=1, gt=0)
-    save_steps: int | None = Field(default=None, gt=0)
-    save_total_limit: int = Field(default=2, gt=0)
+    logging_steps: int = Field(default=1, gt=0, le=10_000_000)
+    save_steps: int | None = Field(default=None, gt=0, le=10_000_000)
+    save_total_limit: int = Field(default=2, gt=0, le=1000)
     resume: Literal["auto", "never"] | Path = "auto"
     strategy: Strategy = "single"
-    num_nodes: int = Field(default=1, gt=0)
-    devices_per_node: int = Field(default=1, gt=0)
-    tensor_parallel_size: int = Field(default=1, gt=0, description="devices one layer is split over")
+    num_nodes: int = Field(default=1, gt=0, le=4096)
+    devices_per_node: int = Field(default=1, gt=0, le=64)
+    tensor_parallel_size: int = Field(default=1, gt=0, le=64, description="devices one layer is split over")
     tracker: Literal["none", "mlflow", "tensorboard", "wandb"] = "none"
-    threads: int | None = Field(default=None, gt=0, description="torch threads; None: chosen from load")
+    threads: int | None = Field(default=None, gt=0, le=1024, description="torch threads; None: chosen from load")
     lora: LoraOptions | None = None
     sft: SFTOptions = Field(default_factory=SFTOptions)
     dpo: DPOOptions = Field(default_factory=DPOOptions)

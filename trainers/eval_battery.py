@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainteam.errors import BadInput
 from trainteam.trainers import budget
 from trainteam.trainers.formats import prompt_text
 
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
+MAX_NEW_TOKENS = 4096  # per generated answer: beyond it a greedy eval is hours on a CPU
 Metric = Literal["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition", "lm_eval"]
 
 # Training methods and curriculum stage names map onto the four stage kinds.
@@ -39,19 +40,28 @@ STAGE_KINDS: dict[str, StageKind] = {
 class BatterySpec(BaseModel):
     """Which checks run, and their settings. Task files give this per stage."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     metrics: list[Metric] = Field(min_length=1)
-    max_new_tokens: int = Field(default=8, gt=0)
-    batch_size: int = Field(default=64, gt=0)
-    limit: int | None = Field(default=None, gt=0, description="evaluate at most this many problems")
-    reliability_limit: int = Field(default=64, gt=0, description="problems used by the reliability checks")
-    answer_pattern: str = Field(default=r"-?\d+", description="full-match regex an answer must follow")
-    repetition_ngram: int = Field(default=3, ge=1)
-    repetition_max_new_tokens: int = Field(default=32, gt=0)
+    max_new_tokens: int = Field(default=8, gt=0, le=MAX_NEW_TOKENS)
+    batch_size: int = Field(default=64, gt=0, le=4096)
+    limit: int | None = Field(default=None, gt=0, le=10_000_000, description="evaluate at most this many problems")
+    reliability_limit: int = Field(default=64, gt=0, le=100_000, description="problems used by the reliability checks")
+    answer_pattern: str = Field(default=r"-?\d+", max_length=500, description="full-match regex an answer must follow")
+    repetition_ngram: int = Field(default=3, ge=1, le=64)
+    repetition_max_new_tokens: int = Field(default=32, gt=0, le=MAX_NEW_TOKENS)
     degenerate_threshold: float = Field(default=0.5, gt=0, le=1, description="repeated n-gram share that counts as degenerate")
     lm_eval_tasks: list[str] = Field(default_factory=list, description="harness tasks; empty: exact match as a harness task")
     lm_eval_include: Path | None = Field(default=None, description="folder of local harness task YAML")
+
+    @field_validator("answer_pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc})") from None
+        return v
 
 
 DEFAULT_BATTERIES: dict[StageKind, BatterySpec] = {

@@ -13,12 +13,35 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainteam.errors import BadInput
+from trainteam.errors import BadInput, format_validation_error
 
 # Metrics where smaller is better; every other metric is taken as higher-is-better.
 LOWER_IS_BETTER = ("loss", "perplexity", "ppl", "repetition", "error", "latency", "seconds")
+
+
+# What an eval can measure, and the range a threshold on it may take: a gate on a metric
+# nothing measures, or ``exact_match >= 2``, could never pass, and would only fail after
+# hours of training. lm-eval-harness results are ``lm_eval/<task>/<metric>`` (any finite bound).
+METRIC_RANGES: dict[str, tuple[float, float | None]] = {
+    "exact_match": (0.0, 1.0), "format_adherence": (0.0, 1.0), "determinism": (0.0, 1.0),
+    "repetition_rate": (0.0, 1.0), "heldout_loss": (0.0, None), "perplexity": (1.0, None),
+}
+
+
+def check_metric(metric: str, **bounds: float | None) -> None:
+    """ValueError unless ``metric`` is one an eval measures and every bound (``min=…``) lies in its range."""
+    if metric.startswith("lm_eval/") and metric.count("/") == 2:
+        return
+    if metric not in METRIC_RANGES:
+        raise ValueError(f"metric {metric!r} is not measured by any eval "
+                         f"(one of {', '.join(METRIC_RANGES)}, or lm_eval/<task>/<metric>)")
+    lo, hi = METRIC_RANGES[metric]
+    for name, b in bounds.items():
+        if b is not None and (b < lo or (hi is not None and b > hi)):
+            raise ValueError(f"{name} {b:g}: {metric} lies in [{lo:g}, {'inf' if hi is None else f'{hi:g}'}], "
+                             "so the gate could never be decided by it")
 
 
 def lower_is_better(metric: str) -> bool:
@@ -30,18 +53,21 @@ class GateRule(BaseModel):
     """One rule on one metric. ``min``/``max`` are absolute; ``max_regression`` is the largest
     allowed worsening against the previous stage (in the metric's own units)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     metric: str = "exact_match"
     min: float | None = None
     max: float | None = None
-    max_regression: float | None = Field(default=None, ge=0)
+    max_regression: float | None = Field(default=None, ge=0, le=1e6)
     higher_is_better: bool | None = Field(default=None, description="None: inferred from the metric name")
 
     @model_validator(mode="after")
     def _has_a_test(self) -> "GateRule":
         if self.min is None and self.max is None and self.max_regression is None:
             raise ValueError(f"gate rule on {self.metric!r}: give min, max or max_regression")
+        check_metric(self.metric, min=self.min, max=self.max)
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"gate rule on {self.metric!r}: min {self.min:g} is above max {self.max:g}")
         return self
 
     @property
@@ -91,8 +117,8 @@ def as_rules(rules: Iterable[Any] | Mapping[str, Any] | Any | None) -> list[Gate
         data = r.model_dump(exclude_none=True) if isinstance(r, BaseModel) else r
         try:
             out.append(r if isinstance(r, GateRule) else GateRule.model_validate(data))
-        except Exception as exc:  # pydantic ValidationError: one line naming the rule
-            raise BadInput(f"gates[{i}]: {str(exc).splitlines()[-1].strip()}") from None
+        except ValidationError as exc:  # one line naming the rule
+            raise BadInput(format_validation_error(exc, f"gates[{i}]")) from None
     return out
 
 

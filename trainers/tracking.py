@@ -36,6 +36,10 @@ def installed(tracker: str) -> bool:
     return any(importlib.util.find_spec(p) is not None for p in _PACKAGES[tracker])
 
 
+def install_hint(tracker: str) -> str:
+    return f"pip install {_INSTALL[tracker]}"
+
+
 def mlflow_uri(output_dir: Path) -> str:
     """The run's local MLflow file store: ``file:`` URI of ``output_dir/mlruns``."""
     return tracker_dir("mlflow", output_dir).resolve().as_uri()

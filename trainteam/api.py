@@ -30,7 +30,7 @@ def _task(task: Any, source: str = "task"):
 def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=None, run_id: str | None = None,
                      progress: bool = True) -> dict[str, Any]:
     """Run a workflow to its end (or until it fails) in this process; returns the run view."""
-    from trainteam.workflows.runner import check_runnable, new_run_id, run_foreground
+    from trainteam.workflows.runner import check_chosen_run_id, check_new_run_id, check_runnable, new_run_id, run_foreground
     from trainteam.workflows.spec import load_builtin
     from trainteam.workflows.views import run_public
 
@@ -39,8 +39,10 @@ def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=N
     spec = load_builtin(name)
     train_task = _task(task)
     check_runnable(spec, train_task, "task")
+    if run_id is not None:
+        check_chosen_run_id(run_id, "run_id")
     ws = _ws(workspace)
-    run_id = run_id or new_run_id(train_task.name)
+    run_id = check_new_run_id(ws, run_id, "run_id") if run_id is not None else new_run_id(train_task.name)
     run_foreground(ws, spec, train_task, run_id, progress=progress)
     return run_public(ws, run_id)
 

@@ -5,14 +5,43 @@ Kept free of heavy imports: every short CLI command loads this module.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trainteam.errors import BadInput
+
+# The databases trainteam runs on (SQLAlchemy dialects; a driver after '+').
+_URL = re.compile(r"(sqlite|postgresql)(\+[a-z0-9_]+)?://.*", re.DOTALL)
 
 
 class Settings(BaseSettings):
+    """Raises BadInput (one line naming the variable) for a value that cannot work."""
+
     model_config = SettingsConfigDict(env_prefix="TRAINTEAM_", extra="ignore")
+
+    def __init__(self, **values):
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            name = "TRAINTEAM_" + str(err["loc"][0]).upper() if err.get("loc") else "TRAINTEAM_*"
+            raise BadInput(f"{name}: {str(err['msg']).removeprefix('Value error, ')}") from None
+
+    @field_validator("database_url", "dbos_database_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        if not _URL.fullmatch(v):
+            raise ValueError("not a database URL (sqlite:///path/file.db or postgresql://user@host/db)")
+        if v.startswith("sqlite") and "memory" not in v:
+            path = Path(v.split(":///", 1)[-1].split("?", 1)[0])
+            if not path.parent.is_dir():
+                raise ValueError(f"the folder of {path} does not exist")
+        return v
 
     home: Path = Field(default=Path(".trainteam"), description="workspace folder")
     database_url: str | None = Field(

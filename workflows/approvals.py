@@ -16,7 +16,8 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from trainteam.errors import Conflict, NotFound
+from trainteam.agents.redact import redact_text
+from trainteam.errors import BadInput, Conflict, NotFound
 from trainteam.graph import EdgeKind, NodeKind
 from trainteam.workflows.store import ApprovalStore
 from trainteam.workflows.views import approval_public, resolve  # noqa: F401  (read side, kept importable here)
@@ -50,8 +51,26 @@ def read_decision(ws, approval_id: str) -> dict[str, Any]:
     return {"id": row["id"], "status": row["status"], "decided_by": row["decided_by"], "note": row["note"]}
 
 
+def _decider(by: str | None) -> str | None:
+    """Who decides, as recorded in the queue and the graph: a name, not a key or a paragraph."""
+    if by is None:
+        return None
+    if not by.strip() or len(by) > 128 or any(ord(ch) < 32 for ch in by):
+        raise BadInput("--by: a person's name, 1 to 128 printable characters")
+    if redact_text(by) != by:
+        raise BadInput(f"--by: {by[:8]}… looks like a secret key, not a person's name")
+    return by
+
+
+def _note(note: str | None) -> str | None:
+    if note is not None and len(note) > 4000:
+        raise BadInput(f"--note: {len(note)} characters; at most 4000")
+    return None if note is None else redact_text(note)
+
+
 def decide(ws, ref: str, *, approve: bool, by: str | None = None, note: str | None = None) -> dict[str, Any]:
     """A person's decision. Final: deciding the same approval again is an error."""
+    by, note = _decider(by), _note(note)
     store = ApprovalStore(ws.engine)
     row = resolve(store, ref)
     if row["status"] != "pending":

@@ -14,7 +14,9 @@ import sqlite3
 from typing import Any
 
 from trainteam.dbread import fetch
+from trainteam.ids import check_ref, prefix_allowed
 
+APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired")
 RUN_COLUMNS = ("run_id", "workflow", "task_name", "task", "status", "current_step", "error", "metrics",
                "executor_id", "created_at", "updated_at")
 ATTEMPT_COLUMNS = ("id", "run_id", "step", "visit", "persona", "status", "executor_id", "started_at",
@@ -85,8 +87,9 @@ class ApprovalReader:
 
     def find(self, ref: str) -> list[dict[str, Any]]:
         """Exact id, or a unique prefix of one (ids are long)."""
-        rows = self._approvals(" WHERE id LIKE ?", (f"{ref}%",))
-        return [r for r in rows if r["id"] == ref] or rows
+        check_ref(ref, "approval id")
+        rows = self._approvals(" WHERE substr(id, 1, ?) = ?", (len(ref), ref))  # literal and case-sensitive
+        return [r for r in rows if r["id"] == ref] or (rows if prefix_allowed(ref) else [])
 
     def list(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
         clauses, params = [], []

@@ -6,8 +6,11 @@ import secrets
 import time
 from datetime import datetime, timezone
 
+from trainteam.agents.redact import redact_text
 from trainteam.agents.tools import TOOLS
 from trainteam.errors import BadInput
+from trainteam.ids import check_run_id
+from trainteam.workflows.preflight import preflight
 from trainteam.workflows.spec import WorkflowSpec
 from trainteam.agents.task import TrainTask
 
@@ -29,6 +32,28 @@ def check_runnable(spec: WorkflowSpec, task: TrainTask, source: str) -> None:
             raise BadInput(f"workflow {spec.name}: steps.{step.name}.tool: unknown tool {step.tool!r}")
     if task.workflow != spec.name:
         raise BadInput(f"{source}: workflow: task is for {task.workflow!r}, not {spec.name!r}")
+    preflight(task, source)
+
+
+def check_chosen_run_id(run_id: str, option: str = "--run-id") -> str:
+    """The id grammar, and not secret-shaped (it would be masked in every record and path)."""
+    check_run_id(run_id, option)
+    if redact_text(run_id) != run_id:
+        raise BadInput(f"{option}: {run_id[:8]}… looks like a secret key; it would be masked in every record")
+    return run_id
+
+
+def check_new_run_id(ws, run_id: str, option: str = "--run-id") -> str:
+    """A run id a person chose: in the id grammar (it names folders) and not taken — reusing
+    one would silently attach the new task to the old run."""
+    from trainteam.workflows.store import RunStore
+
+    check_chosen_run_id(run_id, option)
+    old = RunStore(ws.engine).get(run_id)
+    if old is not None:
+        raise BadInput(f"{option}: run {run_id!r} already exists ({old['status']}); choose another id, "
+                       f"or continue it with `trainteam runs resume {run_id}`")
+    return run_id
 
 
 def run_foreground(ws, spec: WorkflowSpec, task: TrainTask, run_id: str, progress: bool = True) -> dict:

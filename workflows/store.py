@@ -15,10 +15,10 @@ from sqlalchemy.engine import Engine
 
 from trainteam.agents.redact import redact, redact_text
 from trainteam.db import JSONText, metadata, utcnow
+from trainteam.ids import check_ref, prefix_allowed
 from trainteam.workflows.readonly import summarize_attempts
 
 RUN_STATUSES = ("pending", "running", "waiting_approval", "completed", "failed", "cancelled")
-APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired")
 
 runs_table = Table(
     "runs",
@@ -186,10 +186,12 @@ class ApprovalStore:
 
     def find(self, ref: str) -> list[dict[str, Any]]:
         """Exact id, or a unique prefix of one (ids are long)."""
+        check_ref(ref, "approval id")
         with self.engine.connect() as conn:
-            rows = conn.execute(select(approvals_table).where(approvals_table.c.id.like(f"{ref}%"))).mappings().all()
-        exact = [dict(r) for r in rows if r["id"] == ref]
-        return exact or [dict(r) for r in rows]
+            rows = [dict(r) for r in conn.execute(select(approvals_table).where(
+                approvals_table.c.id.startswith(ref, autoescape=True))).mappings()]
+        exact = [r for r in rows if r["id"] == ref]  # LIKE ignores case on SQLite: compare here
+        return exact or ([r for r in rows if r["id"].startswith(ref)] if prefix_allowed(ref) else [])
 
     def list(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
         query = select(approvals_table).order_by(approvals_table.c.created_at)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainteam.errors import NotFound
+from trainteam.ids import check_run_id
 from trainteam.workflows.executors import executor_alive
 
 ACTIVE = ("pending", "running", "waiting_approval")
@@ -28,7 +29,7 @@ def runs_public(ws, limit: int = 50) -> list[dict[str, Any]]:
 
 
 def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
-    row = runs.get(run_id)
+    row = runs.get(check_run_id(run_id))
     if row is None:
         raise NotFound(f"run {run_id!r} not found (see `trainteam runs list`)")
     view = _summary(row)

@@ -33,6 +33,7 @@ def files(tmp_path, monkeypatch):
     (tmp_path / "base" / "config.json").write_text(json.dumps({
         "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 256, "vocab_size": 300, "max_position_embeddings": 128}))
+    (tmp_path / "base" / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # sound, empty
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -150,6 +150,7 @@ def test_long_context_against_a_local_models_own_context(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 128}))
+    (model / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # an empty, sound file
     body = {**BASE, "model": {"path": "model"},
             "curriculum": [{"name": "mid_train", "training": {"seq_len": 64}}, LONG | {"training": {"seq_len": 256}}]}
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(body))

@@ -17,8 +17,15 @@ def list_(
     run: Optional[str] = typer.Option(None, "--run", help="only this run"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
+    from trainteam.errors import BadInput
+    from trainteam.ids import check_run_id
+    from trainteam.workflows.readonly import APPROVAL_STATUSES
     from trainteam.workflows.views import approval_public
 
+    if status != "all" and status not in APPROVAL_STATUSES:
+        raise BadInput(f"--status: {status!r} is not one of {', '.join(APPROVAL_STATUSES)}, all")
+    if run is not None:
+        check_run_id(run, "--run")
     rows = read_stores()[1].list(None if status == "all" else status, run)
     if as_json:
         return print_json([approval_public(r) for r in rows])

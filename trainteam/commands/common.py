@@ -92,3 +92,23 @@ def load_config_file(path: Path, cls, option: str):
         return cls.model_validate(data)
     except ValidationError as exc:
         raise BadInput(format_validation_error(exc, str(path))) from None
+
+
+def check_out_file(path: Path, option: str) -> None:
+    """An output file a person named: its folder exists, and it is not a folder or a device."""
+    from trainteam.errors import BadInput
+
+    if path.exists() and not path.is_file():
+        raise BadInput(f"{option}: {path} exists and is not a regular file")
+    if not path.parent.is_dir():
+        raise BadInput(f"{option}: the folder {path.parent} does not exist")
+
+
+def check_out_folder(path: Path, option: str) -> None:
+    """An output folder a person named: a folder, or a new one inside an existing folder."""
+    from trainteam.errors import BadInput
+
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{option}: {path} exists and is not a folder")
+    if not path.exists() and not path.parent.is_dir():
+        raise BadInput(f"{option}: the folder {path.parent} does not exist")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from trainteam.commands.common import console, print_json, workspace
+from trainteam.commands.common import check_out_file, console, print_json, workspace
 
 graph_app = typer.Typer(help="The knowledge graph of runs, data and models.", no_args_is_help=True)
 
@@ -40,6 +40,8 @@ def export(fmt: str = typer.Option("json", "--format", help="graphml | json"),
 
     if fmt not in ("graphml", "json"):
         raise BadInput(f"--format: unknown format {fmt!r} (graphml, json)")
+    if out is not None:
+        check_out_file(out, "--out")
     ws = workspace()
     path = out or ws.dir("reports") / f"graph.{fmt}"
     ws.graph.export(path, fmt)

@@ -33,22 +33,33 @@ def _row_tokens(data: Path | None) -> float | None:
     return per_row
 
 
+def _check_options(params: float | None, launcher: str) -> None:
+    import math
+
+    from trainteam.errors import BadInput
+
+    if params is not None and not (math.isfinite(params) and 1e3 <= params <= 1e13):
+        raise BadInput(f"--params: {params:g} is not a model size (a number of parameters from 1e3 to 1e13)")
+    if launcher not in ("accelerate", "torchrun"):
+        raise BadInput(f"--launcher: {launcher!r} is not accelerate or torchrun")
+
+
 def plan_command(
     model: Optional[Path] = typer.Option(None, "--model", help="ModelSpec as YAML/JSON"),
     params: Optional[float] = typer.Option(None, "--params", help="model size as a number of parameters, e.g. 7e9"),
-    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="when the model spec leaves it open"),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1, max=1 << 21, help="when the model spec leaves it open"),
     data: Optional[Path] = typer.Option(None, "--data", help="SFT data (JSONL): count its rows' tokens, not "
                                         "seq_len windows"),
     config: Optional[Path] = typer.Option(None, "--config", help="TrainConfig as YAML/JSON (default: TrainConfig())"),
     hardware: Optional[Path] = typer.Option(None, "--hardware", help="HardwareSpec as YAML/JSON (default: this machine)"),
     recommend: bool = typer.Option(False, "--recommend", help="choose strategy, precision, micro-batch, accumulation"),
-    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="with --recommend: global batch to keep"),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, max=1 << 24, help="with --recommend: global batch to keep"),
     lenient: bool = typer.Option(False, "--lenient", help="wasteful settings become warnings (impossible ones stay refused)"),
     launch_dir: Optional[Path] = typer.Option(None, "--launch-dir", help="write the accelerate config here and print commands"),
     script: str = typer.Option("train.py", "--script", help="with --launch-dir: the training script to launch"),
     launcher: str = typer.Option("accelerate", "--launcher", help="accelerate or torchrun"),
     main_ip: str = typer.Option("127.0.0.1", "--main-ip", help="address of the machine with rank 0"),
-    port: int = typer.Option(29500, "--port", help="rendezvous port"),
+    port: int = typer.Option(29500, "--port", min=1, max=65535, help="rendezvous port"),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
 ) -> None:
     """Plan a run: tokens, memory per device, time and cost, and why; refuse what cannot work."""
@@ -60,6 +71,7 @@ def plan_command(
 
     if (model is None) == (params is None):
         raise BadInput("--model / --params: give exactly one")
+    _check_options(params, launcher)
     spec = _load(model, ModelSpec, "--model") if model is not None else int(params)
     cfg = _load(config, TrainConfig, "--config") if config is not None else TrainConfig()
     hw = _load(hardware, HardwareSpec, "--hardware") if hardware is not None else detect_hardware(processes=cfg.devices_per_node)

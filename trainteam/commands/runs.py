@@ -14,7 +14,7 @@ runs_app = typer.Typer(help="Past and current runs.", no_args_is_help=True)
 
 
 @runs_app.command("list")
-def list_(limit: int = typer.Option(50), as_json: bool = typer.Option(False, "--json")) -> None:
+def list_(limit: int = typer.Option(50, min=1, max=100_000, help="newest first, at most this many"), as_json: bool = typer.Option(False, "--json")) -> None:
     from trainteam.workflows.views import runs_view
 
     rows = runs_view(read_stores()[0], limit)
@@ -99,8 +99,11 @@ def cancel(run_id: str) -> None:
 def report(run_id: str, out: Path = typer.Option(None, "--out", "-o", help="folder (default: workspace/reports/RUN)"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Write the run's report (markdown + loss, eval and time/cost plots) and print its path."""
+    from trainteam.commands.common import check_out_folder
     from trainteam.workflows.reporting import write_run_report
 
+    if out is not None:
+        check_out_folder(out, "--out")
     files = write_run_report(workspace(), run_id, out)
     if as_json:
         return print_json(files.model_dump(mode="json"))
