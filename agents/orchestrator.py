@@ -223,6 +223,8 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
     try:
         result = agent.run_sync(text)
     except UnexpectedModelBehavior as exc:
+        if isinstance(exc.__cause__, ValidationError):  # the answer failed a task file's validation: name the field
+            raise BadInput(format_validation_error(exc.__cause__, "request")) from None
         raise BadInput(f"request: the orchestrator could not turn it into a valid task ({exc.message})") from None
     except provider_errors() as exc:  # the provider setting is a person's input: one line, exit 2
         choice = choose_model("ml_orchestrator") if model is None else None
