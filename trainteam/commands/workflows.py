@@ -43,7 +43,9 @@ def show(name: str, mermaid: bool = typer.Option(False, "--mermaid", help="print
 
 @workflows_app.command("validate")
 def validate(path: Path) -> None:
-    """Check a workflow spec file; errors name the field."""
+    """Check a workflow spec file as a run would: a bounded, UTF-8, regular file; YAML within the
+    depth/alias/size limits; fields and graph; each step's tool known and on its persona's card.
+    Errors are one line naming the field (steps.NAME.tool), exit 2."""
     from trainteam.workflows.spec import load_spec_file
 
     spec = load_spec_file(path)
