@@ -10,10 +10,12 @@ Python object is built, so a 723-byte "billion laughs" bomb is refused in millis
 
 Why not a library: PyYAML (6.0) has no alias, size or depth limit — its maintainers point
 out that aliases are shared references, so loading is cheap and only walking the result
-explodes (yaml/pyyaml#235, open since 2018); the C loader composes recursively, so it is
-not used here for untrusted depth. OmegaConf added an expanded-node cap to its own loader
-(omry/omegaconf#1296), but it is a whole configuration system, not a safe_load. So this
-module subclasses ``yaml.SafeLoader`` and keeps ``yaml.safe_load`` semantics.
+explodes (yaml/pyyaml#235, open since 2018); its C loader composes recursively, so it is not
+used here for composing. The Python projects that bound it do so inside their own loaders:
+OmegaConf caps expanded nodes (omry/omegaconf#1296), cfn-lint counts the alias-resolved nodes
+with memoization by identity (aws-cloudformation/cfn-lint#4670) — the approach taken here;
+neither is a drop-in safe_load. So this module keeps ``yaml.safe_load`` semantics (libyaml's
+scanner and parser when present, PyYAML's composer and SafeConstructor) and adds the bounds.
 
 A leaf module: stdlib, yaml and ``trainteam.errors`` only (agents, workflows and the CLI use it).
 """
