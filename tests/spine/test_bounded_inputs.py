@@ -129,3 +129,27 @@ def test_a_config_file_is_bounded_too(tmp_path, ws):
     _refused(ws, "plan", "--params", "1e6", "--config", str(bomb), expected="--config: ")
     _refused(ws, "plan", "--params", "1e6", "--hardware", "/dev/zero",
              expected="/dev/zero: --hardware file is not a regular file")
+
+
+SAFE_LOAD_PARITY = [
+    "a: &x [1, 2.5, null, true, '3']\nb: *x\nc: {<<: {d: 1}, e: 2014-01-02}\n",
+    "- {name: s, persona: data_curator}\n- !!str 12\n- 1_000\n- 0x1f\n- .inf\n",
+    "",
+    "# only a comment\n",
+]
+
+
+@pytest.mark.parametrize("loader", ["libyaml", "python"])
+def test_load_yaml_is_safe_load_within_the_limits(loader, monkeypatch):
+    from trainteam import inputfiles
+    from trainteam.errors import BadInput
+
+    if loader == "python":  # the fallback where libyaml is missing
+        monkeypatch.setattr(inputfiles, "_Loader", inputfiles._PyLoader)
+    for text in SAFE_LOAD_PARITY:
+        assert inputfiles.load_yaml(text, "x.yaml") == yaml.safe_load(text)
+    start = time.monotonic()
+    for text in (BOMB, "[" * 100_000, "&a [*a]", "!!python/object:os.system {}"):
+        with pytest.raises(BadInput, match=r"^x\.yaml: "):
+            inputfiles.load_yaml(text, "x.yaml")
+    assert time.monotonic() - start < 1
