@@ -31,7 +31,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
-from trainteam.agents.request_parser import Reading, read_request, stated_budget, stated_numbers, too_long
+from trainteam.agents.request_parser import Reading, read_request, request_refusal, stated_budget, stated_numbers
 from trainteam.errors import BadInput, format_validation_error
 
 DEMO_REQUEST = (
@@ -126,8 +126,8 @@ def _grounded(task, text: str) -> None:
     said = read_request(text)
     if "budget" in said.missing:
         raise BadInput(_MISSING["budget"])
-    refused = [p for p in said.problems if p.startswith("budget")]
-    if refused:  # "no budget" stays a refusal whatever ceiling a model filled in
+    refused = [p for p in said.problems if p.startswith(("budget", "model.trust_remote_code"))]
+    if refused:  # "no budget" (or "trust remote code") stays a refusal whatever a model answered
         raise BadInput(refused[0])
     _grounded_budget(task.budget, text, said)
     _grounded_settings(task, text, said)
@@ -217,8 +217,9 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
 
     if not isinstance(text, str) or not text.strip():
         raise BadInput("request: empty; say which model, which data and what budget")
-    if too_long(text):  # before any model sees it: bounded work, bounded tokens
-        raise BadInput(too_long(text))
+    refusal = request_refusal(text)  # before any model sees it: bounded work, bounded tokens, plain text
+    if refusal:
+        raise BadInput(refusal)
     agent = _agent(model)
     try:
         result = agent.run_sync(text)

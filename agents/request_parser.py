@@ -333,12 +333,30 @@ def _gates(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
     return gates
 
 
-def too_long(text: str) -> str | None:
-    """The one-line refusal of a request over MAX_REQUEST_CHARS, else None."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # C0/C1 controls but tab and newlines
+_TRUST = r"trust[_ -]?remote[_ -]?code|remote code"
+
+
+def request_refusal(text: str) -> str | None:
+    """The one-line refusal of a request that is over MAX_REQUEST_CHARS or holds control
+    characters (terminal escapes, NUL), else None: checked before anything reads it."""
     if len(text) > MAX_REQUEST_CHARS:
         return (f"request: {len(text):,} characters, over the limit of {MAX_REQUEST_CHARS:,}; say what to train, "
                 "on what data and within what budget in fewer words (settings beyond that belong in a task file)")
+    m = _CONTROL.search(text)
+    if m:
+        return (f"request: holds a control character ({ascii(m.group())[1:-1]} at position {m.start()}); "
+                "write the request as plain text")
     return None
+
+
+def _trust_problem(text: str) -> str | None:
+    """A request may not turn trust_remote_code on (saying it stays off is fine)."""
+    m = _search(_TRUST, text)
+    if m is None or _search(r"\b(?:no|not|never|without|don't|do not)\s+(?:\w+\s+){0,2}$", text[max(0, m.start() - 40):m.start()]):
+        return None
+    return ("model.trust_remote_code: a request cannot turn it on; only your own task file can "
+            "(model.trust_remote_code: true, run with execute-workflow --task)")
 
 
 def _asks(text: str) -> list[str]:
@@ -356,7 +374,7 @@ def read_request(text: str) -> Reading:
     """Extract TrainTask fields from ``text``; required fields it does not state go to ``missing``;
     a request too long, or a number no field can hold, is a problem."""
     r = Reading()
-    refusal = too_long(text)
+    refusal = request_refusal(text) or _trust_problem(text[:MAX_REQUEST_CHARS])
     if refusal:
         r.problems.append(refusal)
         return r

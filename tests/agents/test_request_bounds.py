@@ -74,6 +74,19 @@ def test_numbers_out_of_range_are_refused(tail):
     assert REFUSED[tail] in message and len(message) < 300, message
 
 
+@pytest.mark.parametrize("tail, expected", [
+    (" \x1b[2J\x1b]0;x\x07", "request: holds a control character (\\x1b at position"),
+    ("\x00", "request: holds a control character (\\x00 at position"),
+    (", with trust_remote_code: true", "model.trust_remote_code: a request cannot turn it on"),
+])
+def test_control_characters_and_remote_code_are_refused(tail, expected):
+    assert _refusal(BASE + "budget 30 minutes" + tail).startswith(expected)
+
+
+def test_saying_remote_code_stays_off_is_fine():
+    assert not parse_request(BASE + "budget 30 minutes, without trust_remote_code", check_plan=False).model.trust_remote_code
+
+
 def test_numbers_in_range_still_read():
     assert parse_request(BASE + "budget 2 hours", check_plan=False).budget.max_wall_minutes == 120
     assert parse_request(BASE + "budget 10-30 minutes", check_plan=False).budget.max_wall_minutes == 30

@@ -1,7 +1,7 @@
 """`trainteam submit "..."`: a request in plain words → a validated task, its plan, and (once confirmed) the run.
 
 A refusal (missing model, data or budget; a task the planner cannot run; a request over
-4,000 characters) is one line and exit 2; nothing is written to the workspace before the
+4,000 characters or with control characters) is one line and exit 2; nothing is written to the workspace before the
 person confirms.
 """
 
@@ -26,11 +26,12 @@ def submit_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output while it runs"),
 ) -> None:
     """Submit a training request in natural language; the ml_orchestrator turns it into a task."""
-    from trainteam.agents.request_parser import too_long
+    from trainteam.agents.request_parser import request_refusal
     from trainteam.errors import BadInput
 
-    if too_long(request):  # refused at once: before pydantic-ai is imported or any model sees it
-        raise BadInput(too_long(request))
+    refusal = request_refusal(request)  # refused at once: before pydantic-ai is imported or any model sees it
+    if refusal:
+        raise BadInput(refusal)
     from trainteam.agents.orchestrator import parse_request, plan_request
 
     from trainteam.workflows.spec import load_builtin
