@@ -61,7 +61,8 @@ def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
 
 
 _VOLATILE_KEYS = ("seconds", "time", "timestamp", "created_at", "updated_at", "wall", "elapsed", "duration")
-_SKIP = ("training_args.bin", "trainer_state.json", "run-history.jsonl", "optimizer.pt", "scheduler.pt")
+_SKIP = ("training_args.bin", "trainer_state.json", "run-history.jsonl", "optimizer.pt", "scheduler.pt",
+         "trainteam-manifest.json")  # the manifest hashes training_args.bin, which names the folder
 
 
 def _canonical(value: Any, root: str) -> Any:

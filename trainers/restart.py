@@ -15,6 +15,7 @@ from pathlib import Path
 
 from trainteam.errors import BadInput
 from trainteam.trainers.checkpoints import is_complete
+from trainteam.trainers.manifest import write_manifest
 from trainteam.trainers.reports import RestartProposal
 
 
@@ -47,6 +48,7 @@ def prepare_rollback(proposal: RestartProposal, output_dir: Path, timeout_s: flo
             time.sleep(0.2)
         return dst
     _write_rollback(proposal, src, dst)
+    write_manifest(dst)  # the rewritten state files verify too; .ready last
     ready.write_text("ok")
     return dst
 

@@ -4,6 +4,7 @@ A bad value found inside a run costs a workspace entry, a failed run and often m
 work; found here it is one line naming the field or the file's row, and nothing is written.
 ``check_runnable`` (workflows/runner.py) calls ``preflight`` after the task and spec parsed:
 
+- no field the run uses holds a secret (only the description's prose is masked);
 - every persona's model setting (``TRAINTEAM_MODEL*``) names a model that can be built;
 - every stage plans on this machine (the planner's refusals: memory, a model too large);
 - the tracker each stage names is installed;
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainteam.agents.redact import redacted_task
 from trainteam.agents.task import DataSpec, TrainTask
 from trainteam.errors import BadInput
 
@@ -22,6 +24,7 @@ PAIR = ("prompt", "completion")
 
 
 def preflight(task: TrainTask, source: str) -> None:
+    redacted_task(task.model_dump(mode="json"), source)  # a key in a path or name: refused, not masked
     providers()
     _trackers(task, source)
     _plans(task, source)
