@@ -21,6 +21,7 @@ request asks to approve must stay in ``require_approval``.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterator
 
 from pydantic import BaseModel, Field, ValidationError
@@ -160,6 +161,14 @@ def _grounded_budget(budget, text: str, said: Reading) -> None:
 
 
 _FREE = {"name", "description", "stages", "budget", "require_approval", "on_gate_failure"}  # checked apart, or harmless
+# The engineering a model is asked for: the shape that "a small llama" means and the usual
+# hyperparameters (not how much work: max_steps, n_train). A model may choose these without the request's words, because they pass the
+# same validation, the planner (a stage it refuses, or an estimate over the budget, is refused
+# in plan_request) and the budget ceiling inside every step. What spends or widens trust — the
+# budget, data, paths, gates, approvals, trust_remote_code — stays held to the words.
+_JUDGEMENT = re.compile(r"model\.(arch|hidden_size|num_layers|num_heads|num_kv_heads|intermediate_size|"
+                        r"max_position_embeddings)|tokenizer\.vocab_size|training\.\w+\.(learning_rate|"
+                        r"per_device_batch_size|grad_accum|warmup_steps|lr_scheduler|seq_len|weight_decay)")
 
 
 def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -187,7 +196,7 @@ def _grounded_settings(task, text: str, said: Reading) -> None:
     numbers = stated_numbers(text) | {v for v in read.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     lowered = text.lower()
     for path, value in _leaves(task.model_dump(mode="json", exclude_defaults=True)):
-        if value is None or read.get(path, object()) == value:
+        if value is None or read.get(path, object()) == value or _JUDGEMENT.fullmatch(path):
             continue
         if isinstance(value, bool):
             ok = False

@@ -282,7 +282,7 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
             cfg["save_steps"] = _int(m.group(1), "training.save_steps")
             clause = clause[:m.start()] + clause[m.end():]
         if _search(r"\b(?:no|without)\s+(?:gradient\s+|grad\s+)?clipping\b", clause):
-            cfg["max_grad_norm"] = 1e6  # TrainConfig has no "off": a norm no gradient reaches (its largest)
+            cfg["max_grad_norm"] = 1e9  # TrainConfig has no "off": a norm no gradient reaches
         m = _search(r"warm[- ]?(?:ing )?up(?:\s+(?:of|for|over))?\s+" + _NUM + r"\s+steps", clause)
         if m:
             cfg["warmup_steps"] = _int(m.group(1), "training.warmup_steps")

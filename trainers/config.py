@@ -120,7 +120,7 @@ class TrainConfig(_Strict):
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup", "warmup_stable_decay"] = "cosine"
     warmup_steps: int = Field(default=0, ge=0, le=10_000_000)
     weight_decay: float = Field(default=0.0, ge=0)
-    max_grad_norm: float = Field(default=1.0, gt=0, le=1e6)
+    max_grad_norm: float = Field(default=1.0, gt=0, le=1e12)
     seq_len: int = Field(default=128, gt=0, le=1 << 20)
     precision: Precision = "fp32"
     gradient_checkpointing: bool = False

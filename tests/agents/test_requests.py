@@ -193,6 +193,6 @@ def test_submit_cli_plan_only_json_and_refusal(tmp_path):
 def test_a_request_can_turn_gradient_clipping_off():
     t = parse_request("SFT a tiny llama on the addition demo for 100 steps without gradient clipping, "
                       "budget 10 minutes", check_plan=False)
-    assert t.training["sft"].max_grad_norm >= 1e6  # the largest TrainConfig takes: no gradient reaches it
+    assert t.training["sft"].max_grad_norm >= 1e9
     kept = parse_request("SFT a tiny llama on the addition demo for 100 steps, budget 10 minutes", check_plan=False)
     assert "sft" not in kept.training or kept.training["sft"].max_grad_norm == 1.0
