@@ -191,6 +191,9 @@ class TrainTask(_Strict):
             raise ValueError("stages: needs pretrain or sft")
         if "pretrain" in self.stages and self.model.path is not None and self.curriculum is None:
             raise ValueError("stages: pretrain starts from random init; model.path is for fine-tuning")
+        if "pretrain" not in self.stages and self.model.path is None and self.curriculum is None:
+            raise ValueError(f"stages: {self.stages[0]} fine-tunes a trained model; give model.path, "
+                             "or pretrain first (stages: [pretrain, ...])")
         if self.curation is not None:
             from trainteam.curation.pipeline import CurationConfig
 

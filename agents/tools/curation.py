@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trainteam.errors import BadInput
 from trainteam.agents.tools.base import StepResult, ToolContext
 
 
@@ -39,6 +40,10 @@ def _curate_split(ctx: ToolContext, train: str, prepared_node: str, evals: dict[
     report = run_curation(corpus, evals, config, graph=ctx.graph,
                           out_dir=_version_dir(ctx, corpus, evals, config), progress=ctx.progress)
     ctx.graph.add_edge(report.node_id, prepared_node, EdgeKind.DERIVED_FROM)
+    if not report.counts.get("output"):  # an empty training set would fail three steps later, unexplained
+        raise BadInput(f"curate: no training record is left ({_summary(report)}); loosen the filter that "
+                       "removed them in the task's curation settings (e.g. curation: {quality: null} for "
+                       "short prompt/completion rows)")
     out_dir = Path(report.output).parent
     train_path = out_dir / "train.jsonl"
     if not train_path.exists():  # back to the trainers' record shape: prompt/completion (or text)

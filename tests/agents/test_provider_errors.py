@@ -4,8 +4,9 @@ body or the key it echoes; a persona's step fails with that line, a request is r
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from local_http import send_json, serving
 
 import pytest
 from persona_helpers import ctx
@@ -26,13 +27,8 @@ class Failing(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 (http.server's name)
         sent = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode(errors="replace")
-        data = json.dumps({"error": {"message": f"bad key {self.headers.get('Authorization')}: {sent[:500]}",
-                                     "code": "invalid_api_key"}}).encode()
-        self.send_response(Failing.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, Failing.status, {"error": {"message": f"bad key {self.headers.get('Authorization')}: "
+                                                          f"{sent[:500]}", "code": "invalid_api_key"}})
 
     def log_message(self, *args):
         pass
@@ -40,11 +36,8 @@ class Failing(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Failing) as url:
+        yield url
 
 
 @pytest.mark.parametrize("status,what", [(401, "HTTP 401 (unauthorized)"), (403, "HTTP 403 (forbidden)"),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from local_http import send_json, serving
 
 import pytest
 from persona_helpers import ctx
@@ -45,12 +46,7 @@ class Script(BaseHTTPRequestHandler):
                                           "tool_calls": [{"id": f"call_{len(Script.requests)}", "type": "function",
                                                           "function": call}]}}],
                  "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, 200, reply)
 
     def log_message(self, *args):
         pass
@@ -59,12 +55,8 @@ class Script(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     Script.requests, Script.auth, Script.task = [], [], None
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Script)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Script) as url:
+        yield url
 
 
 def test_persona_runs_on_an_openai_compatible_server_chosen_by_settings(tmp_path, server, monkeypatch):

@@ -189,10 +189,12 @@ def file_cases() -> list[Case]:
 ROWS = {"good": '{"prompt": "1+1=", "completion": "2"}\n' * 4}
 
 
-def _data_task(train: str = "train.jsonl", eval_: str = "eval.jsonl", **changes) -> str:
-    return task_yaml(**{"data": {"path": train, "eval_path": eval_}, "stages": ["sft"],
-                        "training": {"sft": {"max_steps": 2, "seq_len": 32}}, "gates": {"sft": {"metric":
-                        "exact_match", "min": 0.0}}, **changes})
+def _data_task(train: str = "train.jsonl", eval_: str = "eval.jsonl", stages: tuple = ("pretrain", "sft"),
+               **changes) -> str:
+    """A task on data files: pretrain then SFT, or SFT alone on a local model (``stages=["sft"]``)."""
+    return task_yaml(**{"data": {"path": train, "eval_path": eval_}, "stages": list(stages),
+                        "training": {s: {"max_steps": 2, "seq_len": 32} for s in stages},
+                        "gates": {s: {"metric": "exact_match", "min": 0.0} for s in stages}, **changes})
 
 
 def late_cases() -> list[Case]:
@@ -212,6 +214,7 @@ def late_cases() -> list[Case]:
         _task_case("late", "no stages", "stages", task_yaml(stages=[])),
         _task_case("late", "only dpo", "stages", task_yaml(stages=["dpo"])),
         _task_case("late", "unknown stage", "stages", task_yaml(stages=["rlhf"])),
+        _task_case("late", "sft without a model to fine-tune", "model.path", task_yaml(stages=["sft"], gates={})),
         _task_case("late", "training of an absent stage", "sft", task_yaml(**{"training.sft": {"max_steps": 2}})),
         _task_case("late", "a planner-refused model", "training.pretrain", task_yaml(**{
             "model": {"hidden_size": 65536, "num_layers": 1024, "num_heads": 1024, "max_position_embeddings": 64}})),
@@ -241,13 +244,13 @@ def late_cases() -> list[Case]:
         _task_case("late", "empty data file", "train.jsonl", _data_task(), files={"train.jsonl": "", "eval.jsonl": good}),
         _task_case("late", "data not UTF-8", "train.jsonl:2", _data_task(), files={
             "train.jsonl": good.encode()[:38] + b'{"prompt": "\xff", "completion": "1"}\n', "eval.jsonl": good}),
-        _task_case("late", "model.path /etc", "model.path", _data_task(**{"model": {"path": "/etc"}}),
+        _task_case("late", "model.path /etc", "model.path", _data_task(stages=["sft"], **{"model": {"path": "/etc"}}),
                    files={"train.jsonl": good, "eval.jsonl": good}),
-        _task_case("late", "model.path a file", "model.path", _data_task(**{"model": {"path": "eval.jsonl"}}),
+        _task_case("late", "model.path a file", "model.path", _data_task(stages=["sft"], **{"model": {"path": "eval.jsonl"}}),
                    files={"train.jsonl": good, "eval.jsonl": good}),
-        _task_case("late", "model.path without weights", "model.path", _data_task(**{"model": {"path": "m"}}),
+        _task_case("late", "model.path without weights", "model.path", _data_task(stages=["sft"], **{"model": {"path": "m"}}),
                    files={"train.jsonl": good, "eval.jsonl": good, "m/config.json": "{}"}),
-        _task_case("late", "model.path pickled weights only", "safetensors", _data_task(**{"model": {"path": "m"}}),
+        _task_case("late", "model.path pickled weights only", "safetensors", _data_task(stages=["sft"], **{"model": {"path": "m"}}),
                    files={"train.jsonl": good, "eval.jsonl": good, "m/config.json": '{"model_type": "llama"}',
                           "m/pytorch_model.bin": "x"}),
         _task_case("late", "pretrain with model.path", "model.path", task_yaml(**{"model": {"path": "m"}}),

@@ -14,9 +14,10 @@ import binascii
 import json
 import re
 import secrets
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from local_http import send_json, serving
 from pathlib import Path
 
 import pytest
@@ -45,12 +46,7 @@ class Unauthorized(BaseHTTPRequestHandler):
         body = {"error": {"message": f"Incorrect API key provided: {auth.removeprefix('Bearer ')}. "
                                      f"Authorization: {auth}; request was: {sent[:4000]}",
                           "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
-        data = json.dumps(body).encode()
-        self.send_response(401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, 401, body)
 
     def log_message(self, *args):
         pass
@@ -58,12 +54,8 @@ class Unauthorized(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def provider() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Unauthorized)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Unauthorized) as url:
+        yield url
 
 
 def _decoded(blob: bytes) -> Iterator[bytes]:
