@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.types import TypeDecorator
 
+from trainteam import dbread
 from trainteam.dbread import SCHEMA_VERSION  # noqa: F401  (defined there so readers need no SQLAlchemy)
 
 metadata = MetaData()
@@ -49,6 +50,7 @@ def utcnow() -> str:
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
+        dbread.hold(dbread.sqlite_path(url))
         engine = create_engine(url, connect_args={"timeout": 30})
 
         @event.listens_for(engine, "connect")

@@ -79,6 +79,7 @@ def connect_readonly(root: str | Path | None, tables: Iterable[str]) -> sqlite3.
     dbos = dbos_path(root)
     if dbos is not None:
         check_database(dbos)
+    hold(db)
     conn = _connect_ro(db)
     if conn is None:
         return None
@@ -199,7 +200,23 @@ def header_damage(path: Path) -> str | None:
     return None if found is None or _busy(path) else found
 
 
+# Files this process has opened through SQLite (our engines, read-only connections, DBOS).
+# Their header is never read with a plain open() again: closing any descriptor of a file drops
+# every POSIX lock this process holds on it, SQLite's included — measured here: a test process
+# polling ``Workspace.open`` while a run wrote the same workspace lost the run's rows (its WAL
+# was reset under it). SQLite's own connections share descriptors and are safe.
+_HELD: set[str] = set()
+
+
+def hold(path: Path | None) -> None:
+    """Record that this process opens ``path`` through SQLite from now on."""
+    if path is not None:
+        _HELD.add(os.path.abspath(path))
+
+
 def _header_damage(path: Path) -> str | None:
+    if os.path.abspath(path) in _HELD:
+        return None  # see _HELD: SQLite's own errors (cli.main's diagnose) speak for this file now
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:

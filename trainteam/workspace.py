@@ -97,6 +97,7 @@ class Workspace:
             return
         dbread.check_database(path, must_hold_data=(lambda: self._runs_exist()) if runs else False,
                               why_data="the workspace has runs", wait_s=1.0)
+        dbread.hold(path)  # DBOS opens it next (engine.launch): no plain open() of it after this
         if path.exists() and not _can_write(path):
             raise BadInput(f"workspace {self.root} is read-only: {path.name} cannot be written by this user; "
                            "make it writable, or choose another --workspace")
@@ -159,9 +160,7 @@ class Workspace:
 
 
 def _can_write(path: Path) -> bool:
-    """Whether this process may write ``path`` (opened for writing, nothing written)."""
-    try:
-        with open(path, "r+b"):
-            return True
-    except OSError:
-        return False
+    """Whether this process may write ``path``. ``access`` rather than opening it: closing a
+    descriptor of a SQLite file drops this process's locks on it (see ``dbread._HELD``); it
+    honours a read-only mount, and root's bits when root lacks CAP_DAC_OVERRIDE."""
+    return os.access(path, os.W_OK)

@@ -289,20 +289,20 @@ def cli_cases(run_id: str) -> list[Case]:
           for v in ("bogus", "PENDING", "")]
     c += [Case("cli", "approvals list --run %", ["approvals", "list", "--run", "%"], expect="run")]
     c += [Case("cli", f"graph export --out {v}", ["graph", "export", "--out", v], expect="--out") for v in (
-        "/nonexistent/dir/g.json", "{cwd}", "/dev/full/x.json")]
+        "{cwd}/missing/dir/g.json", "{cwd}", "/dev/full/x.json")]
     c += [Case("cli", f"runs report --out {v}", ["runs", "report", run_id, "--out", v], expect="--out") for v in (
-        "/nonexistent/dir/r", "/dev/null")]
+        "{cwd}/missing/dir/r", "/dev/null")]
     c += [Case("cli", f"plan --params {v}", ["plan", "--params", v], expect="params") for v in (
         "nan", "inf", "-1", "0", "abc", "1e999", "1e30")]
     c += [Case("cli", f"plan {o} {v}", ["plan", "--params", "1e6", o, v], expect=o) for o, v in (
         ("--vocab-size", "0"), ("--vocab-size", "-1"), ("--global-batch", "0"), ("--port", "0"), ("--port", "99999"),
-        ("--launcher", "nope"), ("--model", "/dev/zero"), ("--config", "{cwd}"), ("--hardware", "/nonexistent"))]
+        ("--launcher", "nope"), ("--model", "/dev/zero"), ("--config", "{cwd}"), ("--hardware", "{cwd}/missing.yaml"))]
     c += [Case("cli", "unknown command", ["frobnicate"]), Case("cli", "unknown option", ["runs", "list", "--frob"])]
     env_cases = {
         "TRAINTEAM_DATABASE_URL=notaurl://x": ({"TRAINTEAM_DATABASE_URL": "notaurl://x"}, "TRAINTEAM_DATABASE_URL"),
         "TRAINTEAM_DATABASE_URL=garbage": ({"TRAINTEAM_DATABASE_URL": "garbage"}, "TRAINTEAM_DATABASE_URL"),
         "TRAINTEAM_DATABASE_URL=sqlite in a missing dir": (
-            {"TRAINTEAM_DATABASE_URL": "sqlite:////nonexistent/dir/x.db"}, "TRAINTEAM_DATABASE_URL"),
+            {"TRAINTEAM_DATABASE_URL": "sqlite:///{cwd}/missing/dir/x.db"}, "TRAINTEAM_DATABASE_URL"),
         "TRAINTEAM_MODEL without a provider": ({"TRAINTEAM_MODEL": "gpt4"}, "TRAINTEAM_MODEL"),
         "TRAINTEAM_MODEL unknown provider": ({"TRAINTEAM_MODEL": "nosuch:model"}, "TRAINTEAM_MODEL"),
     }
