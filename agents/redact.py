@@ -70,10 +70,17 @@ def remember(value: str | None) -> None:
         _REMEMBERED = _REMEMBERED | {value}
 
 
+def _provider_configured() -> bool:
+    return any(k.startswith("TRAINTEAM_MODEL") and not k.startswith("TRAINTEAM_MODEL_BASE_URL")
+               and v.strip() not in ("", "offline") for k, v in os.environ.items())
+
+
 @lru_cache(maxsize=1)
 def keyring_values() -> tuple[str, ...]:
-    """trainteam's keyring entries, read once per process; none when keyring is absent or unusable."""
-    if importlib.util.find_spec("keyring") is None:
+    """trainteam's keyring entries, read once per process; none when keyring is absent or unusable,
+    or when no persona is set to a provider (then no key of the keyring was read by this process, and
+    a short command never wakes a desktop keyring — it may ask to be unlocked)."""
+    if importlib.util.find_spec("keyring") is None or not _provider_configured():
         return ()
     try:
         import keyring

@@ -58,8 +58,8 @@ def test_known_values_are_masked_wherever_they_appear(monkeypatch):
     assert out == {"a": [f"x {MARK} y", MARK], "tiny": "tiny"}
 
 
-def test_keyring_entries_of_trainteam_are_masked():
-    keyring = pytest.importorskip("keyring")
+def test_keyring_entries_of_trainteam_are_masked(monkeypatch):
+    import keyring  # the test extra installs it
     from keyring.backend import KeyringBackend
 
     class Memory(KeyringBackend):
@@ -79,6 +79,10 @@ def test_keyring_entries_of_trainteam_are_masked():
     keyring.set_keyring(Memory())
     R.keyring_values.cache_clear()
     try:
+        monkeypatch.delenv("TRAINTEAM_MODEL", raising=False)
+        assert redact_text("a keyring-held-key-0123 b") == "a keyring-held-key-0123 b"  # offline: never read
+        R.keyring_values.cache_clear()
+        monkeypatch.setenv("TRAINTEAM_MODEL", "openai:gpt-x")  # a provider may take its key from there
         assert redact_text("a keyring-held-key-0123 b") == f"a {MARK} b"
     finally:
         keyring.set_keyring(before)
