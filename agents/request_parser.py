@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainteam.agents.task import MAX_WALL_MINUTES  # one ceiling for requests and task files (30 days)
+
 STAGE_WORDS = {
     "pretrain": r"pre-?train\w*|from scratch|random init\w*",
     "sft": r"\bsft\b|fine-?tun\w*|supervised",
@@ -39,7 +41,6 @@ SIZES = {"tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4},
          "small": {"hidden_size": 256, "num_layers": 4, "num_heads": 4}}
 DIGITS = {"single": 9, "one": 9, "two": 99, "three": 999, "four": 9999}
 MAX_REQUEST_CHARS = 4000
-MAX_WALL_MINUTES = 43_200  # 30 days, the ceiling BudgetSpec holds a task file to as well
 # A number starts where its token starts (not inside a digit run, nor after "1," or "1."); a
 # minus is its sign only after a space or symbol ("budget -5", not "gpt-2" or "10-30"); the
 # atomic group never backtracks into the digits.
