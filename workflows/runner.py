@@ -7,7 +7,6 @@ import time
 from datetime import datetime, timezone
 
 from trainteam.agents.redact import redact_text
-from trainteam.agents.tools import TOOLS
 from trainteam.errors import BadInput
 from trainteam.ids import check_run_id
 from trainteam.workflows.preflight import preflight
@@ -27,9 +26,6 @@ def check_runnable(spec: WorkflowSpec, task: TrainTask, source: str) -> None:
     for i, step in enumerate(task.require_approval):
         if step not in names:
             raise BadInput(f"{source}: require_approval[{i}]: unknown step {step!r} (steps: {', '.join(sorted(names))})")
-    for step in spec.steps:
-        if step.tool not in TOOLS:
-            raise BadInput(f"workflow {spec.name}: steps.{step.name}.tool: unknown tool {step.tool!r}")
     if task.workflow != spec.name:
         raise BadInput(f"{source}: workflow: task is for {task.workflow!r}, not {spec.name!r}")
     preflight(task, source)
