@@ -35,10 +35,6 @@ def checkpoint_step(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-# Files restart.py rewrites in a rollback folder after copying the checkpoint (and its manifest).
-_ROLLBACK_REWRITES = ("trainer_state.json", "scheduler.pt", "optimizer.pt")
-
-
 def is_saved(path: Path) -> bool:
     """The save finished: trainer state readable and a safetensors weight file present."""
     path = Path(path)
@@ -55,13 +51,12 @@ def damage(path: Path, *, hashes: bool = True) -> str | None:
     With a manifest: every listed file has its size (and, with ``hashes``, its sha256).
     Always: every ``*.safetensors`` header is sound, and a sharded index's files exist."""
     path = Path(path)
-    skip = _ROLLBACK_REWRITES if path.name.startswith("rollback-") else ()
     try:
         files = read_manifest(path)
     except ValueError as exc:
         return str(exc)
     if files is not None:
-        found = manifest_problem(path, files, hashes=hashes, skip=skip)
+        found = manifest_problem(path, files, hashes=hashes)  # a rollback writes its own before .ready
         if found:
             return found
     for st in sorted(path.glob("*.safetensors")):

@@ -68,13 +68,10 @@ def read_manifest(folder: Path) -> dict | None:
     return files
 
 
-def manifest_problem(folder: Path, files: dict, *, hashes: bool = True, skip: tuple[str, ...] = ()) -> str | None:
-    """The first listed file that does not match its entry, as ``FILE: what``; None if all do.
-    ``skip`` names files that are known to be rewritten after the manifest was copied."""
+def manifest_problem(folder: Path, files: dict, *, hashes: bool = True) -> str | None:
+    """The first listed file that does not match its entry, as ``FILE: what``; None if all do."""
     folder = Path(folder)
     for rel, entry in sorted(files.items()):
-        if rel in skip:
-            continue
         path = folder / rel
         try:
             size = path.stat().st_size
