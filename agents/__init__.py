@@ -1,7 +1,7 @@
 """The persona runtime on pydantic-ai (issue 5).
 
-``run_persona_step`` / ``resume_persona_step`` run one workflow step as its persona;
-``parse_request`` turns a sentence into a TrainTask. Imported lazily: ``import
+``run_persona_step`` / ``resume_persona_step`` run one workflow step as its persona.
+Imported lazily: ``import
 trainteam.agents`` stays cheap for short CLI commands.
 """
 
@@ -12,9 +12,6 @@ from typing import Any
 _EXPORTS = {
     "run_persona_step": "trainteam.agents.runtime",
     "resume_persona_step": "trainteam.agents.runtime",
-    "parse_request": "trainteam.agents.orchestrator",
-    "plan_request": "trainteam.agents.orchestrator",
-    "DEMO_REQUEST": "trainteam.agents.orchestrator",
     "load_card": "trainteam.agents.cards",
 }
 

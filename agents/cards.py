@@ -17,7 +17,7 @@ import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trainteam.errors import BadInput, format_validation_error
+from trainteam.core.errors import BadInput, format_validation_error
 
 PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator")
 

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, ModelRetry, RunContext, Tool
 
 from trainteam.agents.cards import PersonaCard
-from trainteam.agents.tools import TOOLS, StepResult, ToolContext
-from trainteam.agents.tools.training import stage_progress
+from trainteam.workflows.steps import TOOLS, StepResult, ToolContext
+from trainteam.workflows.steps.train import stage_progress
 
 TRAINING_TOOLS = ("train", "align")  # tools that accept per-stage overrides chosen from the planner
 
@@ -125,8 +125,8 @@ def _apply_overrides(ctx: ToolContext, overrides: dict[str, StageOverrides]) -> 
 def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
     """The run planner's verdict for each stage this tool would train (no torch): accounting,
     refusals, and the fixes that make a refused stage plan."""
-    from trainteam.agents.curriculum import curriculum_from_task
-    from trainteam.agents.stageplan import plan_stage
+    from trainteam.workflows.curriculum import curriculum_from_task
+    from trainteam.workflows.stageplan import plan_stage
 
     task = ctx.task
     cur = curriculum_from_task(task)
@@ -167,7 +167,7 @@ def plan_of(ctx: ToolContext, tool: str) -> dict[str, Any]:
                             "will": f"run {tool} for step {ctx.step} of run {ctx.run_id}"}
     if tool == "curate":  # the filters it would apply, chosen for the kind of data
         try:
-            from trainteam.agents.tools.curation import curation_config
+            from trainteam.workflows.steps.curate import curation_config
 
             plan["config"] = curation_config(ctx.task).model_dump(mode="json")
         except (ImportError, AttributeError):

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from trainteam.agents.redact import KEYRING_SERVICE, redact_text, remember
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 OFFLINE = "offline"
 

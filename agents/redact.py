@@ -28,7 +28,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 MARK = "[REDACTED]"
 KEYRING_SERVICE = "trainteam"

@@ -97,8 +97,8 @@ def _responses(record: dict[str, Any]) -> list[ModelResponse]:
 def replay_run(source_ws, run_id: str, dest_ws) -> ReplayReport:
     """Re-run ``run_id`` of ``source_ws`` in ``dest_ws`` from the recorded model responses."""
     from trainteam.agents.runtime import resume_persona_step, run_persona_step
-    from trainteam.agents.tools import ToolContext
-    from trainteam.agents.task import TrainTask  # lazy: agents sit below workflows
+    from trainteam.workflows.steps import ToolContext
+    from trainteam.workflows.task import TrainTask  # lazy: agents sit below workflows
 
     outputs: dict[str, dict] = {}
     report = ReplayReport(run_id=run_id, workspace=str(dest_ws.root), steps=[])

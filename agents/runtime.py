@@ -21,13 +21,13 @@ from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from trainteam.agents import briefing, transcripts
 from trainteam.agents.cards import PersonaCard, load_card
-from trainteam.agents.graphlog import ensure_step_node, graph_hooks
+from trainteam.agents.hooks import ensure_step_node, graph_hooks
 from trainteam.agents.persona import PersonaDeps, PersonaReport, build_agent
 from trainteam.agents.policy import StepFacts, offline_model
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
 from trainteam.agents.redact import redact
-from trainteam.agents.tools import TOOLS, StepResult, ToolContext
-from trainteam.agents.tools.base import sha256_file
+from trainteam.workflows.steps import TOOLS, StepResult, ToolContext
+from trainteam.agents.toolbox import sha256_file
 
 PENDING_VERSION = 1
 
@@ -47,7 +47,7 @@ def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
     if tool == "gate" and ctx.inputs.get("accepted") is None:  # the judge re-derives the gate from the metric
         # (a failed gate a person accepted is the person's decision: the judge does not second-guess it)
         try:
-            from trainteam.agents.tools.evaluation import gate_rules
+            from trainteam.workflows.steps.judge import gate_rules
 
             ev = ctx.output(ctx.inputs.get("of", "evaluate"))
             spec = next((r for r in gate_rules(ctx.task, ev.get("details", {}).get("stage")) if r.min is not None),
@@ -174,7 +174,7 @@ class _Session:
         else:
             summary = f"{self.card.name}: the model misbehaved: {exc.message}"
         path = self._write(messages, "error", t0, error=summary)
-        from trainteam.agents.graphlog import log_tool_call
+        from trainteam.agents.hooks import log_tool_call
 
         for m in messages:
             for p in getattr(m, "parts", []):
@@ -255,7 +255,7 @@ def run_persona_step(ctx: ToolContext, tool_name: str, *, model: Any = None) -> 
 def resume_persona_step(ctx: ToolContext, tool_name: str, pending: dict, approved: bool, note: str | None,
                         *, model: Any = None) -> StepResult:
     """Continue the conversation in ``pending`` with a person's decision on its gated call(s)."""
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     if not isinstance(pending, dict) or pending.get("version") != PENDING_VERSION or "messages" not in pending:
         raise BadInput("pending: not a pending persona run (expected the details['pending'] of needs_approval)")

@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
 
-    from trainteam.agents.task import load_task_file
+    from trainteam.workflows.task import load_task_file
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
     from trainteam.trainers import TokenizerConfig, build_model, load_tokenizer, train, train_tokenizer
     from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints

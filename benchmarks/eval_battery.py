@@ -45,7 +45,7 @@ def main() -> None:
                                     train_tokenizer)
     from trainteam.trainers.eval_battery import run_battery
     from trainteam.trainers.evaluation import exact_match
-    from trainteam.trainers.formats import prompt_text
+    from trainteam.curation.formats import prompt_text
     from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
     from trainteam.trainers.tokenizer import load_tokenizer
 
@@ -90,7 +90,7 @@ def main() -> None:
     # 3. serving over HTTP vs in-process generate
     from openai import OpenAI
 
-    from trainteam.agents.serving import ChatModel, ChatServer
+    from trainteam.trainers.serving import ChatModel, ChatServer
 
     chat = ChatModel(ckpt, "bench")
     prompts = [p["prompt"] for p in held[: args.requests]]

@@ -40,7 +40,7 @@ TASK = {
 
 
 def bare(ws, task, spec) -> tuple[float, list[str]]:
-    from trainteam.agents.tools import TOOLS, ToolContext
+    from trainteam.workflows.steps import TOOLS, ToolContext
     from trainteam.graph import NodeKind
 
     ws.graph.add_node(NodeKind.RUN, "bare")
@@ -79,7 +79,7 @@ def main() -> None:
 
     torch.set_num_threads(int(os.environ["TRAINTEAM_THREADS"]))
     from trainteam.workflows.spec import load_builtin
-    from trainteam.agents.task import parse_task
+    from trainteam.workflows.task import parse_task
     from trainteam.workspace import Workspace
 
     spec = load_builtin("train_model")

@@ -15,7 +15,7 @@ import math
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 _PART_ROLES = {"system-prompt": "system", "user-prompt": "user", "tool-return": "tool", "retry-prompt": "user"}
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 
 class SkipCounter:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 if TYPE_CHECKING:  # the graph pulls in SQLAlchemy: imported only when a graph is used
     from trainteam.graph import KnowledgeGraph
@@ -63,7 +63,7 @@ def version_key(kind: str, inputs: Mapping[str, str], params: Mapping[str, Any])
 def existing_version(graph: KnowledgeGraph, key: str) -> dict[str, Any] | None:
     """The recorded version if its output file is still there and unchanged."""
     from trainteam.graph import NodeKind, node_id
-    from trainteam.graph.store import UnknownNode
+    from trainteam.graph.knowledge import UnknownNode
 
     try:
         node = graph.get_node(node_id(NodeKind.DATASET_VERSION, key))

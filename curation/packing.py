@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Literal
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 
 def pack_token_stream(
@@ -65,8 +65,8 @@ def pack_texts(
 
 def tokenize_sft(records: Iterable[dict], tokenizer: Any) -> list[dict]:
     """``{input_ids, labels}`` per prompt/completion record (loss on the completion only),
-    with the separator and EOS that training and evaluation use (``trainers/formats.py``)."""
-    from trainteam.trainers.formats import completion_text, prompt_text
+    with the separator and EOS that training and evaluation use (``curation/formats.py``)."""
+    from trainteam.curation.formats import completion_text, prompt_text
 
     out = []
     for i, rec in enumerate(records):

@@ -37,7 +37,7 @@ from trainteam.curation.lineage import (
 from trainteam.curation.quality import QualityConfig, QualityFilter
 from trainteam.curation.sources import SkipCounter, iter_records, source_name
 from trainteam.curation.text import Words, tokenize
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 _DUP_FLAGS = ("near_dup_of", "exact_dup_of")
 

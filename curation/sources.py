@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
 
 from trainteam.curation.jsonl import SkipCounter, iter_jsonl
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 __all__ = ["SkipCounter", "iter_records", "source_name"]
 

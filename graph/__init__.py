@@ -7,6 +7,6 @@ reachable along its out-edges.
 """
 
 from trainteam.graph.kinds import EdgeKind, NodeKind, node_id
-from trainteam.graph.store import KnowledgeGraph
+from trainteam.graph.knowledge import KnowledgeGraph
 
 __all__ = ["EdgeKind", "KnowledgeGraph", "NodeKind", "node_id"]

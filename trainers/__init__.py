@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "TrainConfig": "config", "ModelSpec": "config", "TokenizerConfig": "config", "LoraOptions": "config",
     "SFTOptions": "config", "DPOOptions": "config", "GRPOOptions": "config", "SpikeOptions": "config",
-    "prompt_text": "formats", "completion_text": "formats",
-    "TrainReport": "reports", "RestartProposal": "reports", "EvalResult": "reports",
+        "TrainReport": "results", "RestartProposal": "results", "EvalResult": "results",
     "train_tokenizer": "tokenizer", "load_tokenizer": "tokenizer",
     "build_model": "models", "load_model": "models",
-    "train": "api",
+    "train": "training",
     "exact_match": "evaluation",
     "merge_adapters": "merge",
     "SpikeDetector": "spike", "record_training": "graphlog", "heldout_loss": "evaluation",
@@ -32,15 +31,15 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainteam.trainers.api import train
+    from trainteam.trainers.training import train
     from trainteam.trainers.config import (DPOOptions, GRPOOptions, LoraOptions, ModelSpec, SFTOptions, SpikeOptions,
                                            TokenizerConfig, TrainConfig)
     from trainteam.trainers.evaluation import exact_match, heldout_loss
-    from trainteam.trainers.formats import completion_text, prompt_text
+    from trainteam.curation.formats import completion_text, prompt_text
     from trainteam.trainers.graphlog import record_training
     from trainteam.trainers.merge import merge_adapters
     from trainteam.trainers.models import build_model, load_model
-    from trainteam.trainers.reports import EvalResult, RestartProposal, TrainReport
+    from trainteam.trainers.results import EvalResult, RestartProposal, TrainReport
     from trainteam.trainers.spike import SpikeDetector
     from trainteam.trainers.tokenizer import load_tokenizer, train_tokenizer
 

@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator
 
-from trainteam.errors import TrainteamError
+from trainteam.core.errors import TrainteamError
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.manifest import manifest_problem, read_manifest, safetensors_problem
 
 log = logging.getLogger("trainteam.trainers")

@@ -147,7 +147,7 @@ class TrainConfig(_Strict):
 
         ``model``: a ModelSpec or a parameter count (default: ModelSpec() with the default
         tokenizer's vocabulary); ``hardware``: a HardwareSpec (default: this machine).
-        See ``trainteam.trainers.planning.plan``.
+        See ``trainteam.trainers.planning.planner``.
         """
         from trainteam.trainers.planning import plan
 

@@ -22,9 +22,9 @@ from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import budget
-from trainteam.trainers.formats import prompt_text
+from trainteam.curation.formats import prompt_text
 
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
 MAX_NEW_TOKENS = 4096  # per generated answer: beyond it a greedy eval is hours on a CPU

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import budget
-from trainteam.trainers.formats import prompt_text
-from trainteam.trainers.reports import EvalResult
+from trainteam.curation.formats import prompt_text
+from trainteam.trainers.results import EvalResult
 
 
 def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: int = 8, batch_size: int = 64) -> EvalResult:
@@ -57,7 +57,7 @@ def heldout_loss(model: Any, tokenizer, records: list[dict], *, batch_size: int 
     """
     import torch
 
-    from trainteam.trainers.data import record_text
+    from trainteam.trainers.method_data import record_text
     from trainteam.trainers.models import load_model
 
     if isinstance(model, (str, Path)):

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainteam.errors import BadInput, format_validation_error
+from trainteam.core.errors import BadInput, format_validation_error
 
 # Metrics where smaller is better; every other metric is taken as higher-is-better.
 LOWER_IS_BETTER = ("loss", "perplexity", "ppl", "repetition", "error", "latency", "seconds")

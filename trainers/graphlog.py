@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from trainteam.graph import EdgeKind, NodeKind
-from trainteam.trainers.reports import TrainReport
+from trainteam.trainers.results import TrainReport
 
 
 def record_training(

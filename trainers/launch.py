@@ -24,7 +24,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field
 
-from trainteam.errors import BadInput, TrainteamError
+from trainteam.core.errors import BadInput, TrainteamError
 from trainteam.trainers.planning import RunPlan
 
 Launcher = Literal["accelerate", "torchrun"]

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from trainteam.errors import BadInput, format_validation_error
+from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.trainers.config import ModelSpec, TrainConfig
 
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import yaml
 from pydantic import BaseModel, Field
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 
 class LmEvalResult(BaseModel):
@@ -47,7 +47,7 @@ def write_exact_match_task(
     The context is built with ``prompt_text`` so the harness sees exactly what training saw;
     generation stops at the tokenizer's EOS.
     """
-    from trainteam.trainers.formats import prompt_text
+    from trainteam.curation.formats import prompt_text
 
     if not name.replace("_", "").isalnum():
         raise BadInput(f"lm-eval task name {name!r}: use letters, digits and _ only")

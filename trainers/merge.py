@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 
 def _base_of(adapter: Path) -> Path:

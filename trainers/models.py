@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.config import ModelSpec
 
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2"}

@@ -13,10 +13,10 @@ import os
 import shutil
 from pathlib import Path
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.checkpoints import is_complete
 from trainteam.trainers.manifest import write_manifest
-from trainteam.trainers.reports import RestartProposal
+from trainteam.trainers.results import RestartProposal
 
 
 def _link_copy(src: str, dst: str) -> None:

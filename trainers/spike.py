@@ -29,7 +29,7 @@ from transformers import TrainerCallback
 
 from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
 from trainteam.trainers.config import SpikeOptions, SpikeSignal
-from trainteam.trainers.reports import RestartProposal
+from trainteam.trainers.results import RestartProposal
 
 ALWAYS_FINITE = ("loss", "grad_norm")
 

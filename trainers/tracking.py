@@ -20,7 +20,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 _PACKAGES = {"mlflow": ("mlflow",), "tensorboard": ("tensorboardX", "tensorboard"), "wandb": ("wandb",)}
 _INSTALL = {"mlflow": "'trainteam[tracking]'", "tensorboard": "tensorboardX", "wandb": "wandb"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.workspace import Workspace
 
 
@@ -18,7 +18,7 @@ def _ws(workspace: str | Path | Workspace | None) -> Workspace:
 
 
 def _task(task: Any, source: str = "task"):
-    from trainteam.agents.task import TrainTask, load_task_file, parse_task
+    from trainteam.workflows.task import TrainTask, load_task_file, parse_task
 
     if isinstance(task, TrainTask):
         return task
@@ -50,7 +50,7 @@ def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=N
 def submit(request: str, *, workspace=None, run_id: str | None = None, progress: bool = True) -> dict[str, Any]:
     """A request in natural language: the ml_orchestrator turns it into a validated task
     (refusing what is missing: model, data, budget), then the task runs."""
-    from trainteam.agents.orchestrator import parse_request
+    from trainteam.workflows.requests import parse_request
 
     task = parse_request(request)
     return execute_workflow(task.workflow, task, workspace=workspace, run_id=run_id, progress=progress)

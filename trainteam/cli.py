@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from trainteam.commands import COMMANDS
-from trainteam.errors import TrainteamError
+from trainteam.core.errors import TrainteamError
 
 
 def load_commands(module: str) -> dict:
@@ -137,7 +137,7 @@ def _damaged_database(exc: BaseException) -> str | None:
     if cur is None or id(cur) in seen:
         return None
     from trainteam.commands.common import STATE
-    from trainteam.dbread import diagnose, workspace_databases
+    from trainteam.core.dbread import diagnose, workspace_databases
 
     return diagnose(workspace_databases(STATE.workspace))
 

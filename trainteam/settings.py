@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 # The databases trainteam runs on (SQLAlchemy dialects; a driver after '+').
 _URL = re.compile(r"(sqlite|postgresql)(\+[a-z0-9_]+)?://.*", re.DOTALL)
@@ -45,7 +45,7 @@ class Settings(BaseSettings):
 
     home: Path = Field(default=Path(".trainteam"), description="workspace folder")
     database_url: str | None = Field(
-        default=None, description="app database; default sqlite:///<home>/trainteam.db"
+        default=None, description="app database; default sqlite:///<home>/trainteam.core.db"
     )
     dbos_database_url: str | None = Field(
         default=None,

@@ -17,7 +17,7 @@ import getpass
 from typing import Any
 
 from trainteam.agents.redact import redact_text
-from trainteam.errors import BadInput, Conflict, NotFound
+from trainteam.core.errors import BadInput, Conflict, NotFound
 from trainteam.graph import EdgeKind, NodeKind
 from trainteam.workflows.store import ApprovalStore
 from trainteam.workflows.views import approval_public, resolve  # noqa: F401  (read side, kept importable here)

@@ -27,7 +27,7 @@ from trainteam.workflows import approvals
 from trainteam.workflows.executors import executor_alive, new_executor_id
 from trainteam.workflows.spec import WorkflowSpec
 from trainteam.workflows.store import RunStore
-from trainteam.agents.task import TrainTask
+from trainteam.workflows.task import TrainTask
 
 APP_NAME = "trainteam"
 WORKFLOW_NAME = "trainteam.run"
@@ -84,7 +84,7 @@ def _quiet_cancellations() -> None:
 
     from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError
 
-    from trainteam.errors import RunStopped
+    from trainteam.core.errors import RunStopped
 
     class _DropCancelled(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
@@ -129,7 +129,7 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     stopped on a gated tool call, with the person's decision read from the queue.
     ``allowed_s``: what the run may spend in all; the step works under the rest as its ceiling."""
     from trainteam.agents import resume_persona_step, run_persona_step
-    from trainteam.agents.tools import ToolContext
+    from trainteam.workflows.steps import ToolContext
     from trainteam.trainers import budget
 
     ws = _Process.ws
@@ -174,7 +174,7 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
         # a library's message may echo a key: masked before it is stored, printed or checkpointed
         message = redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
         runs.finish_attempt(attempt, "failed", seconds, None, message)
-        from trainteam.errors import TrainteamError
+        from trainteam.core.errors import TrainteamError
 
         if not isinstance(exc, TrainteamError):  # a bug, not bad input: keep the traceback (masked too)
             import logging
@@ -339,7 +339,7 @@ def _ask_until_answered(run_id: str, current: str, visit: int, spec_data: dict, 
 
 def _stop(run_id: str, status: str, error: str) -> None:
     """End the run as ``status``: recorded in the workspace, then raised so DBOS records ERROR."""
-    from trainteam.errors import RunStopped
+    from trainteam.core.errors import RunStopped
 
     result = DBOS.run_step({"name": "finish"}, _finish, run_id, status, error)
     raise RunStopped(result)
@@ -467,7 +467,7 @@ def start(ws, spec: WorkflowSpec, task: TrainTask, run_id: str):
 
 def resume(ws, run_id: str, force: bool = False):
     """Continue a run whose process died. Finished steps are not run again."""
-    from trainteam.errors import Conflict, NotFound
+    from trainteam.core.errors import Conflict, NotFound
 
     status = DBOS.get_workflow_status(run_id)
     if status is None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainteam.agents.redact import redacted_task
-from trainteam.agents.task import DataSpec, TrainTask
-from trainteam.errors import BadInput
+from trainteam.workflows.task import DataSpec, TrainTask
+from trainteam.core.errors import BadInput
 
 PAIR = ("prompt", "completion")
 
@@ -62,7 +62,7 @@ def _trackers(task: TrainTask, source: str) -> None:
 
 def _plans(task: TrainTask, source: str) -> None:
     """The planner's refusals a stage cannot be repaired from (the engineer applies repairs)."""
-    from trainteam.agents.stageplan import plan_stage, this_machine
+    from trainteam.workflows.stageplan import plan_stage, this_machine
 
     hw = this_machine()
     for stage in task.stage_names():

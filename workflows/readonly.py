@@ -1,7 +1,7 @@
 """Read-only twins of ``RunStore`` and ``ApprovalStore`` over the stdlib ``sqlite3``.
 
 Why: the short list/show commands read these tables on every call, and SQLAlchemy is most of
-their cold start (see ``trainteam.dbread``). The twins run the same queries (same filters,
+their cold start (see ``trainteam.core.dbread``). The twins run the same queries (same filters,
 order and limit) and return the same row dicts, so the views built on them print the same
 output; tests compare both paths on a real workspace. Writes always go through ``store.py``.
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from trainteam.dbread import fetch
-from trainteam.ids import check_ref, prefix_allowed
+from trainteam.core.dbread import fetch
+from trainteam.core.ids import check_ref, prefix_allowed
 
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired")
 RUN_COLUMNS = ("run_id", "workflow", "task_name", "task", "status", "current_step", "error", "metrics",

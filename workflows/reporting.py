@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainteam.agents.curriculum import curriculum_from_task
+from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.trainers.gates import as_rules
 from trainteam.workflows.report import (
     GateOutcome,
@@ -22,7 +22,7 @@ from trainteam.workflows.report import (
     write_report,
 )
 from trainteam.workflows.store import RunStore
-from trainteam.agents.task import TrainTask
+from trainteam.workflows.task import TrainTask
 from trainteam.workflows.views import run_public
 
 

@@ -7,11 +7,11 @@ import time
 from datetime import datetime, timezone
 
 from trainteam.agents.redact import redact_text
-from trainteam.errors import BadInput
-from trainteam.ids import check_run_id
+from trainteam.core.errors import BadInput
+from trainteam.core.ids import check_run_id
 from trainteam.workflows.preflight import preflight
 from trainteam.workflows.spec import WorkflowSpec
-from trainteam.agents.task import TrainTask
+from trainteam.workflows.task import TrainTask
 
 
 def new_run_id(task_name: str) -> str:
@@ -67,7 +67,7 @@ def _result(handle, run_id: str) -> dict:
     records a failed run as ERROR and a cancelled one as CANCELLED)."""
     from dbos._error import DBOSAwaitedWorkflowCancelledError
 
-    from trainteam.errors import RunStopped
+    from trainteam.core.errors import RunStopped
 
     try:
         return handle.get_result()

@@ -14,8 +14,8 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainteam.errors import BadInput, format_validation_error
-from trainteam.inputfiles import load_yaml, load_yaml_file
+from trainteam.core.errors import BadInput, format_validation_error
+from trainteam.core.inputfiles import load_yaml, load_yaml_file
 
 PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator")
 Persona = Literal["data_curator", "training_engineer", "eval_judge", "ml_orchestrator"]
@@ -148,7 +148,7 @@ def check_tools(spec: WorkflowSpec, source: str) -> None:
     """Each step's tool exists and is on its persona's card, as the run would find (the
     engine looks the tool up, the persona's Agent is built with exactly its card's tools)."""
     from trainteam.agents.cards import load_card  # lazy: cards render templates (jinja2)
-    from trainteam.agents.tools.catalog import TOOLS  # lazy: names only, no torch at import
+    from trainteam.workflows.steps.catalog import TOOLS  # lazy: names only, no torch at import
 
     for step in spec.steps:
         if step.tool not in TOOLS:
@@ -161,7 +161,7 @@ def check_tools(spec: WorkflowSpec, source: str) -> None:
 
 
 def load_spec_file(path: Path) -> WorkflowSpec:
-    """A spec file, read with the bounds of ``trainteam.inputfiles`` (size, UTF-8, YAML limits)."""
+    """A spec file, read with the bounds of ``trainteam.core.inputfiles`` (size, UTF-8, YAML limits)."""
     return parse_spec(load_yaml_file(path, "workflow spec"), str(path))
 
 

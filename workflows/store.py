@@ -14,8 +14,8 @@ from sqlalchemy import Column, Integer, String, Table, Text, func, select, updat
 from sqlalchemy.engine import Engine
 
 from trainteam.agents.redact import redact, redact_text
-from trainteam.db import JSONText, metadata, utcnow
-from trainteam.ids import check_ref, prefix_allowed
+from trainteam.core.db import JSONText, metadata, utcnow
+from trainteam.core.ids import check_ref, prefix_allowed
 from trainteam.workflows.readonly import summarize_attempts
 
 RUN_STATUSES = ("pending", "running", "waiting_approval", "completed", "failed", "cancelled")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainteam.errors import NotFound
-from trainteam.ids import check_run_id
+from trainteam.core.errors import NotFound
+from trainteam.core.ids import check_run_id
 from trainteam.workflows.executors import executor_alive
 
 ACTIVE = ("pending", "running", "waiting_approval")

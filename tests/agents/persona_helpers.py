@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from trainteam.agents.tools import ToolContext
+from trainteam.workflows.steps import ToolContext
 from trainteam.graph import NodeKind
-from trainteam.agents.task import TrainTask
+from trainteam.workflows.task import TrainTask
 from trainteam.workspace import Workspace
 
 TASK = {

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from persona_helpers import ctx, fake_checkpoint, final_eval_output, run_py
 
-from trainteam.agents.registry import ModelRegistry
+from trainteam.trainers.registry import ModelRegistry
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.workspace import Workspace
 
 SETUP = """

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from trainteam.agents.graphlog import ensure_step_node
-from trainteam.agents.task import TrainTask
-from trainteam.agents.tools import ToolContext
-from trainteam.agents.tools.curation import curate
-from trainteam.agents.tools.data import prepare_corpus
-from trainteam.agents.tools.training import train, train_tokenizer
+from trainteam.agents.hooks import ensure_step_node
+from trainteam.workflows.task import TrainTask
+from trainteam.workflows.steps import ToolContext
+from trainteam.workflows.steps.curate import curate
+from trainteam.workflows.steps.corpus import prepare_corpus
+from trainteam.workflows.steps.train import train, train_tokenizer
 from trainteam.workspace import Workspace
 
 SPIKY = {"warmup_steps": 0, "window": 4, "sigma": 0.01}

@@ -11,10 +11,10 @@ from local_http import send_json, serving
 import pytest
 from persona_helpers import ctx
 
-from trainteam.agents.orchestrator import parse_request
+from trainteam.workflows.requests import parse_request
 from trainteam.agents.providers import ModelChoice, public_url
 from trainteam.agents.runtime import run_persona_step
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.workspace import Workspace
 
 KEY = "sk-echoed-0123456789abcdef"

@@ -10,9 +10,9 @@ from persona_helpers import cli
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
-from trainteam.agents.orchestrator import DEMO_REQUEST, parse_request
-from trainteam.agents.request_parser import MAX_REQUEST_CHARS, read_request
-from trainteam.errors import BadInput
+from trainteam.workflows.requests import DEMO_REQUEST, parse_request
+from trainteam.workflows.request_rules import MAX_REQUEST_CHARS, read_request
+from trainteam.core.errors import BadInput
 
 BASE = "pretrain a tiny llama on the addition demo, "
 

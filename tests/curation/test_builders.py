@@ -9,7 +9,7 @@ from trainteam.curation.builders import (
     filter_by_difficulty,
 )
 from trainteam.curation.rewards import RewardWeights, reward_func, score_reward
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 
 def test_sft_from_logs_and_transcripts():

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, read_jsonl, write_jsonl
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 
 @pytest.mark.parametrize("task,op", [("addition", "+"), ("subtraction", "-"), ("multiplication", "*")])

@@ -5,7 +5,7 @@ import pytest
 from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
 from trainteam.curation.packing import pack_sft, pack_texts, pack_token_stream, tokenize_sft
 from trainteam.curation.synthetic import TextWriter
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 
 @pytest.fixture(scope="module")

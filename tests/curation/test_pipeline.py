@@ -11,7 +11,7 @@ from trainteam.curation.decontam import EvalIndex, decontaminate
 from trainteam.curation.jsonl import read_jsonl, write_jsonl
 from trainteam.curation.pipeline import CurationConfig, curate, planned_version
 from trainteam.curation.synthetic import DemoCorpusConfig, demo_eval_sets, iter_demo_corpus
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from trainteam.curation.sources import SkipCounter, iter_records
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 ROWS = [{"id": "a", "text": "first doc", "lang": "en"}, {"id": "b", "text": "second doc"}, {"text": "third"}]
 

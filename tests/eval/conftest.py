@@ -52,7 +52,7 @@ def train_steps(model, tok, records: list[dict], steps: int, lr: float = 1e-2, b
     """A few optimizer steps, loss on the answer only (as the trainers do)."""
     import torch
 
-    from trainteam.trainers.formats import completion_text, prompt_text
+    from trainteam.curation.formats import completion_text, prompt_text
 
     rows = []
     for r in records:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.eval_battery import (
     DEFAULT_BATTERIES,
     BatterySpec,
@@ -32,7 +32,7 @@ def test_heldout_loss_counts_answer_tokens_like_training(loaded, addition_data):
     """One record: our loss equals the model's own loss with the prompt masked out."""
     import torch
 
-    from trainteam.trainers.formats import completion_text, prompt_text
+    from trainteam.curation.formats import completion_text, prompt_text
 
     model, tok = loaded
     rec = addition_data[1][0]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainteam.agents.registry import ModelRegistry
+from trainteam.trainers.registry import ModelRegistry
 from trainteam.workspace import Workspace
 
 CLI = [sys.executable, "-m", "trainteam.cli"]

@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
-from trainteam.agents.curriculum import curriculum_from_task
-from trainteam.agents.task import TrainTask, load_task_file, parse_task
-from trainteam.errors import BadInput
+from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.task import TrainTask, load_task_file, parse_task
+from trainteam.core.errors import BadInput
 from trainteam.trainers.eval_battery import DEFAULT_BATTERIES
 from trainteam.trainers.gates import evaluate_gate
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.eval_battery import BatteryResult, record_battery
 from trainteam.trainers.gates import GateRule, accept_failed_gate, evaluate_gate, record_gate
-from trainteam.agents.task import GateSpec
+from trainteam.workflows.task import GateSpec
 
 
 def test_absolute_thresholds_pass_and_fail():

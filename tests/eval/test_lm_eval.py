@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.eval_battery import BatterySpec, run_battery
 from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
 
@@ -49,7 +49,7 @@ def test_hand_written_multiple_choice_task(tiny_checkpoint, addition_data, tmp_p
     import yaml
     from transformers import AutoModelForCausalLM
 
-    from trainteam.trainers.formats import prompt_text
+    from trainteam.curation.formats import prompt_text
     from trainteam.trainers.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tiny_checkpoint)

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from trainteam.agents.registry import ModelRegistry
-from trainteam.errors import BadInput, NotFound
+from trainteam.trainers.registry import ModelRegistry
+from trainteam.core.errors import BadInput, NotFound
 from trainteam.graph import EdgeKind, NodeKind
 from trainteam.workspace import Workspace
 

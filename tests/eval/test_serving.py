@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainteam.agents.serving import ChatModel, ChatServer
+from trainteam.trainers.serving import ChatModel, ChatServer
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_length_limit_reported(server):
 
 
 def test_only_loopback():
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     with pytest.raises(BadInput, match="loopback"):
         ChatServer(None, host="0.0.0.0")
@@ -82,8 +82,8 @@ def test_a_pydantic_ai_agent_can_use_the_served_model(server, tiny_checkpoint):
 def test_backend_choice_without_vllm():
     import importlib.util
 
-    from trainteam.agents.serving import choose_backend, vllm_command
-    from trainteam.errors import BadInput
+    from trainteam.trainers.serving import choose_backend, vllm_command
+    from trainteam.core.errors import BadInput
 
     if importlib.util.find_spec("vllm") is None:
         assert choose_backend("auto") == "transformers"

@@ -141,8 +141,8 @@ SAFE_LOAD_PARITY = [
 
 @pytest.mark.parametrize("loader", ["libyaml", "python"])
 def test_load_yaml_is_safe_load_within_the_limits(loader, monkeypatch):
-    from trainteam import inputfiles
-    from trainteam.errors import BadInput
+    from trainteam.core import inputfiles
+    from trainteam.core.errors import BadInput
 
     if loader == "python":  # the fallback where libyaml is missing
         monkeypatch.setattr(inputfiles, "_Loader", inputfiles._PyLoader)

@@ -32,7 +32,7 @@ def _modules(*args: str, env: dict | None = None) -> set[str]:
 
 def _full_path(ws) -> dict[str, str]:
     # any configured database URL takes the SQLAlchemy path; this one is the workspace's own file
-    return {"TRAINTEAM_DATABASE_URL": f"sqlite:///{ws / 'trainteam.db'}"}
+    return {"TRAINTEAM_DATABASE_URL": f"sqlite:///{ws / 'trainteam.core.db'}"}
 
 
 READS = [
@@ -91,9 +91,9 @@ def test_new_workspace_and_newer_schema_take_the_full_path(tmp_path):
     fresh = tmp_path / "fresh"
     out = cli(fresh, "approvals", "list")
     assert out.returncode == 0 and out.stdout.strip() == "no pending approvals"
-    assert (fresh / "trainteam.db").is_file() and (fresh / "checkpoints").is_dir()  # created, as before
+    assert (fresh / "trainteam.core.db").is_file() and (fresh / "checkpoints").is_dir()  # created, as before
 
-    conn = sqlite3.connect(fresh / "trainteam.db")
+    conn = sqlite3.connect(fresh / "trainteam.core.db")
     with conn:
         conn.execute("UPDATE tt_meta SET value = '99' WHERE key = 'schema_version'")
     conn.close()
@@ -103,7 +103,7 @@ def test_new_workspace_and_newer_schema_take_the_full_path(tmp_path):
 
 
 def test_read_only_connection_cannot_write(ws):
-    from trainteam.dbread import connect_readonly
+    from trainteam.core.dbread import connect_readonly
     from trainteam.workflows.readonly import TABLES
     from trainteam.workspace import Workspace
 
@@ -117,7 +117,7 @@ def test_read_only_connection_cannot_write(ws):
 
 
 def test_env_settings_read_like_pydantic_settings(monkeypatch, tmp_path):
-    from trainteam.dbread import connect_readonly, env_setting
+    from trainteam.core.dbread import connect_readonly, env_setting
     from trainteam.settings import Settings
     from trainteam.workflows.readonly import TABLES
     from trainteam.workspace import Workspace

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.graph import EdgeKind, NodeKind
 from trainteam.workflows.spec import load_builtin, parse_spec
 from trainteam.workspace import Workspace
@@ -68,7 +68,7 @@ def test_graph_is_append_only_and_lineage_follows_edges(tmp_path):
 def test_newer_schema_is_refused_without_touching_data(tmp_path):
     from sqlalchemy import update
 
-    from trainteam.db import meta_table
+    from trainteam.core.db import meta_table
 
     ws = Workspace.open(tmp_path / "ws")
     ws.graph.add_node(NodeKind.CORPUS, "keep")

@@ -154,7 +154,7 @@ def test_with_no_restart_left_a_person_may_keep_the_weights_from_before_the_spik
 def _weights_digest(folder) -> str:
     from pathlib import Path
 
-    from trainteam.agents.tools.base import sha256_file
+    from trainteam.agents.toolbox import sha256_file
 
     weights = sorted(Path(folder).glob("*.safetensors"))
     return hashlib.sha256("".join(sha256_file(w) for w in weights).encode()).hexdigest()[:16]
@@ -213,7 +213,7 @@ def test_the_registered_model_is_the_model_the_gates_judged(tmp_path, ws, align,
 
 
 def test_adapters_of_different_bases_are_never_averaged(tmp_path, ws):
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
     from trainteam.trainers import merge_adapters
 
     for name, base in (("sft", "/b/one"), ("grpo", "/b/two")):

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import ModelSpec, TrainConfig, build_model, train
 from trainteam.trainers.checkpoints import damage, is_complete, latest_complete, resolve_resume
 from trainteam.trainers.manifest import MANIFEST, safetensors_problem, write_manifest
-from trainteam.trainers.reports import RestartProposal
+from trainteam.trainers.results import RestartProposal
 from trainteam.trainers.restart import prepare_rollback
 
 

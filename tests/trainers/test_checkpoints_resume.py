@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import ModelSpec, TrainConfig, build_model, train
 from trainteam.trainers.checkpoints import is_complete, latest_complete
 

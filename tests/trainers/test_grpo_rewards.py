@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import TrainConfig, train
 from trainteam.trainers.config import GRPOOptions
 from trainteam.trainers.methods import grpo_args

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.config import ModelSpec, TrainConfig
 from trainteam.trainers.ladder import compare_datasets, ladder_precheck, model_ladder
 from trainteam.trainers.planning import HardwareSpec, plan

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.config import ModelSpec, TrainConfig
 from trainteam.trainers.launch import (
     free_port,

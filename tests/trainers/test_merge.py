@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import TrainConfig, exact_match, heldout_loss, load_model, merge_adapters, train
 from trainteam.trainers.config import LoraOptions
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.config import LoraOptions, ModelSpec, TrainConfig
 from trainteam.trainers.planning import HardwareSpec, ModelShape, PlanRefused, plan, recommend
 
@@ -71,7 +71,7 @@ def test_sft_without_packing_counts_the_rows_tokens_not_seq_len_windows():
 def test_row_token_bound_holds_for_the_trained_tokenizer(tok, arith, tmp_path):
     """The planner's bound (bytes + BOS + EOS) is never below what training really sees."""
     from trainteam.curation.jsonl import write_jsonl
-    from trainteam.trainers.formats import completion_text, prompt_text
+    from trainteam.curation.formats import completion_text, prompt_text
     from trainteam.trainers.planning.rows import jsonl_row_tokens, row_tokens_bound
 
     train, _ = arith

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import ModelSpec, TokenizerConfig, build_model, load_tokenizer, train_tokenizer
 
 

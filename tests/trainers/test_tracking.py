@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import TrainConfig, train
 
 

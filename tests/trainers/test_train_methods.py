@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers import EvalResult, TrainConfig, exact_match, load_model, train
 from trainteam.trainers.config import DPOOptions, GRPOOptions, LoraOptions
 
@@ -34,7 +34,7 @@ def test_pretrain_packs_windows_and_learns(tmp_path, tiny, tok, arith):
     # batch holds only the windows left over.
     from datasets import Dataset
 
-    from trainteam.trainers.data import packed_windows
+    from trainteam.trainers.method_data import packed_windows
 
     n = len(packed_windows(tok, Dataset.from_list(arith[0]), 64))
     sizes = [min(16, n - i) for i in range(0, n, 16)]
@@ -164,7 +164,7 @@ def test_added_functional_tokens_are_trainable(tmp_path, tiny, tok, arith):
 
 
 def test_sft_layout_is_padding_free_unless_rows_need_truncating(tmp_path, tok, arith):
-    from trainteam.trainers.data import load_data, sft_dataset
+    from trainteam.trainers.method_data import load_data, sft_dataset
     from trainteam.trainers.methods import sft_layout
 
     ds = sft_dataset(tok, load_data(arith[0][:50], "sft"))

@@ -5,7 +5,7 @@ The launch side (accelerate configs, command lines) is ``trainteam.trainers.laun
 
 from trainteam.trainers.planning.estimate import MemoryEstimate, ModelShape
 from trainteam.trainers.planning.hardware import HardwareSpec, detect_hardware
-from trainteam.trainers.planning.plan import (
+from trainteam.trainers.planning.planner import (
     CostEstimate,
     PlanRefused,
     Refusal,

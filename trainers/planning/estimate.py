@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 GIB = 2**30
 

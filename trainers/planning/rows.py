@@ -32,7 +32,7 @@ def jsonl_row_tokens(path: str | Path, limit: int = SAMPLE_ROWS) -> float | None
     falls back to counting full windows.
     """
     from trainteam.curation.jsonl import iter_jsonl
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     try:
         return row_tokens_bound(list(islice(iter_jsonl(path), limit)))

@@ -17,8 +17,8 @@ def list_(
     run: Optional[str] = typer.Option(None, "--run", help="only this run"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    from trainteam.errors import BadInput
-    from trainteam.ids import check_run_id
+    from trainteam.core.errors import BadInput
+    from trainteam.core.ids import check_run_id
     from trainteam.workflows.readonly import APPROVAL_STATUSES
     from trainteam.workflows.views import approval_public
 

@@ -49,7 +49,7 @@ def read_stores():
     pydantic-settings: a cold start stays short). Otherwise (Postgres or another configured
     URL, a workspace not created yet): ``RunStore``/``ApprovalStore`` on ``Workspace.open``.
     """
-    from trainteam.dbread import connect_readonly
+    from trainteam.core.dbread import connect_readonly
     from trainteam.workflows import readonly
 
     conn = connect_readonly(STATE.workspace, readonly.TABLES)
@@ -83,8 +83,8 @@ def load_config_file(path: Path, cls, option: str):
     name the option, the file and the field."""
     from pydantic import ValidationError
 
-    from trainteam.errors import BadInput, format_validation_error
-    from trainteam.inputfiles import load_yaml, read_text
+    from trainteam.core.errors import BadInput, format_validation_error
+    from trainteam.core.inputfiles import load_yaml, read_text
 
     # bounded: a regular UTF-8 file of at most 1 MiB, YAML with depth/alias/size limits
     data = load_yaml(read_text(path, f"{option} file"), f"{option}: {path}") or {}
@@ -96,7 +96,7 @@ def load_config_file(path: Path, cls, option: str):
 
 def check_out_file(path: Path, option: str) -> None:
     """An output file a person named: its folder exists, and it is not a folder or a device."""
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     if path.exists() and not path.is_file():
         raise BadInput(f"{option}: {path} exists and is not a regular file")
@@ -106,7 +106,7 @@ def check_out_file(path: Path, option: str) -> None:
 
 def check_out_folder(path: Path, option: str) -> None:
     """An output folder a person named: a folder, or a new one inside an existing folder."""
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     if path.exists() and not path.is_dir():
         raise BadInput(f"{option}: {path} exists and is not a folder")

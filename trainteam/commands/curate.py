@@ -13,7 +13,7 @@ curate_app = typer.Typer(help="Curate training data: dedup, decontaminate, filte
 
 
 def _eval_sets(specs: list[str]) -> dict[str, Path]:
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     out = {}
     for spec in specs:
@@ -46,7 +46,7 @@ def run(
 ) -> None:
     """Run the whole chain and record the result as a DatasetVersion in the knowledge graph."""
     from trainteam.curation.pipeline import curate, planned_version
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     if not corpus.exists():
         raise BadInput(f"corpus: {corpus}: no such file or folder")
@@ -80,7 +80,7 @@ def demo(
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
     from trainteam.curation.jsonl import write_jsonl
     from trainteam.curation.synthetic import DemoCorpusConfig, demo_eval_sets, iter_demo_corpus
-    from trainteam.errors import BadInput, format_validation_error
+    from trainteam.core.errors import BadInput, format_validation_error
 
     try:
         arith = ArithmeticConfig(task=task, n_train=n_train, n_eval=n_eval, seed=seed)
@@ -111,7 +111,7 @@ def build(
     from trainteam.curation.builders import build_grpo_groups, build_preference_pairs, build_sft_examples
     from trainteam.curation.jsonl import read_jsonl
     from trainteam.curation.lineage import materialize
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     builders = {
         "sft": (lambda recs: build_sft_examples(recs, min_reward=min_reward), {"min_reward": min_reward}),

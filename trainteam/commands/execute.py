@@ -56,7 +56,7 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
     """Run ``task`` (a TrainTask, or a task file path) to its end in this process."""
     from trainteam.workflows.runner import check_chosen_run_id, check_new_run_id, check_runnable, new_run_id, run_foreground
     from trainteam.workflows.spec import load_builtin
-    from trainteam.agents.task import load_task_file
+    from trainteam.workflows.task import load_task_file
     from trainteam.workflows.views import run_public
 
     spec = load_builtin(workflow)
@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
         """The team at work on the bundled demo request, submitted in natural language."""
-        from trainteam.agents.orchestrator import DEMO_REQUEST, parse_request, plan_request
+        from trainteam.workflows.requests import DEMO_REQUEST, parse_request, plan_request
 
         err_console.print(f"[bold]request:[/bold] {DEMO_REQUEST}\n", highlight=False)
         task = parse_request(DEMO_REQUEST)

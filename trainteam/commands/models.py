@@ -14,7 +14,7 @@ models_app = typer.Typer(help="Registered models and the roles they serve.", no_
 
 
 def _registry():
-    from trainteam.agents.registry import ModelRegistry
+    from trainteam.trainers.registry import ModelRegistry
 
     return ModelRegistry.of(workspace())
 

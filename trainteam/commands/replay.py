@@ -60,7 +60,7 @@ def replay_command(
         return print_json(steps) if as_json else _show(steps, instructions)
     import tempfile
 
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
     from trainteam.workspace import Workspace
 
     if into is not None and into.exists() and any(into.iterdir()):

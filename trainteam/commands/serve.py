@@ -16,14 +16,14 @@ def serve(
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="default when a request gives none"),
 ) -> None:
     """Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."""
-    from trainteam.agents.registry import ModelRegistry
-    from trainteam.errors import BadInput
+    from trainteam.trainers.registry import ModelRegistry
+    from trainteam.core.errors import BadInput
 
     if backend not in ("auto", "transformers", "vllm"):
         raise BadInput(f"--backend: unknown backend {backend!r} (auto, transformers, vllm)")
     reg = ModelRegistry.of(workspace())
     rec = reg.pick_for_role(model[5:]) if model.startswith("role:") else reg.get(model)
-    from trainteam.agents.serving import ChatServer, serve_model
+    from trainteam.trainers.serving import ChatServer, serve_model
 
     api_key = os.environ.get("TRAINTEAM_SERVE_API_KEY") or None
     server = serve_model(rec.path, rec.id, port=port, backend=backend, api_key=api_key,  # type: ignore[arg-type]

@@ -26,13 +26,13 @@ def submit_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output while it runs"),
 ) -> None:
     """Submit a training request in natural language; the ml_orchestrator turns it into a task."""
-    from trainteam.agents.request_parser import request_refusal
-    from trainteam.errors import BadInput
+    from trainteam.workflows.request_rules import request_refusal
+    from trainteam.core.errors import BadInput
 
     refusal = request_refusal(request)  # refused at once: before pydantic-ai is imported or any model sees it
     if refusal:
         raise BadInput(refusal)
-    from trainteam.agents.orchestrator import parse_request, plan_request
+    from trainteam.workflows.requests import parse_request, plan_request
 
     from trainteam.workflows.spec import load_builtin
 

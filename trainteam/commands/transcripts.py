@@ -39,7 +39,7 @@ def export(
 ) -> None:
     """Turn successful agent runs into SFT data (the self-training loop), via the curation builders."""
     from trainteam.agents.replay import sft_examples
-    from trainteam.errors import BadInput
+    from trainteam.core.errors import BadInput
 
     if fmt != "sft":
         raise BadInput(f"--format: {fmt!r} is not supported (sft)")

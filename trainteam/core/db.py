@@ -1,6 +1,6 @@
 """The workspace database: one SQLAlchemy MetaData that every component's tables join.
 
-A leaf module (imports only SQLAlchemy and the stdlib reader `trainteam.dbread`) so that `trainteam.graph` and the other
+A leaf module (imports only SQLAlchemy and the stdlib reader `trainteam.core.dbread`) so that `trainteam.graph` and the other
 subpackages can define their tables without importing each other. Tables are
 created with ``create_all`` (which never drops or alters); the schema version in
 ``tt_meta`` guards against a newer workspace being opened by older code.
@@ -18,8 +18,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.types import TypeDecorator
 
-from trainteam import dbread
-from trainteam.dbread import SCHEMA_VERSION  # noqa: F401  (defined there so readers need no SQLAlchemy)
+from trainteam.core import dbread
+from trainteam.core.dbread import SCHEMA_VERSION  # noqa: F401  (defined there so readers need no SQLAlchemy)
 
 metadata = MetaData()
 

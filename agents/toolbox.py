@@ -31,7 +31,7 @@ class ToolContext:
     step: str
     visit: int
     persona: str
-    task: Any  # trainteam.agents.task.TrainTask
+    task: Any  # trainteam.workflows.task.TrainTask
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
     progress: bool = True

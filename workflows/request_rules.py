@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainteam.agents.task import MAX_WALL_MINUTES  # one ceiling for requests and task files (30 days)
+from trainteam.workflows.task import MAX_WALL_MINUTES  # one ceiling for requests and task files (30 days)
 
 STAGE_WORDS = {
     "pretrain": r"pre-?train\w*|from scratch|random init\w*",
@@ -107,7 +107,7 @@ def _model(text: str, r: Reading) -> dict[str, Any] | None:
     m = _search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])(?:illion)?[- ]?param", text) or _search(
         r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])\b[- ](?:model|llama|qwen|gpt)", text)
     if m:
-        from trainteam.trainers.planning.plan import model_shape
+        from trainteam.trainers.planning.planner import model_shape
 
         n = int(float(m.group(1)) * {"k": 1e3, "m": 1e6, "b": 1e9}[m.group(2).lower()])
         shape, _ = model_shape(n)

@@ -7,7 +7,7 @@ before anything is written.
 A task lists its stages one of two ways: the plain ``stages``/``training``/``gates``
 (pretrain, SFT, an align method), or a ``curriculum`` of named stages (mid-train,
 long-context, ...) each with its own data, training settings, eval battery and gates.
-``trainteam.agents.curriculum.curriculum_from_task`` turns either into one list the
+``trainteam.workflows.curriculum.curriculum_from_task`` turns either into one list the
 tools walk; with a curriculum, ``stages`` is derived (the methods it uses), so the
 workflow's per-stage steps (tokenizer, align) apply the same way.
 """
@@ -21,8 +21,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trainteam.agents.redact import redact_text
-from trainteam.errors import BadInput, format_validation_error
-from trainteam.inputfiles import load_yaml_file
+from trainteam.core.errors import BadInput, format_validation_error
+from trainteam.core.inputfiles import load_yaml_file
 from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.eval_battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.gates import GateRule, check_metric
@@ -184,7 +184,7 @@ class TrainTask(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> "TrainTask":
         if self.curriculum is not None:
-            from trainteam.agents.curriculum import check_curriculum
+            from trainteam.workflows.curriculum import check_curriculum
 
             self.stages = check_curriculum(self)
         elif not any(s in TRAIN_STAGES for s in self.stages):
@@ -315,7 +315,7 @@ def resolve_paths(task: TrainTask, base_dir: Path, source: str) -> TrainTask:
         model = model.model_copy(update={"path": path})
     update: dict[str, Any] = {"data": data, "model": model}
     if task.curriculum is not None:
-        from trainteam.agents.curriculum import check_context_length
+        from trainteam.workflows.curriculum import check_context_length
 
         update["curriculum"] = [
             s.model_copy(update={"data": _resolve_data(s.data, base_dir, source, f"curriculum[{i}].data")})

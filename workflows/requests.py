@@ -32,8 +32,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
-from trainteam.agents.request_parser import Reading, read_request, request_refusal, stated_budget, stated_numbers
-from trainteam.errors import BadInput, format_validation_error
+from trainteam.workflows.request_rules import Reading, read_request, request_refusal, stated_budget, stated_numbers
+from trainteam.core.errors import BadInput, format_validation_error
 
 DEMO_REQUEST = (
     "Pretrain a tiny Llama from scratch to add two-digit numbers: hidden size 128, 2 layers, 4 heads, context 64. "
@@ -70,7 +70,7 @@ def _request_text(messages: list[ModelMessage]) -> str:
 
 def _offline_reader(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """The offline ml_orchestrator: read the request with the rules, answer with a task or a refusal."""
-    from trainteam.agents.task import TrainTask  # lazy: agents sit below workflows
+    from trainteam.workflows.task import TrainTask  # lazy: agents sit below workflows
 
     tools = {t.name: t for t in info.output_tools}
     task_tool = next(n for n in tools if "Refusal" not in n)
@@ -103,7 +103,7 @@ _MISSING = {
 
 
 def _agent(model: Any = None) -> Agent:
-    from trainteam.agents.task import TrainTask
+    from trainteam.workflows.task import TrainTask
 
     if model is None:
         choice = choose_model("ml_orchestrator")
@@ -222,7 +222,7 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
 
     from pydantic_ai.exceptions import UnexpectedModelBehavior
 
-    from trainteam.agents.task import TrainTask, resolve_paths
+    from trainteam.workflows.task import TrainTask, resolve_paths
 
     if not isinstance(text, str) or not text.strip():
         raise BadInput("request: empty; say which model, which data and what budget")
@@ -284,7 +284,7 @@ def plan_request(task, hardware=None, steps: list[str] | None = None) -> Request
     context) is shown with its fix — the training_engineer applies it — not refused.
     """
     from trainteam.agents.briefing import data_line, model_line
-    from trainteam.agents.stageplan import plan_stage, this_machine
+    from trainteam.workflows.stageplan import plan_stage, this_machine
 
     hw = hardware or this_machine()
     if task.budget.cost_per_hour_usd:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainteam.errors import BadInput
-from trainteam.agents.tools.base import StepResult, ToolContext
+from trainteam.core.errors import BadInput
+from trainteam.agents.toolbox import StepResult, ToolContext
 
 
 def curation_config(task, data=None):
@@ -71,8 +71,8 @@ def curate(ctx: ToolContext) -> StepResult:
     """The task's training data and each curriculum stage's own, each checked against every
     held-out set of the run (a checkpoint is measured on the eval set of each stage it went
     through, so no training set may hold any of them)."""
-    from trainteam.agents.curriculum import curriculum_from_task
-    from trainteam.agents.tools.data import eval_sets
+    from trainteam.workflows.curriculum import curriculum_from_task
+    from trainteam.workflows.steps.corpus import eval_sets
 
     prepared = ctx.output("prepare_corpus")
     evals = eval_sets(ctx)

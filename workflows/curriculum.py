@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainteam.agents.task import ALIGN_STAGES, TRAIN_STAGES, CurriculumStage
-from trainteam.errors import BadInput
+from trainteam.workflows.task import ALIGN_STAGES, TRAIN_STAGES, CurriculumStage
+from trainteam.core.errors import BadInput
 from trainteam.trainers.eval_battery import default_battery
 from trainteam.trainers.gates import as_rules
 
 if TYPE_CHECKING:
-    from trainteam.agents.task import TrainTask
+    from trainteam.workflows.task import TrainTask
     from trainteam.trainers.config import ModelSpec
 
 

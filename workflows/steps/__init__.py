@@ -5,7 +5,7 @@ Each tool takes a ``ToolContext`` and a pydantic argument model and returns a
 (issue 5) wrap the same functions, each persona getting only its own.
 """
 
-from trainteam.agents.tools.base import StepResult, ToolContext
-from trainteam.agents.tools.catalog import TOOLS, get_tool
+from trainteam.agents.toolbox import StepResult, ToolContext
+from trainteam.workflows.steps.catalog import TOOLS, get_tool
 
 __all__ = ["StepResult", "TOOLS", "ToolContext", "get_tool"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from trainteam.agents.tools.base import StepResult, ToolContext
-from trainteam.agents.tools.curation import curate
-from trainteam.agents.tools.data import prepare_corpus
-from trainteam.agents.tools.evaluation import evaluate, gate
-from trainteam.agents.tools.models import register_model
-from trainteam.agents.tools.training import align, merge_adapters, train, train_tokenizer
+from trainteam.agents.toolbox import StepResult, ToolContext
+from trainteam.workflows.steps.curate import curate
+from trainteam.workflows.steps.corpus import prepare_corpus
+from trainteam.workflows.steps.judge import evaluate, gate
+from trainteam.workflows.steps.register import register_model
+from trainteam.workflows.steps.train import align, merge_adapters, train, train_tokenizer
 
 ToolFn = Callable[[ToolContext], StepResult]
 

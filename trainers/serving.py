@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 Backend = Literal["auto", "transformers", "vllm"]
 
@@ -59,7 +59,7 @@ class ChatModel:
         tok = self.tokenizer
         if getattr(tok, "chat_template", None):
             return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        from trainteam.trainers.formats import prompt_text
+        from trainteam.curation.formats import prompt_text
 
         users = [m for m in messages if m.get("role") == "user"]
         if not users:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainteam.agents.tools.base import StepResult, ToolContext
+from trainteam.agents.toolbox import StepResult, ToolContext
 from trainteam.graph import NodeKind, node_id
 
 
 def register_model(ctx: ToolContext) -> StepResult:
-    from trainteam.agents.registry import ModelRegistry
+    from trainteam.trainers.registry import ModelRegistry
 
     final = ctx.output(ctx.inputs.get("of", "final_eval"))
     ckpt = Path(final["artifacts"]["checkpoint"])

@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from trainteam.agents.tools.base import StepResult, ToolContext, sha256_file
+from trainteam.agents.toolbox import StepResult, ToolContext, sha256_file
 from trainteam.graph import EdgeKind, NodeKind
 
 
@@ -72,7 +72,7 @@ def prepare_corpus(ctx: ToolContext) -> StepResult:
     """Generate the bundled verifiable demo data, or take the task's local files, as
     content-addressed dataset versions (the same inputs never do the work twice); the
     same for each curriculum stage that names its own data (keys ``<stage>.train`` ...)."""
-    from trainteam.agents.curriculum import curriculum_from_task
+    from trainteam.workflows.curriculum import curriculum_from_task
 
     corpus, folder, train_path, eval_path = _prepare(ctx, ctx.task.data)
     nodes, counts = _versions(ctx, corpus, {"train": train_path, "eval": eval_path}, None)

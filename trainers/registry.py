@@ -22,9 +22,9 @@ from sqlalchemy import Column, ForeignKey, String, Table, Text, delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
-from trainteam.db import JSONText, metadata, utcnow
-from trainteam.errors import BadInput, NotFound
-from trainteam.ids import prefix_allowed
+from trainteam.core.db import JSONText, metadata, utcnow
+from trainteam.core.errors import BadInput, NotFound
+from trainteam.core.ids import prefix_allowed
 from trainteam.graph import EdgeKind, KnowledgeGraph, NodeKind
 
 models_table = Table(

@@ -10,9 +10,9 @@ from sqlalchemy import Column, Integer, String, Table, UniqueConstraint, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
-from trainteam.db import JSONText, metadata, utcnow
+from trainteam.core.db import JSONText, metadata, utcnow
 from trainteam.graph.kinds import EdgeKind, NodeKind, node_id
-from trainteam.ids import check_ref
+from trainteam.core.ids import check_ref
 
 if TYPE_CHECKING:  # networkx costs ~0.15 s to import: only queries load it
     import networkx as nx

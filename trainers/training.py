@@ -7,17 +7,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 from trainteam.trainers.config import TrainConfig
-from trainteam.trainers.reports import RestartProposal, TrainReport
-from trainteam.trainers.runtime import is_main_process
+from trainteam.trainers.results import RestartProposal, TrainReport
+from trainteam.trainers.trainer_args import is_main_process
 
 METHODS = ("pretrain", "sft", "dpo", "grpo")
 
 
 def _prepare_model(model, config: TrainConfig, out: Path):
     from trainteam.trainers.models import load_model
-    from trainteam.trainers.runtime import quantization_kwargs
+    from trainteam.trainers.trainer_args import quantization_kwargs
 
     if isinstance(model, (str, Path)):
         q = quantization_kwargs(config)
@@ -93,12 +93,12 @@ def train(
     out.mkdir(parents=True, exist_ok=True)
 
     from trainteam.trainers import budget
-    from trainteam.trainers import data as D
+    from trainteam.trainers import method_data as D
     from trainteam.trainers.checkpoints import resolve_resume
     from trainteam.trainers.manifest import manifest_callback
     from trainteam.trainers.methods import BUILDERS
     from trainteam.trainers.progress import RichProgress, quiet_libraries
-    from trainteam.trainers.runtime import check_runtime, choose_threads
+    from trainteam.trainers.trainer_args import check_runtime, choose_threads
     from trainteam.trainers.spike import SpikeMonitor, make_proposal
     from trainteam.trainers.telemetry import GracefulStop, RunHistory, Telemetry
 

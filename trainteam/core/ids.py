@@ -7,14 +7,14 @@ no ``/``, no ``..``, no wildcard, nothing a shell or SQL ``LIKE`` would read. Lo
 exact, or by a *literal* unique prefix (``prefix_of``: a case-sensitive ``substr``
 comparison, never ``LIKE``), and a prefix must be long enough to mean something.
 
-A leaf module: stdlib and trainteam.errors only, so graph/ and the read-only twins use it.
+A leaf module: stdlib and trainteam.core.errors only, so graph/ and the read-only twins use it.
 """
 
 from __future__ import annotations
 
 import re
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 RUN_ID_MAX = 64          # the runs table's key length
 REF_MAX = 160            # approval ids are <run>.<step>.<visit>.<action>

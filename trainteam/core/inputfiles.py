@@ -17,7 +17,7 @@ with memoization by identity (aws-cloudformation/cfn-lint#4670) — the approach
 neither is a drop-in safe_load. So this module keeps ``yaml.safe_load`` semantics (libyaml's
 scanner and parser when present, PyYAML's composer and SafeConstructor) and adds the bounds.
 
-A leaf module: stdlib, yaml and ``trainteam.errors`` only (agents, workflows and the CLI use it).
+A leaf module: stdlib, yaml and ``trainteam.core.errors`` only (agents, workflows and the CLI use it).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from trainteam.errors import BadInput
+from trainteam.core.errors import BadInput
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainteam.agents.tools.base import StepResult, ToolContext
+from trainteam.agents.toolbox import StepResult, ToolContext
 from trainteam.graph import EdgeKind
 
 
@@ -32,7 +32,7 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
     """A curriculum stage's battery on its checkpoint, on the stage's eval set, recorded as an
     Eval node (``key``). Returns (node, BatteryResult). Without a curation report, the eval
     set is first checked against ``trained_on`` (every file the checkpoint trained on)."""
-    from trainteam.agents.tools.data import stage_eval_set
+    from trainteam.workflows.steps.corpus import stage_eval_set
     from trainteam.curation.demo import read_jsonl
     from trainteam.trainers import load_tokenizer
     from trainteam.trainers.eval_battery import BatterySpec, record_battery, run_battery
@@ -61,8 +61,8 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
 def _stage_of(ctx: ToolContext, name: str):
     """The filled-in curriculum stage ``name``; a stage the task does not list (an ad-hoc
     ``inputs.stage``) gets its kind's default battery on the task's data."""
-    from trainteam.agents.curriculum import curriculum_from_task
-    from trainteam.agents.task import CurriculumStage
+    from trainteam.workflows.curriculum import curriculum_from_task
+    from trainteam.workflows.task import CurriculumStage
     from trainteam.trainers.eval_battery import default_battery
 
     found = curriculum_from_task(ctx.task).find(name)
@@ -78,7 +78,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
     on the checkpoint of the step named in ``inputs.of``: the last stage that step trained
     (the train step measured the curriculum's earlier stages itself), with that stage's
     battery on that stage's eval set."""
-    from trainteam.agents.curriculum import curriculum_from_task
+    from trainteam.workflows.curriculum import curriculum_from_task
 
     trained = ctx.output(ctx.inputs.get("of", "train"))
     stage = _stage_of(ctx, ctx.inputs.get("stage") or (trained.get("details") or {}).get("stages", [None])[-1]
@@ -86,7 +86,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
     ckpt = Path(trained["artifacts"]["checkpoint"])
     trained_on = [Path(p) for p in (trained.get("details") or {}).get("trained_on", [])]
     if not trained_on:
-        from trainteam.agents.tools.data import stage_train_data
+        from trainteam.workflows.steps.corpus import stage_train_data
 
         trained_on = [stage_train_data(ctx, stage)[0]]
     same = _measured_before(ctx, trained["nodes"]["checkpoint"], stage.name)
@@ -141,7 +141,7 @@ def _previous_eval(ctx: ToolContext, this_eval_step: str, stage: str) -> tuple[s
 
 def gate_rules(task, stage: str) -> list:
     """The gate rules of a stage: the curriculum stage's, or the plain task's ``gates``."""
-    from trainteam.agents.curriculum import curriculum_from_task
+    from trainteam.workflows.curriculum import curriculum_from_task
 
     found = curriculum_from_task(task).find(stage)
     return list(found.gates) if found is not None else []

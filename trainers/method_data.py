@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from trainteam.errors import BadInput
-from trainteam.trainers.formats import completion_text, prompt_text
+from trainteam.core.errors import BadInput
+from trainteam.curation.formats import completion_text, prompt_text
 
 REQUIRED = {
     "pretrain": [("text",), ("prompt", "completion")],

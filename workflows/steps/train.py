@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainteam.agents.tools.base import StepResult, ToolContext, sha256_file
+from trainteam.agents.toolbox import StepResult, ToolContext, sha256_file
 from trainteam.graph import EdgeKind, NodeKind, node_id
 
 
@@ -42,8 +42,8 @@ def train_tokenizer(ctx: ToolContext) -> StepResult:
     """Byte-level BPE on the training split (and every curriculum stage's own data), digits
     one per token; reused when the same dataset versions and settings were seen before.
     A task that continues a local model (``model.path``) keeps that model's tokenizer."""
-    from trainteam.agents.curriculum import curriculum_from_task
-    from trainteam.agents.tools.data import stage_train_data
+    from trainteam.workflows.curriculum import curriculum_from_task
+    from trainteam.workflows.steps.corpus import stage_train_data
     from trainteam.trainers import train_tokenizer as fit
 
     if ctx.task.model.path is not None:
@@ -273,8 +273,8 @@ def train(ctx: ToolContext) -> StepResult:
     """The task's training stages in order (see the module docstring): pretrain from random
     init, then each stage from the previous stage's weights on its own data; the earlier
     stages' batteries and gates on the way."""
-    from trainteam.agents.curriculum import curriculum_from_task
-    from trainteam.agents.tools.data import stage_train_data
+    from trainteam.workflows.curriculum import curriculum_from_task
+    from trainteam.workflows.steps.corpus import stage_train_data
     from trainteam.trainers import build_model, load_tokenizer
 
     task = ctx.task
@@ -336,7 +336,7 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
     """A stage's battery (an Eval node per stage; read back when a restart passes by again)
     and its gate rules against the stage before it. Returns the failed GateDecision, or None
     when it passed or ``accepted`` (a person's approved decision) accepts its failure."""
-    from trainteam.agents.tools.evaluation import measure_stage
+    from trainteam.workflows.steps.judge import measure_stage
     from trainteam.trainers.gates import accept_failed_gate, evaluate_gate, record_gate
 
     key = f"{ctx.run_id}/{ctx.step}#{ctx.visit}/{st.name}"
@@ -391,8 +391,8 @@ def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dic
 def align(ctx: ToolContext) -> StepResult:
     """DPO or GRPO (verifiable reward: exact answer, format) from the promoted checkpoint,
     on the align stage's own data when the curriculum gives it some."""
-    from trainteam.agents.curriculum import curriculum_from_task
-    from trainteam.agents.tools.data import stage_train_data
+    from trainteam.workflows.curriculum import curriculum_from_task
+    from trainteam.workflows.steps.corpus import stage_train_data
     from trainteam.trainers import load_tokenizer
 
     st = curriculum_from_task(ctx.task).align_stage()
