@@ -4,7 +4,7 @@ One tiny Llama (hidden 128 × 2 layers) is trained with ``trainers.train`` (SFT 
 demo addition task), then on the same checkpoint and the same held-out problems:
 
 1. Exact match: lm-evaluation-harness (baseline, a generate_until task written by
-   ``write_exact_match_task``) against ``trainers.evaluation.exact_match`` — the scores
+   ``write_exact_match_task``) against ``trainers.eval_battery.exact_match`` — the scores
    must agree; the ratio is the wall time of the two.
 2. The full post-train battery (loss, exact match, format, determinism, repetition)
    against exact match alone: what the reliability checks cost.
@@ -43,8 +43,7 @@ def main() -> None:
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
     from trainteam.trainers import (ModelSpec, SpikeOptions, TokenizerConfig, TrainConfig, build_model, train,
                                     train_tokenizer)
-    from trainteam.trainers.eval_battery import run_battery
-    from trainteam.trainers.evaluation import exact_match
+    from trainteam.trainers.eval_battery import exact_match, run_battery
     from trainteam.curation.formats import prompt_text
     from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
     from trainteam.trainers.tokenizer import load_tokenizer

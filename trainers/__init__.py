@@ -23,9 +23,9 @@ _EXPORTS = {
     "train_tokenizer": "tokenizer", "load_tokenizer": "tokenizer",
     "build_model": "models", "load_model": "models",
     "train": "training",
-    "exact_match": "evaluation",
+    "exact_match": "eval_battery",
     "merge_adapters": "merge",
-    "SpikeDetector": "spike", "record_training": "graphlog", "heldout_loss": "evaluation",
+    "SpikeDetector": "spike", "record_training": "graphlog", "heldout_loss": "eval_battery",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainteam.trainers.training import train
     from trainteam.trainers.config import (DPOOptions, GRPOOptions, LoraOptions, ModelSpec, SFTOptions, SpikeOptions,
                                            TokenizerConfig, TrainConfig)
-    from trainteam.trainers.evaluation import exact_match, heldout_loss
+    from trainteam.trainers.eval_battery import exact_match, heldout_loss
     from trainteam.curation.formats import completion_text, prompt_text
     from trainteam.trainers.graphlog import record_training
     from trainteam.trainers.merge import merge_adapters

@@ -1,11 +1,13 @@
-"""The eval battery of a stage: what the eval_judge measures before a gate decides.
+"""Evaluation of a model in its exact training context, and the eval battery of a stage.
 
-Measures: held-out loss and perplexity (on the answer tokens, as training counts
-them), greedy exact match (``trainers.evaluation.exact_match``), and reliability
-checks that accuracy alone hides: answer-format adherence, determinism across
-runs with different batching, and the rate of degenerate repetition. Harness
-tasks run through ``lm_eval_runner``. Each stage kind has a fixed default
-battery; a task may override it per stage.
+The two measures everything else builds on live here, once: ``heldout_loss`` (mean
+cross-entropy on the answer tokens, as training counts them) and ``greedy_generations``
+(greedy answers to ``prompt_text(prompt)``); ``exact_match`` compares those answers to
+the references. The battery, what the eval_judge measures before a gate decides, adds
+perplexity and reliability checks that accuracy alone hides: answer-format adherence,
+determinism across runs with different batching, and the rate of degenerate
+repetition. Harness tasks run through ``lm_eval_runner``. Each stage kind has a fixed
+default battery; a task may override it per stage.
 
 Eval sets are decontaminated against the training data before anything is
 measured, with the data engine's n-gram index (``trainteam.curation.decontam``);
@@ -23,8 +25,14 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers import budget
+from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
 from trainteam.curation.formats import prompt_text
+from trainteam.trainers import budget
+from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
+from trainteam.trainers.method_data import record_text
+from trainteam.trainers.models import load_model
+from trainteam.trainers.results import EvalResult
+from trainteam.trainers.tokenizer import load_tokenizer
 
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
 MAX_NEW_TOKENS = 4096  # per generated answer: beyond it a greedy eval is hours on a CPU
@@ -96,23 +104,55 @@ class BatteryResult(BaseModel):
 
 # -- individual measures -------------------------------------------------------------------
 
-def heldout_loss(model, tokenizer, records: Sequence[dict], *, batch_size: int = 32) -> dict[str, float]:
-    """Held-out loss and perplexity, scored by ``trainers.evaluation.heldout_loss`` (the answer
-    tokens of prompt/completion rows, as SFT trains them; every token of ``text`` rows)."""
-    from trainteam.trainers.evaluation import heldout_loss as score
+def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: int = 64,
+                 completion_only: bool = True) -> float:
+    """Mean token cross-entropy on ``records`` (a model or a checkpoint folder) in the training context.
+
+    Prompt/completion records score the completion tokens only (what SFT trains);
+    ``{"text"}`` records, or every record with ``completion_only=False``, score every token.
+    """
+    import torch
 
     for i, r in enumerate(records):
         if "text" not in r and not ("prompt" in r and "completion" in r):
             raise BadInput(f"held-out records[{i}]: needs 'text' or 'prompt' and 'completion'")
     if not records:
         raise BadInput("held-out records: none to measure loss on")
-    loss = score(model, tokenizer, list(records), batch_size=batch_size)
-    return {"heldout_loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+    if isinstance(model, (str, Path)):
+        model = load_model(Path(model))
+    model.eval()
+    total, count = 0.0, 0
+    pad = tokenizer.pad_token_id
+    for start in range(0, len(records), batch_size):
+        budget.check("evaluation (held-out loss)")
+        rows, labels = [], []
+        for r in records[start : start + batch_size]:
+            ids = tokenizer(record_text(tokenizer, r), add_special_tokens=False)["input_ids"]
+            lab = list(ids)
+            if completion_only and r.get("prompt") is not None and r.get("completion") is not None:
+                n_prompt = len(tokenizer(prompt_text(tokenizer, r["prompt"]), add_special_tokens=False)["input_ids"])
+                lab[:n_prompt] = [-100] * n_prompt
+            rows.append(ids)
+            labels.append(lab)
+        width = max(len(x) for x in rows)
+        ids_t = torch.tensor([x + [pad] * (width - len(x)) for x in rows], device=model.device)
+        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in rows], device=model.device)
+        lab_t = torch.tensor([x + [-100] * (width - len(x)) for x in labels], device=model.device)
+        with torch.no_grad():
+            logits = model(input_ids=ids_t, attention_mask=mask).logits[:, :-1].float()
+        tgt = lab_t[:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                                 ignore_index=-100, reduction="sum")
+        total += float(loss)
+        count += int((tgt != -100).sum())
+    return total / max(count, 1)
 
 
-def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int) -> list[dict]:
+def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int,
+                       what: str = "generation") -> list[dict]:
     """Greedy continuations of ``prompt_text(p)``: ``{"ids"}`` up to (not incl.) EOS, ``{"eos"}`` whether
-    EOS came, ``{"text"}`` the decoded answer (special tokens dropped, stripped)."""
+    EOS came, ``{"text"}`` the decoded answer (special tokens dropped, stripped). ``what`` names the
+    work in the message of a budget stop between batches."""
     import torch
 
     side = tokenizer.padding_side
@@ -122,7 +162,7 @@ def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_toke
     out: list[dict] = []
     try:
         for s in range(0, len(prompts), batch_size):
-            budget.check("generation")
+            budget.check(what)
             texts = [prompt_text(tokenizer, p) for p in prompts[s : s + batch_size]]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.no_grad():
@@ -136,6 +176,24 @@ def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_toke
     finally:
         tokenizer.padding_side = side
     return out
+
+
+def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: int = 8, batch_size: int = 64) -> EvalResult:
+    """Greedy answers to ``prompt_text(prompt)`` (``greedy_generations``), the text before EOS compared to ``completion``."""
+    if isinstance(model, (str, Path)):
+        model = load_model(Path(model))
+    bad = next((i for i, p in enumerate(problems) if not {"prompt", "completion"} <= set(p)), None)
+    if bad is not None:
+        raise BadInput(f"problems[{bad}]: needs fields prompt and completion")
+    gens = greedy_generations(model, tokenizer, [p["prompt"] for p in problems], max_new_tokens=max_new_tokens,
+                              batch_size=batch_size, what="evaluation (exact match)")
+    samples, correct = [], 0
+    for p, g in zip(problems, gens, strict=True):
+        ok = g["text"] == str(p["completion"]).strip()
+        correct += ok
+        samples.append({"prompt": p["prompt"], "expected": str(p["completion"]), "got": g["text"], "correct": ok})
+    n = len(problems)
+    return EvalResult(accuracy=correct / n if n else 0.0, n=n, correct=correct, samples=samples)
 
 
 def format_adherence(gens: Sequence[dict], tokenizer, pattern: str, max_new_tokens: int) -> dict[str, Any]:
@@ -178,8 +236,6 @@ def decontaminate(eval_records: list[dict], train_records: Sequence[dict] | None
     engine's ``EvalIndex``); returns the clean examples and the report of what was removed."""
     if train_records is None:
         return eval_records, None
-    from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
-
     cfg = config or DecontamConfig()
     index = EvalIndex.build({"eval": eval_records}, cfg)
     texts = []
@@ -201,8 +257,6 @@ def decontaminate(eval_records: list[dict], train_records: Sequence[dict] | None
 
 def _load(model_or_path, tokenizer):
     if isinstance(model_or_path, (str, Path)):
-        from trainteam.trainers.models import load_model
-
         path = Path(model_or_path)
         model = load_model(path)
         if tokenizer is None:
@@ -234,8 +288,6 @@ def run_battery(
     spec = spec or default_battery(stage)
     model, tokenizer, ckpt = _load(model_or_path, tokenizer)
     if isinstance(tokenizer, (str, Path)):
-        from trainteam.trainers.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer(Path(tokenizer))
     if tokenizer is None:
         raise BadInput("run_battery: a tokenizer (object or folder) is required with an in-memory model")
@@ -251,11 +303,10 @@ def run_battery(
     details: dict[str, Any] = {}
 
     if "heldout_loss" in spec.metrics:
-        metrics.update(heldout_loss(model, tokenizer, heldout_records if heldout_records is not None else records,
-                                    batch_size=min(spec.batch_size, 32)))
+        loss = heldout_loss(model, tokenizer, heldout_records if heldout_records is not None else records,
+                            batch_size=min(spec.batch_size, 32))
+        metrics.update(heldout_loss=loss, perplexity=math.exp(min(loss, 50.0)))
     if "exact_match" in spec.metrics:
-        from trainteam.trainers.evaluation import exact_match
-
         em = exact_match(model, tokenizer, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size)
         metrics["exact_match"] = em.accuracy
         details["exact_match"] = {"n": em.n, "correct": em.correct, "samples": em.samples[:10]}
@@ -285,8 +336,6 @@ def run_battery(
 
 def _lm_eval(spec: BatterySpec, ckpt: Path | None, tokenizer, records: list[dict], stage: str,
              out_dir: str | Path | None) -> dict[str, float]:
-    from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
-
     if ckpt is None:
         raise BadInput(f"battery {stage}: lm_eval needs a checkpoint folder, not an in-memory model")
     if out_dir is None:

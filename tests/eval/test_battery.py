@@ -12,6 +12,7 @@ from trainteam.trainers.eval_battery import (
     BatterySpec,
     default_battery,
     determinism,
+    exact_match,
     greedy_generations,
     heldout_loss,
     run_battery,
@@ -40,7 +41,8 @@ def test_heldout_loss_counts_answer_tokens_like_training(loaded, addition_data):
     c = tok(completion_text(tok, rec["completion"]), add_special_tokens=False)["input_ids"]
     with torch.no_grad():
         ref = model(input_ids=torch.tensor([p + c]), labels=torch.tensor([[-100] * len(p) + c])).loss.item()
-    got = heldout_loss(model, tok, [rec])
+    assert heldout_loss(model, tok, [rec]) == pytest.approx(ref, rel=1e-5)
+    got = run_battery(model, tok, [rec], stage="pretrain", spec=BatterySpec(metrics=["heldout_loss"])).metrics
     assert got["heldout_loss"] == pytest.approx(ref, rel=1e-5)
     assert got["perplexity"] == pytest.approx(math.exp(ref), rel=1e-5)
 
@@ -56,7 +58,6 @@ def test_training_lowers_heldout_loss(tiny_checkpoint, random_checkpoint, additi
 
 def test_post_train_battery_on_trained_model(tiny_checkpoint, addition_data):
     """Default post-train battery: the trained model answers digits then EOS, deterministically."""
-    from trainteam.trainers.evaluation import exact_match
     from trainteam.trainers.tokenizer import load_tokenizer
 
     held = addition_data[1]

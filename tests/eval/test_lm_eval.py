@@ -12,8 +12,8 @@ from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_tas
 
 
 def test_harness_exact_match_agrees_with_ours(tiny_checkpoint, addition_data, tmp_path):
-    """The harness and trainers.evaluation.exact_match score the same checkpoint the same way."""
-    from trainteam.trainers.evaluation import exact_match
+    """The harness and trainers.eval_battery.exact_match score the same checkpoint the same way."""
+    from trainteam.trainers.eval_battery import exact_match
     from trainteam.trainers.tokenizer import load_tokenizer
 
     held = addition_data[1]

@@ -21,7 +21,7 @@ def _client(server, key="k-test"):
 
 def test_chat_completion_answers_like_the_model(server, tiny_checkpoint, addition_data):
     """Over HTTP, the served answer is the model's own greedy answer in the training format."""
-    from trainteam.trainers.evaluation import exact_match
+    from trainteam.trainers.eval_battery import exact_match
     from trainteam.trainers.tokenizer import load_tokenizer
 
     probs = addition_data[1][:4]
@@ -70,7 +70,7 @@ def test_a_pydantic_ai_agent_can_use_the_served_model(server, tiny_checkpoint):
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    from trainteam.trainers.evaluation import exact_match
+    from trainteam.trainers.eval_battery import exact_match
     from trainteam.trainers.tokenizer import load_tokenizer
 
     model = OpenAIChatModel("m-tiny", provider=OpenAIProvider(base_url=server.base_url, api_key="k-test"))
