@@ -1,7 +1,12 @@
-"""A composite, verifiable reward: exact match, format, length.
+"""Verifiable rewards: the answer is checked, not judged.
 
-Used to score samples before building preference pairs and GRPO groups, and (via
-:func:`reward_func`) directly as a TRL GRPO reward function.
+``score_reward`` is the composite (exact match, format, length) that scores samples
+before building preference pairs and GRPO groups, and (via :func:`reward_func`) can
+serve directly as a TRL GRPO reward function. ``default_rewards`` are the GRPO step's
+rewards: TRL calls ``f(prompts, completions, completion_ids, **columns)`` with
+completions decoded *without* special tokens, and our GRPO datasets carry the
+reference answer in ``answer``; whether the model closed its answer with EOS is read
+from the ids, which ``score_reward`` cannot see, while the exact-match term is shared.
 """
 
 from __future__ import annotations
@@ -51,3 +56,31 @@ def reward_func(weights: RewardWeights | None = None, answer_field: str = "answe
 
     composite_reward.__name__ = "composite_reward"
     return composite_reward
+
+
+def exact_answer_reward():
+    """1 for the exact (stripped) answer: ``score_reward``'s exact term."""
+
+    def exact_answer(completions, answer, **_):
+        return [score_reward(c, str(a)).exact for c, a in zip(completions, answer)]
+
+    return exact_answer
+
+
+def format_reward(eos_token_id: int | None, pattern: str = r"-?\d+"):
+    """0.2 when the completion is one well-formed answer closed by EOS, else 0."""
+    rx = re.compile(pattern)
+
+    def well_formed(completions, completion_ids=None, **_):
+        ids = completion_ids or [[] for _ in completions]
+        return [
+            0.2 if (len(i) > 0 and i[-1] == eos_token_id and rx.fullmatch(c.strip())) else 0.0
+            for c, i in zip(completions, ids)
+        ]
+
+    return well_formed
+
+
+def default_rewards(tokenizer) -> list:
+    """The GRPO rewards when a task names none: exact answer, and a well-formed answer closed by EOS."""
+    return [exact_answer_reward(), format_reward(tokenizer.eos_token_id)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trainteam.trainers import method_data as D
 from trainteam.trainers.config import TrainConfig
-from trainteam.trainers.rewards import default_rewards
+from trainteam.curation.rewards import default_rewards
 from trainteam.trainers.trainer_args import common_args, peft_config
 
 

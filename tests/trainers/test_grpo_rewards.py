@@ -8,7 +8,7 @@ from trainteam.core.errors import BadInput
 from trainteam.trainers import TrainConfig, train
 from trainteam.trainers.config import GRPOOptions
 from trainteam.trainers.methods import grpo_args
-from trainteam.trainers.rewards import default_rewards
+from trainteam.curation.rewards import default_rewards
 
 
 def test_rewards_check_the_answer_and_its_end(tok):
