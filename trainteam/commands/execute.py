@@ -88,7 +88,7 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
         console.print(f"run {run_id}: [bold]{result['status']}[/bold]" +
                       (f" — {result['error']}" if result.get("error") else ""), highlight=False)
         if report:
-            from trainteam.workflows.reporting import write_run_report
+            from trainteam.workflows.report import write_run_report
 
             console.print(f"report: {write_run_report(ws, run_id).markdown}", highlight=False)
         else:

@@ -100,7 +100,7 @@ def report(run_id: str, out: Path = typer.Option(None, "--out", "-o", help="fold
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Write the run's report (markdown + loss, eval and time/cost plots) and print its path."""
     from trainteam.commands.common import check_out_folder
-    from trainteam.workflows.reporting import write_run_report
+    from trainteam.workflows.report import write_run_report
 
     if out is not None:
         check_out_folder(out, "--out")
