@@ -141,16 +141,3 @@ class TrainConfig(_Strict):
     dpo: DPOOptions = Field(default_factory=DPOOptions)
     grpo: GRPOOptions = Field(default_factory=GRPOOptions)
     spike: SpikeOptions = Field(default_factory=SpikeOptions)
-
-    def plan(self, model=None, hardware=None, **kwargs):
-        """Token, memory and cost accounting on the hardware; raises PlanRefused. Imports no torch.
-
-        ``model``: a ModelSpec or a parameter count (default: ModelSpec() with the default
-        tokenizer's vocabulary); ``hardware``: a HardwareSpec (default: this machine).
-        See ``trainteam.trainers.planning.planner``.
-        """
-        from trainteam.trainers.planning import plan
-
-        if model is None:
-            model = ModelSpec(vocab_size=TokenizerConfig().vocab_size)
-        return plan(self, model, hardware, **kwargs)

@@ -237,9 +237,9 @@ def test_plan_imports_no_torch_and_detects_this_machine():
     code = (
         "import sys\n"
         "from trainteam.trainers.config import TrainConfig\n"
-        "from trainteam.trainers.planning import detect_hardware\n"
+        "from trainteam.trainers.planning import detect_hardware, plan\n"
         "hw = detect_hardware()\n"
-        "p = TrainConfig(max_steps=10).plan()\n"
+        "p = plan(TrainConfig(max_steps=10))\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "print(hw.device, hw.device_memory_gib > 0, p.total_tokens)\n"
     )

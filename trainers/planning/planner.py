@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers.config import ModelSpec, TrainConfig
+from trainteam.trainers.config import ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.planning.estimate import (
     GIB,
     MemoryEstimate,
@@ -25,7 +25,7 @@ from trainteam.trainers.planning.estimate import (
     state_bytes_per_param,
     train_flops_per_token,
 )
-from trainteam.trainers.planning.hardware import HardwareSpec
+from trainteam.trainers.planning.hardware import HardwareSpec, detect_hardware
 
 FITS_MANY_TIMES = 4  # a replica this many times smaller than a device does not need sharding
 
@@ -220,7 +220,7 @@ def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec) -> list[Refusal
     return out
 
 
-def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int, hardware: HardwareSpec | None = None, *,
+def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int | None = None, hardware: HardwareSpec | None = None, *,
          vocab_size: int | None = None, dataset_rows: int | None = None, tokens_per_second: float | None = None,
          row_tokens: float | None = None, strict: bool = True) -> RunPlan:
     """Account for a config on the hardware, or raise ``PlanRefused`` naming the fields.
@@ -229,12 +229,13 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int, hardware: Hardwa
     run without packing count what it computes: each row's own tokens, not ``seq_len``
     of padding (the demo's 11-token rows at seq_len 64 were estimated 5.9x too many tokens).
 
+    ``model=None`` is ``ModelSpec()`` with the default tokenizer's vocabulary;
     ``hardware=None`` reads this machine (torch is imported only if a GPU may be present).
     ``tokens_per_second`` (measured, whole job) replaces the FLOP-based throughput guess.
     """
+    if model is None:
+        model = ModelSpec(vocab_size=TokenizerConfig().vocab_size)
     if hardware is None:
-        from trainteam.trainers.planning.hardware import detect_hardware
-
         hardware = detect_hardware(processes=cfg.devices_per_node)
     shape, notes = model_shape(model, vocab_size)
     if isinstance(model, int):
