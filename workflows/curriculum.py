@@ -6,29 +6,18 @@ A task writes its stages either plainly (``stages: [pretrain, sft, grpo]`` with
 sequences), ... — each with its own data, training settings, eval battery and gate
 rules. ``curriculum_from_task`` maps both onto the same filled-in stages, so the
 training, evaluation and gate tools have one code path and plain tasks keep working
-unchanged.
-
-``check_curriculum`` holds the rules that involve more than one stage or the model
-(order of stages, a long-context stage's sequence length against the model's context);
-``TrainTask`` calls it while validating, so a bad curriculum is refused with the field
-named before anything runs.
+unchanged. The rules a curriculum must follow are checked where the task is validated
+(``workflows.task.check_curriculum``).
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainteam.workflows.task import ALIGN_STAGES, TRAIN_STAGES, CurriculumStage
 from trainteam.core.errors import BadInput
 from trainteam.trainers.eval_battery import default_battery
 from trainteam.trainers.gates import as_rules
-
-if TYPE_CHECKING:
-    from trainteam.workflows.task import TrainTask
-    from trainteam.trainers.config import ModelSpec
+from trainteam.workflows.task import ALIGN_STAGES, TRAIN_STAGES, CurriculumStage, TrainTask
 
 
 class Curriculum(BaseModel):
@@ -81,65 +70,3 @@ def curriculum_from_task(task: TrainTask) -> Curriculum:
         filled.append(s.model_copy(update={"training": s.train_config(), "battery": battery}))
     return Curriculum(stages=filled)
 
-
-def check_curriculum(task: TrainTask) -> list[str]:
-    """Refuse a curriculum that cannot run (ValueError naming the field); return the
-    ``stages`` it stands for: the methods it uses, in order, for the workflow's
-    per-stage steps (``pretrain`` → tokenizer, ``dpo``/``grpo`` → the align step)."""
-    stages = task.curriculum or []
-    derived = list(dict.fromkeys(s.method for s in stages))
-    given = task.model_fields_set
-    if (task.training or task.gates) or ("stages" in given and list(task.stages) != derived):
-        raise ValueError("curriculum: give the stages either as curriculum or as stages/training/gates, not both")
-    seen: set[str] = set()
-    for i, s in enumerate(stages):
-        if s.name in seen:
-            raise ValueError(f"curriculum[{i}].name: stage {s.name!r} is listed twice")
-        seen.add(s.name)
-    if not any(s.method in TRAIN_STAGES for s in stages):
-        raise ValueError("curriculum: needs a stage that trains (method pretrain or sft)")
-    aligned = [i for i, s in enumerate(stages) if s.method in ALIGN_STAGES]
-    if len(aligned) > 1:
-        raise ValueError(f"curriculum[{aligned[1]}].method: one align stage (dpo or grpo) per run")
-    if aligned and aligned[0] != len(stages) - 1:
-        raise ValueError(f"curriculum[{aligned[0]}].method: the align stage runs after the training stages "
-                         f"and their gate, so it comes last")
-    for i, s in enumerate(stages):
-        if s.kind == "pretrain" and i > 0:
-            raise ValueError(f"curriculum[{i}].kind: a pretrain stage starts from random init, so only the first "
-                             f"stage can be one (continue training with kind mid_train)")
-    first = stages[0]
-    if task.model.path is not None and first.kind == "pretrain":
-        raise ValueError("curriculum[0].kind: pretrain starts from random init; model.path is for continued "
-                         "training (use kind mid_train or post_train)")
-    if task.model.path is None and first.kind != "pretrain":
-        raise ValueError(f"curriculum[0].kind: without model.path the first stage pretrains from random init "
-                         f"(kind pretrain), not {first.kind}")
-    check_context_length(stages, task.model)
-    return derived
-
-
-def check_context_length(stages: list[CurriculumStage], model: ModelSpec) -> None:
-    """A long-context stage trains on longer sequences than the stages before it, and no
-    longer than the model's context (``max_position_embeddings``: the built model's, or
-    a local model's from its ``config.json``). Cutting its sequences to fit, as the planner
-    does for other stages, would defeat the stage: it is refused instead."""
-    limit = model.max_position_embeddings
-    where = f"model.max_position_embeddings ({limit})"
-    if model.path is not None:
-        try:
-            limit = json.loads((model.path / "config.json").read_text()).get("max_position_embeddings")
-        except (OSError, ValueError):
-            limit = None  # a relative path not yet resolved, or no config: checked once resolved
-        where = f"the max_position_embeddings of {model.path} ({limit})"
-    longest = 0
-    for i, s in enumerate(stages):
-        seq = s.train_config().seq_len
-        if s.kind == "long_context":
-            if seq <= longest:
-                raise ValueError(f"curriculum[{i}].training.seq_len: a long_context stage trains on longer "
-                                 f"sequences than the stages before it ({seq} is not longer than {longest})")
-            if limit is not None and seq > limit:
-                raise ValueError(f"curriculum[{i}].training.seq_len: {seq} is longer than {where}; the model "
-                                 f"cannot attend that far (build it with a larger max_position_embeddings)")
-        longest = max(longest, seq)
