@@ -164,92 +164,102 @@ def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[di
     yield from rest
 
 
-def _handler(chat: ChatModel, api_key: str | None):
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "trainteam-serve"
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in two writes: with Nagle on, the client's delayed ACK
-        # added ~40 ms to every response here.
-        disable_nagle_algorithm = True
+class _ChatHandler(BaseHTTPRequestHandler):
+    """The OpenAI routes over one ``ChatModel``; ``_handler`` makes the subclass that holds the model and key."""
 
-        def log_message(self, fmt, *args):  # quiet; requests are not logged (they may hold data)
-            pass
+    chat: ChatModel
+    api_key: str | None = None
+    server_version = "trainteam-serve"
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle on, the client's delayed ACK
+    # added ~40 ms to every response here.
+    disable_nagle_algorithm = True
 
-        def _send(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def log_message(self, fmt, *args):  # quiet; requests are not logged (they may hold data)
+        pass
 
-        def _send_stream(self, chunks: Iterator[dict[str, Any]]) -> None:
-            """Server-sent events; the first chunk is made before the headers go out, so a bad
-            request still gets a JSON error."""
-            first = next(chunks)
-            self.send_response(HTTPStatus.OK)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            try:
-                for chunk in _chain(first, chunks):
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                    self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
+    def _send(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_stream(self, chunks: Iterator[dict[str, Any]]) -> None:
+        """Server-sent events; the first chunk is made before the headers go out, so a bad
+        request still gets a JSON error."""
+        first = next(chunks)
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for chunk in _chain(first, chunks):
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client went away; the connection closes
-            finally:
-                chunks.close()  # releases the model lock even when the client left early
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away; the connection closes
+        finally:
+            chunks.close()  # releases the model lock even when the client left early
 
-        def _error(self, e: _RequestError) -> None:
-            kind = "invalid_request_error" if e.status < 500 else "server_error"
-            self._send(e.status, {"error": {"message": e.message, "type": kind, "param": e.param, "code": None}})
+    def _error(self, e: _RequestError) -> None:
+        kind = "invalid_request_error" if e.status < 500 else "server_error"
+        self._send(e.status, {"error": {"message": e.message, "type": kind, "param": e.param, "code": None}})
 
-        def _authorized(self) -> bool:
-            if api_key is None:
-                return True
-            if self.headers.get("Authorization", "") == f"Bearer {api_key}":
-                return True
-            self._error(_RequestError(HTTPStatus.UNAUTHORIZED, "invalid API key"))
-            return False
+    def _authorized(self) -> bool:
+        if self.api_key is None:
+            return True
+        if self.headers.get("Authorization", "") == f"Bearer {self.api_key}":
+            return True
+        self._error(_RequestError(HTTPStatus.UNAUTHORIZED, "invalid API key"))
+        return False
 
-        def do_GET(self):  # noqa: N802 (http.server's naming)
-            if not self._authorized():
-                return
-            if self.path.rstrip("/") == "/v1/models":
-                return self._send(HTTPStatus.OK, chat.models())
-            if self.path.rstrip("/") == f"/v1/models/{chat.model_id}":
-                return self._send(HTTPStatus.OK, chat.models()["data"][0])
-            self._error(_RequestError(HTTPStatus.NOT_FOUND, f"no route {self.path}"))
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        if not self._authorized():
+            return
+        if self.path.rstrip("/") == "/v1/models":
+            return self._send(HTTPStatus.OK, self.chat.models())
+        if self.path.rstrip("/") == f"/v1/models/{self.chat.model_id}":
+            return self._send(HTTPStatus.OK, self.chat.models()["data"][0])
+        self._error(_RequestError(HTTPStatus.NOT_FOUND, f"no route {self.path}"))
 
-        def do_POST(self):  # noqa: N802
-            if not self._authorized():
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                return self._error(_RequestError(HTTPStatus.NOT_FOUND, f"no route {self.path}"))
-            try:
-                body = json.loads(raw or b"{}")
-                if not isinstance(body, dict):
-                    raise _RequestError(HTTPStatus.BAD_REQUEST, "body: a JSON object is required")
-                if body.get("model") not in (None, chat.model_id):
-                    raise _RequestError(HTTPStatus.NOT_FOUND, f"model {body.get('model')!r} is not served here "
-                                        f"(serving {chat.model_id!r})", "model")
-                if body.get("stream"):
-                    return self._send_stream(chat.stream(body))
-                self._send(HTTPStatus.OK, chat.complete(body))
-            except json.JSONDecodeError as exc:
-                self._error(_RequestError(HTTPStatus.BAD_REQUEST, f"body: not JSON ({exc.msg})"))
-            except _RequestError as exc:
-                self._error(exc)
-            except Exception as exc:  # the server keeps serving; the client gets the reason
-                self._error(_RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+    def do_POST(self):  # noqa: N802
+        if not self._authorized():
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            return self._error(_RequestError(HTTPStatus.NOT_FOUND, f"no route {self.path}"))
+        try:
+            self._complete(raw)
+        except json.JSONDecodeError as exc:
+            self._error(_RequestError(HTTPStatus.BAD_REQUEST, f"body: not JSON ({exc.msg})"))
+        except _RequestError as exc:
+            self._error(exc)
+        except Exception as exc:  # the server keeps serving; the client gets the reason
+            self._error(_RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
 
-    return Handler
+    def _complete(self, raw: bytes) -> None:
+        """One chat completion: the whole answer as JSON, or streamed as server-sent events."""
+        body = json.loads(raw or b"{}")
+        if not isinstance(body, dict):
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "body: a JSON object is required")
+        if body.get("model") not in (None, self.chat.model_id):
+            raise _RequestError(HTTPStatus.NOT_FOUND, f"model {body.get('model')!r} is not served here "
+                                f"(serving {self.chat.model_id!r})", "model")
+        if body.get("stream"):
+            return self._send_stream(self.chat.stream(body))
+        self._send(HTTPStatus.OK, self.chat.complete(body))
+
+
+def _handler(chat: ChatModel, api_key: str | None) -> type[_ChatHandler]:
+    """The request handler class for one server: ``http.server`` builds one per connection."""
+    return type("Handler", (_ChatHandler,), {"chat": chat, "api_key": api_key})
 
 
 class ChatServer:
