@@ -297,14 +297,24 @@ def recommend(model: ModelSpec | ModelShape | int, hardware: HardwareSpec, *, ba
     shape, _ = model_shape(model, vocab_size)
     if isinstance(model, int):
         shape = _scaled_shape(shape, model)
-    why: list[str] = []
     world = hardware.world_size
     tp = base.tensor_parallel_size if world % base.tensor_parallel_size == 0 else 1
     dp = world // tp
     gbs = global_batch_size or base.per_device_batch_size * base.grad_accum
     if gbs < dp:
         raise BadInput(f"global_batch_size: {gbs} is smaller than the {dp} data-parallel ranks")
+    update, why = _device_settings(base, hardware, tp)
+    strategies = _strategies(hardware, deepspeed_available)
+    cfg, strategy, mb, gc = _first_fit(base, update, strategies, shape, hardware, gbs, dp)
+    why += _layout_reasons(strategy, mb, cfg.grad_accum, gc, world=world, dp=dp, gbs=gbs)
+    result = plan(cfg, shape, hardware, vocab_size=vocab_size, **plan_kwargs)
+    spec = model if isinstance(model, ModelSpec) else None
+    return result.model_copy(update={"params": shape.num_params(), "model": spec, "reasons": why + result.reasons})
 
+
+def _device_settings(base: TrainConfig, hardware: HardwareSpec, tp: int) -> tuple[dict, list[str]]:
+    """Precision, device layout and kernels for the hardware, and why each was chosen."""
+    why: list[str] = []
     if hardware.device == "cuda":
         precision = "bf16" if hardware.bf16 else "fp16"
         why.append(f"precision {precision}: " + ("the GPU has native bf16 (no loss scaling)" if hardware.bf16
@@ -322,14 +332,23 @@ def recommend(model: ModelSpec | ModelShape | int, hardware: HardwareSpec, *, ba
         if base.use_liger:
             update["use_liger"] = False
             why.append("use_liger off: Liger kernels need a GPU")
+    return update, why
 
-    if world == 1:
-        strategies = ["single"]
-    elif hardware.device == "cpu":
-        strategies = ["ddp"]
-    else:
-        ds = importlib.util.find_spec("deepspeed") is not None if deepspeed_available is None else deepspeed_available
-        strategies = ["ddp"] + (["zero2"] if ds else []) + ["fsdp"] + (["zero3"] if ds else [])
+
+def _strategies(hardware: HardwareSpec, deepspeed_available: bool | None) -> list[str]:
+    """The strategies to try, cheapest first."""
+    if hardware.world_size == 1:
+        return ["single"]
+    if hardware.device == "cpu":
+        return ["ddp"]
+    ds = importlib.util.find_spec("deepspeed") is not None if deepspeed_available is None else deepspeed_available
+    return ["ddp"] + (["zero2"] if ds else []) + ["fsdp"] + (["zero3"] if ds else [])
+
+
+def _first_fit(base: TrainConfig, update: dict, strategies: list[str], shape: ModelShape, hardware: HardwareSpec,
+               gbs: int, dp: int) -> tuple[TrainConfig, str, int, bool]:
+    """The first strategy (then checkpointing off before on) whose largest power-of-two micro-batch
+    fits; raises PlanRefused when nothing fits even at micro-batch 1 with checkpointing."""
     cap = max(1, math.ceil(gbs / dp))
     for strategy in strategies:
         for gc in (False, True):
@@ -338,32 +357,29 @@ def recommend(model: ModelSpec | ModelShape | int, hardware: HardwareSpec, *, ba
                 cfg = base.model_copy(update={**update, "strategy": strategy, "gradient_checkpointing": gc,
                                               "per_device_batch_size": mb, "grad_accum": math.ceil(gbs / (mb * dp))})
                 if _memory(cfg, shape, hardware).fits:
-                    break
+                    return cfg, strategy, mb, gc
                 mb //= 2
-            if mb >= 1:
-                break
-        if mb >= 1:
-            break
-    else:
-        full = _memory(base.model_copy(update={**update, "strategy": strategies[-1], "gradient_checkpointing": True,
-                                               "per_device_batch_size": 1}), shape, hardware)
-        raise PlanRefused([Refusal(field="model", kind="impossible", reason=(
-            f"needs {full.total_gib:.2f} GiB per device even with {strategies[-1]}, micro-batch 1 and gradient "
-            f"checkpointing; {hardware.device_memory_gib:g} GiB available: use LoRA, a smaller model or more devices"))])
+    full = _memory(base.model_copy(update={**update, "strategy": strategies[-1], "gradient_checkpointing": True,
+                                           "per_device_batch_size": 1}), shape, hardware)
+    raise PlanRefused([Refusal(field="model", kind="impossible", reason=(
+        f"needs {full.total_gib:.2f} GiB per device even with {strategies[-1]}, micro-batch 1 and gradient "
+        f"checkpointing; {hardware.device_memory_gib:g} GiB available: use LoRA, a smaller model or more devices"))])
 
-    why.append({
+
+def _layout_reasons(strategy: str, mb: int, grad_accum: int, gc: bool, *, world: int, dp: int, gbs: int) -> list[str]:
+    """Why the chosen strategy, micro-batch and accumulation (and checkpointing)."""
+    why = [{
         "single": "strategy single: one device",
         "ddp": f"strategy ddp: a full replica fits each of the {world} devices; only gradients are all-reduced",
         "zero2": "strategy zero2: replicas do not fit; sharding gradients and optimizer states is enough",
         "fsdp": "strategy fsdp: the training state must be fully sharded to fit (FSDP2, native torch)",
         "zero3": "strategy zero3: fully sharded with DeepSpeed",
-    }[strategy])
-    actual = mb * cfg.grad_accum * dp
-    why.append(f"micro-batch {mb} x accumulation {cfg.grad_accum} x {dp} ranks = global batch {actual}"
+    }[strategy]]
+    actual = mb * grad_accum * dp
+    cap = max(1, math.ceil(gbs / dp))
+    why.append(f"micro-batch {mb} x accumulation {grad_accum} x {dp} ranks = global batch {actual}"
                + ("" if actual == gbs else f" (asked {gbs}; rounded up to whole micro-batches)")
                + ("; the largest power-of-two micro-batch that fits" if mb < cap else ""))
     if gc:
         why.append("gradient checkpointing on: activations do not fit otherwise")
-    result = plan(cfg, shape, hardware, vocab_size=vocab_size, **plan_kwargs)
-    spec = model if isinstance(model, ModelSpec) else None
-    return result.model_copy(update={"params": shape.num_params(), "model": spec, "reasons": why + result.reasons})
+    return why
