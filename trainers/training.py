@@ -1,24 +1,38 @@
-"""``train()``: one entry for every method, with checkpoints, resume, spike monitor and telemetry."""
+"""``train()``: one entry for every method, with checkpoints, resume, spike monitor and telemetry.
+
+``train`` reads as its phases: check the request, set up (data, model, threads), find where to
+resume, watch the run (telemetry, spike monitor, stop signal, budget), build the method's trainer,
+run it, keep its result (final folder, the checkpoint a stop saved, or a spike's evidence), report.
+The callbacks that watch (``progress``, ``spike``, ``telemetry``) import transformers: they are
+imported where the run is set up, so importing this module stays light.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainteam.core.errors import BadInput
+from trainteam.trainers import budget
+from trainteam.trainers import method_data as D
+from trainteam.trainers.checkpoints import complete_checkpoints, resolve_resume
 from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.manifest import manifest_callback
+from trainteam.trainers.methods import BUILDERS
+from trainteam.trainers.models import load_model
+from trainteam.trainers.restart import lr_sync_callback, prepare_rollback
 from trainteam.trainers.results import RestartProposal, TrainReport
-from trainteam.trainers.trainer_args import is_main_process
+from trainteam.trainers.threads import cpu_sample
+from trainteam.trainers.trainer_args import check_runtime, choose_threads, is_main_process, quantization_kwargs
 
 METHODS = ("pretrain", "sft", "dpo", "grpo")
 
 
 def _prepare_model(model, config: TrainConfig, out: Path):
-    from trainteam.trainers.models import load_model
-    from trainteam.trainers.trainer_args import quantization_kwargs
-
     if isinstance(model, (str, Path)):
         q = quantization_kwargs(config)
         if q:
@@ -82,6 +96,37 @@ def train(
     approved spike proposal instead (rollback, skipped batches, scaled LR).
     """
     wall_start = time.perf_counter()
+    config, out = _checked(method, config, tokenizer)
+    history, ds, eval_ds, model, threads = _setup(method, config, out, model, data, eval_data, tokenizer)
+    resume_from, resume_cbs = _resume_point(config, out, apply_proposal)
+    interruptions = history.interruptions()
+    watch = _watch(method, config, model, wall_start, history, resume_cbs, callbacks, progress)
+    trainer = _build_trainer(method, config, model, tokenizer, ds, eval_ds, out, watch.callbacks, reward_funcs)
+    history.record("start", method=method, resume_from=resume_from, resume_step=_resume_step(apply_proposal, resume_from),
+                   setup_s=round(time.perf_counter() - wall_start, 3))
+    result = _run(trainer, history, watch.stop, resume_from)
+    steps_done = trainer.state.global_step
+    reason, final_dir, proposal = _keep_result(trainer, tokenizer, out, steps_done, watch)
+    history.record("end", reason=reason, step=steps_done, step_time=watch.telemetry.step_time)
+
+    metrics = dict(result.metrics)
+    if eval_ds is not None and method in ("pretrain", "sft", "dpo") and reason != "budget":
+        metrics.update(trainer.evaluate())
+    tel = watch.telemetry.summary(interruptions)
+    tel["threads"] = threads
+    losses = watch.telemetry.losses
+    if losses:
+        metrics.setdefault("final_loss", losses[-1][1])
+    return TrainReport(
+        method=method, steps_done=steps_done, losses=losses, metrics=metrics,
+        checkpoints=complete_checkpoints(out), final_dir=final_dir, stopped_reason=reason,
+        proposal=proposal, telemetry=tel, resumed_from=resume_from, log_history=watch.telemetry.logs,
+        spike_evidence=watch.spike.evidence if reason == "spike" else None,
+    )
+
+
+def _checked(method: str, config: TrainConfig, tokenizer) -> tuple[TrainConfig, Path]:
+    """The request, refused before anything loads; the config for this method and its (created) folder."""
     if method not in METHODS:
         raise BadInput(f"method: {method!r} is not one of {', '.join(METHODS)}")
     if config.output_dir is None:
@@ -91,16 +136,13 @@ def train(
     config = config.model_copy(update={"method": method})
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    return config, out
 
-    from trainteam.trainers import budget
-    from trainteam.trainers import method_data as D
-    from trainteam.trainers.checkpoints import resolve_resume
-    from trainteam.trainers.manifest import manifest_callback
-    from trainteam.trainers.methods import BUILDERS
-    from trainteam.trainers.progress import RichProgress, quiet_libraries
-    from trainteam.trainers.trainer_args import check_runtime, choose_threads
-    from trainteam.trainers.spike import SpikeMonitor, make_proposal
-    from trainteam.trainers.telemetry import GracefulStop, RunHistory, Telemetry
+
+def _setup(method: str, config: TrainConfig, out: Path, model, data, eval_data, tokenizer):
+    """The folder's run history, the data, the model ready to train, and the torch threads to use."""
+    from trainteam.trainers.progress import quiet_libraries
+    from trainteam.trainers.telemetry import RunHistory
 
     history = RunHistory(out)
     other = history.methods() - {method}
@@ -108,27 +150,47 @@ def train(
         raise BadInput(f"output_dir: {out} holds a {'/'.join(sorted(other))} run; give each stage its own folder")
     quiet_libraries()
     check_runtime(config)
-    from trainteam.trainers.threads import cpu_sample
-
     setup_mark = cpu_sample()  # the neighbours' CPU use is measured while we load, not in an idle wait
     ds = D.load_data(data, method, "data")
     eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None
     model, merged = _prepare_model(model, config, out)
     resized = not hasattr(model, "peft_config") and _fit_embeddings(model, tokenizer)
     model = _anchor_base(model, config, out, changed=resized or merged)
-    threads = choose_threads(config, since=setup_mark)
+    return history, ds, eval_ds, model, choose_threads(config, since=setup_mark)
 
-    extra_cbs = []
-    if apply_proposal is not None:
-        from trainteam.trainers.restart import lr_sync_callback, prepare_rollback
 
-        prepare_rollback(apply_proposal, out)
-        resume_from = resolve_resume("auto", out)  # the rollback, or a checkpoint saved after it
-        extra_cbs.append(lr_sync_callback())
-    else:
-        resume_from = resolve_resume(config.resume, out)
+def _resume_point(config: TrainConfig, out: Path, apply_proposal: RestartProposal | None) -> tuple[Path | None, list]:
+    """The checkpoint to resume from, and the callbacks an approved restart needs."""
+    if apply_proposal is None:
+        return resolve_resume(config.resume, out), []
+    prepare_rollback(apply_proposal, out)
+    return resolve_resume("auto", out), [lr_sync_callback()]  # the rollback, or a checkpoint saved after it
 
-    interruptions = history.interruptions()
+
+def _resume_step(apply_proposal: RestartProposal | None, resume_from: Path | None) -> int:
+    """The step whose work this attempt keeps: a fresh rollback keeps only the pre-spike checkpoint's."""
+    if apply_proposal is not None and resume_from is not None and resume_from.name.startswith("rollback-"):
+        return json.loads((Path(apply_proposal.rollback_checkpoint) / "trainer_state.json").read_text())["global_step"]
+    return json.loads((resume_from / "trainer_state.json").read_text())["global_step"] if resume_from else 0
+
+
+@dataclass
+class _Watch:
+    """What watches the run from inside the trainer, and the callbacks in the order the trainer calls them."""
+
+    telemetry: Any
+    spike: Any | None
+    stop: Any
+    guard: Any | None
+    callbacks: list
+
+
+def _watch(method: str, config: TrainConfig, model, wall_start: float, history, restart_cbs: list,
+           callbacks: list | None, progress: bool) -> _Watch:
+    """Telemetry, the spike monitor, the stop signal and the budget guard, with the callbacks in order."""
+    from trainteam.trainers.progress import RichProgress
+    from trainteam.trainers.spike import SpikeMonitor
+    from trainteam.trainers.telemetry import GracefulStop, Telemetry
 
     telemetry = Telemetry(model, config.seq_len, wall_start, history)
     spike = SpikeMonitor(config.spike, method) if config.spike.enabled else None
@@ -136,80 +198,66 @@ def train(
     limit = budget.current()
     guard = budget.budget_guard(limit) if limit is not None else None
     # A caller's callbacks come before the monitor, so a metric they add to the logs can be watched.
-    cbs = extra_cbs + [telemetry, stop] + list(callbacks or []) + ([spike] if spike else []) + ([guard] if guard else [])
+    cbs = restart_cbs + [telemetry, stop] + list(callbacks or []) + ([spike] if spike else []) + ([guard] if guard else [])
     if progress:
         cbs.append(RichProgress(f"{method}"))
     cbs.append(manifest_callback())  # last: each checkpoint's manifest is written after everything else
+    return _Watch(telemetry, spike, stop, guard, cbs)
+
+
+def _build_trainer(method: str, config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cbs: list,
+                   reward_funcs: list | None):
+    """The method's trainer (``methods.BUILDERS``), without the library's own log printer."""
+    from transformers.trainer_callback import PrinterCallback
 
     kwargs = {"reward_funcs": reward_funcs} if method == "grpo" else {}
     trainer = BUILDERS[method](config, model, tokenizer, ds, eval_ds, out, cbs, **kwargs)
-    from transformers.trainer_callback import PrinterCallback
-
     trainer.remove_callback(PrinterCallback)
+    return trainer
 
-    # The step whose work this attempt keeps: a fresh rollback keeps only the pre-spike checkpoint's.
-    if apply_proposal is not None and resume_from is not None and resume_from.name.startswith("rollback-"):
-        resume_step = json.loads((Path(apply_proposal.rollback_checkpoint) / "trainer_state.json").read_text())["global_step"]
-    else:
-        resume_step = json.loads((resume_from / "trainer_state.json").read_text())["global_step"] if resume_from else 0
-    history.record("start", method=method, resume_from=resume_from, resume_step=resume_step,
-                   setup_s=round(time.perf_counter() - wall_start, 3))
+
+def _run(trainer, history, stop, resume_from: Path | None):
+    """The library's training loop, with the stop signal installed; an exception is recorded, then raised."""
     stop.install()
     try:
-        result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        return trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     except BaseException as exc:
         history.record("end", reason="interrupted", error=type(exc).__name__)
         raise
     finally:
         stop.uninstall()
 
-    steps_done = trainer.state.global_step
-    at_ceiling = guard is not None and guard.hit_at is not None
-    proposal = None
-    if spike is not None and spike.evidence is not None:
-        reason = "spike"
-        spiked = out / f"checkpoint-{steps_done}"
+
+def _keep_result(trainer, tokenizer, out: Path, steps_done: int, watch: _Watch) -> tuple[str, Path, RestartProposal | None]:
+    """Why the run stopped, the folder that holds its result, and a restart proposal after a spike."""
+    from trainteam.trainers.spike import make_proposal
+
+    at_ceiling = watch.guard is not None and watch.guard.hit_at is not None
+    if watch.spike is not None and watch.spike.evidence is not None:
         final_dir = out / f"spike-{steps_done}"
-        if not is_main_process():
-            pass
-        elif spiked.is_dir():  # kept as evidence, but never resumed from by "auto"
-            if final_dir.exists():
-                import shutil
-
-                shutil.rmtree(final_dir)
-            spiked.rename(final_dir)
-        else:
-            trainer.save_model(str(final_dir))
-        if is_main_process():
-            tokenizer.save_pretrained(str(final_dir))
-        proposal = make_proposal(spike.evidence, out)
-    elif (stop.requested or at_ceiling) and (out / f"checkpoint-{steps_done}").is_dir():
+        _keep_spike_evidence(trainer, tokenizer, out / f"checkpoint-{steps_done}", final_dir)
+        return "spike", final_dir, make_proposal(watch.spike.evidence, out)
+    if (watch.stop.requested or at_ceiling) and (out / f"checkpoint-{steps_done}").is_dir():
         # the checkpoint saved on the signal (or at the budget's ceiling) is the result; "final" means done
-        reason = "interrupted" if stop.requested else "budget"
-        final_dir = out / f"checkpoint-{steps_done}"
-    elif at_ceiling:  # the ceiling came before the first step: nothing to keep
-        reason, final_dir = "budget", out
+        return ("interrupted" if watch.stop.requested else "budget"), out / f"checkpoint-{steps_done}", None
+    if at_ceiling:  # the ceiling came before the first step: nothing to keep
+        return "budget", out, None
+    final_dir = out / "final"
+    trainer.save_model(str(final_dir))
+    if is_main_process():
+        tokenizer.save_pretrained(str(final_dir))
+    return ("interrupted" if watch.stop.requested else "completed"), final_dir, None
+
+
+def _keep_spike_evidence(trainer, tokenizer, spiked: Path, final_dir: Path) -> None:
+    """The checkpoint saved at the spike becomes ``spike-N``: kept as evidence, never resumed from by "auto"."""
+    if not is_main_process():
+        pass
+    elif spiked.is_dir():
+        if final_dir.exists():
+            shutil.rmtree(final_dir)
+        spiked.rename(final_dir)
     else:
-        reason = "interrupted" if stop.requested else "completed"
-        final_dir = out / "final"
         trainer.save_model(str(final_dir))
-        if is_main_process():
-            tokenizer.save_pretrained(str(final_dir))
-    history.record("end", reason=reason, step=steps_done, step_time=telemetry.step_time)
-
-    from trainteam.trainers.checkpoints import complete_checkpoints
-
-    metrics = dict(result.metrics)
-    if eval_ds is not None and method in ("pretrain", "sft", "dpo") and reason != "budget":
-        metrics.update(trainer.evaluate())
-    tel = telemetry.summary(interruptions)
-    tel["threads"] = threads
-    losses = telemetry.losses
-    if losses:
-        metrics.setdefault("final_loss", losses[-1][1])
-    return TrainReport(
-        method=method, steps_done=steps_done, losses=losses, metrics=metrics,
-        checkpoints=complete_checkpoints(out), final_dir=final_dir, stopped_reason=reason,
-        proposal=proposal, telemetry=tel, resumed_from=resume_from, log_history=telemetry.logs,
-        spike_evidence=spike.evidence if reason == "spike" else None,
-    )
+    if is_main_process():
+        tokenizer.save_pretrained(str(final_dir))
