@@ -24,20 +24,16 @@ safetensors headers only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
 from pathlib import Path
 
+from trainteam.core.hashing import sha256_file
+
 MANIFEST = "trainteam-manifest.json"
 _TMP = MANIFEST + ".tmp"
 _MAX_HEADER = 100_000_000  # safetensors refuses headers larger than this
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def write_manifest(folder: Path) -> Path:

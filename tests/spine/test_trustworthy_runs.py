@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -152,12 +151,9 @@ def test_with_no_restart_left_a_person_may_keep_the_weights_from_before_the_spik
 
 # ------------------------------------------------------------------------ registered == gated
 def _weights_digest(folder) -> str:
-    from pathlib import Path
+    from trainteam.core.hashing import weights_hash
 
-    from trainteam.agents.toolbox import sha256_file
-
-    weights = sorted(Path(folder).glob("*.safetensors"))
-    return hashlib.sha256("".join(sha256_file(w) for w in weights).encode()).hexdigest()[:16]
+    return weights_hash(folder)[:16]  # the Checkpoint node key the train step records
 
 
 LORA = {"r": 4, "alpha": 8}
