@@ -13,7 +13,7 @@ from pydantic_ai import DeferredToolRequests
 from pydantic_ai.capabilities import Hooks
 
 from trainteam.agents.redact import redact
-from trainteam.graph import EdgeKind, NodeKind
+from trainteam.graph.record import record_decision, record_run, record_step, record_tool_call
 
 
 def _jsonable(value: Any) -> Any:
@@ -31,9 +31,8 @@ def ensure_step_node(ctx) -> str:
     g = ctx.graph
     if not g.has_node(ctx.step_node):
         if not g.has_node(ctx.run_node):
-            g.add_node(NodeKind.RUN, ctx.run_id, task=getattr(ctx.task, "name", None))
-        g.link(NodeKind.STEP, ctx.step_node.split(":", 1)[1], [(EdgeKind.PART_OF, ctx.run_node)],
-               run_id=ctx.run_id, step=ctx.step, visit=ctx.visit, persona=ctx.persona)
+            record_run(g, ctx.run_id, task=getattr(ctx.task, "name", None))
+        record_step(g, ctx.run_id, ctx.step, ctx.visit, persona=ctx.persona)
     return ctx.step_node
 
 
@@ -50,8 +49,8 @@ def log_tool_call(deps, tool_call_id: str, tool: str, args: Any, status: str, re
         attrs["summary"] = str(result.get("summary") or result.get("next") or "")[:500]
     if error:
         attrs["error"] = error[:500]
-    return ctx.graph.link(NodeKind.TOOL_CALL, f"{ctx.run_id}/{deps.segment}/{tool_call_id}",
-                          [(EdgeKind.CALLED_BY, step)], **redact(attrs))
+    return record_tool_call(ctx.graph, run_id=ctx.run_id, segment=deps.segment, tool_call_id=tool_call_id,
+                            step_node=step, facts=redact(attrs))
 
 
 def log_decision(deps, output: Any) -> str:
@@ -63,8 +62,8 @@ def log_decision(deps, output: Any) -> str:
     else:
         attrs = {"decision": output.decision, "summary": output.summary, "reasons": list(output.reasons)}
     attrs.update(persona=deps.card.name, run_id=ctx.run_id, step=ctx.step, visit=ctx.visit)
-    return ctx.graph.link(NodeKind.DECISION, f"{ctx.run_id}/{deps.segment}", [(EdgeKind.CALLED_BY, step)],
-                          **redact(attrs))
+    return record_decision(ctx.graph, run_id=ctx.run_id, segment=deps.segment, step_node=step,
+                           facts=redact(attrs))
 
 
 def graph_hooks() -> Hooks:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainteam.agents.redact import redact
-from trainteam.graph import EdgeKind, NodeKind
+from trainteam.graph.record import record_transcript
 from trainteam.core.ids import check_run_id
 
 if TYPE_CHECKING:  # pydantic_ai costs ~0.8 s to import; listing transcripts must not pay it
@@ -73,10 +73,9 @@ def write(ws, record: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
     os.replace(tmp, path)
     step_node = f"Step:{record['run_id']}/{record['step']}#{record['visit']}"
-    g = ws.graph
-    if g.has_node(step_node):
-        g.link(NodeKind.TRANSCRIPT, f"{record['run_id']}/{record['segment']}", [(EdgeKind.RECORDS, step_node)],
-               path=str(path), persona=record["persona"], tool=record["tool"], model=record["model"])
+    if ws.graph.has_node(step_node):
+        record_transcript(ws.graph, run_id=record["run_id"], segment=record["segment"], step_node=step_node,
+                          path=str(path), persona=record["persona"], tool=record["tool"], model=record["model"])
     return path
 
 

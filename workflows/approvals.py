@@ -18,7 +18,7 @@ from typing import Any
 
 from trainteam.agents.redact import redact_text
 from trainteam.core.errors import BadInput, Conflict, NotFound
-from trainteam.graph import EdgeKind, NodeKind
+from trainteam.graph.record import record_approval, record_approval_request
 from trainteam.workflows.store import ApprovalStore
 from trainteam.workflows.views import approval_public, resolve  # noqa: F401  (read side, kept importable here)
 
@@ -37,10 +37,8 @@ def request(ws, *, run_id: str, step: str, visit: int, action: str, proposed: di
         approval_id=approval_id, run_id=run_id, step=step, action=action, proposed=proposed,
         evidence=evidence, requested_by=requested_by,
     )
-    g = ws.graph
-    step_node = g.add_node(NodeKind.STEP, f"{run_id}/{step}#{visit}", run_id=run_id, step=step, visit=visit)
-    g.link(NodeKind.APPROVAL, approval_id, [(EdgeKind.REQUESTED_BY, step_node)],
-           action=action, step=step, run_id=run_id, proposed=proposed, requested_by=requested_by)
+    record_approval_request(ws.graph, approval_id, run_id=run_id, step=step, visit=visit, action=action,
+                            proposed=proposed, requested_by=requested_by)
     return row
 
 
@@ -82,14 +80,8 @@ def decide(ws, ref: str, *, approve: bool, by: str | None = None, note: str | No
     if not store.decide(row["id"], status, person, note):
         fresh = store.get(row["id"])
         raise Conflict(f"approval {row['id']} was already {fresh['status']} by {fresh['decided_by']}")
-    g = ws.graph
-    person_node = g.add_node(NodeKind.PERSON, person, name=person)
-    decision = g.link(NodeKind.DECISION, f"approval/{row['id']}", [(EdgeKind.DECIDED_BY, person_node)],
-                      status=status, note=note, approval=row["id"], by=person)
-    approval_node = g.add_node(NodeKind.APPROVAL, row["id"], action=row["action"], step=row["step"],
-                               run_id=row["run_id"])
-    g.add_edge(approval_node, person_node, EdgeKind.APPROVED_BY if approve else EdgeKind.REJECTED_BY)
-    g.add_edge(decision, approval_node, EdgeKind.DECIDED_BY)
+    record_approval(ws.graph, row["id"], person=person, approve=approve, note=note, action=row["action"],
+                    step=row["step"], run_id=row["run_id"])
     _wake_run(ws, row["run_id"], row["id"], status)
     return approval_public(store.get(row["id"]))
 

@@ -13,8 +13,9 @@ import json
 import shutil
 from pathlib import Path
 
-from trainteam.agents.toolbox import StepResult, ToolContext, sha256_file
-from trainteam.graph import EdgeKind, NodeKind
+from trainteam.agents.toolbox import StepResult, ToolContext
+from trainteam.core.hashing import sha256_file
+from trainteam.graph.record import record_corpus, record_split
 
 
 def _prepare(ctx: ToolContext, data) -> tuple[str, Path, Path, Path]:
@@ -27,7 +28,7 @@ def _prepare(ctx: ToolContext, data) -> tuple[str, Path, Path, Path]:
                                n_eval=data.n_eval, seed=data.seed, fixed_width=data.fixed_width)
         params = {**cfg.model_dump(), "inject_leaks": data.inject_leaks}
         key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
-        corpus = g.add_node(NodeKind.CORPUS, f"demo-{key}", source="demo", generator="arithmetic", params=params)
+        corpus = record_corpus(g, f"demo-{key}", source="demo", generator="arithmetic", params=params)
         folder = ctx.ws.dir("datasets") / f"demo-{key}"
         train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
         if not (train_path.exists() and eval_path.exists()):
@@ -47,8 +48,7 @@ def _prepare(ctx: ToolContext, data) -> tuple[str, Path, Path, Path]:
         read_jsonl(src_train)  # validates: errors name file:line
         read_jsonl(src_eval)
         key = (sha256_file(src_train)[:8] + sha256_file(src_eval)[:8])
-        corpus = g.add_node(NodeKind.CORPUS, f"files-{key}", source="files", path=str(src_train),
-                            eval_path=str(src_eval))
+        corpus = record_corpus(g, f"files-{key}", source="files", path=str(src_train), eval_path=str(src_eval))
         folder = ctx.ws.dir("datasets") / f"files-{key}"
         folder.mkdir(parents=True, exist_ok=True)
         train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
@@ -62,9 +62,8 @@ def _versions(ctx: ToolContext, corpus: str, paths: dict[str, Path], stage: str 
     for split, path in paths.items():
         digest = sha256_file(path)
         counts[split] = sum(1 for _ in open(path))
-        extra = {"stage": stage} if stage else {}
-        nodes[split] = ctx.graph.link(NodeKind.DATASET_VERSION, digest[:16], [(EdgeKind.DERIVED_FROM, corpus)],
-                                      split=split, path=str(path), sha256=digest, records=counts[split], **extra)
+        nodes[split] = record_split(ctx.graph, digest[:16], corpus=corpus, split=split, path=str(path),
+                                    sha256=digest, records=counts[split], stage=stage or None)
     return nodes, counts
 
 
