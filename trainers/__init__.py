@@ -8,7 +8,6 @@ Importing this package is light (no torch): names resolve on first use (PEP 562)
           progress=True, apply_proposal=None, reward_funcs=None) -> TrainReport
     exact_match(model | Path, tokenizer, problems) -> EvalResult  heldout_loss(model, tokenizer, records) -> float
     merge_adapters([adapter dirs], out_dir, combination_type="ties") -> Path
-    record_training(graph, TrainReport, run_key=...) -> node ids
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ _EXPORTS = {
     "train": "training",
     "exact_match": "eval_battery",
     "merge_adapters": "merge",
-    "SpikeDetector": "spike", "record_training": "graphlog", "heldout_loss": "eval_battery",
+    "SpikeDetector": "spike", "heldout_loss": "eval_battery",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -36,7 +35,6 @@ if TYPE_CHECKING:  # pragma: no cover
                                            TokenizerConfig, TrainConfig)
     from trainteam.trainers.eval_battery import exact_match, heldout_loss
     from trainteam.curation.formats import completion_text, prompt_text
-    from trainteam.trainers.graphlog import record_training
     from trainteam.trainers.merge import merge_adapters
     from trainteam.trainers.models import build_model, load_model
     from trainteam.trainers.results import EvalResult, RestartProposal, TrainReport

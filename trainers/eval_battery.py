@@ -350,18 +350,3 @@ def _lm_eval(spec: BatterySpec, ckpt: Path | None, tokenizer, records: list[dict
         raise BadInput(f"battery {stage}: lm_eval_tasks given without lm_eval_include (folder of task YAML)")
     res = run_lm_eval(ckpt, tasks, include_path=include, batch_size=spec.batch_size, out_dir=out_dir)
     return {f"lm_eval/{t}/{m}": v for t, vals in res.tasks.items() for m, v in vals.items()}
-
-
-def record_battery(graph, result: BatteryResult, *, run_id: str, key: str | None = None,
-                   checkpoint_node: str | None = None, dataset_node: str | None = None) -> str:
-    """Write the result as an Eval node (evaluates its Checkpoint, evaluated_on its DatasetVersion);
-    a gate's decision then points at it. Facts are immutable: a re-measured stage needs its own key."""
-    from trainteam.graph import EdgeKind, NodeKind
-
-    edges = [(kind, node) for kind, node in ((EdgeKind.EVALUATES, checkpoint_node),
-                                             (EdgeKind.EVALUATED_ON, dataset_node))
-             if node is not None and graph.has_node(node)]
-    decon = result.decontamination or {}
-    return graph.link(NodeKind.EVAL, key or f"{run_id}/{result.stage}", edges, run_id=run_id, stage=result.stage,
-                      stage_kind=result.kind, metrics=result.metrics, n_eval=result.n_eval,
-                      decontaminated=bool(decon.get("checked")), contaminated_removed=decon.get("removed", 0))

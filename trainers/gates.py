@@ -195,19 +195,3 @@ def accept_failed_gate(decision: GateDecision, approval: Mapping[str, Any]) -> G
         raise BadInput(f"approval {approval.get('id')!r}: a failed gate needs an approved decision by a person "
                        f"(status {status!r})")
     return decision.model_copy(update={"accepted_by": str(person), "approval_id": approval.get("id")})
-
-
-def record_gate(graph, decision: GateDecision, *, run_id: str, eval_node: str | None = None) -> str:
-    """Write the decision as a Gate node (decided_by its Eval, and by the approval when accepted)."""
-    from trainteam.graph import EdgeKind, NodeKind
-
-    edges = []
-    if eval_node and graph.has_node(eval_node):
-        edges.append((EdgeKind.DECIDED_BY, eval_node))
-    if decision.approval_id:
-        approval_node = f"{NodeKind.APPROVAL.value}:{decision.approval_id}"
-        if graph.has_node(approval_node):
-            edges.append((EdgeKind.DECIDED_BY, approval_node))
-    key = f"{run_id}/{decision.stage}" + (f"/accepted/{decision.approval_id}" if decision.accepted_by else "")
-    return graph.link(NodeKind.GATE, key, edges, run_id=run_id, stage=decision.stage, passed=decision.passed,
-                      promote=decision.promote, accepted_by=decision.accepted_by, reasons=decision.reasons)

@@ -3,7 +3,7 @@
 A registered model is identified by the content hash of its weights, config and
 tokenizer files, so registering the same checkpoint twice (a re-run step after a
 crash, a person repeating a command) returns the existing record instead of a
-duplicate. A role ("eval_judge", "chat", ...) points to at most one model through
+duplicate. The registering step records the Model node in the knowledge graph. A role ("eval_judge", "chat", ...) points to at most one model through
 a unique tag ``role:<name>``; binding moves the tag, so there is never any doubt
 which model a persona gets.
 
@@ -12,7 +12,6 @@ Imports no torch: the CLI lists and binds models without loading them.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,8 @@ from sqlalchemy.exc import IntegrityError
 
 from trainteam.core.db import JSONText, metadata, utcnow
 from trainteam.core.errors import BadInput, NotFound
+from trainteam.core.hashing import named_files_hash
 from trainteam.core.ids import prefix_allowed
-from trainteam.graph import EdgeKind, KnowledgeGraph, NodeKind
 
 models_table = Table(
     "registry_models",
@@ -88,14 +87,7 @@ def checkpoint_hash(path: Path) -> str:
         raise BadInput(f"checkpoint {path}: no *.safetensors weights (found {', '.join(found)}); "
                        "checkpoints must be safetensors")
     files = weights + sorted(path / n for n in _IDENTITY_FILES if (path / n).is_file())
-    h = hashlib.sha256()
-    for f in sorted(files, key=lambda p: p.name):
-        h.update(f.name.encode() + b"\0")
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        h.update(b"\0")
-    return h.hexdigest()
+    return named_files_hash(sorted(files, key=lambda p: p.name))
 
 
 def _role_tag(role: str) -> str:
@@ -105,15 +97,14 @@ def _role_tag(role: str) -> str:
 
 
 class ModelRegistry:
-    """Registered checkpoints in the workspace database, mirrored as Model nodes in the graph."""
+    """Registered checkpoints in the workspace database."""
 
-    def __init__(self, engine: Engine, graph: KnowledgeGraph | None = None):
+    def __init__(self, engine: Engine):
         self.engine = engine
-        self.graph = graph if graph is not None else KnowledgeGraph(engine)
 
     @classmethod
     def of(cls, ws) -> "ModelRegistry":
-        return cls(ws.engine, ws.graph)
+        return cls(ws.engine)
 
     # -- writing -------------------------------------------------------------
     def register_checkpoint(
@@ -125,19 +116,17 @@ class ModelRegistry:
         metrics: dict[str, Any] | None = None,
         name: str | None = None,
         run_id: str | None = None,
-        checkpoint_node: str | None = None,
         lineage: dict[str, Any] | None = None,
     ) -> ModelRecord:
         """Record a checkpoint folder; the same content registered again returns the first record.
 
-        ``checkpoint_node`` is the graph id of the Checkpoint the trainer recorded (made here if
-        absent); ``base`` is a registered model id or a local path the checkpoint started from.
+        ``base`` is a registered model id or a local path the checkpoint started from.
         """
         path = Path(path).resolve()
         digest = checkpoint_hash(path)
         existing = self._by_hash(digest)
         if existing is not None:
-            return self._with_lineage(existing, checkpoint_node, run_id)
+            return existing
         model_id = f"m-{digest[:12]}"
         lin = dict(lineage or {})
         if run_id:
@@ -152,31 +141,9 @@ class ModelRegistry:
         except IntegrityError:  # another process registered it in between
             found = self._by_hash(digest)
             if found is not None:
-                return self._with_lineage(found, checkpoint_node, run_id)
+                return found
             raise
-        self._record_lineage(record, checkpoint_node, run_id)
         return self.get(model_id)
-
-    def _with_lineage(self, rec: ModelRecord, checkpoint_node: str | None, run_id: str | None) -> ModelRecord:
-        """A record found registered already: its graph lineage too, in case the process that
-        wrote the row died before the Model node (kill -9 between the two writes)."""
-        if not self.graph.has_node(f"{NodeKind.MODEL.value}:{rec.id}"):
-            self._record_lineage(rec.model_dump(), checkpoint_node, run_id)
-        return rec
-
-    def _record_lineage(self, rec: dict[str, Any], checkpoint_node: str | None, run_id: str | None) -> None:
-        g = self.graph
-        if checkpoint_node is None or not g.has_node(checkpoint_node):
-            checkpoint_node = g.add_node(NodeKind.CHECKPOINT, rec["content_hash"][:16], path=rec["path"],
-                                         stage=rec["stage"])
-        edges: list[tuple[EdgeKind, str]] = [(EdgeKind.REGISTERS, checkpoint_node)]
-        if run_id and g.has_node(f"{NodeKind.RUN.value}:{run_id}"):
-            edges.append((EdgeKind.PRODUCED_BY, f"{NodeKind.RUN.value}:{run_id}"))
-        base = rec["base"]
-        if base and g.has_node(f"{NodeKind.MODEL.value}:{base}"):
-            edges.append((EdgeKind.DERIVED_FROM, f"{NodeKind.MODEL.value}:{base}"))
-        g.link(NodeKind.MODEL, rec["id"], edges, name=rec["name"], path=rec["path"], stage=rec["stage"],
-               base=base, metrics=rec["metrics"], content_hash=rec["content_hash"])
 
     def bind(self, role: str, model: str, *, by: str | None = None) -> ModelRecord:
         """Point ``role`` at ``model`` (id, unique id prefix or name); moves the role if bound."""

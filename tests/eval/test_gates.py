@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers.eval_battery import BatteryResult, record_battery
-from trainteam.trainers.gates import GateRule, accept_failed_gate, evaluate_gate, record_gate
+from trainteam.graph.record import record_eval, record_gate
+from trainteam.trainers.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
 from trainteam.workflows.task import GateSpec
+
+
+def gate_node(graph, d: GateDecision, *, run_id: str, eval_node: str | None = None) -> str:
+    """The steps' call: the decision's plain values into the graph's writer."""
+    return record_gate(graph, run_id=run_id, stage=d.stage, passed=d.passed, promote=d.promote,
+                       reasons=d.reasons, accepted_by=d.accepted_by, approval_id=d.approval_id,
+                       eval_node=eval_node)
 
 
 def test_absolute_thresholds_pass_and_fail():
@@ -63,10 +70,10 @@ def test_only_an_approved_person_decision_accepts_a_failed_gate(tmp_path):
     ws = Workspace.open(tmp_path / "ws")
     g: KnowledgeGraph = ws.graph
     ckpt = g.add_node("Checkpoint", "c1", path="/x")
-    eval_node = record_battery(g, BatteryResult(stage="sft", kind="post_train", metrics={"exact_match": 0.5},
-                                                n_eval=10, seconds=1.0), run_id="r1", checkpoint_node=ckpt)
-    first = record_gate(g, d, run_id="r1", eval_node=eval_node)
-    second = record_gate(g, accepted, run_id="r1")
+    eval_node = record_eval(g, "r1/sft", run_id="r1", stage="sft", stage_kind="post_train",
+                            metrics={"exact_match": 0.5}, n_eval=10, checkpoint_node=ckpt)
+    first = gate_node(g, d, run_id="r1", eval_node=eval_node)
+    second = gate_node(g, accepted, run_id="r1")
     assert g.get_node(first)["passed"] is False and g.get_node(first)["promote"] is False
     node = g.get_node(second)
     assert node["accepted_by"] == "ana" and node["promote"] is True
@@ -95,5 +102,5 @@ def test_failed_gate_accepted_through_the_approval_queue_record(tmp_path):
     assert ApprovalStore(ws.engine).decide(row["id"], "approved", "ana", "known flaky eval set")
     accepted = accept_failed_gate(d, read_decision(ws, row["id"]))
     assert accepted.promote and accepted.accepted_by == "ana" and accepted.approval_id == row["id"]
-    gate_node = record_gate(ws.graph, accepted, run_id="r7")
-    assert f"Approval:{row['id']}" in ws.graph.lineage(gate_node).nodes
+    gate = gate_node(ws.graph, accepted, run_id="r7")
+    assert f"Approval:{row['id']}" in ws.graph.lineage(gate).nodes

@@ -1,4 +1,5 @@
-"""Model registry: idempotent registration by content, lineage in the graph, role binding."""
+"""Model registry: idempotent registration by content, lineage in the graph (recorded by the
+registering step's ``register_and_record``), role binding."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from trainteam.trainers.registry import ModelRegistry
 from trainteam.core.errors import BadInput, NotFound
 from trainteam.graph import EdgeKind, NodeKind
+from trainteam.workflows.steps.register import register_and_record
 from trainteam.workspace import Workspace
 
 
@@ -26,6 +28,7 @@ def test_registering_the_same_checkpoint_twice_is_a_noop(ws, tiny_checkpoint, tm
     assert a.id == b.id == c.id
     assert b.metrics == {"exact_match": 0.17} and b.stage == "sft" and b.lineage == {"run_id": "r1"}
     assert [m.id for m in reg.list()] == [a.id]
+    assert ws.graph.nodes() == []  # the registry keeps its table; the registering step records the graph
 
 
 def test_a_registration_cut_short_before_its_graph_node_is_completed_by_the_retry(ws, tiny_checkpoint):
@@ -33,22 +36,20 @@ def test_a_registration_cut_short_before_its_graph_node_is_completed_by_the_retr
     records the lineage it lacks (before, the run failed for good on 'node Model:… does not exist')."""
     from sqlalchemy import text
 
-    reg = ModelRegistry.of(ws)
-    first = reg.register_checkpoint(tiny_checkpoint, stage="sft", run_id="r1")
+    first, _ = register_and_record(ws, tiny_checkpoint, stage="sft", run_id="r1")
     with ws.engine.begin() as conn:  # the state the killed process left: the row, no graph node
         conn.execute(text("DELETE FROM graph_edges WHERE src = :n OR dst = :n"), {"n": f"Model:{first.id}"})
         conn.execute(text("DELETE FROM graph_nodes WHERE id = :n"), {"n": f"Model:{first.id}"})
     assert not ws.graph.has_node(f"Model:{first.id}")
-    again = reg.register_checkpoint(tiny_checkpoint, stage="sft", run_id="r1")
-    assert again.id == first.id and ws.graph.has_node(f"Model:{first.id}")
+    again, node = register_and_record(ws, tiny_checkpoint, stage="sft", run_id="r1")
+    assert again.id == first.id and node == f"Model:{first.id}" and ws.graph.has_node(node)
     g = ws.graph.to_networkx()
     assert any(k == EdgeKind.REGISTERS.value for _, _, k in g.out_edges(f"Model:{first.id}", keys=True))
 
 
 def test_other_weights_are_another_model_with_lineage(ws, tiny_checkpoint, random_checkpoint):
-    reg = ModelRegistry.of(ws)
-    base = reg.register_checkpoint(random_checkpoint, stage="pretrain")
-    tuned = reg.register_checkpoint(tiny_checkpoint, stage="sft", base=base.id, metrics={"exact_match": 0.2})
+    base, _ = register_and_record(ws, random_checkpoint, stage="pretrain")
+    tuned, _ = register_and_record(ws, tiny_checkpoint, stage="sft", base=base.id, metrics={"exact_match": 0.2})
     assert tuned.id != base.id and tuned.base == base.id
     g = ws.graph.to_networkx()
     model_node = f"{NodeKind.MODEL.value}:{tuned.id}"

@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from trainteam.agents.toolbox import StepResult, ToolContext
-from trainteam.graph import NodeKind, node_id
+from trainteam.graph.record import record_model
+from trainteam.trainers.registry import ModelRecord, ModelRegistry
+
+
+def register_and_record(ws, path: Path, *, stage: str, metrics: dict[str, Any] | None = None, name: str | None = None,
+                        base: str | None = None, run_id: str | None = None, checkpoint_node: str | None = None,
+                        lineage: dict[str, Any] | None = None, step_node: str | None = None) -> tuple[ModelRecord, str]:
+    """The checkpoint in the model registry, and its Model node in the graph (registers the
+    Checkpoint ``checkpoint_node``, produced_by the run and ``step_node``): ``(record, node)``.
+    A registration whose process died between the registry row and the Model node gets its
+    node on the retry."""
+    rec = ModelRegistry.of(ws).register_checkpoint(path, stage=stage, base=base, metrics=metrics, name=name,
+                                                   run_id=run_id, lineage=lineage)
+    node = record_model(ws.graph, rec.id, name=rec.name, path=rec.path, stage=rec.stage, base=rec.base,
+                        metrics=rec.metrics, content_hash=rec.content_hash, checkpoint_node=checkpoint_node,
+                        run_id=run_id, produced_by=step_node)
+    return rec, node
 
 
 def register_model(ctx: ToolContext) -> StepResult:
-    from trainteam.trainers.registry import ModelRegistry
-
     final = ctx.output(ctx.inputs.get("of", "final_eval"))
     ckpt = Path(final["artifacts"]["checkpoint"])
-    record = ModelRegistry.of(ctx.ws).register_checkpoint(
-        ckpt, stage=final["details"]["stage"], metrics=final["metrics"], name=ctx.task.name, run_id=ctx.run_id,
-        checkpoint_node=final["nodes"]["checkpoint"],
+    record, node = register_and_record(
+        ctx.ws, ckpt, stage=final["details"]["stage"], metrics=final["metrics"], name=ctx.task.name,
+        run_id=ctx.run_id, checkpoint_node=final["nodes"]["checkpoint"],
         lineage={"run": ctx.run_id, "task": ctx.task.name, "stages": ctx.task.stage_names()},
+        step_node=ctx.step_node,
     )
-    ctx.graph.add_edge(node_id(NodeKind.MODEL, record.id), ctx.step_node, "produced_by")
     return StepResult(summary=f"registered model {record.id} ({record.stage})",
-                      nodes={"model": node_id(NodeKind.MODEL, record.id), "checkpoint": final["nodes"]["checkpoint"]},
+                      nodes={"model": node, "checkpoint": final["nodes"]["checkpoint"]},
                       artifacts={"model": str(ckpt)}, details={"model_id": record.id})
