@@ -1,9 +1,11 @@
-"""Dataset versions in the knowledge graph.
+"""Dataset versions: their content-derived names, and the facts a caller records for them.
 
 A version's key is a hash of what determines its content: the fingerprints of its
 inputs and the parameters. The same inputs and parameters therefore name the same
 version, and a caller that finds the version already recorded (with its file still
-on disk and unchanged) can skip the work.
+on disk and unchanged) can skip the work. The data engine keeps no record itself: it
+returns a ``DatasetFacts`` for each version it builds, and reads earlier ones through a
+``Recorded`` lookup the caller gives (the workflow steps keep them in the knowledge graph).
 """
 
 from __future__ import annotations
@@ -11,36 +13,51 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
+from trainteam.core.hashing import file_fingerprint
 
-if TYPE_CHECKING:  # the graph pulls in SQLAlchemy: imported only when a graph is used
-    from trainteam.graph import KnowledgeGraph
-
-_CHUNK = 1 << 20
+# The recorded facts of a version key (its ``path``, ``content_hash``, ...), or None.
+Recorded = Callable[[str], Optional[Mapping[str, Any]]]
 
 
-def file_fingerprint(path: str | Path) -> str:
-    """BLAKE2b of a file's bytes, or of a folder's file names and bytes (sorted)."""
-    path = Path(path)
-    h = hashlib.blake2b(digest_size=16)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        if path.is_dir():
-            h.update(str(f.relative_to(path)).encode() + b"\0")
-        with f.open("rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                h.update(chunk)
-    return h.hexdigest()
+class DatasetFacts(BaseModel):
+    """A dataset version just built, as its caller records it."""
+
+    key: str
+    path: str
+    content_hash: str
+    counts: dict[str, int]
+    params: dict[str, Any]
+    inputs: list[tuple[str, str]] = Field(description="(fingerprint, name) of each input it was built from")
+    checked_against: list[tuple[str, str]] = Field(default_factory=list,
+                                                   description="(fingerprint, name) of each eval set it was "
+                                                               "decontaminated against")
+    builder: str | None = None
+    report: str | None = None
+
+
+class RecordsFingerprint:
+    """BLAKE2b-128 of records as sorted-key JSON lines, fed a batch at a time (a stream read once)."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.blake2b(digest_size=16)
+
+    def update(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for rec in records:
+            self._h.update(json.dumps(rec, sort_keys=True, default=str).encode() + b"\n")
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
 
 
 def records_fingerprint(records: Iterable[Mapping[str, Any]]) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for rec in records:
-        h.update(json.dumps(rec, sort_keys=True, default=str).encode())
-        h.update(b"\n")
-    return h.hexdigest()
+    fp = RecordsFingerprint()
+    fp.update(records)
+    return fp.hexdigest()
 
 
 def source_fingerprint(source: Any) -> str | None:
@@ -60,76 +77,30 @@ def version_key(kind: str, inputs: Mapping[str, str], params: Mapping[str, Any])
     return f"{kind}-{hashlib.blake2b(blob.encode(), digest_size=10).hexdigest()}"
 
 
-def existing_version(graph: KnowledgeGraph, key: str) -> dict[str, Any] | None:
-    """The recorded version if its output file is still there and unchanged."""
-    from trainteam.graph import NodeKind, node_id
-    from trainteam.graph.knowledge import UnknownNode
-
-    try:
-        node = graph.get_node(node_id(NodeKind.DATASET_VERSION, key))
-    except UnknownNode:
+def intact(recorded: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A recorded version if its output file is still there and unchanged, else None."""
+    if recorded is None:
         return None
-    path = node.get("path")
-    if not path or not Path(path).exists() or file_fingerprint(path) != node.get("content_hash"):
+    path = recorded.get("path")
+    if not path or not Path(path).exists() or file_fingerprint(path) != recorded.get("content_hash"):
         return None
-    return node
-
-
-def input_node(graph: KnowledgeGraph, fingerprint: str, name: str) -> str:
-    """The node an input stands for: a DatasetVersion whose output has this content, else a Corpus."""
-    from trainteam.graph import NodeKind
-
-    for node in graph.nodes(NodeKind.DATASET_VERSION):
-        if node.get("content_hash") == fingerprint:
-            return node["id"]
-    return graph.add_node(NodeKind.CORPUS, fingerprint, content_hash=fingerprint, source=name)
-
-
-def record_version(
-    graph: "KnowledgeGraph",
-    key: str,
-    *,
-    path: Path,
-    counts: Mapping[str, int],
-    params: Mapping[str, Any],
-    parents: Iterable[str] = (),
-    decontaminated_against: Iterable[str] = (),
-    **attrs: Any,
-) -> str:
-    """Write the DatasetVersion node and its edges (derived_from parents, decontaminated_against eval sets)."""
-    from trainteam.graph import EdgeKind, NodeKind
-
-    parents, against = list(parents), list(decontaminated_against)
-    edges = [(EdgeKind.DERIVED_FROM, p) for p in parents]
-    edges += [(EdgeKind.DECONTAMINATED_AGAINST, e) for e in against]
-    return graph.link(
-        NodeKind.DATASET_VERSION,
-        key,
-        edges=edges,
-        path=str(path),
-        content_hash=file_fingerprint(path),
-        counts=dict(counts),
-        params=dict(params),
-        parents=parents,
-        **attrs,
-    )
+    return recorded
 
 
 def materialize(
-    graph: "KnowledgeGraph | None",
     kind: str,
     inputs: Mapping[str, Any],
     params: Mapping[str, Any],
     build: Callable[[], Iterable[Mapping[str, Any]]],
     out_dir: str | Path,
-) -> tuple[str, Path, bool]:
-    """Build a derived dataset once: ``(version, path, reused)``.
+    recorded: Recorded | None = None,
+) -> tuple[str, Path, DatasetFacts | None]:
+    """Build a derived dataset once: ``(version, path, facts)``; ``facts`` is None when reused.
 
     ``inputs`` are the sources (paths, record lists, saved datasets) the build reads;
-    their fingerprints and ``params`` name the version. When the graph already holds
-    that version with its file intact, ``build`` is not called; otherwise its records
-    are written to ``out_dir/<version>.jsonl`` and a DatasetVersion node is recorded,
-    derived from the input nodes."""
+    their fingerprints and ``params`` name the version. When ``recorded`` knows that
+    version with its file intact, ``build`` is not called; otherwise its records are
+    written to ``out_dir/<version>.jsonl`` and the facts to record come back."""
     from trainteam.curation.jsonl import write_jsonl
 
     fps = {}
@@ -139,13 +110,12 @@ def materialize(
             raise BadInput(f"{kind} input {name!r}: a one-shot stream cannot be versioned; pass a file or a list")
         fps[name] = fp
     key = version_key(kind, fps, params)
-    if graph is not None:
-        node = existing_version(graph, key)
-        if node is not None:
-            return key, Path(node["path"]), True
+    node = intact(recorded(key)) if recorded is not None else None
+    if node is not None:
+        return key, Path(node["path"]), None
     path = write_jsonl(build(), Path(out_dir) / f"{key}.jsonl")
-    if graph is not None:
-        parents = [input_node(graph, fp, str(inputs[name]) if isinstance(inputs[name], (str, Path)) else name) for name, fp in fps.items()]
-        n = sum(1 for _ in path.open("rb"))
-        record_version(graph, key, path=path, counts={"output": n}, params=params, parents=parents, builder=kind)
-    return key, path, False
+    names = {name: str(src) if isinstance(src, (str, Path)) else name for name, src in inputs.items()}
+    facts = DatasetFacts(key=key, path=str(path), content_hash=file_fingerprint(path),
+                         counts={"output": sum(1 for _ in path.open("rb"))}, params=dict(params),
+                         inputs=[(fp, names[name]) for name, fp in fps.items()], builder=kind)
+    return key, path, facts

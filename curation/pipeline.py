@@ -26,10 +26,10 @@ from trainteam.curation.decontam import DecontamConfig, EvalIndex, decontaminate
 from trainteam.curation.dedup import ExactDeduper, MinHashLSH, NearDupConfig, NearDupResult
 from trainteam.curation.jsonl import read_jsonl
 from trainteam.curation.lineage import (
-    existing_version,
-    file_fingerprint,
-    input_node,
-    record_version,
+    DatasetFacts,
+    Recorded,
+    RecordsFingerprint,
+    intact,
     records_fingerprint,
     source_fingerprint,
     version_key,
@@ -38,6 +38,7 @@ from trainteam.curation.quality import QualityConfig, QualityFilter
 from trainteam.curation.sources import SkipCounter, iter_records, source_name
 from trainteam.curation.text import Words, tokenize
 from trainteam.core.errors import BadInput
+from trainteam.core.hashing import file_fingerprint
 
 _DUP_FLAGS = ("near_dup_of", "exact_dup_of")
 
@@ -66,7 +67,7 @@ class InjectedCount(BaseModel):
 
 class CurationReport(BaseModel):
     version: str
-    node_id: str | None = None
+    node_id: str | None = Field(None, description="the DatasetVersion node its caller recorded")
     output: str | None = None
     content_hash: str | None = None
     reused: bool = False
@@ -85,6 +86,8 @@ class CurationReport(BaseModel):
     unchecked_eval_examples: list[str] = Field(default_factory=list)
     seconds: float = 0.0
     records: list[dict] | None = Field(None, exclude=True, description="the output, when no out_dir was given")
+    facts: DatasetFacts | None = Field(None, exclude=True, description="the version built in out_dir, for the "
+                                                                       "caller to record (None when reused)")
 
     def summary(self) -> str:
         c = self.counts
@@ -226,7 +229,7 @@ def curate(
     corpus: Any,
     eval_sets: Mapping[str, Any] | None = None,
     config: CurationConfig | None = None,
-    graph: Any = None,
+    recorded: Recorded | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
 ) -> CurationReport:
@@ -234,17 +237,18 @@ def curate(
 
     With ``out_dir`` the output is ``out_dir/data.jsonl`` and the report
     ``out_dir/report.json``; without, the records come back in ``report.records``.
-    With a ``graph`` the result is a DatasetVersion node; the same corpus, eval sets
-    and config give the same version, and a version already on disk is returned
-    without any work (``report.reused``).
+    The same corpus, eval sets and config give the same version; with ``recorded`` (the
+    caller's record of versions, by key) a version already on disk is returned without
+    any work (``report.reused``). A version built in ``out_dir`` comes back with the
+    facts its caller records (``report.facts``).
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     config = config or CurationConfig()
     evals = load_eval_sets(eval_sets)
-    if graph is not None and out_dir is None:
-        raise BadInput("out_dir: needed to record a dataset version in the knowledge graph")
+    if recorded is not None and out_dir is None:
+        raise BadInput("out_dir: needed to record a dataset version")
     params = config.model_dump(mode="json")
     eval_fps = {name: records_fingerprint(exs) for name, exs in evals.items()}
     corpus_fp = source_fingerprint(corpus)
@@ -252,8 +256,8 @@ def curate(
     def key_for(fp: str) -> str:
         return _key(fp, eval_fps, params)
 
-    if graph is not None and corpus_fp is not None:
-        node = existing_version(graph, key_for(corpus_fp))
+    if recorded is not None and corpus_fp is not None:
+        node = intact(recorded(key_for(corpus_fp)))
         if node is not None and Path(node.get("report", "")).is_file():
             report = CurationReport.model_validate_json(Path(node["report"]).read_text())
             return report.model_copy(update={"reused": True})
@@ -266,11 +270,7 @@ def curate(
     work.mkdir(parents=True, exist_ok=True)
     final = work / "data.jsonl"
     spill = work / ".stage1.jsonl"
-    stream_hash = None
-    if corpus_fp is None:
-        import hashlib
-
-        stream_hash = hashlib.blake2b(digest_size=16)
+    stream_hash = RecordsFingerprint() if corpus_fp is None else None
     offsets = array("q")
     records = iter_records(
         corpus, text_field=config.text_field, skip_bad=config.skip_bad, skipped=skipped,
@@ -288,8 +288,7 @@ def curate(
             for batch in _batches(records, config.batch_size):
                 run.counts["input"] += len(batch)
                 if stream_hash is not None:
-                    for rec in batch:
-                        stream_hash.update(json.dumps(rec, sort_keys=True, default=str).encode() + b"\n")
+                    stream_hash.update(batch)
                 kept, kept_words = run.stage_one(batch)
                 lines = [json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in kept]
                 for line in lines:
@@ -335,13 +334,11 @@ def curate(
     report.seconds = round(time.perf_counter() - t0, 3)
     if out_dir is not None:
         report_path = work / "report.json"
-        if graph is not None:
-            parents = [input_node(graph, fp, source_name(corpus))]
-            against = [input_node(graph, efp, f"eval:{name}") for name, efp in eval_fps.items()]
-            report.node_id = record_version(
-                graph, report.version, path=final, counts=run.counts, params=params,
-                parents=parents, decontaminated_against=against, report=str(report_path),
-            )
+        report.facts = DatasetFacts(
+            key=report.version, path=str(final), content_hash=report.content_hash, counts=run.counts, params=params,
+            inputs=[(fp, source_name(corpus))], checked_against=[(efp, f"eval:{n}") for n, efp in eval_fps.items()],
+            report=str(report_path),
+        )
         report_path.write_text(report.model_dump_json(indent=1))
     return report
 

@@ -55,24 +55,30 @@ def test_every_injected_defect_is_caught_and_nothing_clean_is_lost(demo):
 
 def test_lineage_same_inputs_same_version_no_work_twice(demo, tmp_path):
     from trainteam.graph import EdgeKind, NodeKind
+    from trainteam.workflows.steps.curate import curate_recorded
     from trainteam.workspace import Workspace
 
     corpus, evals = demo
     graph = Workspace.open(tmp_path / "ws").graph
-    first = curate(corpus, evals, graph=graph, out_dir=tmp_path / "v1", progress=False)
+
+    def curate(corpus, evals, config=None, *, out_dir, progress):  # as the curate step and `curate run` call it
+        return curate_recorded(graph, corpus, evals, config, out_dir, progress=progress)
+
+    first = curate(corpus, evals, out_dir=tmp_path / "v1", progress=False)
     assert first.version == planned_version(corpus, evals)
     node = graph.get_node(first.node_id)
     assert node["kind"] == NodeKind.DATASET_VERSION.value and node["counts"]["output"] == first.counts["output"]
+    assert json.loads((tmp_path / "v1" / "report.json").read_text())["node_id"] == first.node_id
     mtime = os.stat(first.output).st_mtime_ns
     n_nodes = len(graph.nodes())
-    again = curate(corpus, evals, graph=graph, out_dir=tmp_path / "elsewhere", progress=False)
+    again = curate(corpus, evals, out_dir=tmp_path / "elsewhere", progress=False)
     assert again.reused and again.version == first.version and again.output == first.output
     assert not (tmp_path / "elsewhere").exists() and os.stat(first.output).st_mtime_ns == mtime
     assert len(graph.nodes()) == n_nodes
     # other parameters: another version; curating the output again: a child version
-    other = curate(corpus, evals, CurationConfig(near_dedup=None), graph=graph, out_dir=tmp_path / "v2", progress=False)
+    other = curate(corpus, evals, CurationConfig(near_dedup=None), out_dir=tmp_path / "v2", progress=False)
     assert other.version != first.version and not other.reused
-    child = curate(first.output, evals, graph=graph, out_dir=tmp_path / "v3", progress=False)
+    child = curate(first.output, evals, out_dir=tmp_path / "v3", progress=False)
     lineage = graph.lineage(child.node_id)
     assert first.node_id in lineage
     kinds = {(u, v, k) for u, v, k in lineage.edges(keys=True)}
@@ -81,7 +87,7 @@ def test_lineage_same_inputs_same_version_no_work_twice(demo, tmp_path):
     # a changed output file is not silently reused
     with open(first.output, "a") as fh:
         fh.write(json.dumps({"id": "tampered", "text": "x"}) + "\n")
-    redo = curate(corpus, evals, graph=graph, out_dir=tmp_path / "v1", progress=False)
+    redo = curate(corpus, evals, out_dir=tmp_path / "v1", progress=False)
     assert not redo.reused
 
 
@@ -97,7 +103,7 @@ def test_streams_malformed_input_and_graph_without_folder(tmp_path):
     streamed = curate((r for r in [good, good]), config=CurationConfig(quality=None), progress=False)  # a one-shot stream
     assert streamed.counts["exact_duplicates"] == 1 and streamed.version.startswith("curated-")
     with pytest.raises(BadInput, match="out_dir"):
-        curate([good], graph=object(), progress=False)
+        curate([good], recorded=lambda key: None, progress=False)
 
 
 def test_cli_demo_then_curate(tmp_path, capsys):
@@ -125,7 +131,11 @@ def test_cli_demo_then_curate(tmp_path, capsys):
 
 def test_builders_are_versioned_once(tmp_path, capsys):
     from trainteam.cli import main
+    from functools import partial
+
     from trainteam.curation.lineage import materialize
+    from trainteam.graph.record import recorded_dataset
+    from trainteam.workflows.steps.curate import record_built
     from trainteam.workspace import Workspace
 
     samples = [{"prompt": "1+1=", "completion": c, "reward": r} for c, r in (("2", 1.0), ("3", 0.0))]
@@ -139,9 +149,11 @@ def test_builders_are_versioned_once(tmp_path, capsys):
 
         return build_preference_pairs(read_jsonl(src))
 
-    v1, path, reused = materialize(graph, "preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out")
-    v2, path2, reused2 = materialize(graph, "preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out")
-    assert (v1, path, reused) == (v2, path2, False) and reused2 and len(calls) == 1
+    recorded = partial(recorded_dataset, graph)
+    v1, path, built = materialize("preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out", recorded)
+    assert record_built(graph, built) == f"DatasetVersion:{v1}"
+    v2, path2, again = materialize("preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out", recorded)
+    assert (v1, path) == (v2, path2) and built is not None and again is None and len(calls) == 1
     assert read_jsonl(path)[0]["chosen"] == "2"
     node = graph.get_node(f"DatasetVersion:{v1}")
     assert node["builder"] == "preference" and len(node["parents"]) == 1

@@ -45,8 +45,9 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Run the whole chain and record the result as a DatasetVersion in the knowledge graph."""
-    from trainteam.curation.pipeline import curate, planned_version
+    from trainteam.curation.pipeline import planned_version
     from trainteam.core.errors import BadInput
+    from trainteam.workflows.steps.curate import curate_recorded
 
     if not corpus.exists():
         raise BadInput(f"corpus: {corpus}: no such file or folder")
@@ -56,7 +57,7 @@ def run(
     evals = _eval_sets(eval_)
     ws = workspace()
     out_dir = out or ws.dir("datasets") / (planned_version(corpus, evals, cfg) or "curated")
-    report = curate(corpus, evals, cfg, graph=ws.graph, out_dir=out_dir, progress=not as_json)
+    report = curate_recorded(ws.graph, corpus, evals, cfg, out_dir, progress=not as_json)
     if as_json:
         return print_json(report.model_dump(mode="json"))
     console.print(report.summary(), highlight=False)
@@ -110,8 +111,12 @@ def build(
     """Build an SFT / preference / GRPO dataset, recorded as a DatasetVersion (built once per input and options)."""
     from trainteam.curation.builders import build_grpo_groups, build_preference_pairs, build_sft_examples
     from trainteam.curation.jsonl import read_jsonl
+    from functools import partial
+
     from trainteam.curation.lineage import materialize
     from trainteam.core.errors import BadInput
+    from trainteam.graph.record import recorded_dataset
+    from trainteam.workflows.steps.curate import record_built
 
     builders = {
         "sft": (lambda recs: build_sft_examples(recs, min_reward=min_reward), {"min_reward": min_reward}),
@@ -124,9 +129,11 @@ def build(
         raise BadInput(f"source: {source}: no such file")
     fn, params = builders[kind]
     ws = workspace()
-    version, path, reused = materialize(
-        ws.graph, kind, {"source": source}, params, lambda: fn(read_jsonl(source)), out or ws.dir("datasets")
-    )
+    version, path, built = materialize(kind, {"source": source}, params, lambda: fn(read_jsonl(source)),
+                                       out or ws.dir("datasets"), recorded=partial(recorded_dataset, ws.graph))
+    if built is not None:
+        record_built(ws.graph, built)
+    reused = built is None
     n = sum(1 for _ in path.open("rb"))
     console.print(f"{kind} dataset {version}: {n} rows in {path}" + (" (reused)" if reused else ""), highlight=False)
 

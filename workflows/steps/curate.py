@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
+from typing import Any, Mapping
 
-from trainteam.core.errors import BadInput
 from trainteam.agents.toolbox import StepResult, ToolContext
+from trainteam.core.errors import BadInput
+from trainteam.curation.lineage import DatasetFacts
+from trainteam.curation.pipeline import CurationConfig, CurationReport
+from trainteam.curation.pipeline import curate as run_curation
+from trainteam.graph import KnowledgeGraph, NodeKind, node_id
+from trainteam.graph.record import record_dataset, record_derived_from, recorded_dataset
 
 
 def curation_config(task, data=None):
@@ -27,19 +34,39 @@ def curation_config(task, data=None):
     return CurationConfig()
 
 
+def record_built(graph: KnowledgeGraph, facts: DatasetFacts) -> str:
+    """A dataset version the data engine built, as a DatasetVersion node (derived_from its inputs,
+    decontaminated_against the eval sets it was checked against)."""
+    return record_dataset(graph, facts.key, path=facts.path, content_hash=facts.content_hash, counts=facts.counts,
+                          params=facts.params, inputs=facts.inputs, decontaminated_against=facts.checked_against,
+                          builder=facts.builder, report=facts.report)
+
+
+def curate_recorded(graph: KnowledgeGraph, corpus: Any, evals: Mapping[str, Any] | None,
+                    config: CurationConfig | None, out_dir: Path, progress: bool = True) -> CurationReport:
+    """``curate`` with its version in the knowledge graph: a version recorded before with its files
+    intact is reused; a new one is recorded, and its report (``out_dir/report.json``) names its node."""
+    report = run_curation(corpus, evals, config, recorded=partial(recorded_dataset, graph), out_dir=out_dir,
+                          progress=progress)
+    if report.facts is not None:
+        report.node_id = record_built(graph, report.facts)
+        Path(report.facts.report).write_text(report.model_dump_json(indent=1))
+    elif report.node_id is None:  # reused, its report written before its node was recorded
+        report.node_id = node_id(NodeKind.DATASET_VERSION, report.version)
+    return report
+
+
 def _curate_split(ctx: ToolContext, train: str, prepared_node: str, evals: dict[str, str], config):
     """One training split through the chain, decontaminated against every eval set;
     returns the report and the curated file in the trainers' record shape. The curated
     version is linked to the prepared one, so its lineage reaches the corpus it came from."""
-    from trainteam.curation import curate as run_curation
     from trainteam.curation import read_jsonl
-    from trainteam.graph import EdgeKind
 
     raw = read_jsonl(Path(train))
     corpus = [{**r, "text": r.get("text") or (r["prompt"] + r["completion"])} for r in raw]
-    report = run_curation(corpus, evals, config, graph=ctx.graph,
-                          out_dir=_version_dir(ctx, corpus, evals, config), progress=ctx.progress)
-    ctx.graph.add_edge(report.node_id, prepared_node, EdgeKind.DERIVED_FROM)
+    report = curate_recorded(ctx.graph, corpus, evals, config, _version_dir(ctx, corpus, evals, config),
+                             progress=ctx.progress)
+    record_derived_from(ctx.graph, report.node_id, prepared_node)
     if not report.counts.get("output"):  # an empty training set would fail three steps later, unexplained
         raise BadInput(f"curate: no training record is left ({_summary(report)}); loosen the filter that "
                        "removed them in the task's curation settings (e.g. curation: {quality: null} for "
