@@ -242,9 +242,6 @@ def curate(
     any work (``report.reused``). A version built in ``out_dir`` comes back with the
     facts its caller records (``report.facts``).
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     config = config or CurationConfig()
     evals = load_eval_sets(eval_sets)
     if recorded is not None and out_dir is None:
@@ -252,15 +249,10 @@ def curate(
     params = config.model_dump(mode="json")
     eval_fps = {name: records_fingerprint(exs) for name, exs in evals.items()}
     corpus_fp = source_fingerprint(corpus)
-
-    def key_for(fp: str) -> str:
-        return _key(fp, eval_fps, params)
-
     if recorded is not None and corpus_fp is not None:
-        node = intact(recorded(key_for(corpus_fp)))
-        if node is not None and Path(node.get("report", "")).is_file():
-            report = CurationReport.model_validate_json(Path(node["report"]).read_text())
-            return report.model_copy(update={"reused": True})
+        reused = _reused(recorded, _key(corpus_fp, eval_fps, params))
+        if reused is not None:
+            return reused
 
     t0 = time.perf_counter()
     run = _Run(config, evals)
@@ -271,60 +263,18 @@ def curate(
     final = work / "data.jsonl"
     spill = work / ".stage1.jsonl"
     stream_hash = RecordsFingerprint() if corpus_fp is None else None
-    offsets = array("q")
     records = iter_records(
         corpus, text_field=config.text_field, skip_bad=config.skip_bad, skipped=skipped,
         txt_mode=config.txt_mode, streaming=config.streaming,
     )
-    bar = Progress(
-        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("kept {task.fields[kept]}"), TimeElapsedColumn(), disable=not progress, transient=False,
-        console=Console(stderr=True),  # stdout stays machine-readable
-    )
     try:
-        with bar, spill.open("wb") as out:
-            task = bar.add_task("curating: dedup, quality, decontamination", total=None, kept=0)
-            pos = 0
-            for batch in _batches(records, config.batch_size):
-                run.counts["input"] += len(batch)
-                if stream_hash is not None:
-                    stream_hash.update(batch)
-                kept, kept_words = run.stage_one(batch)
-                lines = [json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in kept]
-                for line in lines:
-                    offsets.append(pos)
-                    pos += len(line)
-                out.write(b"".join(lines))
-                if run.lsh is not None and kept:
-                    run.lsh.add_words(kept_words)
-                bar.update(task, advance=len(batch), kept=len(offsets))
-            near = None
-            if run.lsh is not None:
-                out.flush()
-                bar.update(task, description="near-duplicates: verifying candidate pairs")
-                near = _verify_from_spill(run.lsh, spill, offsets)
-            bar.update(task, description="curated")
+        near = _first_pass(run, records, spill, stream_hash, progress)
         near_pairs = _second_pass(spill, final, near, run, config.max_listed)
     finally:
         spill.unlink(missing_ok=True)
     run.counts["skipped_bad"] = skipped.count
     fp = corpus_fp or stream_hash.hexdigest()
-    report = CurationReport(
-        version=key_for(fp),
-        counts=run.counts,
-        quality_dropped=dict(run.quality.dropped) if run.quality else {},
-        leaked_eval_examples={k: sorted(v) for k, v in sorted(run.leaked.items())},
-        leak_dropped_ids=run.leak_dropped,
-        leak_cut_ids=run.leak_cut,
-        exact_duplicates=run.exact_pairs,
-        near_duplicates=near_pairs,
-        lsh={"bands": run.lsh.bands, "rows": run.lsh.rows, "candidates": near.candidates, "verified_pairs": len(near.pairs)}
-        if run.lsh is not None and near is not None
-        else {},
-        injected=run.injected,
-        skipped_examples=skipped.examples,
-        unchecked_eval_examples=run.index.unchecked if run.index else [],
-    )
+    report = _report(run, _key(fp, eval_fps, params), near, near_pairs, skipped)
     if out_dir is None:
         report.records = read_jsonl(final) if final.stat().st_size else []
         tmp.cleanup()  # type: ignore[union-attr]
@@ -341,6 +291,75 @@ def curate(
         )
         report_path.write_text(report.model_dump_json(indent=1))
     return report
+
+
+def _reused(recorded: Recorded, key: str) -> CurationReport | None:
+    """The report of the version ``key`` when its caller recorded it and its files are intact."""
+    node = intact(recorded(key))
+    if node is not None and Path(node.get("report", "")).is_file():
+        report = CurationReport.model_validate_json(Path(node["report"]).read_text())
+        return report.model_copy(update={"reused": True})
+    return None
+
+
+def _first_pass(run: _Run, records: Iterator[dict], spill: Path, stream_hash: RecordsFingerprint | None,
+                progress: bool) -> NearDupResult | None:
+    """Exact dedup, quality and decontamination batch by batch, the survivors spilled to ``spill``
+    (byte offsets kept) while their LSH band keys are indexed; then the near-duplicate candidate
+    pairs verified from the spill (None without near-dup dedup)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    offsets = array("q")
+    bar = Progress(
+        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("kept {task.fields[kept]}"), TimeElapsedColumn(), disable=not progress, transient=False,
+        console=Console(stderr=True),  # stdout stays machine-readable
+    )
+    with bar, spill.open("wb") as out:
+        task = bar.add_task("curating: dedup, quality, decontamination", total=None, kept=0)
+        pos = 0
+        for batch in _batches(records, run.cfg.batch_size):
+            run.counts["input"] += len(batch)
+            if stream_hash is not None:
+                stream_hash.update(batch)
+            kept, kept_words = run.stage_one(batch)
+            lines = [json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in kept]
+            for line in lines:
+                offsets.append(pos)
+                pos += len(line)
+            out.write(b"".join(lines))
+            if run.lsh is not None and kept:
+                run.lsh.add_words(kept_words)
+            bar.update(task, advance=len(batch), kept=len(offsets))
+        near = None
+        if run.lsh is not None:
+            out.flush()
+            bar.update(task, description="near-duplicates: verifying candidate pairs")
+            near = _verify_from_spill(run.lsh, spill, offsets)
+        bar.update(task, description="curated")
+    return near
+
+
+def _report(run: _Run, version: str, near: NearDupResult | None, near_pairs: list[tuple[str, str, float]],
+            skipped: SkipCounter) -> CurationReport:
+    """What the chain kept, dropped and found, by stage."""
+    return CurationReport(
+        version=version,
+        counts=run.counts,
+        quality_dropped=dict(run.quality.dropped) if run.quality else {},
+        leaked_eval_examples={k: sorted(v) for k, v in sorted(run.leaked.items())},
+        leak_dropped_ids=run.leak_dropped,
+        leak_cut_ids=run.leak_cut,
+        exact_duplicates=run.exact_pairs,
+        near_duplicates=near_pairs,
+        lsh={"bands": run.lsh.bands, "rows": run.lsh.rows, "candidates": near.candidates, "verified_pairs": len(near.pairs)}
+        if run.lsh is not None and near is not None
+        else {},
+        injected=run.injected,
+        skipped_examples=skipped.examples,
+        unchecked_eval_examples=run.index.unchecked if run.index else [],
+    )
 
 
 def _key(corpus_fp: str, eval_fps: Mapping[str, str], params: Mapping[str, Any]) -> str:
