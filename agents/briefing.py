@@ -50,7 +50,7 @@ def spent_minutes(ctx) -> float | None:
 
 def instructions(ctx, card: PersonaCard, tool: str) -> str:
     task = ctx.task
-    conds = task_conditions(task, ctx.visit, ctx.inputs, ctx.outputs)
+    conds = task_conditions(task, ctx.visit, ctx.decided.restart is not None, ctx.outputs)
     budget = task.budget.model_dump()
     budget["spent_minutes"] = spent_minutes(ctx)
     return render(
@@ -68,5 +68,5 @@ def step_prompt(ctx, tool: str) -> str:
 
 
 def loaded_skills(ctx, card: PersonaCard) -> list[str]:
-    return [s.name for s in skills_for(card, task_conditions(ctx.task, ctx.visit, ctx.inputs, ctx.outputs))]
+    return [s.name for s in skills_for(card, task_conditions(ctx.task, ctx.visit, ctx.decided.restart is not None, ctx.outputs))]
 

@@ -86,13 +86,13 @@ def load_skill(name: str) -> Skill:
         raise BadInput(format_validation_error(exc, f"skills/{name}/SKILL.md")) from None
 
 
-def task_conditions(task: Any, visit: int = 1, inputs: dict | None = None,
+def task_conditions(task: Any, visit: int = 1, restarting: bool = False,
                     outputs: dict | None = None) -> set[str]:
     """Which ``load_when`` conditions hold for this task and step."""
     conds = {"always"}
     if visit > 1:
         conds.add("retry")
-    if inputs and inputs.get("apply_proposal"):
+    if restarting:  # a person approved a spike restart: the troubleshooting skill applies
         conds.add("spike")
     if outputs and any(o.get("outcome") in ("failed", "error", "spike") for o in outputs.values()):
         conds.add("failure")

@@ -11,13 +11,16 @@ artifacts' content hashes shows that something outside the model changed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, Field
 from pydantic_ai.messages import ModelResponse
 
 from trainteam.agents import transcripts
 from trainteam.agents.policy import replay_model
+from trainteam.agents.runtime import resume_persona_step, run_persona_step
+from trainteam.agents.toolbox import StepInputs, StepTool, ToolContext
+from trainteam.curation.builders import build_sft_examples
 
 
 def _decision(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -94,20 +97,19 @@ def _responses(record: dict[str, Any]) -> list[ModelResponse]:
     return [m for m in transcripts.load_messages(record["messages"]) if isinstance(m, ModelResponse)]
 
 
-def replay_run(source_ws, run_id: str, dest_ws) -> ReplayReport:
-    """Re-run ``run_id`` of ``source_ws`` in ``dest_ws`` from the recorded model responses."""
-    from trainteam.agents.runtime import resume_persona_step, run_persona_step
-    from trainteam.workflows.steps import ToolContext
-    from trainteam.workflows.task import TrainTask  # lazy: agents sit below workflows
-
+def replay_run(source_ws, run_id: str, dest_ws, toolbox: Mapping[str, StepTool],
+               load_task: Callable[[dict], Any]) -> ReplayReport:
+    """Re-run ``run_id`` of ``source_ws`` in ``dest_ws`` from the recorded model responses, with the
+    workflow's step tools (``toolbox``) and its task type (``load_task``: recorded JSON → task)."""
     outputs: dict[str, dict] = {}
     report = ReplayReport(run_id=run_id, workspace=str(dest_ws.root), steps=[])
     for rec in transcripts.read_run(source_ws, run_id):
         # earlier steps' outputs: the replayed ones, else as recorded (a step run without a persona)
         given = {**(rec.get("outputs") or {}), **outputs}
         ctx = ToolContext(ws=dest_ws, run_id=run_id, step=rec["step"], visit=rec["visit"], persona=rec["persona"],
-                          task=TrainTask.model_validate(rec["task"]), outputs=given,
-                          inputs=rec.get("inputs") or {}, progress=False)
+                          task=load_task(rec["task"]), outputs=given, inputs=rec.get("inputs") or {},
+                          decided=StepInputs.model_validate(rec.get("decided") or {}), toolbox=toolbox,
+                          progress=False)
         model = replay_model(_responses(rec), name=f"replay-{rec['persona']}")
         error = None
         try:
@@ -116,7 +118,7 @@ def replay_run(source_ws, run_id: str, dest_ws) -> ReplayReport:
                 if result.outcome != "needs_approval":
                     error = f"recorded an approval, but the replay did not ask for one ({result.outcome})"
                     break
-                result = resume_persona_step(ctx, rec["tool"], result.details["pending"], decision["approved"],
+                result = resume_persona_step(ctx, rec["tool"], result.needs.resume.pending, decision["approved"],
                                              decision.get("note"), model=model)
         except Exception as exc:  # the recorded run may have failed the same way; compare below
             result, error = None, f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -139,8 +141,6 @@ def replay_run(source_ws, run_id: str, dest_ws) -> ReplayReport:
 
 def sft_examples(ws, run_ids: list[str] | None = None) -> list[dict]:
     """SFT data from the team's own successful agent runs, through the curation builders."""
-    from trainteam.curation.builders import build_sft_examples
-
     ids = run_ids or sorted(p.name for p in ws.dir("transcripts").iterdir() if p.is_dir())
     traces = []
     for rid in ids:

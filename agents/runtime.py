@@ -1,39 +1,154 @@
-"""Run one workflow step as its persona: the entry points the workflow engine calls.
+"""One workflow step run by its persona: the card's Agent, its tools, its model, its record.
 
-``run_persona_step`` builds the persona's Agent (only its tools, typed deps and
-output, instructions from its card), lets the model — the offline policy by default —
-call the step's tool, and returns the tool's StepResult with the persona's report in
-``details["persona"]``. A gated call ends the agent run with pydantic-ai's
-``DeferredToolRequests``; the step then returns ``outcome="needs_approval"`` with a
-JSON ``pending`` that ``resume_persona_step`` continues in any process once a person
-decided (``DeferredToolResults``: ``ToolApproved`` / ``ToolDenied``).
+``run_persona_step`` builds the persona's pydantic-ai Agent (typed deps and output, only the
+card's tools out of the step catalog the engine hands over in ``ctx.toolbox``, instructions
+from its card), lets the model — the offline policy by default — call the step's tool, and
+returns the tool's StepResult with the persona's report in ``details["persona"]``.
+
+The card decides how a tool may be called:
+
+- ``plan_first``: without ``execute=true`` the tool returns its plan (for training: the run
+  planner's accounting per stage) and does nothing else;
+- ``requires_approval``: executing raises pydantic-ai's ``ApprovalRequired`` unless a person
+  approved this very call, so the agent run ends with ``DeferredToolRequests``; the step then
+  returns a ``NeedsPerson`` whose ``resume`` holds the paused conversation (JSON), which
+  ``resume_persona_step`` continues in any process once a person decided
+  (``DeferredToolResults``: ``ToolApproved`` / ``ToolDenied``).
+
+A tool outside the card is never registered, so an Agent cannot call it: a model that names
+one gets pydantic-ai's "unknown tool" retry, then the step fails clearly.
 """
 
 from __future__ import annotations
 
 import time
-from functools import lru_cache
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied, capture_run_messages
+from pydantic import BaseModel, Field
+from pydantic_ai import (
+    Agent,
+    ApprovalRequired,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    Tool,
+    ToolApproved,
+    ToolDenied,
+    capture_run_messages,
+)
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from trainteam.agents import briefing, transcripts
 from trainteam.agents.cards import PersonaCard, load_card
-from trainteam.agents.hooks import ensure_step_node, graph_hooks
-from trainteam.agents.persona import PersonaDeps, PersonaReport, build_agent
+from trainteam.agents.hooks import ensure_step_node, graph_hooks, log_tool_call
 from trainteam.agents.policy import StepFacts, offline_model
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
 from trainteam.agents.redact import redact
-from trainteam.workflows.steps import TOOLS, StepResult, ToolContext
-from trainteam.agents.toolbox import sha256_file
+from trainteam.agents.toolbox import (
+    NeedsPerson,
+    PlanFirstArgs,
+    Resume,
+    RunArgs,
+    StepResult,
+    StepTool,
+    ToolContext,
+)
+from trainteam.core.errors import BadInput
+from trainteam.core.hashing import artifact_hashes
 
 PENDING_VERSION = 1
 
 
-def _result(**fields: Any) -> StepResult:
-    return StepResult(**fields)
+# --------------------------------------------------------------------- the Agent
+class PersonaReport(BaseModel):
+    """What a persona says at the end of its step. The tool's StepResult stays authoritative."""
+
+    summary: str = Field(max_length=2000)
+    decision: Literal["proceed", "stop", "pass", "fail"] = "proceed"
+    reasons: list[str] = Field(default_factory=list)
+
+
+OUTPUT_TYPES = [PersonaReport, DeferredToolRequests]
+
+
+@dataclass
+class PersonaDeps:
+    """Typed deps of every persona: the step's context (workspace, run, task with its budget)."""
+
+    ctx: ToolContext
+    card: PersonaCard
+    step_tool: str
+    segment: str = ""  # transcript name of this agent run (``train#1``); keys its graph facts
+    results: dict[str, StepResult] = field(default_factory=dict)
+    plans: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def workspace(self) -> Any:
+        return self.ctx.ws
+
+    @property
+    def run_id(self) -> str:
+        return self.ctx.run_id
+
+    @property
+    def budget(self) -> Any:
+        return self.ctx.task.budget
+
+
+def tool_view(result: StepResult) -> dict[str, Any]:
+    """What the model sees of a tool's result: outcome and numbers, never record contents."""
+    view: dict[str, Any] = {"executed": True, "outcome": result.outcome, "summary": result.summary,
+                            "metrics": result.metrics, "artifacts": sorted(result.artifacts)}
+    for key in ("stage", "reasons", "stages"):
+        if key in result.details:
+            view[key] = result.details[key]
+    return view
+
+
+def plan_of(ctx: ToolContext, name: str) -> dict[str, Any]:
+    """What a plan-first call of ``name`` returns: the tool's own plan, or what it would run."""
+    tool = ctx.toolbox[name]
+    if tool.plan is not None:
+        return tool.plan(ctx, name)
+    return {"tool": name, "step": ctx.step, "inputs": {k: str(v) for k, v in ctx.inputs.items()},
+            "will": f"run {name} for step {ctx.step} of run {ctx.run_id}"}
+
+
+def _make_tool(grant, step_tool: StepTool) -> Tool:
+    name = grant.name
+    args_cls = step_tool.args or (PlanFirstArgs if grant.plan_first else RunArgs)
+
+    def call(rc: RunContext[PersonaDeps], args: RunArgs) -> dict[str, Any]:
+        deps = rc.deps
+        ctx = deps.ctx if step_tool.prepare is None else step_tool.prepare(deps.ctx, args)
+        if grant.plan_first and not getattr(args, "execute", False):
+            deps.plans[name] = plan_of(ctx, name)
+            return {"executed": False, "plan": deps.plans[name],
+                    "next": f"call {name} again with execute=true to run it"}
+        if grant.requires_approval and not rc.tool_call_approved:
+            raise ApprovalRequired(metadata={"action": name, "step": ctx.step, "persona": deps.card.name,
+                                             "plan": plan_of(ctx, name)})
+        result = step_tool.run(ctx)
+        deps.results[name] = result
+        return tool_view(result)
+
+    call.__annotations__ = {"rc": RunContext[PersonaDeps], "args": args_cls, "return": dict[str, Any]}
+    call.__name__ = name
+    call.__doc__ = grant.description
+    return Tool(call, name=name, description=grant.description, takes_ctx=True)
+
+
+def build_agent(card: PersonaCard, model: Any, toolbox, *, instructions: str, capabilities: list,
+                retries: int = 2) -> Agent:
+    """The card's Agent with the card's tools that exist in ``toolbox``: nothing else is ever registered."""
+    tools = [_make_tool(g, toolbox[g.name]) for g in card.tools if g.name in toolbox]
+    return Agent(model, name=card.name, deps_type=PersonaDeps, output_type=OUTPUT_TYPES, instructions=instructions,
+                 tools=tools, capabilities=capabilities, retries=retries)
+
+
+# ------------------------------------------------------------------- one step
 
 
 def _error(summary: str, **details: Any) -> StepResult:
@@ -44,75 +159,11 @@ def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
     grant = card.grant(tool)
     facts = StepFacts(persona=card.name, step=ctx.step, visit=ctx.visit, tool=tool,
                       plan_first=bool(grant and grant.plan_first))
-    if tool == "gate" and ctx.inputs.get("accepted") is None:  # the judge re-derives the gate from the metric
-        # (a failed gate a person accepted is the person's decision: the judge does not second-guess it)
-        try:
-            from trainteam.workflows.steps.judge import gate_rules
-
-            ev = ctx.output(ctx.inputs.get("of", "evaluate"))
-            spec = next((r for r in gate_rules(ctx.task, ev.get("details", {}).get("stage")) if r.min is not None),
-                        None)
-        except LookupError:
-            spec, ev = None, {}
-        if spec is not None:
-            facts.gate_metric, facts.gate_min = spec.metric, spec.min
-            facts.measured = dict(ev.get("metrics") or {})
+    known = ctx.toolbox[tool].facts
+    gate = known(ctx) if known is not None else None  # the judge re-derives the gate from the metric
+    if gate is not None:
+        facts.gate_metric, facts.gate_min, facts.measured = gate.metric, gate.min, gate.measured
     return facts
-
-
-_VOLATILE_KEYS = ("seconds", "time", "timestamp", "created_at", "updated_at", "wall", "elapsed", "duration")
-_SKIP = ("training_args.bin", "trainer_state.json", "run-history.jsonl", "optimizer.pt", "scheduler.pt",
-         "trainteam-manifest.json")  # the manifest hashes training_args.bin, which names the folder
-
-
-def _canonical(value: Any, root: str) -> Any:
-    """JSON without timings, with the workspace root made relative: the content, not the occasion."""
-    if isinstance(value, dict):
-        return {k: _canonical(v, root) for k, v in value.items()
-                if not (k in _VOLATILE_KEYS or k.endswith(("_s", "_seconds", "_at")))}
-    if isinstance(value, list):
-        return [_canonical(v, root) for v in value]
-    return value.replace(root, "<workspace>") if isinstance(value, str) else value
-
-
-def _file_hash(path: Path, root: str) -> str:
-    st = path.stat()  # the same checkpoint is an artifact of several steps: hash its bytes once per process
-    return _cached_hash(str(path), st.st_size, st.st_mtime_ns, root)
-
-
-@lru_cache(maxsize=4096)
-def _cached_hash(path_s: str, size: int, mtime_ns: int, root: str) -> str:
-    import hashlib
-    import json
-
-    path = Path(path_s)
-    if path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except ValueError:
-            return sha256_file(path)
-        return hashlib.sha256(json.dumps(_canonical(data, root), sort_keys=True).encode()).hexdigest()
-    return sha256_file(path)
-
-
-def artifact_hashes(result: StepResult, root: Path | str) -> dict[str, str]:
-    """Content hashes of a step's artifacts that two equal runs share: weights, configs, tokenizers,
-    data; not timings, pickled arguments, intermediate checkpoints or the workspace path."""
-    import hashlib
-
-    hashes = {}
-    for name, value in result.artifacts.items():
-        p = Path(value)
-        if p.is_file():
-            hashes[name] = _file_hash(p, str(root))
-        elif p.is_dir():
-            h = hashlib.sha256()
-            for f in sorted(p.rglob("*")):
-                rel = f.relative_to(p)
-                if f.is_file() and f.name not in _SKIP and not any(x.startswith("checkpoint-") for x in rel.parts):
-                    h.update(str(rel).encode() + b"\0" + _file_hash(f, str(root)).encode())
-            hashes[name] = h.hexdigest()
-    return hashes
 
 
 class _Session:
@@ -132,16 +183,18 @@ class _Session:
         else:
             self.model, self.model_desc = build_model(choice), choice.describe()
         self.instructions = briefing.instructions(ctx, self.card, tool)
-        self.allowed = [n for n in self.card.tool_names if n in TOOLS]  # exactly what the Agent registers
+        self.allowed = [n for n in self.card.tool_names if n in ctx.toolbox]  # exactly what the Agent registers
         self.deps = PersonaDeps(ctx=ctx, card=self.card, step_tool=tool, segment=self.segment)
-        self.agent = build_agent(self.card, self.model, instructions=self.instructions, capabilities=[graph_hooks()])
+        self.agent = build_agent(self.card, self.model, ctx.toolbox, instructions=self.instructions,
+                                 capabilities=[graph_hooks()])
         self.record: dict[str, Any] = {
             "run_id": ctx.run_id, "step": ctx.step, "visit": ctx.visit, "segment": self.segment,
             "persona": self.card.name, "tool": tool, "model": self.model_desc, "instructions": self.instructions,
             "prompt": briefing.step_prompt(ctx, tool), "skills": briefing.loaded_skills(ctx, self.card),
             "tools": self.allowed,
             "task": ctx.task.model_dump(mode="json"),
-            "inputs": {k: v for k, v in ctx.inputs.items()}, "approvals": [],
+            "inputs": {k: v for k, v in ctx.inputs.items()}, "decided": ctx.decided.model_dump(mode="json"),
+            "approvals": [],
             "outputs": ctx.outputs,  # what earlier steps handed this one (paths, metrics): replay starts from it
             "started_at": transcripts.utcnow(),
         }
@@ -174,8 +227,6 @@ class _Session:
         else:
             summary = f"{self.card.name}: the model misbehaved: {exc.message}"
         path = self._write(messages, "error", t0, error=summary)
-        from trainteam.agents.hooks import log_tool_call
-
         for m in messages:
             for p in getattr(m, "parts", []):
                 if getattr(p, "part_kind", "") == "tool-call" and p.tool_name in unknown:
@@ -197,7 +248,7 @@ class _Session:
         else:
             step = tool_result.model_copy(deep=True)
             if (self.tool == "gate" and step.outcome == "passed" and report.decision == "fail"
-                    and self.ctx.inputs.get("accepted") is None):
+                    and self.ctx.decided.accepted_gate is None):
                 step.outcome = "failed"  # a gate fails if the judge or the rule says so; never the reverse
                 step.summary = f"gate failed by the judge: {'; '.join(report.reasons)}"
             step.details = {**step.details, "persona": persona}
@@ -219,9 +270,10 @@ class _Session:
         meta = output.metadata.get(first["tool_call_id"], {})
         proposed = redact({"tool": first["tool_name"], "args": first["args"], "step": self.ctx.step,
                            "persona": self.card.name, "plan": meta.get("plan")})
-        return _result(outcome="needs_approval", summary=f"{self.card.name} asks a person to approve "
-                       f"{first['tool_name']}", details={"pending": pending, "action": first["tool_name"],
-                                                          "proposed": proposed, "transcript": str(path)})
+        needs = NeedsPerson(action=first["tool_name"], proposed=proposed, evidence={"transcript": str(path)},
+                            requested_by=self.card.name, resume=Resume(kind="conversation", pending=pending))
+        return StepResult(outcome="needs_approval", summary=f"{self.card.name} asks a person to approve "
+                          f"{first['tool_name']}", details={"transcript": str(path)}, needs=needs)
 
     def _write(self, messages, status: str, t0: float, *, result: StepResult | None = None,
                error: str | None = None, pending_calls: list | None = None) -> Path:
@@ -229,7 +281,7 @@ class _Session:
                "seconds": round(time.monotonic() - t0, 3) + self.record.get("seconds_before", 0.0)}
         if result is not None:
             rec["result"] = result.model_dump(mode="json")
-            rec["artifact_hashes"] = artifact_hashes(result, self.ctx.ws.root)
+            rec["artifact_hashes"] = artifact_hashes(result.artifacts, self.ctx.ws.root)
         if error:
             rec["error"] = error
         if pending_calls is not None:
@@ -244,9 +296,9 @@ def run_persona_step(ctx: ToolContext, tool_name: str, *, model: Any = None) -> 
     refused before any model is asked.
     """
     card = load_card(ctx.persona)
-    if card.grant(tool_name) is None or tool_name not in TOOLS:
-        allowed = ", ".join(n for n in card.tool_names if n in TOOLS)
-        why = "is not a known tool" if tool_name not in TOOLS else f"is not one of {ctx.persona}'s tools"
+    if card.grant(tool_name) is None or tool_name not in ctx.toolbox:
+        allowed = ", ".join(n for n in card.tool_names if n in ctx.toolbox)
+        why = "is not a known tool" if tool_name not in ctx.toolbox else f"is not one of {ctx.persona}'s tools"
         return _error(f"{tool_name!r} {why} (its tools: {allowed})", persona=ctx.persona)
     session = _Session(ctx, tool_name, model=model)
     return session.run(user_prompt=session.record["prompt"])
@@ -255,10 +307,8 @@ def run_persona_step(ctx: ToolContext, tool_name: str, *, model: Any = None) -> 
 def resume_persona_step(ctx: ToolContext, tool_name: str, pending: dict, approved: bool, note: str | None,
                         *, model: Any = None) -> StepResult:
     """Continue the conversation in ``pending`` with a person's decision on its gated call(s)."""
-    from trainteam.core.errors import BadInput
-
     if not isinstance(pending, dict) or pending.get("version") != PENDING_VERSION or "messages" not in pending:
-        raise BadInput("pending: not a pending persona run (expected the details['pending'] of needs_approval)")
+        raise BadInput("pending: not a pending persona run (expected needs.resume.pending of needs_approval)")
     if pending.get("persona") != ctx.persona or pending.get("tool") != tool_name:
         raise BadInput(f"pending: belongs to {pending.get('persona')}/{pending.get('tool')}, "
                        f"not {ctx.persona}/{tool_name}")

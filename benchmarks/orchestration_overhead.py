@@ -40,7 +40,8 @@ TASK = {
 
 
 def bare(ws, task, spec) -> tuple[float, list[str]]:
-    from trainteam.workflows.steps import TOOLS, ToolContext
+    from trainteam.agents.toolbox import ToolContext
+    from trainteam.workflows.steps import STEPS
     from trainteam.graph import NodeKind
 
     ws.graph.add_node(NodeKind.RUN, "bare")
@@ -53,7 +54,7 @@ def bare(ws, task, spec) -> tuple[float, list[str]]:
             ctx = ToolContext(ws=ws, run_id="bare", step=current, visit=1, persona=step.persona, task=task,
                               outputs=dict(outputs), inputs=dict(step.inputs), progress=False)
             ws.graph.add_node(NodeKind.STEP, f"bare/{current}#1")
-            out = TOOLS[step.tool](ctx).model_dump(mode="json")
+            out = STEPS[step.tool].run(ctx).model_dump(mode="json")
             ran.append(current)
         else:
             out = {"outcome": "skipped", "details": {}, "artifacts": {}, "metrics": {}, "nodes": {}}

@@ -10,6 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.core.errors import BadInput
+from trainteam.workflows.approvals import approval_public, decide
+from trainteam.workflows.requests import parse_request
+from trainteam.workflows.runner import prepare_run, resume_foreground, run_foreground
+from trainteam.workflows.store import ApprovalStore
+from trainteam.workflows.task import TrainTask, load_task_file, parse_task
+from trainteam.workflows.views import run_public
 from trainteam.workspace import Workspace
 
 
@@ -18,8 +24,6 @@ def _ws(workspace: str | Path | Workspace | None) -> Workspace:
 
 
 def _task(task: Any, source: str = "task"):
-    from trainteam.workflows.task import TrainTask, load_task_file, parse_task
-
     if isinstance(task, TrainTask):
         return task
     if isinstance(task, (str, Path)):
@@ -30,36 +34,21 @@ def _task(task: Any, source: str = "task"):
 def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=None, run_id: str | None = None,
                      progress: bool = True) -> dict[str, Any]:
     """Run a workflow to its end (or until it fails) in this process; returns the run view."""
-    from trainteam.workflows.runner import check_chosen_run_id, check_new_run_id, check_runnable, new_run_id, run_foreground
-    from trainteam.workflows.spec import load_builtin
-    from trainteam.workflows.views import run_public
-
     if task is None:
         raise BadInput("task: required (a TrainTask, a mapping, or a task YAML path)")
-    spec = load_builtin(name)
-    train_task = _task(task)
-    check_runnable(spec, train_task, "task")
-    if run_id is not None:
-        check_chosen_run_id(run_id, "run_id")
-    ws = _ws(workspace)
-    run_id = check_new_run_id(ws, run_id, "run_id") if run_id is not None else new_run_id(train_task.name)
-    run_foreground(ws, spec, train_task, run_id, progress=progress)
-    return run_public(ws, run_id)
+    new = prepare_run(name, _task(task), "task", run_id, "run_id", lambda: _ws(workspace))
+    run_foreground(new.ws, new.spec, new.task, new.run_id, progress=progress)
+    return run_public(new.ws, new.run_id)
 
 
 def submit(request: str, *, workspace=None, run_id: str | None = None, progress: bool = True) -> dict[str, Any]:
     """A request in natural language: the ml_orchestrator turns it into a validated task
     (refusing what is missing: model, data, budget), then the task runs."""
-    from trainteam.workflows.requests import parse_request
-
     task = parse_request(request)
     return execute_workflow(task.workflow, task, workspace=workspace, run_id=run_id, progress=progress)
 
 
 def resume_run(run_id: str, *, workspace=None, force: bool = False, progress: bool = True) -> dict[str, Any]:
-    from trainteam.workflows.runner import resume_foreground
-    from trainteam.workflows.views import run_public
-
     ws = _ws(workspace)
     run_public(ws, run_id)
     resume_foreground(ws, run_id, force=force, progress=progress)
@@ -67,28 +56,19 @@ def resume_run(run_id: str, *, workspace=None, force: bool = False, progress: bo
 
 
 def get_run(run_id: str, *, workspace=None) -> dict[str, Any]:
-    from trainteam.workflows.views import run_public
-
     return run_public(_ws(workspace), run_id)
 
 
 def list_approvals(status: str | None = "pending", *, workspace=None) -> list[dict[str, Any]]:
-    from trainteam.workflows.approvals import approval_public
-    from trainteam.workflows.store import ApprovalStore
-
     return [approval_public(r) for r in ApprovalStore(_ws(workspace).engine).list(status)]
 
 
 def approve(approval_id: str, *, by: str | None = None, note: str | None = None, workspace=None) -> dict[str, Any]:
     """A person's approval. Agents are never handed this function."""
-    from trainteam.workflows.approvals import decide
-
     return decide(_ws(workspace), approval_id, approve=True, by=by, note=note)
 
 
 def reject(approval_id: str, *, by: str | None = None, note: str | None = None, workspace=None) -> dict[str, Any]:
-    from trainteam.workflows.approvals import decide
-
     return decide(_ws(workspace), approval_id, approve=False, by=by, note=note)
 
 

@@ -13,29 +13,40 @@ foreground of ``execute-workflow``, ``runs resume`` and ``worker``.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
+import traceback
 from collections import Counter
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
+from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError
 from rich.console import Console
 from rich.markup import escape
 
 from trainteam.agents.redact import redact_text, redacted_task
-from trainteam.graph import EdgeKind, NodeKind
+from trainteam.agents.runtime import resume_persona_step, run_persona_step
+from trainteam.agents.toolbox import NeedsPerson, Resume, StepInputs, StepResult, ToolContext
+from trainteam.core.errors import Conflict, NotFound, RunStopped, TrainteamError
+from trainteam.graph.record import record_run, record_step
+from trainteam.trainers import budget
+from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
 from trainteam.workflows import approvals
 from trainteam.workflows.executors import executor_alive, new_executor_id
 from trainteam.workflows.spec import WorkflowSpec
+from trainteam.workflows.steps import STEPS
+from trainteam.workflows.steps.train import over_budget
 from trainteam.workflows.store import RunStore
 from trainteam.workflows.task import TrainTask
 
 APP_NAME = "trainteam"
 WORKFLOW_NAME = "trainteam.run"
 
-# Outcomes a step ends with when only a person can say how to go on.
-ASK_OUTCOMES = ("spike", "spike_limit", "stage_gate_failed", "over_budget", "needs_approval")
-# What a re-run of the step after a person's decision carries over from the attempt before.
-CARRIED = ("losses", "events", "spikes")
+# The name of a step's re-run after a person approved, by how it resumes (DBOS step names).
+RERUN_NAMES = {"restart": "restart", "accept_stage_gate": "accepted", "keep_spiked": "kept",
+               "extend_budget": "extended", "accept_gate": "accepted", "conversation": "decided"}
+TRAINING_TOOLS = ("train", "align")
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -65,8 +76,6 @@ def launch(ws, progress: bool = True) -> str:
     ws.check_dbos_database()  # a damaged dbos.sqlite is one line, before DBOS opens it
     if _Process.launched:
         raise RuntimeError("the workflow engine is already launched in this process")
-    from trainteam.trainers.threads import cpu_sample
-
     _Process.cpu_mark = cpu_sample()
     executor_id = new_executor_id()
     DBOS(config=dbos_config(ws, executor_id))
@@ -80,11 +89,6 @@ def launch(ws, progress: bool = True) -> str:
 def _quiet_cancellations() -> None:
     """A person's `runs cancel`, or a run that stopped with its reason (``RunStopped``, which
     the engine raises so DBOS records ERROR), is not a crash: keep DBOS from logging a traceback."""
-    import logging
-
-    from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError
-
-    from trainteam.core.errors import RunStopped
 
     class _DropCancelled(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
@@ -114,7 +118,7 @@ def _say(text: str) -> None:
 def _mark_started(run_id: str, workflow: str, task_data: dict) -> None:
     ws = _Process.ws
     RunStore(ws.engine).set_status(run_id, "running", executor_id=_Process.executor_id)
-    ws.graph.add_node(NodeKind.RUN, run_id, workflow=workflow, task=task_data.get("name"))
+    record_run(ws.graph, run_id, workflow=workflow, task=task_data.get("name"))
 
 
 def _spent(run_id: str, cost_per_hour: float) -> dict[str, float]:
@@ -123,15 +127,12 @@ def _spent(run_id: str, cost_per_hour: float) -> dict[str, float]:
 
 
 def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data: dict,
-                  outputs: dict[str, dict], inputs: dict[str, Any], decision: dict | None = None,
+                  outputs: dict[str, dict], decided: dict[str, Any], decision: dict | None = None,
                   allowed_s: float | None = None) -> dict[str, Any]:
-    """One step, run by its persona's Agent. ``decision`` continues a persona run that
-    stopped on a gated tool call, with the person's decision read from the queue.
-    ``allowed_s``: what the run may spend in all; the step works under the rest as its ceiling."""
-    from trainteam.agents import resume_persona_step, run_persona_step
-    from trainteam.workflows.steps import ToolContext
-    from trainteam.trainers import budget
-
+    """One step, run by its persona's Agent. ``decided``: the StepInputs people's decisions set
+    for this visit. ``decision`` continues a persona run that stopped on a gated tool call, with
+    the person's decision read from the queue. ``allowed_s``: what the run may spend in all; the
+    step works under the rest as its ceiling."""
     ws = _Process.ws
     spec = WorkflowSpec.model_validate(spec_data)
     task = TrainTask.model_validate(task_data)
@@ -139,13 +140,10 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     runs = RunStore(ws.engine)
     runs.set_status(run_id, "running", current_step=name)
     attempt = runs.start_attempt(run_id, name, visit, step.persona, _Process.executor_id)
-    g = ws.graph
-    g.link(NodeKind.STEP, f"{run_id}/{name}#{visit}", [(EdgeKind.PART_OF, f"Run:{run_id}")],
-           run_id=run_id, step=name, visit=visit, persona=step.persona, tool=step.tool)
+    record_step(ws.graph, run_id, name, visit, persona=step.persona, tool=step.tool)
     t0 = time.monotonic()
     if not spec.applies(step, task.stages):
-        out = {"outcome": "skipped", "summary": f"stage {'/'.join(step.stage)} not in the task", "artifacts": {},
-               "metrics": {}, "nodes": {}, "details": {}}
+        out = StepResult(outcome="skipped", summary=f"stage {'/'.join(step.stage)} not in the task").model_dump(mode="json")
         runs.finish_attempt(attempt, "skipped", 0.0, out)
         _say(f"  [dim]· {name}: skipped ({'/'.join(step.stage)} not in stages)[/dim]")
         return out
@@ -154,48 +152,57 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     spent_s = _spent(run_id, 0.0)["seconds"]
     allowed_s = task.budget.allowed_s() if allowed_s is None else allowed_s
     ctx = ToolContext(ws=ws, run_id=run_id, step=name, visit=visit, persona=step.persona, task=task,
-                      outputs=outputs, inputs={**step.inputs, **inputs}, progress=_Process.progress,
-                      spent_s=spent_s, allowed_s=allowed_s)
+                      outputs=outputs, inputs=dict(step.inputs), decided=StepInputs.model_validate(decided),
+                      toolbox=STEPS, progress=_Process.progress, spent_s=spent_s, allowed_s=allowed_s)
     try:
-        with budget.ceiling(allowed_s - spent_s, allowed_s):
-            if decision is None:
-                result = run_persona_step(ctx, step.tool)
-            else:
-                result = resume_persona_step(ctx, step.tool, decision["pending"], decision["status"] == "approved",
-                                             decision.get("note"))
-    except budget.BudgetExceeded as exc:  # an eval or generation loop reached the ceiling: a person decides
-        seconds = time.monotonic() - t0
-        out = {"outcome": "over_budget", "summary": str(exc), "artifacts": {}, "metrics": {}, "nodes": {},
-               "details": {"where": exc.where, "overrun_s": round(exc.late_s, 2), **(inputs.get("before") or {})}}
-        runs.finish_attempt(attempt, "over_budget", seconds, out)
-        return out
+        result = _run_persona(ctx, step.tool, decision)
     except Exception as exc:  # the run fails with the reason; the traceback stays in the log
-        seconds = time.monotonic() - t0
-        # a library's message may echo a key: masked before it is stored, printed or checkpointed
-        message = redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
-        runs.finish_attempt(attempt, "failed", seconds, None, message)
-        from trainteam.core.errors import TrainteamError
+        return _step_failed(runs, attempt, name, exc, time.monotonic() - t0)
+    return _step_done(runs, attempt, run_id, name, result, time.monotonic() - t0)
 
-        if not isinstance(exc, TrainteamError):  # a bug, not bad input: keep the traceback (masked too)
-            import logging
-            import traceback
 
-            logging.getLogger("trainteam").warning("step %s failed\n%s", name, redact_text(traceback.format_exc()))
-        _say(f"[red]✗ {name} failed:[/red] {escape(message)}")  # text, not markup: '[/x]' would raise
-        return {"outcome": "error", "summary": message, "artifacts": {}, "metrics": {}, "nodes": {}, "details": {}}
-    seconds = time.monotonic() - t0
+def _run_persona(ctx: ToolContext, tool: str, decision: dict | None) -> StepResult:
+    """The persona runs the step under the budget's ceiling; reaching it mid-way (an eval or a
+    generation loop) is a question for a person, like a trainer that stopped at the ceiling."""
+    try:
+        with budget.ceiling(ctx.allowed_s - ctx.spent_s, ctx.allowed_s):
+            if decision is None:
+                return run_persona_step(ctx, tool)
+            return resume_persona_step(ctx, tool, decision["pending"], decision["status"] == "approved",
+                                       decision.get("note"))
+    except budget.BudgetExceeded as exc:
+        where = {"where": exc.where, "overrun_s": round(exc.late_s, 2)}
+        carried = ctx.decided.before
+        return StepResult(outcome="over_budget", summary=str(exc), details={**where, **carried.model_dump()},
+                          needs=over_budget(ctx, where, carried))
+
+
+def _step_failed(runs: RunStore, attempt: int, name: str, exc: Exception, seconds: float) -> dict[str, Any]:
+    # a library's message may echo a key: masked before it is stored, printed or checkpointed
+    message = redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
+    runs.finish_attempt(attempt, "failed", seconds, None, message)
+    if not isinstance(exc, TrainteamError):  # a bug, not bad input: keep the traceback (masked too)
+        logging.getLogger("trainteam").warning("step %s failed\n%s", name, redact_text(traceback.format_exc()))
+    _say(f"[red]✗ {name} failed:[/red] {escape(message)}")  # text, not markup: '[/x]' would raise
+    return StepResult(outcome="error", summary=message).model_dump(mode="json")
+
+
+def _step_done(runs: RunStore, attempt: int, run_id: str, name: str, result: StepResult,
+               seconds: float) -> dict[str, Any]:
     out = result.model_dump(mode="json")
-    status = {"needs_approval": "needs_approval", "error": "failed"}.get(result.outcome, "completed")
-    if result.outcome in ASK_OUTCOMES:
+    if result.needs is not None:
         status = result.outcome
+    else:
+        status = {"needs_approval": "needs_approval", "error": "failed"}.get(result.outcome, "completed")
     # The whole output (curves, evals, decisions) feeds the run report; a paused persona's
     # conversation stays in DBOS's record only.
-    recorded = {**out, "details": {k: v for k, v in out["details"].items() if k != "pending"}}
+    recorded = out if result.needs is None or result.needs.resume.pending is None else {
+        **out, "needs": {**out["needs"], "resume": {**out["needs"]["resume"], "pending": None}}}
     runs.finish_attempt(attempt, status, seconds, recorded, result.summary if status == "failed" else None)
     if result.outcome == "error":
         _say(f"[red]✗ {name} failed:[/red] {escape(result.summary)}")
         return out
-    if result.outcome in ASK_OUTCOMES:
+    if result.needs is not None:
         return out
     runs.merge_metrics(run_id, {f"{name}.{k}": v for k, v in result.metrics.items()})
     mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]"}.get(result.outcome, "[green]✓[/green]")
@@ -252,95 +259,48 @@ def await_approval(run_id: str, name: str, visit: int, action: str, proposed: di
     return decision
 
 
-def _carry(out: dict) -> dict[str, Any]:
-    return {"before": {k: out["details"].get(k) for k in CARRIED if out["details"].get(k) is not None}}
-
-
-def _question(step, out: dict, rounds: int, allowed_s: float, task: TrainTask) -> tuple[str, dict, dict, str]:
-    """The approval an outcome asks for: (action, proposed, evidence, requested_by)."""
-    o, details, summary = out["outcome"], out["details"], out["summary"]
-    if o == "stage_gate_failed":  # an earlier curriculum stage's gate: only a person accepts
-        return (f"accept_failed_gate_{details['stage']}", {"gate": f"{step.name}.{details['stage']}",
-                "stage": details["stage"]}, {"summary": summary, "reasons": details.get("reasons", [])}, "eval_judge")
-    if o == "spike":  # the monitor caught a spike: a person decides on the restart proposal
-        return (f"restart_after_spike_{rounds}", details["proposal"],
-                {"summary": summary, "monitor": details.get("evidence") or {}, "spikes": details.get("spikes", [])},
-                step.persona)
-    if o == "spike_limit":  # no restart worth proposing: a person may keep the weights from before the spike
-        return (f"accept_spiked_{details['stage']}", details["accept"],
-                {"summary": summary, "monitor": details.get("evidence") or {}, "spikes": details.get("spikes", [])},
-                step.persona)
-    if o == "over_budget":
-        extra = task.budget.extension_s()
-        # numbered: an approval's id is its action within the step visit, and one visit may ask often
-        return (f"exceed_budget_{rounds}", {"continue_with": step.name, "extra_minutes": round(extra / 60, 2)},
-                {"summary": summary, "where": details.get("where"), "checkpoint": details.get("checkpoint"),
-                 "step": details.get("step"), "overrun_s": details.get("overrun_s"),
-                 "allowed_minutes": round(allowed_s / 60, 2), "budget": task.budget.model_dump()}, "ml_orchestrator")
-    # a persona's gated tool call (pydantic-ai DeferredToolRequests)
-    return (details["action"], details["proposed"], {"summary": summary, "transcript": details.get("transcript")},
-            step.persona)
+def _ask(run_id: str, current: str, visit: int, needs: NeedsPerson, wait_s: float, rounds: int = 0,
+         summary: str | None = None) -> dict[str, Any]:
+    """The one way the engine asks a person: ``needs`` as an approval; returns the decision."""
+    action = f"{needs.action}_{rounds}" if needs.numbered else needs.action
+    evidence = needs.evidence if summary is None else {"summary": summary, **needs.evidence}
+    return await_approval(run_id, current, visit, action, needs.proposed, evidence, needs.requested_by, wait_s)
 
 
 def _decided(d: dict) -> str:
     return f"{d['status']} by {d.get('decided_by') or 'nobody'}" + (f": {d['note']}" if d.get("note") else "")
 
 
-def _refused(out: dict, d: dict) -> str:
-    """The run's error when a person did not approve what ``out`` asked for."""
-    what = {"stage_gate_failed": "acceptance", "spike": "restart", "spike_limit": "acceptance",
-            "over_budget": "more budget"}[out["outcome"]]
-    return f"{out['summary']}; {what} {_decided(d)}"
-
-
-def _after_yes(out: dict, d: dict, inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The re-run's inputs once a person approved, and the name of that re-run."""
-    o, details = out["outcome"], out["details"]
-    if o == "stage_gate_failed":
-        gates = {**(inputs.get("accepted_stage_gates") or {}), details["stage"]: d}
-        return {**inputs, "accepted_stage_gates": gates, **_carry(out)}, "accepted"
-    if o == "spike":
-        return {**inputs, "apply_proposal": details["proposal"], **_carry(out)}, "restart"
-    if o == "spike_limit":
-        kept = {**(inputs.get("accept_spiked") or {}), details["stage"]: {**details["accept"], "approval": d}}
-        return {**inputs, "accept_spiked": kept, **_carry(out)}, "kept"
-    # over_budget: the same work, resumed from its checkpoint, under the person's extension
-    return {**inputs, "budget_extended": True, **_carry(out)}, "extended"
-
-
 def _ask_until_answered(run_id: str, current: str, visit: int, spec_data: dict, task_data: dict, out: dict,
-                        outputs: dict, inputs: dict, allowed_s: float, wait_s: float) -> tuple[dict, float, str | None]:
-    """While the step asks a person, ask and re-run it. Returns (its last output, the seconds
-    of budget granted meanwhile, the run's error if a person said no)."""
-    spec = WorkflowSpec.model_validate(spec_data)
+                        outputs: dict, decided: StepInputs, allowed_s: float,
+                        wait_s: float) -> tuple[dict, float, str | None]:
+    """While the step needs a person, ask and re-run it as the decision says. Returns (its last
+    output, the seconds of budget granted meanwhile, the run's error if a person said no)."""
     task = TrainTask.model_validate(task_data)
-    step = spec.step(current)
     granted, rounds = 0.0, 0
-    while out["outcome"] in ASK_OUTCOMES:
+    while out.get("needs"):
         rounds += 1
-        action, proposed, evidence, by = _question(step, out, rounds, allowed_s + granted, task)
-        d = await_approval(run_id, current, visit, action, proposed, evidence, by, wait_s)
-        if out["outcome"] == "needs_approval":  # the persona's conversation goes on with the decision
-            decision = {"pending": out["details"]["pending"], "status": d["status"], "note": d.get("note")}
-            out = DBOS.run_step({"name": f"{current}#{visit}.decided{rounds}"}, _execute_step, run_id, current,
-                                visit, spec_data, task_data, dict(outputs), inputs, decision, allowed_s + granted)
-            if d["status"] != "approved":
-                return out, granted, f"{action} at {current} was {_decided(d)}"
-            continue
-        if d["status"] != "approved":
-            return out, granted, _refused(out, d)
-        if out["outcome"] == "over_budget":
-            granted += task.budget.extension_s()
-        inputs, kind = _after_yes(out, d, inputs)
-        out = DBOS.run_step({"name": f"{current}#{visit}.{kind}{rounds}"}, _execute_step, run_id, current, visit,
-                            spec_data, task_data, dict(outputs), inputs, None, allowed_s + granted)
+        needs = NeedsPerson.model_validate(out["needs"])
+        d = _ask(run_id, current, visit, needs, wait_s, rounds, summary=out["summary"])
+        approved = d["status"] == "approved"
+        decision = None
+        if needs.resume.kind == "conversation":  # the persona's conversation goes on with the decision
+            decision = {"pending": needs.resume.pending, "status": d["status"], "note": d.get("note")}
+        elif not approved:
+            return out, granted, f"{out['summary']}; {needs.refused} {_decided(d)}"
+        else:
+            granted += task.budget.extension_s() if needs.resume.kind == "extend_budget" else 0.0
+            decided = decided.after(needs, d)
+        out = DBOS.run_step({"name": f"{current}#{visit}.{RERUN_NAMES[needs.resume.kind]}{rounds}"}, _execute_step,
+                            run_id, current, visit, spec_data, task_data, dict(outputs),
+                            decided.model_dump(mode="json"), decision, allowed_s + granted)
+        if decision is not None and not approved:
+            return out, granted, f"{needs.action} at {current} was {_decided(d)}"
     return out, granted, None
 
 
 def _stop(run_id: str, status: str, error: str) -> None:
     """End the run as ``status``: recorded in the workspace, then raised so DBOS records ERROR."""
-    from trainteam.core.errors import RunStopped
-
     result = DBOS.run_step({"name": "finish"}, _finish, run_id, status, error)
     raise RunStopped(result)
 
@@ -352,18 +312,20 @@ def _before_step(run_id: str, current: str, visit: int, step, task: TrainTask, o
     granted = 0.0
     spent = DBOS.run_step({"name": f"budget:{current}#{visit}"}, _spent, run_id, task.budget.cost_per_hour_usd)
     if spent["seconds"] > allowed_s:
-        d = await_approval(run_id, current, visit, "exceed_budget",
-                           {"continue_with": current, "extra_minutes": round(task.budget.extension_s() / 60, 2)},
-                           {"spent": spent, "allowed_minutes": round(allowed_s / 60, 2),
-                            "budget": task.budget.model_dump()}, "ml_orchestrator", wait_s)
+        needs = NeedsPerson(action="exceed_budget", requested_by="ml_orchestrator", resume=Resume(kind="extend_budget"),
+                            proposed={"continue_with": current, "extra_minutes": round(task.budget.extension_s() / 60, 2)},
+                            evidence={"spent": spent, "allowed_minutes": round(allowed_s / 60, 2),
+                                      "budget": task.budget.model_dump()})
+        d = _ask(run_id, current, visit, needs, wait_s)
         if d["status"] != "approved":
             return 0.0, (f"budget exceeded before {current} ({spent['seconds']:.0f}s spent); "
                          f"approval {d['status']}")
         granted = task.budget.extension_s()
     if current in task.require_approval:
-        d = await_approval(run_id, current, visit, "run_step",
-                           {"step": current, "tool": step.tool, "persona": step.persona},
-                           {"completed_steps": list(outputs)}, step.persona, wait_s)
+        needs = NeedsPerson(action="run_step", proposed={"step": current, "tool": step.tool, "persona": step.persona},
+                            evidence={"completed_steps": list(outputs)}, requested_by=step.persona,
+                            resume=Resume(kind="go_ahead"))
+        d = _ask(run_id, current, visit, needs, wait_s)
         if d["status"] != "approved":
             note = f": {d.get('note')}" if d.get("note") else ""
             return granted, f"step {current} was {d['status']} by {d.get('decided_by') or 'nobody'}{note}"
@@ -374,35 +336,62 @@ def _accept_failed_gate(run_id: str, current: str, visit: int, step, spec: Workf
                         task_data: dict, out: dict, outputs: dict, loops: dict, allowed_s: float, wait_s: float) -> dict:
     """``on_gate_failure: ask`` and no retry left: a person may accept the failed gate."""
     task = TrainTask.model_validate(task_data)
-    nxt_if_failed, _ = spec.next_step(current, "failed", loops if task.allow_retry else
-                                      {f"{e.source}->{e.target}": 10**9 for e in spec.edges})
+    nxt_if_failed, _ = spec.next_step(current, "failed", _allowed_loops(spec, task, loops))
     if nxt_if_failed is not None:
         return out
-    d = await_approval(run_id, current, visit, "accept_failed_gate",
-                       {"gate": current, "stage": out["details"].get("stage")},
-                       {"reasons": out["details"].get("reasons", [])}, step.persona, wait_s)
+    needs = NeedsPerson(action="accept_failed_gate", proposed={"gate": current, "stage": out["details"].get("stage")},
+                        evidence={"reasons": out["details"].get("reasons", [])}, requested_by=step.persona,
+                        resume=Resume(kind="accept_gate"))
+    d = _ask(run_id, current, visit, needs, wait_s)
     if d["status"] != "approved":
         return out
+    decided = StepInputs().after(needs, d)
     return DBOS.run_step({"name": f"{current}#{visit}.accepted"}, _execute_step, run_id, current, visit,
-                         spec_data, task_data, dict(outputs), {"accepted": d}, None, allowed_s)
+                         spec_data, task_data, dict(outputs), decided.model_dump(mode="json"), None, allowed_s)
 
 
-TRAINING_TOOLS = ("train", "align")
+def _allowed_loops(spec: WorkflowSpec, task: TrainTask, loops: dict[str, int]) -> dict[str, int]:
+    """How often each retry edge was taken; without ``allow_retry`` every edge counts as used up."""
+    return loops if task.allow_retry else {f"{e.source}->{e.target}": 10**9 for e in spec.edges}
 
 
 def _fix_threads(run_id: str, task_data: dict) -> int:
     """The torch thread count of the whole run: the task's, TRAINTEAM_THREADS, or the cores the
     neighbours left free since this process started (its own CPU time subtracted)."""
-    import os
-
-    from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
-
     n = task_data.get("threads") or int(os.environ.get("TRAINTEAM_THREADS") or 0)
     if not n:
         cores = os.cpu_count() or 1
         n = threads_for(neighbours_since(_Process.cpu_mark or cpu_sample(), 0.5), cores, current=cores)
     RunStore(_Process.ws.engine).merge_metrics(run_id, {"run.threads": n})
     return n
+
+
+def _visit(run_id: str, current: str, visit: int, spec: WorkflowSpec, spec_data: dict, task_data: dict,
+           outputs: dict, loops: dict, allowed_s: float, wait_s: float) -> tuple[dict | None, float, str | None]:
+    """One visit of a step: the checks before it, the step, a person's answers to what it asked,
+    and (a failed gate with ``on_gate_failure: ask``) a person's acceptance.
+    Returns (its output, the seconds of budget granted, the run's error if it must stop)."""
+    step = spec.step(current)
+    task = TrainTask.model_validate(task_data)
+    granted = 0.0
+    if spec.applies(step, task.stages):
+        granted, error = _before_step(run_id, current, visit, step, task, outputs, allowed_s, wait_s)
+        if error:
+            return None, granted, error
+    out = DBOS.run_step({"name": f"{current}#{visit}"}, _execute_step, run_id, current, visit,
+                        spec_data, task_data, dict(outputs), StepInputs().model_dump(mode="json"), None,
+                        allowed_s + granted)
+    out, more, error = _ask_until_answered(run_id, current, visit, spec_data, task_data, out, outputs,
+                                           StepInputs(), allowed_s + granted, wait_s)
+    granted += more
+    if error:
+        return out, granted, error
+    if step.gate and out["outcome"] == "failed" and task.on_gate_failure == "ask":
+        out = _accept_failed_gate(run_id, current, visit, step, spec, spec_data, task_data, out, outputs,
+                                  loops, allowed_s + granted, wait_s)
+    if out["outcome"] == "error":
+        return out, granted, f"step {current}: {out['summary']}"
+    return out, granted, None
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
@@ -420,37 +409,23 @@ def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any
     while current is not None:
         step = spec.step(current)
         visits[current] += 1
-        visit = visits[current]
-        if spec.applies(step, task.stages):
-            if step.tool in TRAINING_TOOLS and not fixed:
-                # Weights depend on the thread count: chosen once as training starts, recorded by DBOS
-                # (a resumed run keeps it) and in the task every later step sees (a replay keeps it).
-                task_data = {**task_data, "threads": DBOS.run_step({"name": "threads"}, _fix_threads, run_id,
-                                                                   task_data)}
-                fixed = True
-            granted, error = _before_step(run_id, current, visit, step, task, outputs, allowed_s, wait_s)
-            allowed_s += granted
-            if error:
-                _stop(run_id, "failed", error)
-        out = DBOS.run_step({"name": f"{current}#{visit}"}, _execute_step, run_id, current, visit,
-                            spec_data, task_data, dict(outputs), {}, None, allowed_s)
-        out, granted, error = _ask_until_answered(run_id, current, visit, spec_data, task_data, out, outputs, {},
-                                                  allowed_s, wait_s)
+        if spec.applies(step, task.stages) and step.tool in TRAINING_TOOLS and not fixed:
+            # Weights depend on the thread count: chosen once as training starts, recorded by DBOS
+            # (a resumed run keeps it) and in the task every later step sees (a replay keeps it).
+            task_data = {**task_data, "threads": DBOS.run_step({"name": "threads"}, _fix_threads, run_id, task_data)}
+            fixed = True
+        out, granted, error = _visit(run_id, current, visits[current], spec, spec_data, task_data, outputs, loops,
+                                     allowed_s, wait_s)
         allowed_s += granted
-        if error:
+        nxt, loop_key = (None, None) if error else spec.next_step(current, out["outcome"],
+                                                                  _allowed_loops(spec, task, loops))
+        if error is None and nxt is None and step.gate and out["outcome"] == "failed":
+            error = out["summary"]
+        if error:  # the one way a run fails
             _stop(run_id, "failed", error)
-        if step.gate and out["outcome"] == "failed" and task.on_gate_failure == "ask":
-            out = _accept_failed_gate(run_id, current, visit, step, spec, spec_data, task_data, out, outputs,
-                                      loops, allowed_s, wait_s)
         outputs[current] = out
-        if out["outcome"] == "error":
-            _stop(run_id, "failed", f"step {current}: {out['summary']}")
-        allowed_loops = loops if task.allow_retry else {f"{e.source}->{e.target}": 10**9 for e in spec.edges}
-        nxt, loop_key = spec.next_step(current, out["outcome"], allowed_loops)
         if loop_key:
             loops[loop_key] = loops.get(loop_key, 0) + 1
-        if nxt is None and step.gate and out["outcome"] == "failed":
-            _stop(run_id, "failed", out["summary"])
         current = nxt
     return DBOS.run_step({"name": "finish"}, _finish, run_id, "completed", None)
 
@@ -467,8 +442,6 @@ def start(ws, spec: WorkflowSpec, task: TrainTask, run_id: str):
 
 def resume(ws, run_id: str, force: bool = False):
     """Continue a run whose process died. Finished steps are not run again."""
-    from trainteam.core.errors import Conflict, NotFound
-
     status = DBOS.get_workflow_status(run_id)
     if status is None:
         raise NotFound(f"run {run_id!r} not found in the workflow engine")

@@ -1,16 +1,25 @@
-"""Start, resume and serve runs in this process (the long-running side)."""
+"""Check, start, resume and serve runs in this process (the long-running side).
+
+``prepare_run`` is the one way a new run is checked before anything is written (the CLI's
+``execute-workflow`` and the Python ``execute_workflow`` both call it); ``run_foreground``
+then runs it here. The engine (``workflows/engine.py``, which imports DBOS, ~1 s) is
+imported only when a run starts: short commands that only check stay fast.
+"""
 
 from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any, Callable
 
 from trainteam.agents.redact import redact_text
-from trainteam.core.errors import BadInput
+from trainteam.core.errors import BadInput, RunStopped
 from trainteam.core.ids import check_run_id
 from trainteam.workflows.preflight import preflight
-from trainteam.workflows.spec import WorkflowSpec
+from trainteam.workflows.spec import WorkflowSpec, load_builtin
+from trainteam.workflows.store import RunStore
 from trainteam.workflows.task import TrainTask
 
 
@@ -42,14 +51,36 @@ def check_chosen_run_id(run_id: str, option: str = "--run-id") -> str:
 def check_new_run_id(ws, run_id: str, option: str = "--run-id") -> str:
     """A run id a person chose: in the id grammar (it names folders) and not taken — reusing
     one would silently attach the new task to the old run."""
-    from trainteam.workflows.store import RunStore
-
     check_chosen_run_id(run_id, option)
     old = RunStore(ws.engine).get(run_id)
     if old is not None:
         raise BadInput(f"{option}: run {run_id!r} already exists ({old['status']}); choose another id, "
                        f"or continue it with `trainteam runs resume {run_id}`")
     return run_id
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run that passed every check and may start: its workspace, spec, task and id."""
+
+    ws: Any
+    spec: WorkflowSpec
+    task: TrainTask
+    run_id: str
+
+
+def prepare_run(workflow: str, task: TrainTask, source: str, run_id: str | None, option: str,
+                open_workspace: Callable[[], Any]) -> NewRun:
+    """Everything knowable before a run exists, in order: the spec, the task, a chosen id's
+    grammar; only then is the workspace opened (a bad input changes nothing) and a chosen id
+    checked against it. ``option`` names the id's field in errors (``--run-id``, ``run_id``)."""
+    spec = load_builtin(workflow)
+    check_runnable(spec, task, source)
+    if run_id is not None:
+        check_chosen_run_id(run_id, option)
+    ws = open_workspace()
+    run_id = check_new_run_id(ws, run_id, option) if run_id is not None else new_run_id(task.name)
+    return NewRun(ws, spec, task, run_id)
 
 
 def run_foreground(ws, spec: WorkflowSpec, task: TrainTask, run_id: str, progress: bool = True) -> dict:
@@ -66,8 +97,6 @@ def _result(handle, run_id: str) -> dict:
     """The run's end: a completed run's return value, or what a stopped one raised (DBOS
     records a failed run as ERROR and a cancelled one as CANCELLED)."""
     from dbos._error import DBOSAwaitedWorkflowCancelledError
-
-    from trainteam.core.errors import RunStopped
 
     try:
         return handle.get_result()

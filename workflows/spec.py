@@ -148,12 +148,12 @@ def check_tools(spec: WorkflowSpec, source: str) -> None:
     """Each step's tool exists and is on its persona's card, as the run would find (the
     engine looks the tool up, the persona's Agent is built with exactly its card's tools)."""
     from trainteam.agents.cards import load_card  # lazy: cards render templates (jinja2)
-    from trainteam.workflows.steps.catalog import TOOLS  # lazy: names only, no torch at import
+    from trainteam.workflows.steps import STEPS  # lazy: names only, no torch at import
 
     for step in spec.steps:
-        if step.tool not in TOOLS:
+        if step.tool not in STEPS:
             raise BadInput(f"{source}: steps.{step.name}.tool: unknown tool {step.tool!r} "
-                           f"(known: {', '.join(sorted(TOOLS))})")
+                           f"(known: {', '.join(sorted(STEPS))})")
         card = load_card(step.persona)
         if card.grant(step.tool) is None:
             raise BadInput(f"{source}: steps.{step.name}.tool: {step.tool!r} is not on the {step.persona} card "

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from trainteam.workflows.steps import ToolContext
+from trainteam.agents.toolbox import StepInputs, ToolContext
 from trainteam.graph import NodeKind
+from trainteam.workflows.steps import STEPS
 from trainteam.workflows.task import TrainTask
 from trainteam.workspace import Workspace
 
@@ -35,9 +36,11 @@ def task(**changes: Any) -> TrainTask:
 
 
 def ctx(ws: Workspace, persona: str, step: str, t: TrainTask | None = None, run_id: str = "run1",
-        outputs: dict | None = None, visit: int = 1, inputs: dict | None = None) -> ToolContext:
+        outputs: dict | None = None, visit: int = 1, inputs: dict | None = None,
+        decided: StepInputs | None = None) -> ToolContext:
     return ToolContext(ws=ws, run_id=run_id, step=step, visit=visit, persona=persona, task=t or task(),
-                       outputs=outputs or {}, inputs=inputs or {}, progress=False)
+                       outputs=outputs or {}, inputs=inputs or {}, decided=decided or StepInputs(), toolbox=STEPS,
+                       progress=False)
 
 
 def fake_checkpoint(ws: Workspace, name: str = "ckpt") -> Path:

@@ -35,20 +35,20 @@ def test_gated_tool_waits_in_one_process_and_is_approved_in_another(tmp_path):
 from trainteam.agents.runtime import run_persona_step
 r = run_persona_step(c, "register_model")
 assert r.outcome == "needs_approval", r
-Path({str(pending_file)!r}).write_text(json.dumps(r.details))
+Path({str(pending_file)!r}).write_text(r.needs.model_dump_json())
 """)
-    details = json.loads(pending_file.read_text())
-    assert details["action"] == "register_model"
-    assert details["proposed"]["tool"] == "register_model" and details["proposed"]["persona"] == "ml_orchestrator"
-    assert details["pending"]["approvals"][0]["tool_name"] == "register_model"
+    needs = json.loads(pending_file.read_text())
+    assert needs["action"] == "register_model" and needs["resume"]["kind"] == "conversation"
+    assert needs["proposed"]["tool"] == "register_model" and needs["proposed"]["persona"] == "ml_orchestrator"
+    assert needs["resume"]["pending"]["approvals"][0]["tool_name"] == "register_model"
     assert ModelRegistry.of(ws).list() == []  # nothing registered while a person has not decided
     record = json.loads((ws.dir("transcripts") / "run1" / "register_model#1.json").read_text())
     assert record["status"] == "needs_approval"
 
     run_py(setup + f"""
 from trainteam.agents.runtime import resume_persona_step
-details = json.loads(Path({str(pending_file)!r}).read_text())
-r = resume_persona_step(c, "register_model", details["pending"], True, "looks good")
+needs = json.loads(Path({str(pending_file)!r}).read_text())
+r = resume_persona_step(c, "register_model", needs["resume"]["pending"], True, "looks good")
 assert r.outcome == "ok", r
 print(r.details["model_id"])
 """)
@@ -66,7 +66,7 @@ def test_a_rejected_call_never_runs_and_the_step_says_who_decided(tmp_path):
     c = ctx(ws, "ml_orchestrator", "register_model", outputs={"final_eval": final_eval_output(ws, fake_checkpoint(ws))})
     waiting = run_persona_step(c, "register_model")
     assert waiting.outcome == "needs_approval"
-    pending = json.loads(json.dumps(waiting.details["pending"]))  # JSON round trip, as through a database
+    pending = json.loads(json.dumps(waiting.needs.resume.pending))  # JSON round trip, as through a database
     result = resume_persona_step(c, "register_model", pending, False, "not this one")
     assert result.outcome == "error"
     assert "rejected register_model: not this one" in result.summary
@@ -82,5 +82,5 @@ def test_resume_refuses_a_pending_of_another_step(tmp_path):
     waiting = run_persona_step(c, "register_model")
     other = ctx(ws, "eval_judge", "gate")
     with pytest.raises(BadInput, match="belongs to ml_orchestrator/register_model"):
-        resume_persona_step(other, "gate", waiting.details["pending"], True, None)
+        resume_persona_step(other, "gate", waiting.needs.resume.pending, True, None)
     assert Path(waiting.details["transcript"]).exists()

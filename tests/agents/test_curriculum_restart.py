@@ -1,8 +1,8 @@
 """A loss spike in the middle of a curriculum: the restart resumes at the stage that spiked.
 
 The tools run in-process on a real workspace with real (tiny) training, the way the engine
-calls them: the spiked attempt's proposal and curves come back as ``inputs.apply_proposal``
-and ``inputs.before``. The long_context stage is made to diverge (learning rate 0.2, no
+calls them: the spiked attempt's proposal and curves come back as ``decided.restart``
+and ``decided.before``. The long_context stage is made to diverge (learning rate 0.2, no
 clipping, a detector that flags any rise over a 4-step window); the restart runs with the
 detector at its defaults, as a transient spike would not recur.
 """
@@ -13,7 +13,7 @@ import pytest
 
 from trainteam.agents.hooks import ensure_step_node
 from trainteam.workflows.task import TrainTask
-from trainteam.workflows.steps import ToolContext
+from trainteam.agents.toolbox import StepInputs, ToolContext
 from trainteam.workflows.steps.curate import curate
 from trainteam.workflows.steps.corpus import prepare_corpus
 from trainteam.workflows.steps.train import train, train_tokenizer
@@ -42,9 +42,9 @@ class _Run:
     def __init__(self, ws: Workspace, run_id: str):
         self.ws, self.run_id, self.outputs = ws, run_id, {}
 
-    def step(self, name: str, fn, task: TrainTask, inputs: dict | None = None):
+    def step(self, name: str, fn, task: TrainTask, decided: StepInputs | None = None):
         ctx = ToolContext(ws=self.ws, run_id=self.run_id, step=name, visit=1, persona="training_engineer", task=task,
-                          outputs=dict(self.outputs), inputs=inputs or {}, progress=False)
+                          outputs=dict(self.outputs), decided=decided or StepInputs(), progress=False)
         ensure_step_node(ctx)
         return fn(ctx)
 
@@ -83,16 +83,17 @@ def test_a_spike_mid_curriculum_restarts_that_stage_and_keeps_the_ones_before(ws
     assert evals_before == ["Eval:r1/train#1/mid_train", "Eval:r1/train#1/pretrain"]
 
     # the engineer plans only the work left: the spiked stage and the ones after it
-    from trainteam.agents.persona import plan_stages
+    from trainteam.workflows.steps.plans import plan_stages
 
+    assert first.needs is not None and first.needs.resume.kind == "restart" and first.needs.proposed == proposal
+    # the person approved: what the engine hands the re-run (the proposal, the curves so far)
+    decided = StepInputs().after(first.needs, {"status": "approved", "decided_by": "tester"})
     ctx = ToolContext(ws=ws, run_id="r1", step="train", visit=1, persona="training_engineer", task=spiky,
-                      inputs={"apply_proposal": proposal}, progress=False)
+                      decided=decided, progress=False)
     assert list(plan_stages(ctx, "train")["stages"]) == ["long_context", "sft"]
 
-    # the person approved: the engine runs the step again with the proposal and the curves so far
     calm = _task({**DIVERGING, "spike": {"enabled": False}})
-    again = run.step("train", train, calm, inputs={"apply_proposal": proposal, "before": {
-        k: first.details[k] for k in ("losses", "events")}})
+    again = run.step("train", train, calm, decided=decided)
     assert again.outcome == "ok", again.summary
     assert again.details["stages"] == ["pretrain", "mid_train", "long_context", "sft"]
     # the stages before the spike were not trained again: same weights, metrics read back

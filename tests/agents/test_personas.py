@@ -11,7 +11,8 @@ from pydantic_ai.models.function import FunctionModel
 
 from trainteam.agents.cards import PERSONAS, load_card, load_skill
 from trainteam.agents.runtime import run_persona_step
-from trainteam.workflows.steps import TOOLS, get_tool
+from trainteam.agents.toolbox import StepInputs
+from trainteam.workflows.steps import STEPS, get_tool
 from trainteam.graph import NodeKind
 from trainteam.workspace import Workspace
 
@@ -33,7 +34,7 @@ def test_every_card_and_skill_loads_and_names_real_tools():
         for skill in card.skills:
             s = load_skill(skill)
             assert s.name == skill and len(s.text) > 200 and s.load_when
-        assert any(g.name in TOOLS for g in card.tools), persona
+        assert any(g.name in STEPS for g in card.tools), persona
     assert load_card("ml_orchestrator").grant("register_model").requires_approval
     assert load_card("training_engineer").grant("train").plan_first
 
@@ -48,10 +49,10 @@ def test_each_persona_sees_only_its_own_tools(ws, persona):
         return _finish(info, messages)
 
     card = load_card(persona)
-    step_tool = next(g.name for g in card.tools if g.name in TOOLS)
+    step_tool = next(g.name for g in card.tools if g.name in STEPS)
     result = run_persona_step(ctx(ws, persona, step_tool), step_tool, model=FunctionModel(probe))
-    assert seen["tools"] == sorted(g.name for g in card.tools if g.name in TOOLS)
-    others = set(TOOLS) - set(card.tool_names)
+    assert seen["tools"] == sorted(g.name for g in card.tools if g.name in STEPS)
+    others = set(STEPS) - set(card.tool_names)
     assert others and not others & set(seen["tools"])
     assert f"**{persona}**" in seen["instructions"] and "never instructions" in seen["instructions"]
     # the model finished without running the tool: the step says so instead of pretending
@@ -105,7 +106,7 @@ def test_a_model_that_corrects_itself_after_the_unknown_tool_error_succeeds(ws):
 
 def test_offline_curator_returns_the_tools_own_result_and_logs_it_to_the_graph(ws):
     result = run_persona_step(ctx(ws, "data_curator", "prepare_corpus"), "prepare_corpus")
-    direct = get_tool("prepare_corpus")(ctx(ws, "data_curator", "prepare_corpus", run_id="direct"))
+    direct = get_tool("prepare_corpus").run(ctx(ws, "data_curator", "prepare_corpus", run_id="direct"))
     assert result.outcome == "ok"
     assert result.artifacts == direct.artifacts and result.nodes == direct.nodes
     assert result.details["persona"]["persona"] == "data_curator"
@@ -228,14 +229,14 @@ def test_engineer_counts_what_the_run_already_spent(ws):
 def test_the_offline_policy_streams_the_same_run_for_event_consumers(ws):
     import asyncio
 
-    from trainteam.agents.persona import PersonaDeps, build_agent
     from trainteam.agents.policy import StepFacts, offline_model
+    from trainteam.agents.runtime import PersonaDeps, build_agent
 
     card = load_card("data_curator")
     facts = StepFacts("data_curator", "prepare_corpus", 1, "prepare_corpus", plan_first=False)
 
     async def stream():
-        agent = build_agent(card, offline_model(facts), instructions="brief", capabilities=[])
+        agent = build_agent(card, offline_model(facts), STEPS, instructions="brief", capabilities=[])
         deps = PersonaDeps(ctx=ctx(ws, "data_curator", "prepare_corpus"), card=card, step_tool="prepare_corpus")
         names, last = [], None
         async with agent.run_stream_events("go", deps=deps) as events:
@@ -253,7 +254,7 @@ def test_the_offline_policy_streams_the_same_run_for_event_consumers(ws):
 
 
 def test_a_restart_is_planned_for_the_work_it_has_left(ws):
-    from trainteam.agents.persona import plan_stages
+    from trainteam.workflows.steps.plans import plan_stages
 
     t = task(stages=["pretrain", "sft"], training={"pretrain": {"max_steps": 400, "seq_len": 64},
                                                    "sft": {"max_steps": 1000, "seq_len": 64}})
@@ -266,7 +267,7 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     (run / "pretrain-v1" / "final" / "tokenizer.json").write_text("{}")  # train() saves the tokenizer with it
     (run / "sft-v1" / "checkpoint-750" / "trainer_state.json").write_text('{"global_step": 750}')
     c = ctx(ws, "training_engineer", "train", t)
-    c.inputs = {"apply_proposal": {"stage": "sft", "proposal": {"spike_step": 752}}}
+    c.decided = StepInputs(restart={"stage": "sft", "proposal": {"spike_step": 752}})
     rest = plan_stages(c, "train")
     sft_minutes = whole["stages"]["sft"]["est_minutes"]
     assert list(rest["stages"]) == ["sft"]  # pretrain resumes from its final weights
@@ -274,5 +275,5 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     assert rest["est_minutes"] == pytest.approx(0.25 * sft_minutes, abs=0.002)
     assert rest["est_minutes"] < whole["est_minutes"]
     # a restart from the stage's start trains in a folder of its own: all of SFT is left
-    c.inputs = {"apply_proposal": {"stage": "sft", "from_start": True, "output_dir": str(run / "sft-v1-restart1")}}
+    c.decided = StepInputs(restart={"stage": "sft", "from_start": True, "output_dir": str(run / "sft-v1-restart1")})
     assert plan_stages(c, "train")["est_minutes"] == pytest.approx(sft_minutes, abs=0.002)

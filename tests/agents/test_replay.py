@@ -7,6 +7,8 @@ import json
 from persona_helpers import cli, ctx, fake_checkpoint, final_eval_output, task
 
 from trainteam.agents.replay import replay_run, sft_examples, steps_of
+from trainteam.workflows.steps import STEPS
+from trainteam.workflows.task import TrainTask
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
 from trainteam.workspace import Workspace
 
@@ -20,7 +22,7 @@ def _record_run(ws, t=None):
             outputs={"prepare_corpus": prepared.model_dump(mode="json"),
                      "final_eval": final_eval_output(ws, fake_checkpoint(ws))})
     waiting = run_persona_step(c, "register_model")
-    done = resume_persona_step(c, "register_model", waiting.details["pending"], True, "ship it")
+    done = resume_persona_step(c, "register_model", waiting.needs.resume.pending, True, "ship it")
     assert done.outcome == "ok"
     return prepared, done
 
@@ -41,7 +43,7 @@ def test_steps_of_a_run_tell_persona_prompt_calls_results_decisions_and_approval
 def test_replay_execute_reproduces_the_same_tool_calls_and_artifacts(tmp_path):
     src = Workspace.open(tmp_path / "src")
     _record_run(src)
-    report = replay_run(src, "run1", Workspace.open(tmp_path / "dest"))
+    report = replay_run(src, "run1", Workspace.open(tmp_path / "dest"), STEPS, TrainTask.model_validate)
     assert report.identical, report.model_dump()
     assert [s.segment for s in report.steps] == ["prepare_corpus#1", "register_model#1"]
     assert report.steps[0].replayed_calls == report.steps[0].recorded_calls != []
@@ -60,7 +62,7 @@ def test_replay_reports_a_changed_input_as_an_artifact_difference(tmp_path):
     src = Workspace.open(tmp_path / "src")
     run_persona_step(ctx(src, "data_curator", "prepare_corpus", t), "prepare_corpus")
     (data / "train.jsonl").write_text(rows + json.dumps({"prompt": "9+1=", "completion": "10"}) + "\n")
-    report = replay_run(src, "run1", Workspace.open(tmp_path / "dest"))
+    report = replay_run(src, "run1", Workspace.open(tmp_path / "dest"), STEPS, TrainTask.model_validate)
     assert not report.identical
     step = report.steps[0]
     assert step.replayed_calls == step.recorded_calls  # the same decisions...

@@ -58,7 +58,7 @@ def test_planted_secrets_appear_in_no_transcript_graph_node_pending_or_database(
     assert waiting.outcome == "needs_approval"
     everything = workspace_text(ws) + json.dumps(waiting.details) + json.dumps(prepared.details)
     assert API_KEY not in everything and TOKEN not in everything
-    assert "[REDACTED]" in json.dumps(waiting.details["pending"])  # it was there, and it was masked
+    assert "[REDACTED]" in json.dumps(waiting.needs.resume.pending)  # it was there, and it was masked
     assert API_KEY in (tmp_path / "data" / "train.jsonl").read_text()  # the data itself is not rewritten
 
 

@@ -54,19 +54,15 @@ class PreApprover:
 def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool, as_json: bool,
             yes: bool = False, report: bool = False) -> int:
     """Run ``task`` (a TrainTask, or a task file path) to its end in this process."""
-    from trainteam.workflows.runner import check_chosen_run_id, check_new_run_id, check_runnable, new_run_id, run_foreground
-    from trainteam.workflows.spec import load_builtin
+    from trainteam.workflows.runner import prepare_run, run_foreground
     from trainteam.workflows.task import load_task_file
     from trainteam.workflows.views import run_public
 
-    spec = load_builtin(workflow)
     if isinstance(task, (str, Path)):
         task = load_task_file(Path(task))
-    check_runnable(spec, task, source)
-    if run_id is not None:
-        check_chosen_run_id(run_id, "--run-id")
-    ws = workspace()  # opened only after the task is known to be good: a bad file changes nothing
-    run_id = check_new_run_id(ws, run_id) if run_id is not None else new_run_id(task.name)
+    # the workspace is opened only after the task is known to be good: a bad file changes nothing
+    new = prepare_run(workflow, task, source, run_id, "--run-id", workspace)
+    ws, spec, task, run_id = new.ws, new.spec, new.task, new.run_id
     if not quiet:
         err_console.print(f"run [bold]{run_id}[/bold]: workflow {spec.name}, task {task.name} "
                           f"(workspace {ws.root})", highlight=False)

@@ -67,7 +67,10 @@ def replay_command(
         raise BadInput(f"--into: {into} is not empty; replay needs a fresh workspace")
     steps_of(ws, run_id)  # a missing run fails here, before a folder is made
     dest = Workspace.open(into or Path(tempfile.mkdtemp(prefix=f"replay-{run_id}-")))
-    report = replay_run(ws, run_id, dest)
+    from trainteam.workflows.steps import STEPS
+    from trainteam.workflows.task import TrainTask
+
+    report = replay_run(ws, run_id, dest, STEPS, TrainTask.model_validate)
     if as_json:
         print_json({**report.model_dump(mode="json"), "identical": report.identical,
                     "same": {s.segment: s.same for s in report.steps}})

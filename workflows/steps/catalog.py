@@ -1,33 +1,32 @@
-"""Tool name → function. A spec naming a tool not listed here is rejected before a run starts."""
+"""Tool name → StepTool. A spec naming a tool not listed here is rejected before a run starts."""
 
 from __future__ import annotations
 
-from typing import Callable
-
-from trainteam.agents.toolbox import StepResult, ToolContext
-from trainteam.workflows.steps.curate import curate
+from trainteam.agents.toolbox import StepTool
 from trainteam.workflows.steps.corpus import prepare_corpus
-from trainteam.workflows.steps.judge import evaluate, gate
+from trainteam.workflows.steps.curate import curate
+from trainteam.workflows.steps.judge import evaluate, gate, gate_facts
+from trainteam.workflows.steps.plans import TrainArgs, apply_overrides, plan_curate, plan_stages
 from trainteam.workflows.steps.register import register_model
 from trainteam.workflows.steps.train import align, merge_adapters, train, train_tokenizer
 
-ToolFn = Callable[[ToolContext], StepResult]
+_TRAINING = {"args": TrainArgs, "prepare": apply_overrides, "plan": plan_stages}
 
-TOOLS: dict[str, ToolFn] = {
-    "prepare_corpus": prepare_corpus,
-    "curate": curate,
-    "train_tokenizer": train_tokenizer,
-    "train": train,
-    "align": align,
-    "merge_adapters": merge_adapters,
-    "evaluate": evaluate,
-    "gate": gate,
-    "register_model": register_model,
+STEPS: dict[str, StepTool] = {
+    "prepare_corpus": StepTool(prepare_corpus),
+    "curate": StepTool(curate, plan=plan_curate),
+    "train_tokenizer": StepTool(train_tokenizer),
+    "train": StepTool(train, **_TRAINING),
+    "align": StepTool(align, **_TRAINING),
+    "merge_adapters": StepTool(merge_adapters),
+    "evaluate": StepTool(evaluate),
+    "gate": StepTool(gate, facts=gate_facts),
+    "register_model": StepTool(register_model),
 }
 
 
-def get_tool(name: str) -> ToolFn:
+def get_tool(name: str) -> StepTool:
     try:
-        return TOOLS[name]
+        return STEPS[name]
     except KeyError:
-        raise KeyError(f"unknown tool {name!r} (known: {', '.join(sorted(TOOLS))})") from None
+        raise KeyError(f"unknown tool {name!r} (known: {', '.join(sorted(STEPS))})") from None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainteam.agents.toolbox import StepResult, ToolContext
-from trainteam.graph import EdgeKind
+from trainteam.agents.toolbox import GateFacts, StepResult, ToolContext
+from trainteam.graph.record import record_eval, record_gate
 
 
 def _decontamination_report(ctx: ToolContext, eval_set: str = "eval") -> dict | None:
@@ -35,7 +35,7 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
     from trainteam.workflows.steps.corpus import stage_eval_set
     from trainteam.curation.demo import read_jsonl
     from trainteam.trainers import load_tokenizer
-    from trainteam.trainers.eval_battery import BatterySpec, record_battery, run_battery
+    from trainteam.trainers.eval_battery import BatterySpec, run_battery
 
     set_name, eval_path, eval_node = stage_eval_set(ctx, stage)
     if battery:
@@ -52,9 +52,9 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
                          train_records=train_records, decontamination_report=decon,
                          out_dir=out_dir if "lm_eval" in spec.metrics else None)
     result = result.model_copy(update={"stage": stage.name})
-    node = record_battery(ctx.graph, result, run_id=ctx.run_id, key=key, checkpoint_node=ckpt_node,
-                          dataset_node=eval_node)
-    ctx.graph.add_edge(node, ctx.step_node, EdgeKind.PRODUCED_BY)
+    node = record_eval(ctx.graph, key, run_id=ctx.run_id, stage=result.stage, stage_kind=result.kind,
+                       metrics=result.metrics, n_eval=result.n_eval, decontamination=result.decontamination,
+                       checkpoint_node=ckpt_node, dataset_node=eval_node, produced_by=ctx.step_node)
     return node, result
 
 
@@ -147,12 +147,26 @@ def gate_rules(task, stage: str) -> list:
     return list(found.gates) if found is not None else []
 
 
+def gate_facts(ctx: ToolContext) -> GateFacts | None:
+    """The bar the judge's offline policy re-derives the gate from: the first ``min`` rule of the
+    evaluated stage, with what was measured. None once a person accepted the failed gate (their
+    decision, which the judge does not second-guess) or when no rule sets a minimum."""
+    if ctx.decided.accepted_gate is not None:
+        return None
+    try:
+        ev = ctx.output(ctx.inputs.get("of", "evaluate"))
+    except LookupError:
+        return None
+    rule = next((r for r in gate_rules(ctx.task, ev.get("details", {}).get("stage")) if r.min is not None), None)
+    return None if rule is None else GateFacts(rule.metric, rule.min, dict(ev.get("metrics") or {}))
+
+
 def gate(ctx: ToolContext) -> StepResult:
     """Pass or fail from the task's thresholds (absolute, and no regression against the
     previous stage). Never overridden by an agent: a failed gate is promoted only with a
     person's approved decision, which the engine reads from the approval queue and passes
-    in as ``inputs.accepted``."""
-    from trainteam.trainers.gates import GateDecision, accept_failed_gate, evaluate_gate, record_gate
+    in as ``decided.accepted_gate``."""
+    from trainteam.trainers.gates import GateDecision, accept_failed_gate, evaluate_gate
 
     ev_step = ctx.inputs.get("of", "evaluate")
     ev = ctx.output(ev_step)
@@ -167,11 +181,12 @@ def gate(ctx: ToolContext) -> StepResult:
                                     reasons=[f"no gate rules for stage {stage} in the task"])
         else:
             decision = evaluate_gate(stage, ev["metrics"], rules, previous=prev_metrics, previous_stage=prev_stage)
-    accepted = ctx.inputs.get("accepted")
+    accepted = ctx.decided.accepted_gate
     if accepted is not None:
         decision = accept_failed_gate(decision, accepted)
-    node = record_gate(ctx.graph, decision, run_id=ctx.run_id, eval_node=ev["nodes"]["eval"])
-    ctx.graph.add_edge(node, ctx.step_node, EdgeKind.PRODUCED_BY)
+    node = record_gate(ctx.graph, run_id=ctx.run_id, stage=decision.stage, passed=decision.passed,
+                       promote=decision.promote, reasons=decision.reasons, accepted_by=decision.accepted_by,
+                       approval_id=decision.approval_id, eval_node=ev["nodes"]["eval"], produced_by=ctx.step_node)
     return StepResult(outcome="passed" if decision.promote else "failed", summary=decision.summary,
                       nodes={"gate": node, "checkpoint": ev["nodes"]["checkpoint"]},
                       artifacts={"checkpoint": ev["artifacts"]["checkpoint"], "tokenizer": ev["artifacts"]["tokenizer"]},

@@ -11,7 +11,7 @@ it runs that stage's eval battery and its gate rules:
 - an earlier stage's failed gate (recorded as a Gate node) stops the step before the next
   stage trains. With ``on_gate_failure: stop`` the step ends with outcome ``error`` and
   the gate's reasons; with ``ask`` it ends ``stage_gate_failed`` and the engine asks a
-  person. An approved acceptance comes back as ``inputs.accepted_stage_gates`` (stage →
+  person. An approved acceptance comes back as ``decided.accepted_stage_gates`` (stage →
   the decided approval): the step runs again, reuses the stages already trained, records
   the gate as accepted by that person, and goes on to the next stage.
 """
@@ -23,8 +23,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainteam.agents.toolbox import StepResult, ToolContext, sha256_file
-from trainteam.graph import EdgeKind, NodeKind, node_id
+from trainteam.agents.toolbox import Carried, NeedsPerson, Resume, StepResult, ToolContext, budget_overrun
+from trainteam.core.hashing import weights_hash
+from trainteam.graph import NodeKind, node_id
+from trainteam.graph.record import record_checkpoint, record_gate, record_tokenizer
 
 
 def _records(path: str) -> list[dict]:
@@ -57,26 +59,18 @@ def train_tokenizer(ctx: ToolContext) -> StepResult:
     if not (out_dir / "tokenizer.json").exists():
         texts = (r.get("text") or (r["prompt"] + r["completion"]) for path, _ in sources for r in _records(str(path)))
         fit(texts, cfg, out_dir)
-    node = ctx.graph.link(NodeKind.TOKENIZER, key, [*((EdgeKind.DERIVED_FROM, n) for _, n in sources),
-                                                   (EdgeKind.PRODUCED_BY, ctx.step_node)],
-                          path=str(out_dir), vocab_size=cfg.vocab_size, split_digits=cfg.split_digits)
+    node = record_tokenizer(ctx.graph, key, sources=[n for _, n in sources], step_node=ctx.step_node,
+                            path=str(out_dir), vocab_size=cfg.vocab_size, split_digits=cfg.split_digits)
     return StepResult(summary=f"tokenizer {key} (vocab {cfg.vocab_size})", artifacts={"tokenizer": str(out_dir)},
                       nodes={"tokenizer": node})
 
 
 def _checkpoint_node(ctx: ToolContext, final_dir: Path, stage: str, data_node: str, tok_node: str | None,
-                     parent: str | None, metrics: dict, **attrs: Any) -> str:
-    weights = sorted(final_dir.glob("*.safetensors"))
-    digest = hashlib.sha256("".join(sha256_file(w) for w in weights).encode()).hexdigest()[:16]
-    edges = [(EdgeKind.PRODUCED_BY, ctx.run_node), (EdgeKind.PRODUCED_BY, ctx.step_node),
-             (EdgeKind.TRAINED_ON, data_node)]
-    if tok_node:
-        edges.append((EdgeKind.USES, tok_node))
-    if parent:
-        edges.append((EdgeKind.DERIVED_FROM, parent))
-    return ctx.graph.link(NodeKind.CHECKPOINT, digest, edges, path=str(final_dir), stage=stage,
-                          run_id=ctx.run_id, metrics=metrics,
-                          adapter=(final_dir / "adapter_config.json").exists(), **attrs)
+                     parent: str | None, metrics: dict, method: str | None = None, seq_len: int | None = None) -> str:
+    return record_checkpoint(ctx.graph, weights_hash(final_dir)[:16], run_id=ctx.run_id, step_node=ctx.step_node,
+                             trained_on=data_node, tokenizer=tok_node, derived_from=parent, path=str(final_dir),
+                             stage=stage, metrics=metrics, adapter=(final_dir / "adapter_config.json").exists(),
+                             method=method, seq_len=seq_len)
 
 
 class _Stage:
@@ -96,10 +90,10 @@ class _Stage:
         self.ctx, self.tokenizer, self.tok_node = ctx, tokenizer, tok_node
         self.metrics: dict[str, float] = {}
         # A restart continues the curves, events and spike history of the attempts before it.
-        before = ctx.inputs.get("before") or {}
-        self.curves: dict[str, list] = {k: list(v) for k, v in (before.get("losses") or {}).items()}
-        self.events: list[dict] = list(before.get("events") or [])
-        self.spikes: list[dict] = list(before.get("spikes") or [])
+        before = ctx.decided.before
+        self.curves: dict[str, list] = {k: list(v) for k, v in before.losses.items()}
+        self.events: list[dict] = list(before.events)
+        self.spikes: list[dict] = list(before.spikes)
         self.attempt: dict[str, Any] = {}  # this attempt's folder and LR factor (what a spike proposal builds on)
 
     def _out(self, stage: str) -> Path:
@@ -126,7 +120,7 @@ class _Stage:
         if ctx.visit > 1:  # the changed plan of a second attempt after a failed gate: train twice as long
             cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
         out, factor, proposal = self._out(stage), 1.0, None
-        restart = ctx.inputs.get("apply_proposal")
+        restart = ctx.decided.restart
         if restart is not None and restart.get("stage") == stage:
             out = Path(restart.get("output_dir") or out)
             factor = float(restart.get("lr_factor", 1.0))
@@ -169,11 +163,12 @@ class _Stage:
 
             limit = budget.current()
             overrun = round(-limit.left_s(), 2) if limit is not None else None
+            where = {"where": f"training {stage}", "checkpoint": str(report.final_dir), "step": report.steps_done,
+                     "overrun_s": overrun}
             return StepResult(outcome="over_budget", metrics=self.metrics,
                               summary=f"{stage}: budget reached at step {report.steps_done}; checkpoint kept",
-                              details={"stage": stage, "where": f"training {stage}", "checkpoint": str(report.final_dir),
-                                       "step": report.steps_done, "overrun_s": overrun,
-                                       "losses": self.curves, "events": self.events, "spikes": self.spikes})
+                              details={"stage": stage, **where, **self.carried().model_dump()},
+                              needs=over_budget(self.ctx, where, self.carried()))
         return self.spike_result(stage, report)
 
     def spike_result(self, stage: str, report) -> StepResult:
@@ -192,8 +187,16 @@ class _Stage:
             return self._unresolved(stage, step, refusal, details)
         proposal = self._proposal(stage, step, report, ev, previous)
         # The person deciding sees what the monitor saw, whichever kind of proposal it is.
+        needs = NeedsPerson(action="restart_after_spike", numbered=True, proposed=proposal,
+                            evidence={"monitor": ev, "spikes": self.spikes}, requested_by=self.ctx.persona,
+                            resume=Resume(kind="restart", stage=stage, value=proposal), refused="restart",
+                            carried=self.carried())
         return StepResult(outcome="spike", summary=f"{stage}: {proposal['reason']}", metrics=self.metrics,
-                          details={**details, "proposal": proposal})
+                          details={**details, "proposal": proposal}, needs=needs)
+
+    def carried(self) -> Carried:
+        """What a re-run of this step continues from this attempt."""
+        return Carried(losses=self.curves, events=self.events, spikes=self.spikes)
 
     def _proposal(self, stage: str, step: int, report, ev: dict, previous: list[dict]) -> dict[str, Any]:
         p = report.proposal
@@ -227,15 +230,18 @@ class _Stage:
             return StepResult(outcome="error", summary=summary, metrics=self.metrics, details=details)
         what = f"checkpoint {keep.name} (before the spike)" if before else f"the stage's input weights ({keep})"
         accept = {"stage": stage, "keep": str(keep), "spike_step": step, "reason": f"keep {what} as {stage}'s result"}
+        needs = NeedsPerson(action=f"accept_spiked_{stage}", proposed=accept, requested_by=self.ctx.persona,
+                            evidence={"monitor": details["evidence"], "spikes": self.spikes}, refused="acceptance",
+                            resume=Resume(kind="keep_spiked", stage=stage, value=accept), carried=self.carried())
         return StepResult(outcome="spike_limit", summary=f"{summary}; a person may keep {what}", metrics=self.metrics,
-                          details={**details, "accept": accept})
+                          details={**details, "accept": accept}, needs=needs)
 
 
 def _finals(ctx: ToolContext, stage: str) -> list[Path]:
     """Where ``stage``'s finished weights of this step visit may be, first match wins: what a
     person kept after an unresolved spike, the newest restart's ``final``, the stage's ``final``."""
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
-    kept = (ctx.inputs.get("accept_spiked") or {}).get(stage)
+    kept = ctx.decided.kept_after_spike.get(stage)
     restarts = sorted(out.parent.glob(f"{out.name}-restart*"), key=lambda p: p.name, reverse=True)
     return ([Path(kept["keep"])] if kept else []) + [r / "final" for r in restarts] + [out / "final"]
 
@@ -253,7 +259,7 @@ def stage_progress(ctx: ToolContext, stage: str) -> tuple[bool, int]:
         return True, 0
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
     folders = [out, *out.parent.glob(f"{out.name}-restart*")]
-    restart = ctx.inputs.get("apply_proposal") or {}
+    restart = ctx.decided.restart or {}
     if restart.get("stage") == stage and restart.get("output_dir"):
         folders = [Path(restart["output_dir"])]  # a restart trains in its own folder (from its start)
     steps = [checkpoint_step(c) or 0 for f in folders for c in complete_checkpoints(f)]
@@ -284,7 +290,7 @@ def train(ctx: ToolContext) -> StepResult:
     tok_path, tok_node = _tokenizer_source(ctx)
     tokenizer = load_tokenizer(tok_path)
     runner = _Stage(ctx, tokenizer, tok_node)
-    accepted: dict[str, dict] = ctx.inputs.get("accepted_stage_gates") or {}
+    accepted = ctx.decided.accepted_stage_gates
     model: Any = task.model.path
     parent, final_dir = None, None
     seen: list[str] = []
@@ -310,14 +316,7 @@ def train(ctx: ToolContext) -> StepResult:
             failed = _measure_and_gate(ctx, cur, st, final_dir, parent, seen, runner.metrics, record,
                                        accepted.get(st.name))
             if failed is not None:
-                ask = task.on_gate_failure == "ask"
-                return StepResult(outcome="stage_gate_failed" if ask else "error",
-                                  summary=f"{failed.summary} (after stage {st.name}; {' → '.join(names[i + 1:])} "
-                                          + ("waits for a person)" if ask else "not trained)"),
-                                  metrics=runner.metrics,
-                                  nodes={"checkpoint": parent, "gate": record["stage_gates"][st.name]["node"]},
-                                  details={"stages": names[: i + 1], "stage": st.name, "reasons": failed.reasons,
-                                           "losses": runner.curves, "events": runner.events, **record})
+                return _stage_gate_failed(ctx, st.name, names, i, failed, runner, parent, record)
     last = names[-1]
     shown = "; ".join(f"{n} exact match {m['exact_match']:.3g}" for n, m in record["stage_evals"].items()
                       if "exact_match" in m)
@@ -331,13 +330,37 @@ def train(ctx: ToolContext) -> StepResult:
     )
 
 
+def over_budget(ctx: ToolContext, where: dict[str, Any], carried: Carried | None = None) -> NeedsPerson:
+    """The ask at the budget's ceiling, with what the step had reached (``where``)."""
+    budget = ctx.task.budget
+    allowed_s = ctx.allowed_s if ctx.allowed_s is not None else budget.allowed_s()
+    return budget_overrun(ctx.step, round(budget.extension_s() / 60, 2), round(allowed_s / 60, 2),
+                          budget.model_dump(), where, carried)
+
+
+def _stage_gate_failed(ctx: ToolContext, stage: str, names: list[str], i: int, failed, runner: "_Stage",
+                       parent: str, record: dict) -> StepResult:
+    """An earlier curriculum stage's gate failed: the step stops (``stop``) or asks a person (``ask``)."""
+    ask = ctx.task.on_gate_failure == "ask"
+    summary = (f"{failed.summary} (after stage {stage}; {' → '.join(names[i + 1:])} "
+               + ("waits for a person)" if ask else "not trained)"))
+    needs = NeedsPerson(action=f"accept_failed_gate_{stage}", proposed={"gate": f"{ctx.step}.{stage}", "stage": stage},
+                        evidence={"reasons": failed.reasons}, requested_by="eval_judge", refused="acceptance",
+                        resume=Resume(kind="accept_stage_gate", stage=stage),
+                        carried=Carried(losses=runner.curves, events=runner.events)) if ask else None
+    return StepResult(outcome="stage_gate_failed" if ask else "error", summary=summary, metrics=runner.metrics,
+                      nodes={"checkpoint": parent, "gate": record["stage_gates"][stage]["node"]},
+                      details={"stages": names[: i + 1], "stage": stage, "reasons": failed.reasons,
+                               "losses": runner.curves, "events": runner.events, **record}, needs=needs)
+
+
 def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, seen: list[str],
                       metrics: dict[str, float], record: dict, accepted: dict | None = None):
     """A stage's battery (an Eval node per stage; read back when a restart passes by again)
     and its gate rules against the stage before it. Returns the failed GateDecision, or None
     when it passed or ``accepted`` (a person's approved decision) accepts its failure."""
     from trainteam.workflows.steps.judge import measure_stage
-    from trainteam.trainers.gates import accept_failed_gate, evaluate_gate, record_gate
+    from trainteam.trainers.gates import accept_failed_gate, evaluate_gate
 
     key = f"{ctx.run_id}/{ctx.step}#{ctx.visit}/{st.name}"
     if ctx.graph.has_node(node_id(NodeKind.EVAL, key)):
@@ -355,8 +378,9 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
                              previous_stage=prev.name if prev else None)
     if accepted is not None:
         decision = accept_failed_gate(decision, accepted)
-    node = record_gate(ctx.graph, decision, run_id=ctx.run_id, eval_node=ev_node)
-    ctx.graph.add_edge(node, ctx.step_node, EdgeKind.PRODUCED_BY)
+    node = record_gate(ctx.graph, run_id=ctx.run_id, stage=decision.stage, passed=decision.passed,
+                       promote=decision.promote, reasons=decision.reasons, accepted_by=decision.accepted_by,
+                       approval_id=decision.approval_id, eval_node=ev_node, produced_by=ctx.step_node)
     record["stage_gates"][st.name] = {"passed": decision.passed, "reasons": decision.reasons, "node": node,
                                       "accepted_by": decision.accepted_by}
     return None if decision.promote else decision

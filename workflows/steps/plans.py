@@ -1,0 +1,105 @@
+"""What a plan-first call of a step tool returns, and the training engineer's per-stage overrides.
+
+A plan-first tool called without ``execute=true`` returns its plan and does nothing else:
+for ``train`` / ``align`` the run planner's accounting per stage still to train (no torch),
+for ``curate`` the filters it would apply, for the rest what it would run. ``TrainArgs``
+lets the engineer change a stage's settings for a reason the planner gave; they pass the
+same TrainConfig validation as a task file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trainteam.agents.briefing import spent_minutes
+from trainteam.agents.toolbox import PlanFirstArgs, ToolContext
+from trainteam.trainers.config import TrainConfig
+from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.stageplan import plan_stage
+from trainteam.workflows.steps.curate import curation_config
+from trainteam.workflows.steps.train import stage_progress
+
+
+class StageOverrides(BaseModel):
+    """Settings the engineer may change for a stage, each for a reason the planner gave."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_steps: int | None = Field(default=None, gt=0)
+    per_device_batch_size: int | None = Field(default=None, gt=0)
+    grad_accum: int | None = Field(default=None, gt=0)
+    learning_rate: float | None = Field(default=None, gt=0, lt=1)
+    precision: Literal["fp32", "fp16", "bf16"] | None = None
+    gradient_checkpointing: bool | None = None
+    strategy: Literal["single", "ddp", "fsdp", "zero2", "zero3"] | None = None
+    seq_len: int | None = Field(default=None, gt=0)
+
+
+class TrainArgs(PlanFirstArgs):
+    overrides: dict[str, StageOverrides] = Field(
+        default_factory=dict, description="per-stage settings replacing the task's (from the planner), by stage name")
+
+
+def apply_overrides(ctx: ToolContext, args: TrainArgs) -> ToolContext:
+    """The context with the task's stages changed as the engineer asked (a bad value: the model retries).
+    Called only inside a persona's tool call, so pydantic-ai is loaded already (its import stays here:
+    the step catalog, which ``workflows validate`` reads for tool names, stays light)."""
+    from pydantic_ai import ModelRetry
+
+    task = ctx.task
+    for stage, ov in args.overrides.items():
+        if stage not in task.stage_names():
+            raise ModelRetry(f"overrides: stage {stage!r} is not in the task's stages {task.stage_names()}")
+        changes = ov.model_dump(exclude_none=True)
+        try:
+            cfg = TrainConfig.model_validate({**task.train_config(stage).model_dump(), **changes})
+        except ValidationError as exc:
+            raise ModelRetry(f"overrides.{stage}: {exc.errors()[0]['msg']}") from None
+        task = task.with_training(stage, cfg)
+    return replace(ctx, task=task)
+
+
+def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
+    """The run planner's verdict for each stage this tool would train (no torch): accounting,
+    refusals, and the fixes that make a refused stage plan."""
+    task = ctx.task
+    cur = curriculum_from_task(task)
+    out: dict[str, Any] = {"tool": tool, "step": ctx.step, "stages": {}}
+    total = 0.0
+    align = cur.align_stage()
+    stages = [s.name for s in cur.training_stages()] if tool == "train" else ([align.name] if align else [])
+    for stage in stages:
+        # What is left: a stage this visit finished (before a crash, a later stage's spike, an
+        # accepted stage gate) is not trained again; one with checkpoints resumes from the newest.
+        finished, done_steps = stage_progress(ctx, stage)
+        if finished:
+            continue
+        cfg = task.train_config(stage)
+        if ctx.visit > 1 and tool == "train":  # the tool trains twice as long on a retry
+            cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
+        verdict = plan_stage(task, stage, cfg)
+        left = max(0.0, 1.0 - done_steps / cfg.max_steps)
+        total += verdict.est_minutes * left
+        out["stages"][stage] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
+                                "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len, "steps_done": done_steps,
+                                **verdict.model_dump(exclude={"stage"})}
+    # a person approved spending over the budget for this step: the plan informs, it does not refuse
+    out["budget_extended_by_person"] = ctx.decided.budget_extended
+    out["est_minutes"] = round(total, 3)
+    # the ceiling the run works under: the task's budget plus what a person granted since
+    out["budget_minutes"] = round(ctx.allowed_s / 60, 3) if ctx.allowed_s is not None else task.budget.max_wall_minutes
+    out["spent_minutes"] = round(spent_minutes(ctx) or 0.0, 3)  # what the run's earlier steps already took
+    return out
+
+
+def plan_curate(ctx: ToolContext, tool: str) -> dict[str, Any]:
+    """What curate would run, with the filters it would apply, chosen for the kind of data."""
+    return {**plan_step(ctx, tool), "config": curation_config(ctx.task).model_dump(mode="json")}
+
+
+def plan_step(ctx: ToolContext, tool: str) -> dict[str, Any]:
+    """What any other tool would run."""
+    return {"tool": tool, "step": ctx.step, "inputs": {k: str(v) for k, v in ctx.inputs.items()},
+            "will": f"run {tool} for step {ctx.step} of run {ctx.run_id}"}
