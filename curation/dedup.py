@@ -55,7 +55,7 @@ def lsh_params(threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weigh
     best = (float("inf"), 1, 1)
     for b in range(1, num_perm + 1):
         for r in range(1, num_perm // b + 1):
-            p = 1.0 - (1.0 - s**r) ** b  # collision probability at similarity s
+            p = collision_probability(s, b, r)  # at every similarity s of the grid
             fp = np.trapezoid(p[below], s[below])
             fn = np.trapezoid(1.0 - p[above], s[above])
             err = fp * fp_weight + fn * fn_weight
@@ -64,7 +64,8 @@ def lsh_params(threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weigh
     return best[1], best[2]
 
 
-def collision_probability(similarity: float, bands: int, rows: int) -> float:
+def collision_probability(similarity, bands: int, rows: int):
+    """The LSH S-curve: the chance that a pair of this Jaccard similarity shares a band (scalar or array)."""
     return 1.0 - (1.0 - similarity**rows) ** bands
 
 

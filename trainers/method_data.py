@@ -8,7 +8,7 @@ is trained on is exactly the context evaluation gives it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import completion_text, prompt_text
@@ -115,13 +115,3 @@ def grpo_dataset(tokenizer, ds):
 
     return ds.map(fmt, remove_columns=list(ds.column_names))
 
-
-def texts_of(records: Iterable[dict] | Any) -> Iterable[str]:
-    """Plain strings for tokenizer training from any record shape."""
-    for r in records:
-        if isinstance(r, str):
-            yield r
-        elif "text" in r:
-            yield r["text"]
-        else:
-            yield " ".join(str(r[k]) for k in ("prompt", "completion", "chosen", "rejected") if r.get(k) is not None)
