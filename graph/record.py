@@ -162,29 +162,6 @@ def record_checkpoint(graph: KnowledgeGraph, key: str, *, run_id: str, step_node
                       adapter=adapter, **_given(method=method, seq_len=seq_len))
 
 
-def record_training(graph: KnowledgeGraph, *, run_key: str, method: str, steps_done: int, stopped_reason: str,
-                    final_dir: str, final_loss: float | None, resumed_from: str | None,
-                    proposal: Mapping[str, Any] | None, telemetry: Mapping[str, Any],
-                    trained_on: Iterable[str] = (), uses: Iterable[str] = (),
-                    derived_from: str | None = None) -> dict[str, str]:
-    """One training call (a TrainReport's values): the run (if new), the attempt's checkpoint and
-    its Telemetry node; returns their ids. Keys derive from the run and the step reached, never
-    from time. ``trained_on``/``uses``/``derived_from`` are existing node ids (dataset versions,
-    tokenizer, the checkpoint training started from)."""
-    run = graph.add_node(NodeKind.RUN, run_key)
-    attempt = f"{run_key}/{method}/step-{steps_done}-{stopped_reason}"
-    edges = [(EdgeKind.PRODUCED_BY, run)] + [(EdgeKind.TRAINED_ON, d) for d in trained_on]
-    edges += [(EdgeKind.USES, u) for u in uses]
-    if derived_from:
-        edges.append((EdgeKind.USES, derived_from))
-    ckpt = graph.link(NodeKind.CHECKPOINT, attempt, edges, path=final_dir, method=method, step=steps_done,
-                      stopped_reason=stopped_reason, final_loss=final_loss, resumed_from=resumed_from,
-                      proposal=None if proposal is None else dict(proposal))
-    tele = graph.link(NodeKind.TELEMETRY, attempt, [(EdgeKind.PRODUCED_BY, run), (EdgeKind.PRODUCED_BY, ckpt)],
-                      **telemetry)
-    return {"run": run, "checkpoint": ckpt, "telemetry": tele}
-
-
 # -- evaluation, gates, models ------------------------------------------------------------------
 
 def record_eval(graph: KnowledgeGraph, key: str, *, run_id: str, stage: str, stage_kind: str,

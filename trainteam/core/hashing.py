@@ -4,7 +4,6 @@ Each hash below is stored somewhere (checkpoint manifests, graph node keys and a
 the model registry, replay records), so each keeps its exact recipe:
 
 - ``sha256_file``: sha256 of a file's bytes (manifests, prepared dataset versions).
-- ``sha256_tree``: sha256 over a folder's relative paths and file sha256s, in sorted order.
 - ``weights_hash``: sha256 over the sha256s of a checkpoint's ``*.safetensors`` files (the
   Checkpoint node key the train step records).
 - ``named_files_hash``: sha256 over each file's name, NUL, bytes, NUL (the registry's model identity).
@@ -35,17 +34,6 @@ def sha256_file(path: str | Path) -> str:
     """sha256 of a file's bytes (hex)."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def sha256_tree(folder: str | Path, pattern: str = "*") -> str:
-    """Content hash of the files of a folder (relative names and bytes), order-independent."""
-    folder = Path(folder)
-    h = hashlib.sha256()
-    for p in sorted(folder.rglob(pattern)):
-        if p.is_file():
-            h.update(str(p.relative_to(folder)).encode())
-            h.update(sha256_file(p).encode())
-    return h.hexdigest()
 
 
 def weights_hash(folder: str | Path) -> str:
