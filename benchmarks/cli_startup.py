@@ -67,7 +67,7 @@ def main() -> None:
     def wait_pending():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if (ws / "trainteam.core.db").exists():
+            if (ws / "trainteam.db").exists():
                 rows = ApprovalStore(Workspace.open(ws).engine).list("pending")
                 if rows:
                     return rows[0]

@@ -45,7 +45,7 @@ class Settings(BaseSettings):
 
     home: Path = Field(default=Path(".trainteam"), description="workspace folder")
     database_url: str | None = Field(
-        default=None, description="app database; default sqlite:///<home>/trainteam.core.db"
+        default=None, description="app database; default sqlite:///<home>/trainteam.db"
     )
     dbos_database_url: str | None = Field(
         default=None,

@@ -7,7 +7,7 @@ archived or deleted as a unit.
 Opening refuses, with one line and before anything is written, a workspace this user cannot
 write (a probe file is created and removed: root passes any permission bits, so ``os.access``
 cannot tell) and a damaged database (``trainteam.core.dbread.check_database``). Once the schema
-exists ``workspace.json`` records it, so that a zero-byte ``trainteam.core.db`` is refused instead of
+exists ``workspace.json`` records it, so that a zero-byte ``trainteam.db`` is refused instead of
 being recreated empty; a brand-new workspace that several processes create at once has a
 zero-byte file and no record yet, and is created as before.
 """
@@ -84,7 +84,7 @@ class Workspace:
         return self.root / dbread.MARKER
 
     def check_database(self) -> None:
-        """A damaged trainteam.core.db is one line (zero bytes counts once the schema was recorded)."""
+        """A damaged trainteam.db is one line (zero bytes counts once the schema was recorded)."""
         if self.database_path is not None:
             dbread.check_database(self.database_path, must_hold_data=self.marker.is_file(),
                                   why_data=f"{dbread.MARKER} says its schema was created")
@@ -137,7 +137,7 @@ class Workspace:
 
     @property
     def database_url(self) -> str:
-        return self.settings.database_url or f"sqlite:///{self.root / 'trainteam.core.db'}"
+        return self.settings.database_url or f"sqlite:///{self.root / 'trainteam.db'}"
 
     @property
     def dbos_database_url(self) -> str:

@@ -187,7 +187,7 @@ def test_submit_cli_plan_only_json_and_refusal(tmp_path):
     declined = cli(ws, "submit", "pretrain a tiny llama on addition, budget 5 minutes", input="n\n")
     assert declined.returncode == 1 and "not started" in declined.stderr
     assert "exact_match" in declined.stderr or "stages: pretrain" in declined.stderr  # the plan was shown first
-    assert not (ws / "trainteam.core.db").exists()  # nothing written before a person confirms
+    assert not (ws / "trainteam.db").exists()  # nothing written before a person confirms
 
 
 def test_a_request_can_turn_gradient_clipping_off():

@@ -3,7 +3,7 @@ and damaged workspaces — each run as the real CLI in a subprocess on its own c
 workspace, and judged the way a person meets it.
 
 A case is *clear* when it exits 2 with exactly one line on stderr, no traceback, within
-``LIMIT_S``, and leaves the workspace (every table of trainteam.core.db and dbos.sqlite, every
+``LIMIT_S``, and leaves the workspace (every table of trainteam.db and dbos.sqlite, every
 file) and the working folder as they were. Anything else is counted under what went wrong:
 traceback / hang / accepted (exit 0) / late (exit 1: a run was created and failed) /
 not one line / changed (the workspace or working folder was written).
@@ -408,7 +408,7 @@ def damaged_cases(run_id: str, approval_id: str) -> list[Case]:
             "approvals list": ["approvals", "list"], "approve": ["approvals", "approve", approval_id],
             "execute": ["execute-workflow", "train_model", "--task", "{cwd}/task.yaml"]}
     c = []
-    for db in ("trainteam.core.db", "dbos.sqlite"):
+    for db in ("trainteam.db", "dbos.sqlite"):
         for how in ("garbled", "truncated", "zeroed", "empty"):
             for cname, argv in cmds.items():
                 if db == "dbos.sqlite" and cname in ("runs list", "runs show", "approvals list"):
@@ -467,7 +467,7 @@ def build_workspace(root: Path) -> tuple[Path, str, str]:
     proc.kill()
     proc.wait()
     assert approval is not None, "the waiting run never asked"
-    for db in ("trainteam.core.db", "dbos.sqlite"):  # fold the WAL in: a reader's close must not change bytes
+    for db in ("trainteam.db", "dbos.sqlite"):  # fold the WAL in: a reader's close must not change bytes
         conn = sqlite3.connect(ws / db)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()

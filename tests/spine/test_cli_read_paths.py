@@ -32,7 +32,7 @@ def _modules(*args: str, env: dict | None = None) -> set[str]:
 
 def _full_path(ws) -> dict[str, str]:
     # any configured database URL takes the SQLAlchemy path; this one is the workspace's own file
-    return {"TRAINTEAM_DATABASE_URL": f"sqlite:///{ws / 'trainteam.core.db'}"}
+    return {"TRAINTEAM_DATABASE_URL": f"sqlite:///{ws / 'trainteam.db'}"}
 
 
 READS = [
@@ -91,9 +91,9 @@ def test_new_workspace_and_newer_schema_take_the_full_path(tmp_path):
     fresh = tmp_path / "fresh"
     out = cli(fresh, "approvals", "list")
     assert out.returncode == 0 and out.stdout.strip() == "no pending approvals"
-    assert (fresh / "trainteam.core.db").is_file() and (fresh / "checkpoints").is_dir()  # created, as before
+    assert (fresh / "trainteam.db").is_file() and (fresh / "checkpoints").is_dir()  # created, as before
 
-    conn = sqlite3.connect(fresh / "trainteam.core.db")
+    conn = sqlite3.connect(fresh / "trainteam.db")
     with conn:
         conn.execute("UPDATE tt_meta SET value = '99' WHERE key = 'schema_version'")
     conn.close()

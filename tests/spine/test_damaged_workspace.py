@@ -33,8 +33,8 @@ def used(tmp_path_factory):
     task.write_text(yaml.safe_dump({**TINY_TASK, "workflow": "prep_only"}))
     cli(ws, "execute-workflow", str(DATA / "prep_only.yaml"), "--task", str(task), "-q", check=True)
     runs = json.loads(cli(ws, "runs", "list", "--json", check=True).stdout)
-    assert not (ws / "trainteam.core.db-wal").exists() or (ws / "trainteam.core.db-wal").stat().st_size == 0
-    for sidecar in ("trainteam.core.db-wal", "trainteam.core.db-shm"):  # left empty by the read-only reader
+    assert not (ws / "trainteam.db-wal").exists() or (ws / "trainteam.db-wal").stat().st_size == 0
+    for sidecar in ("trainteam.db-wal", "trainteam.db-shm"):  # left empty by the read-only reader
         (ws / sidecar).unlink(missing_ok=True)
     assert (ws / "workspace.json").is_file()
     return ws, runs[0]["run_id"], task
@@ -71,11 +71,11 @@ def _commands(run_id: str, task: Path, out: Path) -> dict[str, list[str]]:
 
 # Each case runs a few commands (all seven are covered for each file) to keep the test short.
 CASES = {
-    ("trainteam.core.db", "garbled"): ("runs list", "approvals approve", "graph export"),
-    ("trainteam.core.db", "truncated"): ("runs show", "runs resume", "execute-workflow"),
-    ("trainteam.core.db", "zeroed"): ("approvals list", "execute-workflow", "graph export"),
-    ("trainteam.core.db", "zero-byte"): ("runs list", "runs show", "approvals approve", "execute-workflow"),
-    ("trainteam.core.db", "garbled-pages"): ("approvals list", "runs resume", "graph export"),
+    ("trainteam.db", "garbled"): ("runs list", "approvals approve", "graph export"),
+    ("trainteam.db", "truncated"): ("runs show", "runs resume", "execute-workflow"),
+    ("trainteam.db", "zeroed"): ("approvals list", "execute-workflow", "graph export"),
+    ("trainteam.db", "zero-byte"): ("runs list", "runs show", "approvals approve", "execute-workflow"),
+    ("trainteam.db", "garbled-pages"): ("approvals list", "runs resume", "graph export"),
     ("dbos.sqlite", "garbled"): ("runs list", "runs resume", "execute-workflow"),
     ("dbos.sqlite", "truncated"): ("approvals list", "approvals approve", "graph export"),
     ("dbos.sqlite", "zeroed"): ("runs show", "execute-workflow"),
@@ -106,9 +106,9 @@ def test_a_new_workspace_still_starts_from_a_zero_byte_file_and_an_old_one_is_re
     """Zero bytes and no record: a workspace being created (or from before the record existed)."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "trainteam.core.db").write_bytes(b"")
+    (ws / "trainteam.db").write_bytes(b"")
     assert cli(ws, "approvals", "list").returncode == 0
-    assert (ws / "workspace.json").is_file() and (ws / "trainteam.core.db").stat().st_size > 0
+    assert (ws / "workspace.json").is_file() and (ws / "trainteam.db").stat().st_size > 0
     old = tmp_path / "old"
     shutil.copytree(used[0], old)
     (old / "workspace.json").unlink()

@@ -190,7 +190,7 @@ def _query(ws: Path, sql: str, params: tuple = ()) -> list[tuple]:
     """A read of the workspace database that never waits long and never creates it. A
     read-write connection, like the CLI's: after a kill -9 the first connection rebuilds the
     WAL index, which a ``mode=ro`` one may not do."""
-    db = ws / "trainteam.core.db"
+    db = ws / "trainteam.db"
     if not db.exists():
         raise Unreadable(f"{db} does not exist yet")
     try:

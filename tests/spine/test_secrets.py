@@ -1,5 +1,5 @@
 """No secret is stored or printed: keys in a task's description, and keys a provider echoes back in its
-error, appear nowhere — not in the CLI's output, not in any byte under the workspace (trainteam.core.db,
+error, appear nowhere — not in the CLI's output, not in any byte under the workspace (trainteam.db,
 dbos.sqlite and its WAL, whose pickles DBOS writes base64-encoded, reports, transcripts), not in the
 JSON the read commands print. A provider that fails is one line naming the persona, model and URL.
 

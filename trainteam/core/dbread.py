@@ -12,7 +12,7 @@ Holds ``SCHEMA_VERSION`` (``trainteam.core.db`` re-exports it) so this check nee
 Also the cheap checks for a damaged database, which every command runs where it opens the
 workspace's SQLite files (here, ``Workspace.open`` and before DBOS launches): the 16-byte
 SQLite magic, a file shorter than its header says, and a zero-byte file where data must be
-(``trainteam.core.db`` once ``workspace.json`` records that its schema was created; ``dbos.sqlite``
+(``trainteam.db`` once ``workspace.json`` records that its schema was created; ``dbos.sqlite``
 once runs exist). SQLite itself would call a zero-byte file a fresh empty database and
 recreate the schema over the loss. While a writer's journal or write-ahead log holds data the
 main file alone may be mid-change, so the checks then leave the verdict to SQLite, whose
@@ -32,9 +32,9 @@ from trainteam.core.errors import BadInput
 
 SCHEMA_VERSION = 1
 DEFAULT_HOME = ".trainteam"
-DB_FILE = "trainteam.core.db"
+DB_FILE = "trainteam.db"
 DBOS_FILE = "dbos.sqlite"
-MARKER = "workspace.json"  # written once the schema exists: a zero-byte trainteam.core.db is then a loss
+MARKER = "workspace.json"  # written once the schema exists: a zero-byte trainteam.db is then a loss
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _ADVICE = "restore it from a backup, or move it away to start afresh"
 
@@ -267,7 +267,7 @@ def diagnose(paths: Iterable[Path]) -> str | None:
 
 
 def workspace_databases(root: str | Path | None) -> list[Path]:
-    """The SQLite files a command may have opened: trainteam.core.db (or TRAINTEAM_DATABASE_URL's
+    """The SQLite files a command may have opened: trainteam.db (or TRAINTEAM_DATABASE_URL's
     file) and dbos.sqlite (or TRAINTEAM_DBOS_DATABASE_URL's)."""
     root = workspace_root(root)
     url = env_setting("database_url")
