@@ -53,8 +53,10 @@ class Settings(BaseSettings):
         "For Postgres give the same URL as database_url.",
     )
     # Pinned so that editing the source never strands pending runs (DBOS's default
-    # application version is a hash of the source).
-    app_version: str = "trainteam-1"
+    # application version is a hash of the source). Raised when what a run records changes
+    # shape: 2 = steps record ``needs`` (NeedsPerson) and take ``decided`` (StepInputs), so a
+    # run started by version 1 is not replayed by code that would misread its records.
+    app_version: str = "trainteam-2"
     notification_polling_s: float = Field(default=0.05, gt=0, le=0.1)
     approval_wait_s: float = Field(
         default=7 * 24 * 3600, gt=0, description="how long a run waits for a decision"
