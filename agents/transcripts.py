@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainteam.agents.redact import redact
-from trainteam.graph.record import record_transcript
+from trainteam.core.errors import NotFound
 from trainteam.core.ids import check_run_id
+from trainteam.graph.record import record_transcript
 
 if TYPE_CHECKING:  # pydantic_ai costs ~0.8 s to import; listing transcripts must not pay it
     from pydantic_ai.messages import ModelMessage
@@ -81,8 +82,6 @@ def write(ws, record: dict[str, Any]) -> Path:
 
 def read_run(ws, run_id: str) -> list[dict[str, Any]]:
     """All transcripts of a run, in the order their agent runs started."""
-    from trainteam.core.errors import NotFound
-
     folder = run_dir(ws, run_id)
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
     if not files:

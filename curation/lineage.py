@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
 from trainteam.core.hashing import file_fingerprint
+from trainteam.curation.jsonl import write_jsonl
 
 # The recorded facts of a version key (its ``path``, ``content_hash``, ...), or None.
 Recorded = Callable[[str], Optional[Mapping[str, Any]]]
@@ -101,8 +102,6 @@ def materialize(
     their fingerprints and ``params`` name the version. When ``recorded`` knows that
     version with its file intact, ``build`` is not called; otherwise its records are
     written to ``out_dir/<version>.jsonl`` and the facts to record come back."""
-    from trainteam.curation.jsonl import write_jsonl
-
     fps = {}
     for name, src in inputs.items():
         fp = source_fingerprint(src)

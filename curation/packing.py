@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Literal
 
 from trainteam.core.errors import BadInput
+from trainteam.curation.formats import completion_text, prompt_text
 
 
 def pack_token_stream(
@@ -66,8 +67,6 @@ def pack_texts(
 def tokenize_sft(records: Iterable[dict], tokenizer: Any) -> list[dict]:
     """``{input_ids, labels}`` per prompt/completion record (loss on the completion only),
     with the separator and EOS that training and evaluation use (``curation/formats.py``)."""
-    from trainteam.curation.formats import completion_text, prompt_text
-
     out = []
     for i, rec in enumerate(records):
         if "prompt" not in rec or "completion" not in rec:

@@ -14,6 +14,8 @@ from typing import Iterator
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
+
 STOP_WORDS = (
     "the of and to a in is that it was for on are as with his they at be this from have or by "
     "one had not but what all were when we there can an your which their said if do will each "
@@ -154,8 +156,6 @@ class DemoCorpusConfig(TextCorpusConfig):
 
 def demo_eval_sets(cfg: DemoCorpusConfig) -> dict[str, list[dict]]:
     """Two eval sets: short reading passages and addition problems (the demo task's eval)."""
-    from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
-
     writer = TextWriter(cfg.seed + 1_000_003)
     passages = [{"id": f"passage-{i:04d}", "text": writer.text(260)} for i in range(cfg.n_eval_passages)]
     _, arithmetic = generate_arithmetic(ArithmeticConfig(n_train=0, n_eval=cfg.n_eval_arithmetic, seed=cfg.seed))

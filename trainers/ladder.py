@@ -17,8 +17,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
+from trainteam.curation.jsonl import read_jsonl
 from trainteam.trainers.config import ModelSpec, TrainConfig
+from trainteam.trainers.models import build_model
 from trainteam.trainers.planning import RunPlan
+from trainteam.trainers.training import train
 
 Verdict = Literal["better", "comparable", "worse", "unlearnable"]
 
@@ -83,8 +86,6 @@ def model_ladder(spec: ModelSpec, rungs: int = 3, *, min_hidden: int = 32) -> li
 
 def _records(data: Any, name: str) -> list[dict]:
     if isinstance(data, (str, Path)):
-        from trainteam.curation.jsonl import read_jsonl
-
         data = read_jsonl(Path(data))
     if not isinstance(data, (list, tuple)) or not data:
         raise BadInput(f"{name}: expected a non-empty list of records or a .jsonl path")
@@ -102,8 +103,6 @@ def _method(records: list[dict], name: str) -> str:
 
 def _proxy_run(name: str, method: str, config: TrainConfig, proxy: ModelSpec, tokenizer, records: list[dict],
                heldout: list[dict], out: Path) -> ProxyRun:
-    from trainteam.trainers import build_model, train
-
     model = build_model(proxy, tokenizer, attn_implementation=config.attn_implementation, seed=config.seed)
     cfg = config.model_copy(update={"output_dir": out / name, "resume": "never", "save_steps": None})
     report = train(method, cfg, model, records, tokenizer=tokenizer, eval_data=heldout, progress=False)

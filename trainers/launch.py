@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput, TrainteamError
+from trainteam.trainers.launch_worker import WorkerJob
 from trainteam.trainers.planning import RunPlan
 
 Launcher = Literal["accelerate", "torchrun"]
@@ -238,8 +239,6 @@ def prepare_distributed_run(plan: RunPlan, *, model, tokenizer: Path, data: Path
     config, the worker's job file (training output in ``out_dir/run``, per-rank records in
     ``out_dir/ranks``) and the command of every node. Nothing runs here.
     """
-    from trainteam.trainers.launch_worker import WorkerJob
-
     out_dir = Path(out_dir)
     port = main_process_port or (free_port() if plan.config.num_nodes == 1 else 29500)
     config = plan.config.model_copy(update={"output_dir": out_dir / "run"})

@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.trainers.config import ModelSpec, TrainConfig
+from trainteam.trainers.models import build_model
+from trainteam.trainers.tokenizer import load_tokenizer
+from trainteam.trainers.training import train
 
 
 class WorkerJob(BaseModel):
@@ -54,8 +57,6 @@ class WorkerJob(BaseModel):
 def run_job(job: WorkerJob) -> dict:
     """Train this rank's share of the job and record what the rank saw; returns that record."""
     import torch.distributed as dist
-
-    from trainteam.trainers import build_model, load_tokenizer, train
 
     config = job.config
     if os.environ.get("FSDP_ACTIVATION_CHECKPOINTING", "").lower() == "true":

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
+from trainteam.curation.formats import prompt_text
 
 
 class LmEvalResult(BaseModel):
@@ -47,8 +48,6 @@ def write_exact_match_task(
     The context is built with ``prompt_text`` so the harness sees exactly what training saw;
     generation stops at the tokenizer's EOS.
     """
-    from trainteam.curation.formats import prompt_text
-
     if not name.replace("_", "").isalnum():
         raise BadInput(f"lm-eval task name {name!r}: use letters, digits and _ only")
     out = Path(out_dir)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainteam.core.errors import BadInput
+from trainteam.trainers.models import load_model
 
 
 def _base_of(adapter: Path) -> Path:
@@ -35,7 +36,6 @@ def merge_adapters(
     """
     from peft import PeftModel
 
-    from trainteam.trainers.models import load_model
     from trainteam.trainers.progress import quiet_libraries
 
     quiet_libraries()

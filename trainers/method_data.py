@@ -12,6 +12,8 @@ from typing import Any
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import completion_text, prompt_text
+from trainteam.curation.jsonl import read_jsonl
+from trainteam.curation.packing import pack_token_stream
 
 REQUIRED = {
     "pretrain": [("text",), ("prompt", "completion")],
@@ -29,7 +31,6 @@ def load_data(data: Any, method: str, name: str = "data"):
         path = Path(data)
         if path.suffix != ".jsonl":
             raise BadInput(f"{name}: {path} is not a .jsonl file")
-        from trainteam.curation.jsonl import read_jsonl
 
         records = read_jsonl(path)
         name = str(path)
@@ -68,8 +69,6 @@ def packed_windows(tokenizer, ds, seq_len: int):
     the stream closes it once, and the last, partial window is dropped.
     """
     from datasets import Dataset
-
-    from trainteam.curation.packing import pack_token_stream
 
     eos = tokenizer.eos_token_id
     ids = tokenizer([record_text(tokenizer, rec) for rec in ds], add_special_tokens=False)["input_ids"]

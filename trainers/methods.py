@@ -9,9 +9,10 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from trainteam.core.errors import BadInput
+from trainteam.curation.rewards import default_rewards
 from trainteam.trainers import method_data as D
 from trainteam.trainers.config import TrainConfig
-from trainteam.curation.rewards import default_rewards
 from trainteam.trainers.trainer_args import common_args, peft_config
 
 
@@ -61,8 +62,6 @@ def sft_layout(config: TrainConfig, tokenizer, ds) -> dict:
     if padding_free is None:
         padding_free = not packing and not too_long
     elif padding_free and too_long:
-        from trainteam.core.errors import BadInput
-
         raise BadInput(f"sft.padding_free: rows longer than seq_len={config.seq_len} cannot be truncated without packing")
     kw = dict(packing=packing, padding_free=padding_free, completion_only_loss=config.sft.completion_only_loss)
     if packing:
@@ -109,8 +108,6 @@ def build_dpo(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cal
 def grpo_args(config: TrainConfig, out: Path):
     """GRPOConfig from TrainConfig: loss variant, clip-higher, and a separate vLLM server if given."""
     from trl import GRPOConfig
-
-    from trainteam.core.errors import BadInput
 
     o = config.grpo
     vllm = {}

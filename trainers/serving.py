@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from trainteam.core.errors import BadInput
+from trainteam.curation.formats import prompt_text
+from trainteam.trainers.models import load_model
+from trainteam.trainers.tokenizer import load_tokenizer
 
 Backend = Literal["auto", "transformers", "vllm"]
 
@@ -44,9 +47,6 @@ class ChatModel:
     """A loaded checkpoint that answers chat messages (greedy at temperature 0)."""
 
     def __init__(self, path: str | Path, model_id: str, *, max_new_tokens: int = 64):
-        from trainteam.trainers.models import load_model
-        from trainteam.trainers.tokenizer import load_tokenizer
-
         self.path = Path(path)
         self.model_id = model_id
         self.max_new_tokens = max_new_tokens
@@ -59,7 +59,6 @@ class ChatModel:
         tok = self.tokenizer
         if getattr(tok, "chat_template", None):
             return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        from trainteam.curation.formats import prompt_text
 
         users = [m for m in messages if m.get("role") == "user"]
         if not users:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
 from trainteam.trainers.tracking import tracking_args
 
 
@@ -46,8 +47,6 @@ def idle_cores(since: tuple[float, float, float] | None = None, sample_s: float 
     """Threads for the cores the neighbours leave free, measured over at least ``sample_s``
     (the rule is ``threads.threads_for``). The load average is no guide: it still counts a
     training run that ended a minute ago."""
-    from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
-
     cores = os.cpu_count() or 1
     return threads_for(neighbours_since(since or cpu_sample(), sample_s), cores, current=cores)
 

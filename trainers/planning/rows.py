@@ -13,6 +13,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterable
 
+from trainteam.core.errors import BadInput
+from trainteam.curation.jsonl import iter_jsonl
+
 SAMPLE_ROWS = 1000
 TEXT_FIELDS = ("prompt", "completion", "text")
 
@@ -31,9 +34,6 @@ def jsonl_row_tokens(path: str | Path, limit: int = SAMPLE_ROWS) -> float | None
     The data step reports an unreadable file with its own message; the planner then
     falls back to counting full windows.
     """
-    from trainteam.curation.jsonl import iter_jsonl
-    from trainteam.core.errors import BadInput
-
     try:
         return row_tokens_bound(list(islice(iter_jsonl(path), limit)))
     except (BadInput, OSError, TypeError):
