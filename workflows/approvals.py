@@ -19,7 +19,7 @@ from typing import Any
 from trainteam.agents.redact import redact_text
 from trainteam.core.errors import BadInput, Conflict, NotFound
 from trainteam.graph.record import record_approval, record_approval_request
-from trainteam.workflows.store import ApprovalStore
+from trainteam.workflows.store import ApprovalStore, RunStore
 from trainteam.workflows.views import approval_public, resolve  # noqa: F401  (read side, kept importable here)
 
 TOPIC_PREFIX = "approval:"
@@ -103,8 +103,6 @@ def cancel_run(ws, run_id: str) -> list[str]:
     """Cancel a run in the engine, expire its open approvals and wake it if it waits for one
     (the wake-up makes it reach its next step, where the engine stops it)."""
     from dbos import DBOSClient
-
-    from trainteam.workflows.store import RunStore
 
     store = ApprovalStore(ws.engine)
     pending = store.list("pending", run_id)

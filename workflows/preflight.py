@@ -16,9 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainteam.agents.providers import build_model, choose_model
 from trainteam.agents.redact import redacted_task
-from trainteam.workflows.task import DataSpec, TrainTask
 from trainteam.core.errors import BadInput
+from trainteam.curation.jsonl import iter_jsonl
+from trainteam.trainers.tracking import install_hint, installed
+from trainteam.workflows.spec import PERSONAS
+from trainteam.workflows.stageplan import plan_stage, this_machine
+from trainteam.workflows.task import DataSpec, TrainTask
 
 PAIR = ("prompt", "completion")
 
@@ -41,9 +46,6 @@ def preflight(task: TrainTask, source: str) -> None:
 def providers() -> None:
     """Every persona's model setting builds (no connection is made): a typo in TRAINTEAM_MODEL
     is a person's input, refused here rather than in the first step that talks to a model."""
-    from trainteam.agents.providers import build_model, choose_model
-    from trainteam.workflows.spec import PERSONAS
-
     for persona in PERSONAS:
         choice = choose_model(persona)
         if not choice.offline:
@@ -51,8 +53,6 @@ def providers() -> None:
 
 
 def _trackers(task: TrainTask, source: str) -> None:
-    from trainteam.trainers.tracking import install_hint, installed
-
     for stage in task.stage_names():
         tracker = task.train_config(stage).tracker
         if tracker != "none" and not installed(tracker):
@@ -62,8 +62,6 @@ def _trackers(task: TrainTask, source: str) -> None:
 
 def _plans(task: TrainTask, source: str) -> None:
     """The planner's refusals a stage cannot be repaired from (the engineer applies repairs)."""
-    from trainteam.workflows.stageplan import plan_stage, this_machine
-
     hw = this_machine()
     for stage in task.stage_names():
         cfg = task.train_config(stage)
@@ -86,8 +84,6 @@ def _files(data: DataSpec, pretrain_only: bool) -> list[tuple[Path, bool]]:
 
 def check_rows(path: Path, *, need_pair: bool, source: str) -> int:
     """Every row of a JSONL data file has the fields training reads; BadInput naming file:line."""
-    from trainteam.curation.jsonl import iter_jsonl
-
     line = [0]
     n = 0
     try:

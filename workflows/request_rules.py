@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainteam.trainers.planning.planner import model_shape
 from trainteam.workflows.task import MAX_WALL_MINUTES  # one ceiling for requests and task files (30 days)
 
 STAGE_WORDS = {
@@ -107,8 +108,6 @@ def _model(text: str, r: Reading) -> dict[str, Any] | None:
     m = _search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])(?:illion)?[- ]?param", text) or _search(
         r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])\b[- ](?:model|llama|qwen|gpt)", text)
     if m:
-        from trainteam.trainers.planning.planner import model_shape
-
         n = int(float(m.group(1)) * {"k": 1e3, "m": 1e6, "b": 1e9}[m.group(2).lower()])
         shape, _ = model_shape(n)
         if n >= 5e6:  # a tiny count keeps the size word's (or default) shape; big ones take the planner's

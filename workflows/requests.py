@@ -29,11 +29,14 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from trainteam.agents.briefing import data_line, model_line
 from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
-from trainteam.workflows.request_rules import Reading, read_request, request_refusal, stated_budget, stated_numbers
 from trainteam.core.errors import BadInput, format_validation_error
+from trainteam.workflows.request_rules import Reading, read_request, request_refusal, stated_budget, stated_numbers
+from trainteam.workflows.stageplan import plan_stage, this_machine
+from trainteam.workflows.task import TrainTask, resolve_paths
 
 DEMO_REQUEST = (
     "Pretrain a tiny Llama from scratch to add two-digit numbers: hidden size 128, 2 layers, 4 heads, context 64. "
@@ -70,8 +73,6 @@ def _request_text(messages: list[ModelMessage]) -> str:
 
 def _offline_reader(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """The offline ml_orchestrator: read the request with the rules, answer with a task or a refusal."""
-    from trainteam.workflows.task import TrainTask  # lazy: agents sit below workflows
-
     tools = {t.name: t for t in info.output_tools}
     task_tool = next(n for n in tools if "Refusal" not in n)
     refuse_tool = next(n for n in tools if "Refusal" in n)
@@ -103,8 +104,6 @@ _MISSING = {
 
 
 def _agent(model: Any = None) -> Agent:
-    from trainteam.workflows.task import TrainTask
-
     if model is None:
         choice = choose_model("ml_orchestrator")
         model = (FunctionModel(_offline_reader, stream_function=stream_of(_offline_reader),
@@ -222,8 +221,6 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
 
     from pydantic_ai.exceptions import UnexpectedModelBehavior
 
-    from trainteam.workflows.task import TrainTask, resolve_paths
-
     if not isinstance(text, str) or not text.strip():
         raise BadInput("request: empty; say which model, which data and what budget")
     refusal = request_refusal(text)  # before any model sees it: bounded work, bounded tokens, plain text
@@ -283,9 +280,6 @@ def plan_request(task, hardware=None, steps: list[str] | None = None) -> Request
     A stage the planner refuses but can repair (e.g. a sequence longer than the model's
     context) is shown with its fix — the training_engineer applies it — not refused.
     """
-    from trainteam.agents.briefing import data_line, model_line
-    from trainteam.workflows.stageplan import plan_stage, this_machine
-
     hw = hardware or this_machine()
     if task.budget.cost_per_hour_usd:
         hw = hw.model_copy(update={"price_per_device_hour": task.budget.cost_per_hour_usd})

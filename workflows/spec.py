@@ -14,8 +14,10 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainteam.agents.cards import load_card
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.core.inputfiles import load_yaml, load_yaml_file
+from trainteam.workflows.steps import STEPS
 
 PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator")
 Persona = Literal["data_curator", "training_engineer", "eval_judge", "ml_orchestrator"]
@@ -147,9 +149,6 @@ def parse_spec(data: Any, source: str) -> WorkflowSpec:
 def check_tools(spec: WorkflowSpec, source: str) -> None:
     """Each step's tool exists and is on its persona's card, as the run would find (the
     engine looks the tool up, the persona's Agent is built with exactly its card's tools)."""
-    from trainteam.agents.cards import load_card  # lazy: cards render templates (jinja2)
-    from trainteam.workflows.steps import STEPS  # lazy: names only, no torch at import
-
     for step in spec.steps:
         if step.tool not in STEPS:
             raise BadInput(f"{source}: steps.{step.name}.tool: unknown tool {step.tool!r} "

@@ -15,6 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
+from trainteam.trainers.planning import PlanRefused, detect_hardware, plan, recommend
+from trainteam.trainers.planning.rows import SAMPLE_ROWS, jsonl_row_tokens, row_tokens_bound
+
 FIXABLE = ("max_steps", "per_device_batch_size", "grad_accum", "learning_rate", "precision",
            "gradient_checkpointing", "strategy", "seq_len")
 
@@ -34,15 +38,11 @@ class StageVerdict(BaseModel):
 
 @lru_cache(maxsize=1)
 def this_machine():
-    from trainteam.trainers.planning import detect_hardware
-
     return detect_hardware()
 
 
 def plan_stage(task, stage: str, cfg, hardware=None) -> StageVerdict:
     """Plan ``cfg`` (the stage's TrainConfig) for ``task`` on ``hardware`` (default: this machine)."""
-    from trainteam.trainers.planning import PlanRefused, plan, recommend
-
     hw = hardware or this_machine()
     vocab = task.model.vocab_size or task.tokenizer.vocab_size
     data = task.stage_data(stage)
@@ -81,11 +81,7 @@ def plan_stage(task, stage: str, cfg, hardware=None) -> StageVerdict:
 
 def row_tokens(data) -> float | None:
     """The planner's bound on tokens per row for a task's data (demo: a generated sample)."""
-    from trainteam.trainers.planning.rows import SAMPLE_ROWS, jsonl_row_tokens, row_tokens_bound
-
     if getattr(data, "demo", None):
-        from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
-
         rows, _ = generate_arithmetic(ArithmeticConfig(task=data.demo, max_operand=data.max_operand,
                                                        n_train=SAMPLE_ROWS, n_eval=0, seed=data.seed,
                                                        fixed_width=data.fixed_width))

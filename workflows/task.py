@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from trainteam.agents.redact import redact_text
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.core.inputfiles import load_yaml_file
+from trainteam.curation.pipeline import CurationConfig
 from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.eval_battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.gates import GateRule, check_metric
@@ -198,8 +199,6 @@ class TrainTask(_Strict):
             raise ValueError(f"stages: {self.stages[0]} fine-tunes a trained model; give model.path, "
                              "or pretrain first (stages: [pretrain, ...])")
         if self.curation is not None:
-            from trainteam.curation.pipeline import CurationConfig
-
             try:
                 CurationConfig.model_validate(self.curation)
             except ValidationError as exc:

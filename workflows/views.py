@@ -17,13 +17,13 @@ ACTIVE = ("pending", "running", "waiting_approval")
 
 
 def run_public(ws, run_id: str) -> dict[str, Any]:
-    from trainteam.workflows.store import ApprovalStore, RunStore
+    from trainteam.workflows.store import ApprovalStore, RunStore  # SQLAlchemy: see the module docstring
 
     return run_view(RunStore(ws.engine), ApprovalStore(ws.engine), run_id)
 
 
 def runs_public(ws, limit: int = 50) -> list[dict[str, Any]]:
-    from trainteam.workflows.store import RunStore
+    from trainteam.workflows.store import RunStore  # SQLAlchemy: see the module docstring
 
     return runs_view(RunStore(ws.engine), limit)
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from trainteam.agents.toolbox import StepResult, ToolContext
 from trainteam.core.hashing import sha256_file
+from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, read_jsonl, write_jsonl
 from trainteam.graph.record import record_corpus, record_split
+from trainteam.workflows.curriculum import curriculum_from_task
 
 
 def _prepare(ctx: ToolContext, data) -> tuple[str, Path, Path, Path]:
     """One DataSpec as files in the workspace: (corpus node, folder, train path, eval path)."""
-    from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, read_jsonl, write_jsonl
-
     g = ctx.graph
     if data.demo:
         cfg = ArithmeticConfig(task=data.demo, max_operand=data.max_operand, n_train=data.n_train,
@@ -71,8 +71,6 @@ def prepare_corpus(ctx: ToolContext) -> StepResult:
     """Generate the bundled verifiable demo data, or take the task's local files, as
     content-addressed dataset versions (the same inputs never do the work twice); the
     same for each curriculum stage that names its own data (keys ``<stage>.train`` ...)."""
-    from trainteam.workflows.curriculum import curriculum_from_task
-
     corpus, folder, train_path, eval_path = _prepare(ctx, ctx.task.data)
     nodes, counts = _versions(ctx, corpus, {"train": train_path, "eval": eval_path}, None)
     artifacts = {"train": str(train_path), "eval": str(eval_path)}

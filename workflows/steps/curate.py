@@ -9,11 +9,15 @@ from typing import Any, Mapping
 
 from trainteam.agents.toolbox import StepResult, ToolContext
 from trainteam.core.errors import BadInput
+from trainteam.curation import read_jsonl
+from trainteam.curation.decontam import DecontamConfig
 from trainteam.curation.lineage import DatasetFacts
-from trainteam.curation.pipeline import CurationConfig, CurationReport
+from trainteam.curation.pipeline import CurationConfig, CurationReport, planned_version
 from trainteam.curation.pipeline import curate as run_curation
 from trainteam.graph import KnowledgeGraph, NodeKind, node_id
 from trainteam.graph.record import record_dataset, record_derived_from, recorded_dataset
+from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.steps.corpus import eval_sets
 
 
 def curation_config(task, data=None):
@@ -24,8 +28,6 @@ def curation_config(task, data=None):
     heuristics and MinHash shingles say nothing about them, so the defaults keep exact
     dedup and decontamination (3-gram, whole record dropped) and turn the rest off.
     """
-    from trainteam.curation import CurationConfig, DecontamConfig
-
     if task.curation is not None:
         return CurationConfig.model_validate(task.curation)
     if (data or task.data).demo:
@@ -60,8 +62,6 @@ def _curate_split(ctx: ToolContext, train: str, prepared_node: str, evals: dict[
     """One training split through the chain, decontaminated against every eval set;
     returns the report and the curated file in the trainers' record shape. The curated
     version is linked to the prepared one, so its lineage reaches the corpus it came from."""
-    from trainteam.curation import read_jsonl
-
     raw = read_jsonl(Path(train))
     corpus = [{**r, "text": r.get("text") or (r["prompt"] + r["completion"])} for r in raw]
     report = curate_recorded(ctx.graph, corpus, evals, config, _version_dir(ctx, corpus, evals, config),
@@ -98,9 +98,6 @@ def curate(ctx: ToolContext) -> StepResult:
     """The task's training data and each curriculum stage's own, each checked against every
     held-out set of the run (a checkpoint is measured on the eval set of each stage it went
     through, so no training set may hold any of them)."""
-    from trainteam.workflows.curriculum import curriculum_from_task
-    from trainteam.workflows.steps.corpus import eval_sets
-
     prepared = ctx.output("prepare_corpus")
     evals = eval_sets(ctx)
     report, train_path = _curate_split(ctx, prepared["artifacts"]["train"], prepared["nodes"]["train"], evals,
@@ -129,6 +126,4 @@ def curate(ctx: ToolContext) -> StepResult:
 
 def _version_dir(ctx: ToolContext, corpus, evals: dict[str, str], config) -> Path:
     """Content-addressed output folder: the same inputs and settings land in the same place."""
-    from trainteam.curation.pipeline import planned_version
-
     return ctx.ws.dir("datasets") / f"curated-{planned_version(corpus, evals, config)}"

@@ -6,7 +6,14 @@ import json
 from pathlib import Path
 
 from trainteam.agents.toolbox import GateFacts, StepResult, ToolContext
+from trainteam.curation.demo import read_jsonl
 from trainteam.graph.record import record_eval, record_gate
+from trainteam.trainers.eval_battery import BatterySpec, default_battery, run_battery
+from trainteam.trainers.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
+from trainteam.trainers.tokenizer import load_tokenizer
+from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
+from trainteam.workflows.task import CurriculumStage
 
 
 def _decontamination_report(ctx: ToolContext, eval_set: str = "eval") -> dict | None:
@@ -32,11 +39,6 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
     """A curriculum stage's battery on its checkpoint, on the stage's eval set, recorded as an
     Eval node (``key``). Returns (node, BatteryResult). Without a curation report, the eval
     set is first checked against ``trained_on`` (every file the checkpoint trained on)."""
-    from trainteam.workflows.steps.corpus import stage_eval_set
-    from trainteam.curation.demo import read_jsonl
-    from trainteam.trainers import load_tokenizer
-    from trainteam.trainers.eval_battery import BatterySpec, run_battery
-
     set_name, eval_path, eval_node = stage_eval_set(ctx, stage)
     if battery:
         spec = BatterySpec.model_validate(battery).model_copy(
@@ -61,10 +63,6 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
 def _stage_of(ctx: ToolContext, name: str):
     """The filled-in curriculum stage ``name``; a stage the task does not list (an ad-hoc
     ``inputs.stage``) gets its kind's default battery on the task's data."""
-    from trainteam.workflows.curriculum import curriculum_from_task
-    from trainteam.workflows.task import CurriculumStage
-    from trainteam.trainers.eval_battery import default_battery
-
     found = curriculum_from_task(ctx.task).find(name)
     if found is not None:
         return found
@@ -78,16 +76,12 @@ def evaluate(ctx: ToolContext) -> StepResult:
     on the checkpoint of the step named in ``inputs.of``: the last stage that step trained
     (the train step measured the curriculum's earlier stages itself), with that stage's
     battery on that stage's eval set."""
-    from trainteam.workflows.curriculum import curriculum_from_task
-
     trained = ctx.output(ctx.inputs.get("of", "train"))
     stage = _stage_of(ctx, ctx.inputs.get("stage") or (trained.get("details") or {}).get("stages", [None])[-1]
                       or curriculum_from_task(ctx.task).names()[-1])
     ckpt = Path(trained["artifacts"]["checkpoint"])
     trained_on = [Path(p) for p in (trained.get("details") or {}).get("trained_on", [])]
     if not trained_on:
-        from trainteam.workflows.steps.corpus import stage_train_data
-
         trained_on = [stage_train_data(ctx, stage)[0]]
     same = _measured_before(ctx, trained["nodes"]["checkpoint"], stage.name)
     if same is not None and not ctx.inputs.get("battery"):
@@ -141,8 +135,6 @@ def _previous_eval(ctx: ToolContext, this_eval_step: str, stage: str) -> tuple[s
 
 def gate_rules(task, stage: str) -> list:
     """The gate rules of a stage: the curriculum stage's, or the plain task's ``gates``."""
-    from trainteam.workflows.curriculum import curriculum_from_task
-
     found = curriculum_from_task(task).find(stage)
     return list(found.gates) if found is not None else []
 
@@ -166,8 +158,6 @@ def gate(ctx: ToolContext) -> StepResult:
     previous stage). Never overridden by an agent: a failed gate is promoted only with a
     person's approved decision, which the engine reads from the approval queue and passes
     in as ``decided.accepted_gate``."""
-    from trainteam.trainers.gates import GateDecision, accept_failed_gate, evaluate_gate
-
     ev_step = ctx.inputs.get("of", "evaluate")
     ev = ctx.output(ev_step)
     stage = ev["details"]["stage"]
@@ -198,8 +188,6 @@ def gate(ctx: ToolContext) -> StepResult:
 def _final_decision(ctx: ToolContext, ev: dict):
     """The weights ``register_model`` will register against the last gate that promoted a
     checkpoint: every metric that gate checked may fall by at most ``task.final_tolerance``."""
-    from trainteam.trainers.gates import GateDecision, GateRule, evaluate_gate
-
     passed = [(n, o) for n, o in ctx.outputs.items() if o.get("outcome") == "passed" and "judged" in o.get("details", {})]
     if not passed:
         return GateDecision(stage="final", passed=True, checks=[], reasons=["no earlier gate to hold the final weights to"])

@@ -25,13 +25,25 @@ from typing import Any
 
 from trainteam.agents.toolbox import Carried, NeedsPerson, Resume, StepResult, ToolContext, budget_overrun
 from trainteam.core.hashing import weights_hash
+from trainteam.curation import build_preference_pairs, score_reward
+from trainteam.curation.demo import read_jsonl
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_checkpoint, record_gate, record_tokenizer
+from trainteam.trainers import budget
+from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
+from trainteam.trainers.eval_battery import greedy_generations
+from trainteam.trainers.gates import accept_failed_gate, evaluate_gate
+from trainteam.trainers.models import build_model, load_model
+from trainteam.trainers.results import RestartProposal
+from trainteam.trainers.tokenizer import load_tokenizer
+from trainteam.trainers.tokenizer import train_tokenizer as fit
+from trainteam.trainers.training import train as run_training
+from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.steps.corpus import stage_train_data
+from trainteam.workflows.steps.judge import measure_stage
 
 
 def _records(path: str) -> list[dict]:
-    from trainteam.curation.demo import read_jsonl
-
     return read_jsonl(Path(path))
 
 
@@ -44,10 +56,6 @@ def train_tokenizer(ctx: ToolContext) -> StepResult:
     """Byte-level BPE on the training split (and every curriculum stage's own data), digits
     one per token; reused when the same dataset versions and settings were seen before.
     A task that continues a local model (``model.path``) keeps that model's tokenizer."""
-    from trainteam.workflows.curriculum import curriculum_from_task
-    from trainteam.workflows.steps.corpus import stage_train_data
-    from trainteam.trainers import train_tokenizer as fit
-
     if ctx.task.model.path is not None:
         return StepResult(outcome="skipped", summary=f"the tokenizer of {ctx.task.model.path} is kept")
     data = _training_data(ctx)
@@ -113,8 +121,6 @@ class _Stage:
 
     def _config(self, stage: str, model):
         """The stage's TrainConfig for this attempt, and the rollback proposal it applies."""
-        from trainteam.trainers import RestartProposal
-
         ctx = self.ctx
         cfg = ctx.task.train_config(stage)
         if ctx.visit > 1:  # the changed plan of a second attempt after a failed gate: train twice as long
@@ -134,8 +140,6 @@ class _Stage:
         return cfg, proposal
 
     def run(self, stage: str, model, data, parent: str | None, data_node: str):
-        from trainteam.trainers import train as run_training
-
         ctx = self.ctx
         cfg, proposal = self._config(stage, model)
         report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
@@ -159,8 +163,6 @@ class _Stage:
     def stopped(self, stage: str, report) -> StepResult:
         """The result of an attempt that did not finish: a spike, or the budget's ceiling."""
         if report.stopped_reason == "budget":
-            from trainteam.trainers import budget
-
             limit = budget.current()
             overrun = round(-limit.left_s(), 2) if limit is not None else None
             where = {"where": f"training {stage}", "checkpoint": str(report.final_dir), "step": report.steps_done,
@@ -219,8 +221,6 @@ class _Stage:
 
     def _unresolved(self, stage: str, step: int, refusal: str, details: dict) -> StepResult:
         """No restart is proposed: the step fails, or a person may keep the weights before the spike."""
-        from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
-
         folder = Path(self.attempt["output_dir"])
         before = [c for c in complete_checkpoints(folder) if (checkpoint_step(c) or 0) <= step - 2]
         source = self.attempt.get("input")
@@ -253,8 +253,6 @@ def _is_final(folder: Path) -> bool:
 def stage_progress(ctx: ToolContext, stage: str) -> tuple[bool, int]:
     """(finished, steps of its newest complete checkpoint) of ``stage`` in this step visit's
     folders: what a plan still has to train. Reads the disk only (no torch)."""
-    from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
-
     if any(_is_final(f) for f in _finals(ctx, stage)):
         return True, 0
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
@@ -279,10 +277,6 @@ def train(ctx: ToolContext) -> StepResult:
     """The task's training stages in order (see the module docstring): pretrain from random
     init, then each stage from the previous stage's weights on its own data; the earlier
     stages' batteries and gates on the way."""
-    from trainteam.workflows.curriculum import curriculum_from_task
-    from trainteam.workflows.steps.corpus import stage_train_data
-    from trainteam.trainers import build_model, load_tokenizer
-
     task = ctx.task
     cur = curriculum_from_task(task)
     stages = cur.training_stages()
@@ -359,9 +353,6 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
     """A stage's battery (an Eval node per stage; read back when a restart passes by again)
     and its gate rules against the stage before it. Returns the failed GateDecision, or None
     when it passed or ``accepted`` (a person's approved decision) accepts its failure."""
-    from trainteam.workflows.steps.judge import measure_stage
-    from trainteam.trainers.gates import accept_failed_gate, evaluate_gate
-
     key = f"{ctx.run_id}/{ctx.step}#{ctx.visit}/{st.name}"
     if ctx.graph.has_node(node_id(NodeKind.EVAL, key)):
         ev_node = node_id(NodeKind.EVAL, key)
@@ -389,10 +380,6 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
 def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dict], limit: int = 512) -> list[dict]:
     """DPO pairs from the model's own answers: the reference is chosen; the model's wrong
     answer is rejected, or — where it was right — the answer with one digit changed."""
-    from trainteam.curation import build_preference_pairs, score_reward
-    from trainteam.trainers.eval_battery import greedy_generations
-    from trainteam.trainers.models import load_model
-
     rows = [r for r in records if "prompt" in r and "completion" in r][:limit]
     model = load_model(ckpt)
     gens = greedy_generations(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens=ctx.task.eval.max_new_tokens,
@@ -415,10 +402,6 @@ def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dic
 def align(ctx: ToolContext) -> StepResult:
     """DPO or GRPO (verifiable reward: exact answer, format) from the promoted checkpoint,
     on the align stage's own data when the curriculum gives it some."""
-    from trainteam.workflows.curriculum import curriculum_from_task
-    from trainteam.workflows.steps.corpus import stage_train_data
-    from trainteam.trainers import load_tokenizer
-
     st = curriculum_from_task(ctx.task).align_stage()
     if st is None:
         raise LookupError("align: the task has no dpo or grpo stage")
@@ -457,8 +440,6 @@ def merge_adapters(ctx: ToolContext) -> StepResult:
     by TIES averaging (``trainteam.trainers.merge_adapters``) is for a person who asks for it:
     averaging an SFT adapter with an align adapter trained on top of it registered a worse
     model than either (real model, 50 held-out rows: 0.40 / 0.42 gated, 0.26 / 0.32 registered)."""
-    from trainteam.trainers import load_tokenizer
-
     last = ctx.latest("gate", "gate_align")
     ckpt = Path(last["artifacts"]["checkpoint"])
     if not (ckpt / "adapter_config.json").exists():
