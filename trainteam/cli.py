@@ -18,6 +18,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from trainteam.commands import COMMANDS
+from trainteam.commands.common import STATE, err
+from trainteam.core.dbread import diagnose, workspace_databases
 from trainteam.core.errors import TrainteamError
 
 
@@ -93,14 +95,10 @@ def _root(
         None, "--workspace", "-w", envvar="TRAINTEAM_HOME", help="workspace folder (default ./.trainteam)"
     ),
 ) -> None:
-    from trainteam.commands import common
-
-    common.STATE.workspace = workspace
+    STATE.workspace = workspace
 
 
 def main(argv: list[str] | None = None) -> None:
-    from trainteam.commands.common import err
-
     try:
         code = app(args=argv, standalone_mode=False)
     except typer.Abort:
@@ -136,9 +134,6 @@ def _damaged_database(exc: BaseException) -> str | None:
         cur = cur.__cause__ or cur.__context__
     if cur is None or id(cur) in seen:
         return None
-    from trainteam.commands.common import STATE
-    from trainteam.core.dbread import diagnose, workspace_databases
-
     return diagnose(workspace_databases(STATE.workspace))
 
 

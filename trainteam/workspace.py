@@ -23,19 +23,17 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError
 
+# The stores are imported for their tables too: each adds its own to trainteam.core.db.metadata,
+# which ensure_schema creates.
+import trainteam.trainers.registry  # noqa: F401
+import trainteam.workflows.store  # noqa: F401
 from trainteam.core import dbread
 from trainteam.core.db import SchemaTooNew, ensure_schema, make_engine, utcnow
 from trainteam.core.errors import BadInput
+from trainteam.graph import KnowledgeGraph
 from trainteam.settings import Settings
 
 ARTIFACT_DIRS = ("datasets", "tokenizers", "checkpoints", "models", "transcripts", "reports", "logs")
-
-
-def _register_tables() -> None:
-    # Importing these modules adds their tables to trainteam.core.db.metadata.
-    import trainteam.graph.knowledge  # noqa: F401
-    import trainteam.workflows.store  # noqa: F401
-    import trainteam.trainers.registry  # noqa: F401
 
 
 class Workspace:
@@ -60,7 +58,6 @@ class Workspace:
         ws.check_dbos_database(runs=False)
         for d in ARTIFACT_DIRS:
             (root_path / d).mkdir(exist_ok=True)
-        _register_tables()
         try:
             ensure_schema(ws.engine)
         except SchemaTooNew as exc:
@@ -154,8 +151,6 @@ class Workspace:
 
     @cached_property
     def graph(self):
-        from trainteam.graph import KnowledgeGraph
-
         return KnowledgeGraph(self.engine)
 
 

@@ -7,6 +7,10 @@ from typing import Optional
 import typer
 
 from trainteam.commands.common import console, print_json, read_stores, workspace
+from trainteam.core.errors import BadInput
+from trainteam.core.ids import check_run_id
+from trainteam.workflows.readonly import APPROVAL_STATUSES
+from trainteam.workflows.views import approval_public, resolve
 
 approvals_app = typer.Typer(help="Gated actions waiting for a person.", no_args_is_help=True)
 
@@ -17,11 +21,6 @@ def list_(
     run: Optional[str] = typer.Option(None, "--run", help="only this run"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    from trainteam.core.errors import BadInput
-    from trainteam.core.ids import check_run_id
-    from trainteam.workflows.readonly import APPROVAL_STATUSES
-    from trainteam.workflows.views import approval_public
-
     if status != "all" and status not in APPROVAL_STATUSES:
         raise BadInput(f"--status: {status!r} is not one of {', '.join(APPROVAL_STATUSES)}, all")
     if run is not None:
@@ -42,8 +41,6 @@ def list_(
 
 @approvals_app.command("show")
 def show(approval_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.workflows.views import approval_public, resolve
-
     row = approval_public(resolve(read_stores()[1], approval_id))
     if as_json:
         return print_json(row)

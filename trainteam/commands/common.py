@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainteam.agents.redact import redact, redact_text
+from trainteam.core.dbread import connect_readonly
+from trainteam.core.errors import BadInput, format_validation_error
+from trainteam.workflows import readonly
+
 
 class _LazyConsole:
     """A rich Console made on first use: ``--json`` output never needs rich (~30 ms to import)."""
@@ -37,7 +42,7 @@ STATE = _State()
 
 
 def workspace():
-    from trainteam.workspace import Workspace
+    from trainteam.workspace import Workspace  # SQLAlchemy, pydantic-settings: not for --help or `runs list`
 
     return Workspace.open(STATE.workspace)
 
@@ -49,13 +54,10 @@ def read_stores():
     pydantic-settings: a cold start stays short). Otherwise (Postgres or another configured
     URL, a workspace not created yet): ``RunStore``/``ApprovalStore`` on ``Workspace.open``.
     """
-    from trainteam.core.dbread import connect_readonly
-    from trainteam.workflows import readonly
-
     conn = connect_readonly(STATE.workspace, readonly.TABLES)
     if conn is not None:
         return readonly.RunReader(conn), readonly.ApprovalReader(conn)
-    from trainteam.workflows.store import ApprovalStore, RunStore
+    from trainteam.workflows.store import ApprovalStore, RunStore  # SQLAlchemy: only off the stdlib path
 
     engine = workspace().engine
     return RunStore(engine), ApprovalStore(engine)
@@ -65,16 +67,12 @@ def err(message: str) -> None:
     """The one-line error: masked (a library's message may echo a key) and printed as text, not markup."""
     from rich.markup import escape
 
-    from trainteam.agents.redact import redact_text
-
     err_console.print(f"[red]error:[/red] {escape(redact_text(str(message)))}", highlight=False, markup=True,
                       soft_wrap=True)
 
 
 def print_json(data: Any) -> None:
     """JSON on stdout, masked like everything stored (what an older version stored unmasked stays hidden)."""
-    from trainteam.agents.redact import redact
-
     sys.stdout.write(json.dumps(redact(json.loads(json.dumps(data, default=str))), indent=2) + "\n")
 
 
@@ -83,8 +81,7 @@ def load_config_file(path: Path, cls, option: str):
     name the option, the file and the field."""
     from pydantic import ValidationError
 
-    from trainteam.core.errors import BadInput, format_validation_error
-    from trainteam.core.inputfiles import load_yaml, read_text
+    from trainteam.core.inputfiles import load_yaml, read_text  # PyYAML: only commands that read a file
 
     # bounded: a regular UTF-8 file of at most 1 MiB, YAML with depth/alias/size limits
     data = load_yaml(read_text(path, f"{option} file"), f"{option}: {path}") or {}
@@ -96,8 +93,6 @@ def load_config_file(path: Path, cls, option: str):
 
 def check_out_file(path: Path, option: str) -> None:
     """An output file a person named: its folder exists, and it is not a folder or a device."""
-    from trainteam.core.errors import BadInput
-
     if path.exists() and not path.is_file():
         raise BadInput(f"{option}: {path} exists and is not a regular file")
     if not path.parent.is_dir():
@@ -106,8 +101,6 @@ def check_out_file(path: Path, option: str) -> None:
 
 def check_out_folder(path: Path, option: str) -> None:
     """An output folder a person named: a folder, or a new one inside an existing folder."""
-    from trainteam.core.errors import BadInput
-
     if path.exists() and not path.is_dir():
         raise BadInput(f"{option}: {path} exists and is not a folder")
     if not path.exists() and not path.parent.is_dir():

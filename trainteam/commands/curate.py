@@ -7,14 +7,13 @@ from typing import List, Optional
 
 import typer
 
-from trainteam.commands.common import console, print_json, workspace
+from trainteam.commands.common import console, load_config_file, print_json, workspace
+from trainteam.core.errors import BadInput, format_validation_error
 
 curate_app = typer.Typer(help="Curate training data: dedup, decontaminate, filter, version.", no_args_is_help=True)
 
 
 def _eval_sets(specs: list[str]) -> dict[str, Path]:
-    from trainteam.core.errors import BadInput
-
     out = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
@@ -27,7 +26,6 @@ def _eval_sets(specs: list[str]) -> dict[str, Path]:
 
 
 def _load_config(path: Optional[Path]):
-    from trainteam.commands.common import load_config_file
     from trainteam.curation.pipeline import CurationConfig
 
     if path is None:
@@ -46,7 +44,6 @@ def run(
 ) -> None:
     """Run the whole chain and record the result as a DatasetVersion in the knowledge graph."""
     from trainteam.curation.pipeline import planned_version
-    from trainteam.core.errors import BadInput
     from trainteam.workflows.steps.curate import curate_recorded
 
     if not corpus.exists():
@@ -81,7 +78,6 @@ def demo(
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
     from trainteam.curation.jsonl import write_jsonl
     from trainteam.curation.synthetic import DemoCorpusConfig, demo_eval_sets, iter_demo_corpus
-    from trainteam.core.errors import BadInput, format_validation_error
 
     try:
         arith = ArithmeticConfig(task=task, n_train=n_train, n_eval=n_eval, seed=seed)
@@ -109,12 +105,11 @@ def build(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets)"),
 ) -> None:
     """Build an SFT / preference / GRPO dataset, recorded as a DatasetVersion (built once per input and options)."""
-    from trainteam.curation.builders import build_grpo_groups, build_preference_pairs, build_sft_examples
-    from trainteam.curation.jsonl import read_jsonl
     from functools import partial
 
+    from trainteam.curation.builders import build_grpo_groups, build_preference_pairs, build_sft_examples
+    from trainteam.curation.jsonl import read_jsonl
     from trainteam.curation.lineage import materialize
-    from trainteam.core.errors import BadInput
     from trainteam.graph.record import recorded_dataset
     from trainteam.workflows.steps.curate import record_built
 

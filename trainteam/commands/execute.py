@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from trainteam.commands.common import console, err_console, print_json, workspace
+from trainteam.workflows.views import run_public
 
 
 def _exit_for(status: str) -> int:
@@ -56,7 +57,6 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
     """Run ``task`` (a TrainTask, or a task file path) to its end in this process."""
     from trainteam.workflows.runner import prepare_run, run_foreground
     from trainteam.workflows.task import load_task_file
-    from trainteam.workflows.views import run_public
 
     if isinstance(task, (str, Path)):
         task = load_task_file(Path(task))

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from trainteam.commands.common import check_out_file, console, print_json, workspace
+from trainteam.core.errors import BadInput, NotFound
 
 graph_app = typer.Typer(help="The knowledge graph of runs, data and models.", no_args_is_help=True)
 
@@ -16,7 +17,6 @@ graph_app = typer.Typer(help="The knowledge graph of runs, data and models.", no
 def lineage(node: str = typer.Argument(..., help="node id (Model:abc) or its unique key"),
             as_json: bool = typer.Option(False, "--json")) -> None:
     """Every ancestor of a node: what it was derived from, trained on, produced by."""
-    from trainteam.core.errors import NotFound
     from trainteam.graph.knowledge import UnknownNode
 
     try:
@@ -36,8 +36,6 @@ def lineage(node: str = typer.Argument(..., help="node id (Model:abc) or its uni
 @graph_app.command("export")
 def export(fmt: str = typer.Option("json", "--format", help="graphml | json"),
            out: Optional[Path] = typer.Option(None, "--out", "-o", help="file (default: workspace/reports/graph.FMT)")) -> None:
-    from trainteam.core.errors import BadInput
-
     if fmt not in ("graphml", "json"):
         raise BadInput(f"--format: unknown format {fmt!r} (graphml, json)")
     if out is not None:
@@ -51,7 +49,6 @@ def export(fmt: str = typer.Option("json", "--format", help="graphml | json"),
 @graph_app.command("nodes")
 def nodes(kind: Optional[str] = typer.Option(None, help="only this kind (Model, Run, ...)"),
           as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.core.errors import BadInput
     from trainteam.graph import NodeKind
 
     if kind is not None and kind not in {k.value for k in NodeKind}:

@@ -10,19 +10,17 @@ from typing import Optional
 
 import typer
 
-from trainteam.commands.common import console, print_json
+from trainteam.commands.common import console, load_config_file, print_json
+from trainteam.core.errors import BadInput
 
 
 def _load(path: Path, cls, what: str):
-    from trainteam.commands.common import load_config_file
-
     return load_config_file(path, cls, what)
 
 
 def _row_tokens(data: Path | None) -> float | None:
     if data is None:
         return None
-    from trainteam.core.errors import BadInput
     from trainteam.trainers.planning.rows import jsonl_row_tokens
 
     if not data.is_file():
@@ -35,8 +33,6 @@ def _row_tokens(data: Path | None) -> float | None:
 
 def _check_options(params: float | None, launcher: str) -> None:
     import math
-
-    from trainteam.core.errors import BadInput
 
     if params is not None and not (math.isfinite(params) and 1e3 <= params <= 1e13):
         raise BadInput(f"--params: {params:g} is not a model size (a number of parameters from 1e3 to 1e13)")
@@ -63,7 +59,6 @@ def plan_command(
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
 ) -> None:
     """Plan a run: tokens, memory per device, time and cost, and why; refuse what cannot work."""
-    from trainteam.core.errors import BadInput
     from trainteam.trainers.config import ModelSpec, TrainConfig
     from trainteam.trainers.planning import HardwareSpec, detect_hardware
     from trainteam.trainers.planning import plan as make_plan

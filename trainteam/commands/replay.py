@@ -9,6 +9,7 @@ from typing import Any, Optional
 import typer
 
 from trainteam.commands.common import console, print_json, workspace
+from trainteam.core.errors import BadInput
 
 
 def _short(value: Any, width: int = 160) -> str:
@@ -60,7 +61,6 @@ def replay_command(
         return print_json(steps) if as_json else _show(steps, instructions)
     import tempfile
 
-    from trainteam.core.errors import BadInput
     from trainteam.workspace import Workspace
 
     if into is not None and into.exists() and any(into.iterdir()):

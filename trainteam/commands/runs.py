@@ -8,15 +8,14 @@ from pathlib import Path
 
 import typer
 
-from trainteam.commands.common import console, print_json, read_stores, workspace
+from trainteam.commands.common import check_out_folder, console, print_json, read_stores, workspace
+from trainteam.workflows.views import run_public, run_view, runs_view
 
 runs_app = typer.Typer(help="Past and current runs.", no_args_is_help=True)
 
 
 @runs_app.command("list")
 def list_(limit: int = typer.Option(50, min=1, max=100_000, help="newest first, at most this many"), as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.workflows.views import runs_view
-
     rows = runs_view(read_stores()[0], limit)
     if as_json:
         return print_json(rows)
@@ -33,8 +32,6 @@ def list_(limit: int = typer.Option(50, min=1, max=100_000, help="newest first, 
 
 @runs_app.command("show")
 def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.workflows.views import run_view
-
     view = run_view(*read_stores(), run_id)
     if as_json:
         return print_json(view)
@@ -64,7 +61,6 @@ def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resum
 
     from trainteam.commands.execute import PreApprover
     from trainteam.workflows.runner import resume_foreground
-    from trainteam.workflows.views import run_public
 
     ws = workspace()
     run_public(ws, run_id)  # a clear error for an unknown run, before starting the engine
@@ -84,7 +80,6 @@ def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resum
 def cancel(run_id: str) -> None:
     """Stop a run at its next step boundary and mark it cancelled; its open approvals expire."""
     from trainteam.workflows.approvals import cancel_run
-    from trainteam.workflows.views import run_public
 
     ws = workspace()
     view = run_public(ws, run_id)
@@ -99,7 +94,6 @@ def cancel(run_id: str) -> None:
 def report(run_id: str, out: Path = typer.Option(None, "--out", "-o", help="folder (default: workspace/reports/RUN)"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Write the run's report (markdown + loss, eval and time/cost plots) and print its path."""
-    from trainteam.commands.common import check_out_folder
     from trainteam.workflows.report import write_run_report
 
     if out is not None:

@@ -7,6 +7,7 @@ import os
 import typer
 
 from trainteam.commands.common import console, workspace
+from trainteam.core.errors import BadInput
 
 
 def serve(
@@ -17,7 +18,6 @@ def serve(
 ) -> None:
     """Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."""
     from trainteam.trainers.registry import ModelRegistry
-    from trainteam.core.errors import BadInput
 
     if backend not in ("auto", "transformers", "vllm"):
         raise BadInput(f"--backend: unknown backend {backend!r} (auto, transformers, vllm)")

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from trainteam.commands.common import console, err_console, print_json, workspace
+from trainteam.core.errors import BadInput
 
 
 def submit_command(
@@ -27,13 +28,11 @@ def submit_command(
 ) -> None:
     """Submit a training request in natural language; the ml_orchestrator turns it into a task."""
     from trainteam.workflows.request_rules import request_refusal
-    from trainteam.core.errors import BadInput
 
     refusal = request_refusal(request)  # refused at once: before pydantic-ai is imported or any model sees it
     if refusal:
         raise BadInput(refusal)
     from trainteam.workflows.requests import parse_request, plan_request
-
     from trainteam.workflows.spec import load_builtin
 
     task = parse_request(request)

@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from trainteam.commands.common import console, print_json, workspace
+from trainteam.core.errors import BadInput
 
 transcripts_app = typer.Typer(help="Recorded agent runs (redacted pydantic-ai messages).", no_args_is_help=True)
 
@@ -39,7 +40,6 @@ def export(
 ) -> None:
     """Turn successful agent runs into SFT data (the self-training loop), via the curation builders."""
     from trainteam.agents.replay import sft_examples
-    from trainteam.core.errors import BadInput
 
     if fmt != "sft":
         raise BadInput(f"--format: {fmt!r} is not supported (sft)")
