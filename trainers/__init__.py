@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainteam.trainers.config import (DPOOptions, GRPOOptions, LoraOptions, ModelSpec, SFTOptions, SpikeOptions,
                                            TokenizerConfig, TrainConfig)
     from trainteam.trainers.eval_battery import exact_match, heldout_loss
-    from trainteam.curation.formats import completion_text, prompt_text
     from trainteam.trainers.merge import merge_adapters
     from trainteam.trainers.models import build_model, load_model
     from trainteam.trainers.results import EvalResult, RestartProposal, TrainReport
