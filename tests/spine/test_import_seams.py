@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_layering import ROOT, _parse, _resolve, _where, package_dirs, project_modules
+from test_layering import ROOT, _parse, import_statements, package_dirs, project_modules
 
 HEAVY_LIBS = frozenset({"torch", "transformers", "trl", "peft", "datasets", "accelerate", "dbos", "pydantic_ai",
                         "matplotlib", "lm_eval"})
@@ -70,27 +70,21 @@ def lazy_exports(path: Path, package: str, mods: dict[str, Path]) -> dict[str, s
 
 def statements(name: str, path: Path, mods: dict[str, Path], exports: dict[str, dict[str, str]]) -> list[Import]:
     """Every import statement of one module that loads a project module or a heavy library."""
-    tree = _parse(path)
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    is_package = path.name == "__init__.py"
     found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+    for node, base, how in import_statements(name, path):
+        if base is None:
             names = [alias.name for alias in node.names]
             targets = [n for n in names if n in mods]
-        elif isinstance(node, ast.ImportFrom):
-            base = _resolve(node.module, node.level, name, is_package)
+        else:
             names = [base]
             table = exports.get(base, {})
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else table.get(a.name, base)
                        for a in node.names]
             targets = [t for t in targets if t in mods]
-        else:
-            continue
         libs = tuple(sorted({n.split(".")[0] for n in names if n and n.split(".")[0] != "trainteam"}))
         targets = [t for t in dict.fromkeys(targets) if t != name]
         if targets or libs:
-            found.append(Import(name, tuple(targets), node.lineno, _where(node, parents), libs))
+            found.append(Import(name, tuple(targets), node.lineno, how, libs))
     return found
 
 

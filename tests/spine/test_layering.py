@@ -139,23 +139,29 @@ def _parse(path: Path) -> ast.Module:
         return ast.Module(body=[], type_ignores=[])
 
 
-def module_imports(name: str, path: Path, mods: dict[str, Path]) -> list[Edge]:
-    """The project modules one module imports (see the module docstring for what counts)."""
+def import_statements(name: str, path: Path):
+    """(statement, the module a ``from`` names — relative imports resolved — or None, where) for each
+    import statement of one module."""
     tree = _parse(path)
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     is_package = path.name == "__init__.py"
-    edges = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            yield node, None, _where(node, parents)
         elif isinstance(node, ast.ImportFrom):
-            base = _resolve(node.module, node.level, name, is_package)
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            yield node, _resolve(node.module, node.level, name, is_package), _where(node, parents)
+
+
+def module_imports(name: str, path: Path, mods: dict[str, Path]) -> list[Edge]:
+    """The project modules one module imports (see the module docstring for what counts)."""
+    edges = []
+    for node, base, how in import_statements(name, path):
+        if base is None:
+            targets = [alias.name for alias in node.names]
         else:
-            continue
-        how = _where(node, parents)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
         edges += [Edge(name, t, node.lineno, how) for t in targets if t.split(".")[0] == "trainteam"]
-    edges += [Edge(name, target, line, "by name") for target, line in _named_modules(tree, mods)]
+    edges += [Edge(name, target, line, "by name") for target, line in _named_modules(_parse(path), mods)]
     return [e for e in edges if e.target != name]
 
 
