@@ -1,14 +1,18 @@
-"""`trainteam models list|show|bind|unbind`: the model registry and role binding.
+"""`trainteam models list|show|bind|unbind|import`: the model registry, role binding, and GGUF import.
 
 Registering happens in the workflow's gated ``register_model`` step (a person approves
-it); these commands read the registry and move role tags. No torch is imported.
+it); these commands read the registry and move role tags. No torch is imported, except by
+``import``, which converts a local GGUF file into a safetensors folder a task can name.
 """
 
 from __future__ import annotations
 
 import typer
 
-from trainteam.commands.common import console, print_json, workspace
+from pathlib import Path
+
+from trainteam.commands.common import console, err_console, print_json, workspace
+from trainteam.trainers.gguf_import import LOGITS_TOLERANCE, import_gguf
 
 models_app = typer.Typer(help="Registered models and the roles they serve.", no_args_is_help=True)
 
@@ -68,6 +72,27 @@ def unbind(role: str = typer.Argument(...), as_json: bool = typer.Option(False, 
     if as_json:
         return print_json({"role": role, "was": was})
     console.print(f"{role} unbound (was {was})" if was else f"{role} was not bound", highlight=False)
+
+
+@models_app.command("import")
+def import_model(source: Path = typer.Argument(..., help="a local .gguf file"),
+                 out: Path = typer.Option(..., "--out", help="the folder to create (absent or empty)"),
+                 as_json: bool = typer.Option(False, "--json")) -> None:
+    """Convert a GGUF checkpoint into a safetensors Hugging Face folder with its tokenizer and chat template.
+
+    The saved folder is reloaded and its logits compared with the loaded model's; on a mismatch nothing is kept.
+    Progress goes to stderr.
+    """
+    result = import_gguf(source, out, progress=lambda line: err_console.print(line, highlight=False, markup=False))
+    if as_json:
+        return print_json({**result.__dict__, "folder": str(result.folder)})
+    console.print(f"imported {source.name} -> {result.folder}", highlight=False)
+    console.print(f"  {result.architecture}, {result.parameters:,} parameters ({result.parameters / 1e6:.1f}M), "
+                  f"{result.dtype}, {result.seconds:.0f} s", highlight=False)
+    console.print(f"  logits check: max abs diff {result.max_abs_logit_diff:.3g} (limit {LOGITS_TOLERANCE:g}) ok",
+                  highlight=False)
+    console.print(f"  chat template: {'found' if result.chat_template else 'none (the plain prompt format applies)'}",
+                  highlight=False)
 
 
 def register(app: typer.Typer) -> None:
