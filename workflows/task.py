@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from trainteam.agents.redact import redact_text
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.core.inputfiles import load_yaml_file
+from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
 from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.eval_battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
@@ -170,6 +171,9 @@ class TrainTask(_Strict):
     training: dict[Stage, TrainConfig] = Field(default_factory=dict)
     gates: dict[Stage, GateSpec] = Field(default_factory=dict)
     eval: EvalSpec = Field(default_factory=EvalSpec)
+    answer: AnswerSpec = Field(default=None, validate_default=True, description="how an answer is checked (exact "
+                               "match, format adherence, GRPO rewards, DPO's rejected answers): kind exact | regex | "
+                               "choice | verifier; default: the demo's numbers on data.demo, else exact normalised text")
     curriculum: list[CurriculumStage] | None = Field(default=None, min_length=1, description="named stages in "
                                                      "order, each with its own data, training, battery and gates; "
                                                      "instead of stages/training/gates")
@@ -212,6 +216,14 @@ class TrainTask(_Strict):
         for where, cfg in configs.items():
             _run_owned(cfg, where)
         return self
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _default_answer(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None:
+            data = info.data.get("data")
+            return default_answer(demo=data is not None and data.demo is not None)
+        return v
 
     @field_validator("name")
     @classmethod
