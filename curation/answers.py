@@ -118,14 +118,14 @@ class AnswerSpec(BaseModel):
 
     # -- reading an output ------------------------------------------------------------------
 
-    def normalise(self, text: str) -> str:
-        """The form answers are compared in (the kind's normalisation switches)."""
+    def normalise(self, text: str, *, fold: bool = True) -> str:
+        """The form answers are compared in (the kind's normalisation switches; ``fold=False``: case kept)."""
         t = str(text)
         if self.strip_surrounding:
             t = _TRAIL.sub("", _LEAD.sub("", t))
         if self.collapse_whitespace:
             t = re.sub(r"\s+", " ", t)
-        return t.casefold() if self.ignore_case else t
+        return t.casefold() if self.ignore_case and fold else t
 
     def extract(self, output: str) -> str | None:
         """The answer an output gives (as written; compare with ``is_correct``), or None when it
@@ -220,12 +220,12 @@ class AnswerSpec(BaseModel):
 
     def _named(self, text: str) -> list[str]:
         """The labels ``text`` names; a match inside a longer label's match belongs to the longer."""
+        hay = self.normalise(text, fold=False)
         spans = []
         for label in self.labels or []:
-            one_letter = len(label.strip()) == 1
-            key = self.normalise(label) if not one_letter else label.strip()
-            hay = self.normalise(text) if not one_letter else _TRAIL.sub("", _LEAD.sub("", text))
-            for m in re.finditer(rf"(?<!\w){re.escape(key)}(?!\w)", hay):
+            key = self.normalise(label, fold=False)
+            flags = re.IGNORECASE if self.ignore_case and len(key) > 1 else 0  # "a" is no label A
+            for m in re.finditer(rf"(?<!\w){re.escape(key)}(?!\w)", hay, flags):
                 spans.append((m.start(), m.end(), label))
         named = []
         for s, e, label in spans:
