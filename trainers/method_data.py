@@ -1,8 +1,8 @@
 """Training data in, method-shaped ``datasets.Dataset`` out.
 
-Every method takes the same three input forms (records, a ``.jsonl`` path, a
-``datasets.Dataset``) and gets its text from ``formats.py``, so the context a model
-is trained on is exactly the context evaluation gives it.
+Every method takes the same three input forms (records, a data file or folder that
+``curation.rows`` reads, a ``datasets.Dataset``) and gets its text from ``formats.py``, so
+the context a model is trained on is exactly the context evaluation gives it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import completion_text, prompt_text
-from trainteam.curation.jsonl import read_jsonl
 from trainteam.curation.packing import pack_token_stream
+from trainteam.curation.rows import read_rows
 
 REQUIRED = {
     "pretrain": [("text",), ("prompt", "completion")],
@@ -28,13 +28,11 @@ def load_data(data: Any, method: str, name: str = "data"):
     from datasets import Dataset
 
     if isinstance(data, (str, Path)):
-        path = Path(data)
-        if path.suffix != ".jsonl":
-            raise BadInput(f"{name}: {path} is not a .jsonl file")
-
-        records = read_jsonl(path)
-        name = str(path)
-        ds = Dataset.from_list(records) if records else None
+        # any file or folder curation.rows reads (JSONL, JSON, CSV, Parquet, a saved dataset), as canonical rows
+        records = read_rows(Path(data))
+        name = str(data)
+        keys = list(dict.fromkeys(k for r in records for k in r))  # every row's columns (from_list takes the first's)
+        ds = Dataset.from_list([{k: r.get(k) for k in keys} for r in records]) if records else None
     elif isinstance(data, Dataset):
         ds = data
     elif isinstance(data, (list, tuple)):
@@ -43,7 +41,7 @@ def load_data(data: Any, method: str, name: str = "data"):
             raise BadInput(f"{name}[{bad}]: expected a dict record, got {type(data[bad]).__name__}")
         ds = Dataset.from_list(list(data)) if data else None
     else:
-        raise BadInput(f"{name}: expected records, a .jsonl path or a datasets.Dataset, got {type(data).__name__}")
+        raise BadInput(f"{name}: expected records, a data file or folder, or a datasets.Dataset, got {type(data).__name__}")
     if ds is None or len(ds) == 0:
         raise BadInput(f"{name}: no records")
     cols = set(ds.column_names)

@@ -8,39 +8,36 @@ work; found here it is one line naming the field or the file's row, and nothing 
 - every persona's model setting (``TRAINTEAM_MODEL*``) names a model that can be built;
 - every stage plans on this machine (the planner's refusals: memory, a model too large);
 - the tracker each stage names is installed;
-- each data file is JSON Lines whose rows carry what the stage reads (``prompt`` and
-  ``completion`` strings, or ``text`` for pretraining), checked to the last row.
+- each stage's data reads (``trainteam.curation.rows``: every file, split and column mapping),
+  to the last row, and each row has a shape its method trains on (``TRAIN_KINDS``); the rows
+  held out (``eval_path``, the data's eval split, or the seeded share ``corpus`` will hold
+  out) carry a prompt and its reference answer where the stage's battery checks answers.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
+from itertools import islice
 
 from trainteam.agents.providers import build_model, choose_model
 from trainteam.agents.redact import redacted_task
 from trainteam.core.errors import BadInput
-from trainteam.curation.jsonl import iter_jsonl
+from trainteam.curation.rows import Row, iter_rows
+from trainteam.curation.splits import Part, held_out, plan_splits
 from trainteam.trainers.tracking import install_hint, installed
+from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.spec import PERSONAS
 from trainteam.workflows.stageplan import plan_stage, this_machine
 from trainteam.workflows.task import DataSpec, TrainTask
-
-PAIR = ("prompt", "completion")
 
 
 def preflight(task: TrainTask, source: str) -> None:
     redacted_task(task.model_dump(mode="json"), source)  # a key in a path or name: refused, not masked
     providers()
     _trackers(task, source)
+    for field, data, uses in _data_uses(task):
+        check_data(data, uses, source, field)
     _plans(task, source)
-    checked: set[tuple[Path, bool]] = set()
-    for stage in task.stage_names():
-        data = task.stage_data(stage)
-        pretrain_only = task.train_config(stage).method == "pretrain"
-        for path, pair in _files(data, pretrain_only):
-            if (path, pair) not in checked:
-                check_rows(path, need_pair=pair, source=source)
-                checked.add((path, pair))
 
 
 def providers() -> None:
@@ -76,33 +73,102 @@ def _plans(task: TrainTask, source: str) -> None:
             raise BadInput(f"{source}: training.{stage}: {why}")
 
 
-def _files(data: DataSpec, pretrain_only: bool) -> list[tuple[Path, bool]]:
-    if data.path is None:
-        return []
-    return [(Path(data.path), not pretrain_only), (Path(data.eval_path), True)]
+# -- data ------------------------------------------------------------------------------------
+
+# The row shapes each method trains on. DPO: preference rows, or pair/chat rows the align step
+# turns into pairs from the model's own answers.
+TRAIN_KINDS = {"pretrain": ("text", "pair", "chat"), "sft": ("pair", "chat", "text"),
+               "dpo": ("preference", "pair", "chat"), "grpo": ("pair", "chat")}
+ANSWER_KINDS = ("pair", "chat")  # a prompt and its reference answer: what exact match and the reliability checks read
 
 
-def check_rows(path: Path, *, need_pair: bool, source: str) -> int:
-    """Every row of a JSONL data file has the fields training reads; BadInput naming file:line."""
-    line = [0]
+@dataclass(frozen=True)
+class Use:
+    """A stage reading a DataSpec: the method its rows train, whether its battery checks answers."""
+
+    stage: str
+    method: str
+    answers: bool
+
+
+def _data_uses(task: TrainTask) -> list[tuple[str, DataSpec, list[Use]]]:
+    """Each distinct DataSpec of the task (its field name, e.g. ``curriculum[1].data``) with the stages reading it."""
+    own = {s.name: i for i, s in enumerate(task.curriculum or []) if s.data is not None}
+    groups: dict[str, tuple[str, DataSpec, list[Use]]] = {}
+    for st in curriculum_from_task(task).stages:
+        data = task.stage_data(st.name)
+        if data.path is None:
+            continue
+        field = f"curriculum[{own[st.name]}].data" if st.name in own else "data"
+        use = Use(st.name, st.method, bool(set(st.battery.metrics) - {"heldout_loss"}))
+        groups.setdefault(data.model_dump_json(), (field, data, []))[2].append(use)
+    return list(groups.values())
+
+
+def check_data(data: DataSpec, uses: list[Use], source: str, field: str = "data") -> dict[str, int]:
+    """Every row of a DataSpec's training and held-out parts reads and fits the stages that use it;
+    one BadInput line (``task.yaml: data.path: train.parquet: row 12: column 'messages': ...``)
+    otherwise. Returns the rows counted per part."""
+    try:
+        plan = plan_splits(data.path, data.eval_path, split=data.split, eval_split=data.eval_split)
+    except BadInput as exc:
+        raise BadInput(f"{source}: {field}.path: {exc}") from None
+    answers = any(u.answers for u in uses)
+    eval_field = f"{field}.eval_path" if data.eval_path is not None else f"{field}.path"
+    held_bad: list[int] = []
+    n_train = _check_part(plan.train, data, uses, f"{source}: {field}.path", None if plan.eval else held_bad)
+    if plan.eval is not None:
+        n_eval = _check_part(plan.eval, data, [Use("held-out rows", "eval", answers)], f"{source}: {eval_field}")
+        return {"train": n_train, "eval": n_eval}
+    try:
+        held = held_out(n_train, data.eval_fraction, data.seed)
+    except BadInput as exc:
+        raise BadInput(f"{source}: {field}.path: {plan.train}: {exc}; give {field}.eval_path") from None
+    bad = sorted(held.intersection(held_bad))
+    if bad and answers:
+        row = next(islice(iter_rows(plan.train.path, columns=data.columns, split=plan.train.split), bad[0], None))
+        raise BadInput(f"{source}: {field}.path: {row.where}: held out for evaluation, "
+                       f"{_answer_problem(row)}; give {field}.eval_path")
+    return {"train": n_train - len(held), "eval": len(held)}
+
+
+def _check_part(part: Part, data: DataSpec, uses: list[Use], prefix: str, no_answer: list[int] | None = None) -> int:
+    """Read one part to its last row; ``no_answer`` collects the rows that could not be held out."""
     n = 0
     try:
-        for row in iter_jsonl(path, on_line=lambda i: line.__setitem__(0, i)):
-            _check_row(row, path, line[0], need_pair)
-            n += 1
+        for n, row in enumerate(iter_rows(part.path, columns=data.columns, split=part.split), 1):
+            for use in uses:
+                problem = _train_problem(row, use.method) if use.method != "eval" else (
+                    _answer_problem(row) if use.answers else None)
+                if problem:
+                    raise BadInput(f"{row.where}: {problem}")
+            if no_answer is not None and _answer_problem(row):
+                no_answer.append(n - 1)
     except BadInput as exc:
-        raise BadInput(f"{source}: {exc}") from None
+        raise BadInput(f"{prefix}: {exc}") from None
     if n == 0:
-        raise BadInput(f"{source}: {path}: no rows")
+        raise BadInput(f"{prefix}: {part}: no rows")
     return n
 
 
-def _check_row(row: dict, path: Path, line: int, need_pair: bool) -> None:
-    if all(isinstance(row.get(k), str) for k in PAIR):
-        return
-    if not need_pair and isinstance(row.get("text"), str) and row["text"]:
-        return
-    wanted = "'prompt' and 'completion' strings" + ("" if need_pair else ", or a 'text' string")
-    bad = [k for k in PAIR if k in row and not isinstance(row[k], str)]
-    got = f"{bad[0]!r} is {type(row[bad[0]]).__name__}" if bad else f"fields {sorted(row)[:6]}"
-    raise BadInput(f"{path}:{line}: expected {wanted}; {got}")
+def _ends_with_answer(row: Row) -> str | None:
+    if row.kind != "chat":
+        return None
+    last = row.record["messages"][-1]["role"]
+    if last != "assistant":
+        return f"column 'messages': the conversation ends with a {last} turn, not an assistant reply"
+    return None
+
+
+def _train_problem(row: Row, method: str) -> str | None:
+    kinds = TRAIN_KINDS[method]
+    if row.kind not in kinds:
+        return f"{method} trains on {', '.join(kinds)} rows; this row is {row.kind}"
+    return _ends_with_answer(row) if method != "pretrain" else None
+
+
+def _answer_problem(row: Row) -> str | None:
+    if row.kind not in ANSWER_KINDS:
+        return (f"a held-out row needs a prompt and its reference answer (prompt/completion, or messages "
+                f"ending with an assistant reply); this row is {row.kind}")
+    return _ends_with_answer(row)

@@ -30,6 +30,7 @@ from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.core.inputfiles import load_yaml_file
 from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
+from trainteam.curation.rows import check_columns
 from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.eval_battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.gates import GateRule, check_metric
@@ -45,11 +46,23 @@ class _Strict(BaseModel):
 
 
 class DataSpec(_Strict):
-    """Either a bundled verifiable demo task or local files (JSONL of prompt/completion)."""
+    """Either a bundled verifiable demo task or a user's data (``trainteam.curation.rows`` reads it:
+    JSON Lines, JSON, CSV, Parquet, a ``datasets`` saved folder or a folder of data files; rows of
+    text, prompt/completion, messages or chosen/rejected). Without ``eval_path``, the held-out rows
+    are the data's own validation/test split, else a seeded ``eval_fraction`` of its rows."""
 
     demo: Literal["addition", "subtraction", "multiplication"] | None = None
-    path: Path | None = None
-    eval_path: Path | None = None
+    path: Path | None = Field(default=None, description="a data file, or a folder (saved dataset, data files)")
+    eval_path: Path | None = Field(default=None, description="held-out rows; default: the data's validation/test "
+                                   "split, else eval_fraction of its rows")
+    split: str | None = Field(default=None, max_length=64, description="the split of path to train on "
+                              "(default: train, or its only split)")
+    eval_split: str | None = Field(default=None, max_length=64, description="the split held out (of eval_path, "
+                                   "else of path); default: validation, else test")
+    columns: dict[str, str] = Field(default_factory=dict, description="canonical column -> your column, e.g. "
+                                    "{prompt: question, completion: answer}")
+    eval_fraction: float = Field(default=0.1, gt=0, lt=1, description="share of the rows held out when there is "
+                                 "no eval_path or eval split (seeded by seed; at least 1 row, at most 500)")
     n_train: int = Field(default=20000, gt=0, le=10_000_000, description="demo only: training problems generated")
     n_eval: int = Field(default=200, gt=0, le=100_000)
     max_operand: int = Field(default=99, gt=0, le=10**12)
@@ -66,9 +79,22 @@ class DataSpec(_Strict):
             raise ValueError("data.inject_leaks: only for the bundled demo data")
         if self.inject_leaks > self.n_eval:
             raise ValueError(f"data.inject_leaks: {self.inject_leaks} is more than n_eval ({self.n_eval})")
-        if self.path is not None and self.eval_path is None:
-            raise ValueError("data.eval_path is required with data.path (exact-match needs held-out problems)")
+        # Fields that differ from their defaults, not ``model_fields_set``: a run hands its task
+        # to each step as a full dump, where every field looks "given".
+        given = {f for f in ("eval_path", "split", "eval_split", "columns", "eval_fraction")
+                 if getattr(self, f) != type(self).model_fields[f].get_default(call_default_factory=True)}
+        files_only = given
+        if self.demo is not None and files_only:
+            raise ValueError(f"data.{sorted(files_only)[0]}: only for data.path (the demo generates its own split)")
+        if self.eval_path is not None and "eval_fraction" in given:
+            raise ValueError("data.eval_fraction: the held-out rows are data.eval_path's; remove one")
         return self
+
+    @field_validator("columns")
+    @classmethod
+    def _columns(cls, v: dict[str, str]) -> dict[str, str]:
+        check_columns(v)
+        return v
 
 
 class BudgetSpec(_Strict):
@@ -363,8 +389,8 @@ def _resolve_data(data: DataSpec, base_dir: Path, source: str, prefix: str) -> D
         path = value if value.is_absolute() else (base_dir / value).resolve()
         if not path.exists():
             raise BadInput(f"{source}: {prefix}.{field}: {value} does not exist")
-        if not path.is_file():
-            raise BadInput(f"{source}: {prefix}.{field}: {value} is not a regular file (a folder or a device)")
+        if not (path.is_file() or path.is_dir()):
+            raise BadInput(f"{source}: {prefix}.{field}: {value} is not a regular file or a folder (a device?)")
         resolved[field] = path
     return data.model_copy(update=resolved)
 

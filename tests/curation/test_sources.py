@@ -34,8 +34,13 @@ def test_jsonl_txt_parquet_and_folder(tmp_path):
     assert _texts(iter_records(tmp_path / "b.txt", txt_mode="line")) == ["para one", "still one", "para two"]
     assert [r["id"] for r in iter_records(tmp_path / "b.txt")] == ["b:1", "b:5"]
     assert _texts(iter_records(tmp_path / "c.parquet", batch_size=2)) == _texts(ROWS)
+    (tmp_path / "d.csv").write_text("id,text\nx,\"a CSV row\nover two lines\"\ny,next\n")
+    assert [(r["id"], r["text"]) for r in iter_records(tmp_path / "d.csv")] == [
+        ("x", "a CSV row\nover two lines"), ("y", "next")]
+    (tmp_path / "e.json").write_text(json.dumps({"data": ROWS}))
+    assert _texts(iter_records(tmp_path / "e.json")) == _texts(ROWS)
     # a folder: its files in name order
-    assert len(list(iter_records(tmp_path))) == 3 + 2 + 3
+    assert len(list(iter_records(tmp_path))) == 3 + 2 + 3 + 2 + 3
 
 
 def test_saved_hf_dataset_and_streaming_mode(tmp_path):
@@ -44,6 +49,10 @@ def test_saved_hf_dataset_and_streaming_mode(tmp_path):
     datasets.disable_progress_bars()
     datasets.Dataset.from_list(ROWS).save_to_disk(str(tmp_path / "saved"))
     assert _texts(iter_records(tmp_path / "saved")) == _texts(ROWS)
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS[:2]),
+                          "test": datasets.Dataset.from_list(ROWS[2:])}).save_to_disk(str(tmp_path / "dd"))
+    assert _texts(iter_records(tmp_path / "dd")) == _texts(ROWS[:2])  # a DatasetDict gives its train split
+    assert _texts(iter_records(tmp_path / "dd", split="test")) == _texts(ROWS[2:])
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "part.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     streamed = list(iter_records(tmp_path / "s", streaming=True))
@@ -69,9 +78,9 @@ def test_malformed_lines_stop_with_file_line_or_are_counted(tmp_path):
 
 
 def test_unknown_inputs_are_clear_errors(tmp_path):
-    (tmp_path / "x.csv").write_text("a,b\n")
-    with pytest.raises(BadInput, match=r"x\.csv: unknown source type"):
-        list(iter_records(tmp_path / "x.csv"))
+    (tmp_path / "x.xlsx").write_text("a,b\n")
+    with pytest.raises(BadInput, match=r"x\.xlsx: unknown source type"):
+        list(iter_records(tmp_path / "x.xlsx"))
     with pytest.raises(BadInput, match="no such file"):
         list(iter_records(tmp_path / "missing.jsonl"))
     with pytest.raises(BadInput, match=r"source\[1\]: expected an object"):

@@ -234,7 +234,7 @@ def late_cases() -> list[Case]:
         _task_case("late", "data invalid JSON", "train.jsonl:3", _data_task(), files={
             "train.jsonl": good[:80] + "{not json\n", "eval.jsonl": good}),
         _task_case("late", "data without prompt/completion", "train.jsonl:1", _data_task(), files={
-            "train.jsonl": '{"question": "1+1", "answer": "2"}\n', "eval.jsonl": good}),
+            "train.jsonl": '{"q": "1+1", "a": "2"}\n', "eval.jsonl": good}),
         _task_case("late", "eval without completion", "eval.jsonl:1", _data_task(), files={
             "train.jsonl": good, "eval.jsonl": '{"prompt": "1+1="}\n'}),
         _task_case("late", "completion a number", "completion", _data_task(), files={

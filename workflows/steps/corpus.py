@@ -4,6 +4,12 @@ A curriculum stage may name its own data (a different demo mix, other files): it
 prepared here beside the task's data, as its own dataset versions, so that curation
 checks every training set against every eval set and the training step only reads
 what the data steps recorded. The helpers at the end say where a stage's data is.
+
+A user's data (any file or folder ``trainteam.curation.rows`` reads, in any of its column
+shapes) is written as canonical rows. Its held-out rows are ``eval_path``'s, or the data's
+own validation/test split, or else a seeded share of its rows (``data.eval_fraction``,
+``data.seed``; ``curation.splits.held_out``); which one is recorded in the corpus node's
+params and the step's ``details.eval_from``.
 """
 
 from __future__ import annotations
@@ -11,50 +17,103 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainteam.agents.toolbox import StepResult, ToolContext
-from trainteam.core.hashing import sha256_file
-from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, read_jsonl, write_jsonl
+from trainteam.core.hashing import file_fingerprint, sha256_file
+from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, write_jsonl
+from trainteam.curation.rows import iter_rows
+from trainteam.curation.splits import Part, SplitPlan, held_out, plan_splits
 from trainteam.graph.record import record_corpus, record_split
 from trainteam.workflows.curriculum import curriculum_from_task
 
+ROWS_FORMAT = 1  # how rows.py shapes rows: a change bumps it, so folders prepared before are not reused
 
-def _prepare(ctx: ToolContext, data) -> tuple[str, Path, Path, Path]:
-    """One DataSpec as files in the workspace: (corpus node, folder, train path, eval path)."""
-    g = ctx.graph
-    if data.demo:
-        cfg = ArithmeticConfig(task=data.demo, max_operand=data.max_operand, n_train=data.n_train,
-                               n_eval=data.n_eval, seed=data.seed, fixed_width=data.fixed_width)
-        params = {**cfg.model_dump(), "inject_leaks": data.inject_leaks}
-        key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
-        corpus = record_corpus(g, f"demo-{key}", source="demo", generator="arithmetic", params=params)
-        folder = ctx.ws.dir("datasets") / f"demo-{key}"
-        train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
-        if not (train_path.exists() and eval_path.exists()):
-            train, held_out = generate_arithmetic(cfg)
-            # Injected leaks (demo only): eval problems planted in the training split, marked
-            # so the curation report can say how many it caught.
-            train += [{**ex, "id": f"leak-{ex['id']}", "leak_of": ex["id"]} for ex in held_out[: data.inject_leaks]]
-            tmp = folder.with_name(folder.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+
+@dataclass(frozen=True)
+class Prepared:
+    """One DataSpec as files in the workspace, and where its held-out rows came from."""
+
+    corpus: str  # the Corpus node
+    folder: Path
+    train: Path
+    eval: Path
+    eval_from: str  # "demo", "eval_path", "split <name>" or "held out <fraction> (seed <seed>)"
+
+
+def _write_folder(folder: Path, write) -> None:
+    """``write(tmp)`` fills a temporary folder that then replaces ``folder``: a crash mid-write
+    leaves no half dataset behind."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+
+
+def _prepare(ctx: ToolContext, data) -> Prepared:
+    """One DataSpec as files in the workspace: the demo generated, or the user's data read."""
+    if not data.demo:
+        return _prepare_files(ctx, data)
+    cfg = ArithmeticConfig(task=data.demo, max_operand=data.max_operand, n_train=data.n_train,
+                           n_eval=data.n_eval, seed=data.seed, fixed_width=data.fixed_width)
+    params = {**cfg.model_dump(), "inject_leaks": data.inject_leaks}
+    key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+    corpus = record_corpus(ctx.graph, f"demo-{key}", source="demo", generator="arithmetic", params=params)
+    folder = ctx.ws.dir("datasets") / f"demo-{key}"
+    train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
+    if not (train_path.exists() and eval_path.exists()):
+        train, held_out_rows = generate_arithmetic(cfg)
+        # Injected leaks (demo only): eval problems planted in the training split, marked
+        # so the curation report can say how many it caught.
+        train += [{**ex, "id": f"leak-{ex['id']}", "leak_of": ex["id"]} for ex in held_out_rows[: data.inject_leaks]]
+
+        def write(tmp: Path) -> None:
             write_jsonl(train, tmp / "train.jsonl")
-            write_jsonl(held_out, tmp / "eval.jsonl")
-            shutil.rmtree(folder, ignore_errors=True)
-            tmp.rename(folder)  # a crash mid-write leaves no half dataset behind
+            write_jsonl(held_out_rows, tmp / "eval.jsonl")
+
+        _write_folder(folder, write)
+    return Prepared(corpus, folder, train_path, eval_path, "demo")
+
+
+def _prepare_files(ctx: ToolContext, data) -> Prepared:
+    """The user's file or folder read as canonical rows (``curation.rows``) into ``train.jsonl`` /
+    ``eval.jsonl``, in a folder named by the hash of the inputs' bytes and of how they are read
+    (split, columns, held-out share): the same inputs are read once."""
+    plan = plan_splits(data.path, data.eval_path, split=data.split, eval_split=data.eval_split)
+    if data.eval_path is not None:
+        eval_from = "eval_path"
+    elif plan.eval is not None:
+        eval_from = f"split {plan.eval.split}"
     else:
-        src_train, src_eval = data.path, data.eval_path
-        read_jsonl(src_train)  # validates: errors name file:line
-        read_jsonl(src_eval)
-        key = (sha256_file(src_train)[:8] + sha256_file(src_eval)[:8])
-        corpus = record_corpus(g, f"files-{key}", source="files", path=str(src_train), eval_path=str(src_eval))
-        folder = ctx.ws.dir("datasets") / f"files-{key}"
-        folder.mkdir(parents=True, exist_ok=True)
-        train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
-        shutil.copyfile(src_train, train_path)
-        shutil.copyfile(src_eval, eval_path)
-    return corpus, folder, train_path, eval_path
+        eval_from = f"held out {data.eval_fraction:g} (seed {data.seed})"
+    params = {"split": plan.train.split, "eval_split": plan.eval.split if plan.eval else None,
+              "columns": dict(data.columns), "eval_from": eval_from, "rows_format": ROWS_FORMAT}
+    inputs = {"train": file_fingerprint(data.path),
+              "eval": file_fingerprint(data.eval_path) if data.eval_path is not None else None}
+    key = hashlib.sha256(json.dumps({**params, **inputs}, sort_keys=True).encode()).hexdigest()[:16]
+    corpus = record_corpus(ctx.graph, f"files-{key}", source="files", path=str(data.path),
+                           eval_path=str(plan.eval.path) if plan.eval else None, params=params)
+    folder = ctx.ws.dir("datasets") / f"files-{key}"
+    train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
+    if not (train_path.exists() and eval_path.exists()):
+        _write_folder(folder, lambda tmp: _write_rows(data, plan, tmp))
+    return Prepared(corpus, folder, train_path, eval_path, eval_from)
+
+
+def _write_rows(data, plan: SplitPlan, tmp: Path) -> None:
+    def rows(part: Part):
+        return (r.record for r in iter_rows(part.path, columns=data.columns, split=part.split))
+
+    if plan.eval is not None:
+        write_jsonl(rows(plan.train), tmp / "train.jsonl")
+        write_jsonl(rows(plan.eval), tmp / "eval.jsonl")
+        return
+    held = held_out(sum(1 for _ in rows(plan.train)), data.eval_fraction, data.seed)
+    write_jsonl((r for i, r in enumerate(rows(plan.train)) if i not in held), tmp / "train.jsonl")
+    write_jsonl((r for i, r in enumerate(rows(plan.train)) if i in held), tmp / "eval.jsonl")
 
 
 def _versions(ctx: ToolContext, corpus: str, paths: dict[str, Path], stage: str | None) -> tuple[dict, dict]:
@@ -68,27 +127,33 @@ def _versions(ctx: ToolContext, corpus: str, paths: dict[str, Path], stage: str 
 
 
 def prepare_corpus(ctx: ToolContext) -> StepResult:
-    """Generate the bundled verifiable demo data, or take the task's local files, as
-    content-addressed dataset versions (the same inputs never do the work twice); the
+    """Generate the bundled verifiable demo data, or read the task's own data as canonical
+    rows, as content-addressed dataset versions (the same inputs never do the work twice); the
     same for each curriculum stage that names its own data (keys ``<stage>.train`` ...)."""
-    corpus, folder, train_path, eval_path = _prepare(ctx, ctx.task.data)
-    nodes, counts = _versions(ctx, corpus, {"train": train_path, "eval": eval_path}, None)
-    artifacts = {"train": str(train_path), "eval": str(eval_path)}
+    main = _prepare(ctx, ctx.task.data)
+    nodes, counts = _versions(ctx, main.corpus, {"train": main.train, "eval": main.eval}, None)
+    artifacts = {"train": str(main.train), "eval": str(main.eval)}
     metrics = {"n_train": counts["train"], "n_eval": counts["eval"]}
-    nodes = {"corpus": corpus, **nodes}
-    summary = f"{counts['train']} training and {counts['eval']} held-out problems ({folder.name})"
+    nodes = {"corpus": main.corpus, **nodes}
+    summary = f"{counts['train']} training and {counts['eval']} held-out problems ({main.folder.name}{_how(main)})"
+    eval_from = {"eval": main.eval_from}
     own = [s for s in curriculum_from_task(ctx.task).stages if s.data is not None]
     for s in own:
-        s_corpus, s_folder, s_train, s_eval = _prepare(ctx, s.data)
-        s_nodes, s_counts = _versions(ctx, s_corpus, {"train": s_train, "eval": s_eval}, s.name)
+        p = _prepare(ctx, s.data)
+        s_nodes, s_counts = _versions(ctx, p.corpus, {"train": p.train, "eval": p.eval}, s.name)
         for split in ("train", "eval"):
-            artifacts[f"{s.name}.{split}"] = str(s_train if split == "train" else s_eval)
+            artifacts[f"{s.name}.{split}"] = str(p.train if split == "train" else p.eval)
             nodes[f"{s.name}.{split}"] = s_nodes[split]
             metrics[f"{s.name}.n_{split}"] = s_counts[split]
-        nodes[f"{s.name}.corpus"] = s_corpus
-        summary += f"; {s.name}: {s_counts['train']} / {s_counts['eval']} ({s_folder.name})"
+        nodes[f"{s.name}.corpus"] = p.corpus
+        eval_from[f"{s.name}.eval"] = p.eval_from
+        summary += f"; {s.name}: {s_counts['train']} / {s_counts['eval']} ({p.folder.name}{_how(p)})"
     return StepResult(summary=summary, artifacts=artifacts, metrics=metrics, nodes=nodes,
-                      details={"stage_data": [s.name for s in own]})
+                      details={"stage_data": [s.name for s in own], "eval_from": eval_from})
+
+
+def _how(p: Prepared) -> str:
+    return f", {p.eval_from}" if p.eval_from not in ("demo", "eval_path") else ""
 
 
 # -- where a stage's data is -------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""Where a dataset's training rows and held-out rows come from.
+
+``plan_splits`` decides, in this order: a held-out source given apart (``eval_path``, its
+``eval_split`` or, when it has splits, its validation, else test split); a split of the
+training source named for it (``eval_split``); the training source's own validation, else
+test split (a DatasetDict or a folder with ``test.*`` files); else nothing, and the caller
+holds out a seeded share of the training rows (``held_out``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainteam.core.errors import BadInput
+from trainteam.curation.sources import canonical_split, pick_split, split_names
+
+HELD_OUT_MAX = 500  # rows held out of a training source at most: exact match generates for each
+EVAL_SPLITS = ("validation", "test")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One split of one source (``split`` None: the source is one split)."""
+
+    path: Path
+    split: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path} (split {self.split})" if self.split else str(self.path)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    train: Part
+    eval: Part | None  # None: held out of the training rows
+
+
+def plan_splits(path: Path, eval_path: Path | None = None, *, split: str | None = None,
+                eval_split: str | None = None) -> SplitPlan:
+    """The training part and the held-out part of a dataset (see the module's docstring)."""
+    splits = split_names(path)
+    train_split = pick_split(split, splits, path) if splits else split
+    train = Part(Path(path), train_split)
+    if eval_path is not None:
+        ev = Part(Path(eval_path), eval_split if eval_split is not None else _eval_split(split_names(eval_path),
+                                                                                           eval_path))
+    elif eval_split is not None:
+        ev = Part(Path(path), pick_split(eval_split, splits, path) if splits else eval_split)
+    else:
+        others = [s for s in splits if canonical_split(s) != canonical_split(train_split or "train")]
+        found = next((s for want in EVAL_SPLITS for s in others if canonical_split(s) == want), None)
+        ev = Part(Path(path), found) if found is not None else None
+    if ev is not None and ev.path == train.path and canonical_split(ev.split or "train") == canonical_split(
+            train.split or "train"):
+        raise BadInput(f"{path}: the held-out rows would be the training split ({train.split or 'train'})")
+    return SplitPlan(train, ev)
+
+
+def _eval_split(splits: list[str], where: Path) -> str | None:
+    """The split of a held-out source: its validation, else test split, else its only one."""
+    if not splits:
+        return None
+    found = next((s for want in EVAL_SPLITS for s in splits if canonical_split(s) == want), None)
+    if found is None and len(splits) != 1:
+        raise BadInput(f"{where}: has splits {', '.join(splits)} and none is validation or test; name the one to hold out")
+    return found or splits[0]
+
+
+def held_out(n: int, fraction: float, seed: int, most: int = HELD_OUT_MAX) -> frozenset[int]:
+    """Indices of the rows to hold out of ``n``: ``fraction`` of them (at least 1, at most ``most``,
+    and never all), drawn with ``seed``; the same inputs give the same rows."""
+    if n < 2:
+        raise BadInput(f"{n} row{'s' if n != 1 else ''}: too few to hold any out for evaluation")
+    k = min(most, max(1, round(n * fraction)), n - 1)
+    return frozenset(random.Random(seed).sample(range(n), k))
