@@ -149,7 +149,7 @@ def record_tokenizer(graph: KnowledgeGraph, key: str, *, sources: Sequence[str],
 def record_checkpoint(graph: KnowledgeGraph, key: str, *, run_id: str, step_node: str, trained_on: str,
                       tokenizer: str | None, derived_from: str | None, path: str, stage: str,
                       metrics: Mapping[str, Any], adapter: bool, method: str | None = None,
-                      seq_len: int | None = None) -> str:
+                      seq_len: int | None = None, prompt_format: str | None = None) -> str:
     """A stage's final weights (``key``: their content hash), produced_by the run and the step,
     trained_on its data, using its tokenizer, derived_from the checkpoint it continued."""
     edges = [(EdgeKind.PRODUCED_BY, node_id(NodeKind.RUN, run_id)), (EdgeKind.PRODUCED_BY, step_node),
@@ -159,7 +159,7 @@ def record_checkpoint(graph: KnowledgeGraph, key: str, *, run_id: str, step_node
     if derived_from:
         edges.append((EdgeKind.DERIVED_FROM, derived_from))
     return graph.link(NodeKind.CHECKPOINT, key, edges, path=path, stage=stage, run_id=run_id, metrics=dict(metrics),
-                      adapter=adapter, **_given(method=method, seq_len=seq_len))
+                      adapter=adapter, **_given(method=method, seq_len=seq_len, prompt_format=prompt_format))
 
 
 # -- evaluation, gates, models ------------------------------------------------------------------

@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainteam.core.errors import BadInput
+from trainteam.curation.answers import NUMERIC, AnswerSpec
 from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
-from trainteam.curation.formats import prompt_text
+from trainteam.curation.formats import Prompt, example, example_ids, prompt_format, prompt_ids, query, row_kind
 from trainteam.trainers import budget
 from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
-from trainteam.trainers.method_data import record_text
 from trainteam.trainers.models import load_model
 from trainteam.trainers.results import EvalResult
 from trainteam.trainers.tokenizer import load_tokenizer
@@ -55,21 +55,19 @@ class BatterySpec(BaseModel):
     batch_size: int = Field(default=64, gt=0, le=4096)
     limit: int | None = Field(default=None, gt=0, le=10_000_000, description="evaluate at most this many problems")
     reliability_limit: int = Field(default=64, gt=0, le=100_000, description="problems used by the reliability checks")
-    answer_pattern: str = Field(default=r"-?\d+", max_length=500, description="full-match regex an answer must follow")
     repetition_ngram: int = Field(default=3, ge=1, le=64)
     repetition_max_new_tokens: int = Field(default=32, gt=0, le=MAX_NEW_TOKENS)
     degenerate_threshold: float = Field(default=0.5, gt=0, le=1, description="repeated n-gram share that counts as degenerate")
     lm_eval_tasks: list[str] = Field(default_factory=list, description="harness tasks; empty: exact match as a harness task")
     lm_eval_include: Path | None = Field(default=None, description="folder of local harness task YAML")
 
-    @field_validator("answer_pattern")
+    @model_validator(mode="before")
     @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression ({exc})") from None
-        return v
+    def _answer_moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "answer_pattern" in data:
+            raise ValueError("answer_pattern: answers are checked by the task's `answer:` now, for every stage; "
+                             "write it there, e.g. answer: {kind: regex, pattern: '-?\\d+', full_match: true}")
+        return data
 
 
 DEFAULT_BATTERIES: dict[StageKind, BatterySpec] = {
@@ -114,8 +112,10 @@ def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: 
     import torch
 
     for i, r in enumerate(records):
-        if "text" not in r and not ("prompt" in r and "completion" in r):
-            raise BadInput(f"held-out records[{i}]: needs 'text' or 'prompt' and 'completion'")
+        try:
+            row_kind(r)
+        except ValueError:
+            raise BadInput(f"held-out records[{i}]: needs 'text', 'prompt' and 'completion', or 'messages'") from None
     if not records:
         raise BadInput("held-out records: none to measure loss on")
     if isinstance(model, (str, Path)):
@@ -123,15 +123,19 @@ def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: 
     model.eval()
     total, count = 0.0, 0
     pad = tokenizer.pad_token_id
+    fmt = prompt_format(tokenizer)
     for start in range(0, len(records), batch_size):
         budget.check("evaluation (held-out loss)")
         rows, labels = [], []
         for r in records[start : start + batch_size]:
-            ids = tokenizer(record_text(tokenizer, r), add_special_tokens=False)["input_ids"]
+            if row_kind(r) == "text":
+                ids = tokenizer(r["text"], add_special_tokens=False)["input_ids"]
+                n_prompt = 0
+            else:
+                prompt, ids = example_ids(tokenizer, r, fmt)
+                n_prompt = len(prompt) if completion_only else 0
             lab = list(ids)
-            if completion_only and r.get("prompt") is not None and r.get("completion") is not None:
-                n_prompt = len(tokenizer(prompt_text(tokenizer, r["prompt"]), add_special_tokens=False)["input_ids"])
-                lab[:n_prompt] = [-100] * n_prompt
+            lab[:n_prompt] = [-100] * n_prompt
             rows.append(ids)
             labels.append(lab)
         width = max(len(x) for x in rows)
@@ -148,23 +152,25 @@ def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: 
     return total / max(count, 1)
 
 
-def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int,
+def greedy_generations(model, tokenizer, prompts: Sequence[Prompt], *, max_new_tokens: int, batch_size: int,
                        what: str = "generation") -> list[dict]:
-    """Greedy continuations of ``prompt_text(p)``: ``{"ids"}`` up to (not incl.) EOS, ``{"eos"}`` whether
-    EOS came, ``{"text"}`` the decoded answer (special tokens dropped, stripped). ``what`` names the
-    work in the message of a budget stop between batches."""
+    """Greedy continuations of each prompt as ``formats.prompt_ids`` renders it for this tokenizer
+    (pass ``formats.query(row)``): ``{"ids"}`` up to (not incl.) EOS, ``{"eos"}`` whether EOS came,
+    ``{"text"}`` the decoded answer (special tokens dropped, stripped). ``what`` names the work in
+    the message of a budget stop between batches."""
     import torch
 
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     eos = tokenizer.eos_token_id
+    fmt = prompt_format(tokenizer)
     model.eval()  # dropout on would make "greedy" answers random
     out: list[dict] = []
     try:
         for s in range(0, len(prompts), batch_size):
             budget.check(what)
-            texts = [prompt_text(tokenizer, p) for p in prompts[s : s + batch_size]]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            ids = [prompt_ids(tokenizer, p, fmt) for p in prompts[s : s + batch_size]]
+            enc = tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(model.device)
             with torch.no_grad():
                 gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                      pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
@@ -178,32 +184,41 @@ def greedy_generations(model, tokenizer, prompts: Sequence[str], *, max_new_toke
     return out
 
 
-def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: int = 8, batch_size: int = 64) -> EvalResult:
-    """Greedy answers to ``prompt_text(prompt)`` (``greedy_generations``), the text before EOS compared to ``completion``."""
+def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: int = 8, batch_size: int = 64,
+                answer: AnswerSpec = NUMERIC) -> EvalResult:
+    """Greedy answers to ``prompt_text(prompt)`` (``greedy_generations``), the text before EOS checked against
+    the reference by ``answer`` (the task's AnswerSpec; default the demo's numbers)."""
     if isinstance(model, (str, Path)):
         model = load_model(Path(model))
-    bad = next((i for i, p in enumerate(problems) if not {"prompt", "completion"} <= set(p)), None)
+    bad = next((i for i, p in enumerate(problems) if _kind(p) not in ("pair", "chat")), None)
     if bad is not None:
-        raise BadInput(f"problems[{bad}]: needs fields prompt and completion")
-    gens = greedy_generations(model, tokenizer, [p["prompt"] for p in problems], max_new_tokens=max_new_tokens,
+        raise BadInput(f"problems[{bad}]: needs fields prompt and completion, or messages ending with an answer")
+    gens = greedy_generations(model, tokenizer, [query(p) for p in problems], max_new_tokens=max_new_tokens,
                               batch_size=batch_size, what="evaluation (exact match)")
     samples, correct = [], 0
     for p, g in zip(problems, gens, strict=True):
-        ok = g["text"] == str(p["completion"]).strip()
+        prompt, reference = example(p)
+        ok = answer.is_correct(g["text"], reference)
         correct += ok
-        samples.append({"prompt": p["prompt"], "expected": str(p["completion"]), "got": g["text"], "correct": ok})
+        samples.append({"prompt": prompt, "expected": reference, "got": g["text"], "correct": ok})
     n = len(problems)
     return EvalResult(accuracy=correct / n if n else 0.0, n=n, correct=correct, samples=samples)
 
 
-def format_adherence(gens: Sequence[dict], tokenizer, pattern: str, max_new_tokens: int) -> dict[str, Any]:
-    """Share of answers that end with EOS within the budget and fully match ``pattern``."""
-    rx = re.compile(pattern)
+def _kind(rec: Any) -> str | None:
+    try:
+        return row_kind(rec)
+    except (ValueError, AttributeError):
+        return None
+
+
+def format_adherence(gens: Sequence[dict], tokenizer, answer: AnswerSpec, max_new_tokens: int) -> dict[str, Any]:
+    """Share of answers that end with EOS within the budget and are well-formed (``answer.well_formed``)."""
     ok, bad = 0, []
     for g in gens:
         ids = g["ids"]
         text = tokenizer.decode(ids[:max_new_tokens], skip_special_tokens=True).strip()
-        good = g["eos"] and len(ids) < max_new_tokens and rx.fullmatch(text) is not None
+        good = g["eos"] and len(ids) < max_new_tokens and answer.well_formed(text)
         ok += good
         if not good and len(bad) < 5:
             bad.append(text)
@@ -276,12 +291,14 @@ def run_battery(
     train_records: Sequence[dict] | None = None,
     decontamination_report: dict[str, Any] | None = None,
     out_dir: str | Path | None = None,
+    answer: AnswerSpec = NUMERIC,
 ) -> BatteryResult:
     """Run the stage's battery on a model (object or checkpoint folder).
 
     ``eval_records`` are prompt/completion problems; ``heldout_records`` (default: the same
     problems) feed the loss; ``train_records`` are checked for overlap first unless the
-    data engine's ``decontamination_report`` for this eval set is given.
+    data engine's ``decontamination_report`` for this eval set is given. ``answer`` (the task's
+    AnswerSpec) says which answers are right (exact match) and well-formed (format adherence).
     """
     started = time.monotonic()
     kind = stage_kind(stage)
@@ -307,16 +324,17 @@ def run_battery(
                             batch_size=min(spec.batch_size, 32))
         metrics.update(heldout_loss=loss, perplexity=math.exp(min(loss, 50.0)))
     if "exact_match" in spec.metrics:
-        em = exact_match(model, tokenizer, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size)
+        em = exact_match(model, tokenizer, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
+                         answer=answer)
         metrics["exact_match"] = em.accuracy
         details["exact_match"] = {"n": em.n, "correct": em.correct, "samples": em.samples[:10]}
     reliability = {"format_adherence", "determinism", "repetition"} & set(spec.metrics)
     if reliability:
-        prompts = [r["prompt"] for r in records[: spec.reliability_limit]]
+        prompts = [query(r) for r in records[: spec.reliability_limit]]
         budget = max(spec.max_new_tokens, spec.repetition_max_new_tokens if "repetition" in reliability else 0)
         first = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=spec.batch_size)
         if "format_adherence" in reliability:
-            fa = format_adherence(first, tokenizer, spec.answer_pattern, spec.max_new_tokens)
+            fa = format_adherence(first, tokenizer, answer, spec.max_new_tokens)
             metrics["format_adherence"] = fa["format_adherence"]
             details["format_violations"] = fa["format_violations"]
         if "repetition" in reliability:

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
-from trainteam.curation.formats import prompt_text
+from trainteam.curation.formats import example, prompt_format, prompt_text, query
 
 
 class LmEvalResult(BaseModel):
@@ -53,12 +53,15 @@ def write_exact_match_task(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = out / f"{name}.jsonl"
-    n = 0
+    n, fmt = 0, prompt_format(tokenizer)
     with data.open("w") as fh:
         for i, r in enumerate(records):
-            if "prompt" not in r or "completion" not in r:
-                raise BadInput(f"lm-eval task {name}: record {i} needs 'prompt' and 'completion'")
-            fh.write(json.dumps({"context": prompt_text(tokenizer, r["prompt"]), "answer": str(r["completion"])}) + "\n")
+            try:
+                prompt, answer = example(r)
+            except (KeyError, ValueError):
+                raise BadInput(f"lm-eval task {name}: record {i} needs 'prompt' and 'completion', or 'messages'") from None
+            context = prompt_text(tokenizer, query(r), fmt)
+            fh.write(json.dumps({"context": context, "answer": answer}) + "\n")
             n += 1
     if n == 0:
         raise BadInput(f"lm-eval task {name}: no records")

@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.core.errors import BadInput
-from trainteam.curation.formats import completion_text, prompt_text
+from trainteam.curation import formats as F
+from trainteam.curation.formats import PromptFormat, completion_text, prompt_format, prompt_text, row_kind, text_of
 from trainteam.curation.packing import pack_token_stream
 from trainteam.curation.rows import read_rows
 
 REQUIRED = {
-    "pretrain": [("text",), ("prompt", "completion")],
-    "sft": [("prompt", "completion"), ("text",)],
+    "pretrain": [("text",), ("prompt", "completion"), ("messages",)],
+    "sft": [("prompt", "completion"), ("messages",), ("text",)],
     "dpo": [("prompt", "chosen", "rejected")],
-    "grpo": [("prompt", "completion")],
+    "grpo": [("prompt", "completion"), ("messages",)],
 }
 
 
@@ -53,10 +54,8 @@ def load_data(data: Any, method: str, name: str = "data"):
 
 
 def record_text(tokenizer, rec: dict) -> str:
-    """The full training text of one record (prompt context + completion, or raw text)."""
-    if rec.get("prompt") is not None and rec.get("completion") is not None:
-        return prompt_text(tokenizer, rec["prompt"]) + completion_text(tokenizer, str(rec["completion"]))
-    return rec["text"]
+    """The full training text of one record, rendered as training renders it (``formats.text_of``)."""
+    return text_of(tokenizer, rec, prompt_format(tokenizer))
 
 
 def packed_windows(tokenizer, ds, seq_len: int):
@@ -78,37 +77,85 @@ def packed_windows(tokenizer, ds, seq_len: int):
     return Dataset.from_dict({"input_ids": windows, "labels": [list(w) for w in windows]})
 
 
-def sft_dataset(tokenizer, ds):
-    """Prompt/completion (loss on the completion) or plain text, formatted as ``formats.py`` says."""
-    if "prompt" in ds.column_names and "completion" in ds.column_names:
-        def fmt(r):
-            return {"prompt": prompt_text(tokenizer, r["prompt"]), "completion": completion_text(tokenizer, str(r["completion"]))}
-
-        keep = ["prompt", "completion"]
+def _sft_rows(tokenizer, fmt: PromptFormat, rec: dict) -> list[dict]:
+    """One row as SFT rows: text as is; a pair as one prompt/completion; a conversation as one
+    prompt/completion per assistant reply (each learned once, in its own context). Chat rows on a
+    model with a template are TRL's conversational prompt/completion (lists of turns)."""
+    kind = row_kind(rec)
+    if kind == "text":
+        return [{"text": rec["text"]}]
+    tools = rec.get("tools")
+    if kind == "chat":
+        pairs = F.turns(rec)
     else:
-        def fmt(r):
-            return {"text": r["text"]}
+        prompt, completion = F.chat_pair(rec)
+        pairs = [(prompt, completion[0])]
+    if fmt == "chat":
+        rows = [{"prompt": p, "completion": [c]} for p, c in pairs]
+        return [{**r, "tools": tools} for r in rows] if tools else rows
+    return [{"prompt": prompt_text(tokenizer, p), "completion": completion_text(tokenizer, str(c.get("content") or ""))}
+            for p, c in pairs]
 
-        keep = ["text"]
-    drop = [c for c in ds.column_names if c not in keep]
-    return ds.map(fmt, remove_columns=drop)
+
+def _expand(ds, fn):
+    """``ds.map`` where one row may become several (a conversation with several replies)."""
+    def batch(cols):
+        rows = [dict(zip(cols, vals)) for vals in zip(*cols.values())]
+        out = [r for rec in rows for r in fn(rec)]
+        keys = list(dict.fromkeys(k for r in out for k in r))
+        return {k: [r.get(k) for r in out] for k in keys}
+
+    return ds.map(batch, batched=True, remove_columns=ds.column_names)
+
+
+def sft_dataset(tokenizer, ds):
+    """Text, pair or chat rows as SFT rows (loss on the answers), formatted as ``formats.py`` says."""
+    fmt = prompt_format(tokenizer)
+    return _expand(ds, lambda rec: _sft_rows(tokenizer, fmt, rec))
+
+
+def _side(value, fmt: PromptFormat):
+    """One side of a preference pair: turns for a chat model, ``answer + eos`` text otherwise."""
+    if fmt == "chat":
+        return [F.clean_message(m) for m in value] if isinstance(value, list) else [{"role": "assistant", "content": str(value)}]
+    return value if isinstance(value, list) else str(value)
 
 
 def dpo_dataset(tokenizer, ds):
-    def fmt(r):
-        return {
-            "prompt": prompt_text(tokenizer, r["prompt"]),
-            "chosen": completion_text(tokenizer, str(r["chosen"])),
-            "rejected": completion_text(tokenizer, str(r["rejected"])),
-        }
+    fmt = prompt_format(tokenizer)
 
-    return ds.map(fmt, remove_columns=[c for c in ds.column_names if c not in ("prompt", "chosen", "rejected")])
+    def fmt_row(r):
+        if fmt == "chat":
+            return {"prompt": F.as_messages(r["prompt"], r.get("system")),
+                    "chosen": _side(r["chosen"], fmt), "rejected": _side(r["rejected"], fmt)}
+        return {"prompt": prompt_text(tokenizer, r["prompt"], system=r.get("system")),
+                "chosen": completion_text(tokenizer, F.completion_content(r["chosen"])),
+                "rejected": completion_text(tokenizer, F.completion_content(r["rejected"]))}
+
+    return ds.map(fmt_row, remove_columns=list(ds.column_names))
 
 
 def grpo_dataset(tokenizer, ds):
-    """Prompts in the training context; the reference answer moves to ``answer`` for the rewards."""
-    def fmt(r):
-        return {"prompt": prompt_text(tokenizer, r["prompt"]), "answer": str(r["completion"])}
+    """Prompts in the training context (turns for a chat model, which TRL renders with the
+    template); the reference answer moves to ``answer`` for the rewards."""
+    fmt = prompt_format(tokenizer)
 
-    return ds.map(fmt, remove_columns=list(ds.column_names))
+    def fmt_row(r):
+        prompt, reference = F.example(r)
+        if fmt == "chat":
+            return {"prompt": F.as_messages(prompt, r.get("system")), "answer": reference}
+        return {"prompt": prompt_text(tokenizer, prompt, system=r.get("system")), "answer": reference}
 
+    return ds.map(fmt_row, remove_columns=list(ds.column_names))
+
+
+def row_lengths(tokenizer, ds) -> list[int]:
+    """Tokens of each SFT row as TRL will tokenize it (``sft_dataset``'s output)."""
+    if "text" in ds.column_names:
+        return [len(ids) for ids in tokenizer(list(ds["text"]), add_special_tokens=False)["input_ids"]]
+    if ds and isinstance(ds[0]["prompt"], list):
+        tools = ds["tools"] if "tools" in ds.column_names else [None] * len(ds)
+        return [len(tokenizer.apply_chat_template(p + c, tools=t, tokenize=True, return_dict=True)["input_ids"])
+                for p, c, t in zip(ds["prompt"], ds["completion"], tools)]
+    texts = [p + c for p, c in zip(ds["prompt"], ds["completion"])]
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]

@@ -25,6 +25,7 @@ from trainteam.core.db import JSONText, metadata, utcnow
 from trainteam.core.errors import BadInput, NotFound
 from trainteam.core.hashing import named_files_hash
 from trainteam.core.ids import prefix_allowed
+from trainteam.curation.formats import PromptFormat, folder_prompt_format
 
 models_table = Table(
     "registry_models",
@@ -74,6 +75,12 @@ class ModelRecord(BaseModel):
     lineage: dict[str, Any] = Field(default_factory=dict)
     created_at: str
     roles: list[str] = Field(default_factory=list)
+
+    @property
+    def prompt_format(self) -> PromptFormat:
+        """How the model reads a prompt (``curation.formats``), recorded in ``lineage`` when it was
+        registered: the chat template it was trained, evaluated and is served with, or plain."""
+        return self.lineage.get("prompt_format", "plain")
 
 
 def checkpoint_hash(path: Path) -> str:
@@ -129,6 +136,7 @@ class ModelRegistry:
             return existing
         model_id = f"m-{digest[:12]}"
         lin = dict(lineage or {})
+        lin.setdefault("prompt_format", folder_prompt_format(path))
         if run_id:
             lin.setdefault("run_id", run_id)
         record = dict(

@@ -10,9 +10,10 @@ by configuration. Two backends:
 - ``vllm``: when vLLM is installed and a GPU is present, its own OpenAI server is
   started on the checkpoint folder (``vllm serve``); nothing of it is re-implemented.
 
-Prompts: a tokenizer with a chat template gets the messages through it; one without
-(the team's task models) gets the last user message in the training format
-(``prompt_text``), which is what it learned to answer.
+Prompts are built by ``curation.formats.prompt_ids``, the function evaluation uses: a
+tokenizer with a chat template gets the messages through it; one without (the team's
+task models) gets the last user message in the plain training format, which is what it
+learned to answer. So the prompt tokens served are the ones the judge evaluated.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from trainteam.core.errors import BadInput
-from trainteam.curation.formats import prompt_text
+from trainteam.curation.formats import PromptFormat, prompt_format, prompt_ids
 from trainteam.trainers.models import load_model
 from trainteam.trainers.tokenizer import load_tokenizer
 
@@ -43,6 +44,14 @@ class _RequestError(Exception):
         self.status, self.message, self.param = status, message, param
 
 
+def _text_parts(message: dict[str, Any]) -> dict[str, Any]:
+    """A message whose OpenAI content parts (``[{"type": "text", "text": ...}]``) are joined to one string."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return {**message, "content": content}
+
+
 class ChatModel:
     """A loaded checkpoint that answers chat messages (greedy at temperature 0)."""
 
@@ -52,21 +61,21 @@ class ChatModel:
         self.max_new_tokens = max_new_tokens
         self.model = load_model(self.path).eval()
         self.tokenizer = load_tokenizer(self.path)
+        self.prompt_format: PromptFormat = prompt_format(self.tokenizer)
         self.created = int(time.time())
         self._lock = threading.Lock()  # one generate at a time: torch threads are shared
 
-    def _prompt(self, messages: list[dict[str, Any]]) -> str:
+    def _prompt_ids(self, messages: list[dict[str, Any]], tools: list | None = None) -> list[int]:
+        """The prompt's tokens, built as evaluation builds them (``formats.prompt_ids``): the chat
+        template over the messages, or, for a model without one, the last user message in the
+        plain training format."""
         tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
+        if self.prompt_format == "chat":
+            return prompt_ids(tok, [_text_parts(m) for m in messages], "chat", tools=tools)
         users = [m for m in messages if m.get("role") == "user"]
         if not users:
             raise _RequestError(HTTPStatus.BAD_REQUEST, "messages: needs a user message", "messages")
-        content = users[-1].get("content")
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        return prompt_text(tok, str(content))
+        return prompt_ids(tok, str(_text_parts(users[-1]).get("content")), "plain")
 
     def _prepare(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """Validate a request; return the encoded prompt and the ``generate`` arguments."""
@@ -82,7 +91,9 @@ class ChatModel:
             raise _RequestError(HTTPStatus.BAD_REQUEST, "max_tokens: a positive integer is required", "max_tokens")
         temperature = float(body.get("temperature") if body.get("temperature") is not None else 0.0)
         tok = self.tokenizer
-        enc = tok(self._prompt(messages), return_tensors="pt", add_special_tokens=False).to(self.model.device)
+        ids = self._prompt_ids(messages, body.get("tools") if isinstance(body.get("tools"), list) else None)
+        enc = {"input_ids": torch.tensor([ids], device=self.model.device),
+               "attention_mask": torch.ones(1, len(ids), dtype=torch.long, device=self.model.device)}
         kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id,
                                   "eos_token_id": tok.eos_token_id}
         if temperature > 0:

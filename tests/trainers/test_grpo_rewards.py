@@ -1,14 +1,16 @@
-"""GRPO: verifiable rewards score answers exactly; loss variants and clip-higher reach TRL's config."""
+"""GRPO: verifiable rewards score answers by the task's AnswerSpec (numbers or text); loss variants
+and clip-higher reach TRL's config."""
 
 from __future__ import annotations
 
 import pytest
 
 from trainteam.core.errors import BadInput
+from trainteam.curation.answers import NUMERIC, AnswerSpec
+from trainteam.curation.rewards import default_rewards, score_reward
 from trainteam.trainers import TrainConfig, train
 from trainteam.trainers.config import GRPOOptions
 from trainteam.trainers.methods import grpo_args
-from trainteam.curation.rewards import default_rewards
 
 
 def test_rewards_check_the_answer_and_its_end(tok):
@@ -49,3 +51,48 @@ def test_grpo_dr_grpo_variant_trains(tmp_path, tiny, tok, arith):
     assert rep.steps_done == 2
     rewards = [e for e in rep.log_history if "reward" in e]
     assert rewards and all(0.0 <= e["reward"] <= 1.2 for e in rewards)
+
+
+def test_text_answers_get_reward_signal(tok):
+    """A text task: the old numeric rule scored every answer 0; the task's AnswerSpec tells them apart,
+    on plain completions and on chat completions (TRL's assistant turns)."""
+    eos = tok.eos_token_id
+    comps = ["Paris", " paris. ", "Rome", "Paris is nice"]
+    ids = [[50, eos]] * 4
+    refs = ["Paris"] * 4
+    exact, fmt = default_rewards(tok, AnswerSpec())
+    assert exact(comps, answer=refs, completion_ids=ids) == [1.0, 1.0, 0.0, 0.0]
+    chat = [[{"role": "assistant", "content": c}] for c in comps]
+    assert exact(chat, answer=refs, completion_ids=ids) == [1.0, 1.0, 0.0, 0.0]
+    assert fmt(chat, completion_ids=ids) == [0.2] * 4
+    old_exact, old_fmt = default_rewards(tok, NUMERIC)
+    assert set(old_exact(comps, answer=refs)) == {0.0} and set(old_fmt(comps, completion_ids=ids)) == {0.0}
+    _, choice_fmt = default_rewards(tok, AnswerSpec(kind="choice", labels=["odd", "even"]))
+    assert choice_fmt(["odd", "even!", "odd or even", "seven"], completion_ids=ids) == [0.2, 0.2, 0.0, 0.0]
+    assert score_reward("Paris", "paris", answer=AnswerSpec()).total > score_reward("Rome", "paris", answer=AnswerSpec()).total
+
+
+def test_grpo_on_a_text_task_gets_signal(tmp_path, tiny, tok, arith):
+    """Real GRPO steps on a text task (is the sum odd or even?) after a short SFT: the rewards the
+    task's AnswerSpec gives vary within groups, so the advantages are not all zero."""
+    rows = [{"prompt": r["prompt"], "completion": "even" if int(r["completion"]) % 2 == 0 else "odd"}
+            for r in arith[0][:128]]
+    sft = train("sft", TrainConfig(output_dir=tmp_path / "sft", max_steps=60, per_device_batch_size=16,
+                                   learning_rate=1e-2, seq_len=32), tiny, rows, tokenizer=tok, progress=False)
+    seen: list[str] = []
+
+    def spy(completions, **_):
+        seen.extend(completions)
+        return [0.0] * len(completions)
+
+    spec = AnswerSpec(kind="choice", labels=["odd", "even"])
+    cfg = TrainConfig(output_dir=tmp_path / "grpo", max_steps=3, per_device_batch_size=8, learning_rate=1e-4,
+                      seq_len=32, grpo=GRPOOptions(num_generations=4, max_completion_length=6))
+    rep = train("grpo", cfg, sft.final_dir, rows[:24], tokenizer=tok, progress=False,
+                reward_funcs=default_rewards(tok, spec) + [spy])
+    logs = [e for e in rep.log_history if "rewards/exact_answer/mean" in e]
+    assert rep.steps_done == 3 and logs
+    assert any(e["rewards/exact_answer/mean"] > 0 for e in logs)
+    assert any(e["reward_std"] > 0 for e in logs)  # rewards differ inside a group: GRPO has something to learn
+    assert any(spec.well_formed(c) for c in seen)
+    assert not any(NUMERIC.well_formed(c) for c in seen)  # the numeric rule would have scored them all 0

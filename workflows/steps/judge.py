@@ -52,7 +52,7 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
     out_dir = ctx.ws.dir("reports") / ctx.run_id / "evals" / key.split("/", 1)[-1].replace("#", "-")
     result = run_battery(ckpt, load_tokenizer(tokenizer_dir), read_jsonl(eval_path), stage=stage.kind, spec=spec,
                          train_records=train_records, decontamination_report=decon,
-                         out_dir=out_dir if "lm_eval" in spec.metrics else None)
+                         out_dir=out_dir if "lm_eval" in spec.metrics else None, answer=ctx.task.answer)
     result = result.model_copy(update={"stage": stage.name})
     node = record_eval(ctx.graph, key, run_id=ctx.run_id, stage=result.stage, stage_kind=result.kind,
                        metrics=result.metrics, n_eval=result.n_eval, decontamination=result.decontamination,
