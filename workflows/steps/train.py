@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,12 @@ from trainteam.agents.toolbox import Carried, NeedsPerson, Resume, StepResult, T
 from trainteam.core.hashing import weights_hash
 from trainteam.curation import build_preference_pairs, score_reward
 from trainteam.curation.demo import read_jsonl
+from trainteam.curation.rewards import default_rewards
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_checkpoint, record_gate, record_tokenizer
 from trainteam.trainers import budget
 from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
+from trainteam.curation.formats import example, folder_prompt_format, query, row_kind
 from trainteam.trainers.eval_battery import greedy_generations
 from trainteam.trainers.gates import accept_failed_gate, evaluate_gate
 from trainteam.trainers.models import build_model, load_model
@@ -78,7 +81,7 @@ def _checkpoint_node(ctx: ToolContext, final_dir: Path, stage: str, data_node: s
     return record_checkpoint(ctx.graph, weights_hash(final_dir)[:16], run_id=ctx.run_id, step_node=ctx.step_node,
                              trained_on=data_node, tokenizer=tok_node, derived_from=parent, path=str(final_dir),
                              stage=stage, metrics=metrics, adapter=(final_dir / "adapter_config.json").exists(),
-                             method=method, seq_len=seq_len)
+                             method=method, seq_len=seq_len, prompt_format=folder_prompt_format(final_dir))
 
 
 class _Stage:
@@ -143,7 +146,7 @@ class _Stage:
         ctx = self.ctx
         cfg, proposal = self._config(stage, model)
         report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
-                              apply_proposal=proposal)
+                              apply_proposal=proposal, reward_funcs=default_rewards(self.tokenizer, ctx.task.answer))
         new = [list(x) for x in report.losses]
         if new:  # points from before the rollback stay; the resumed run's points follow them
             self.curves[stage] = [p for p in self.curves.get(stage, []) if p[0] < new[0][0]] + new
@@ -379,24 +382,23 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
 
 def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dict], limit: int = 512) -> list[dict]:
     """DPO pairs from the model's own answers: the reference is chosen; the model's wrong
-    answer is rejected, or — where it was right — the answer with one digit changed."""
-    rows = [r for r in records if "prompt" in r and "completion" in r][:limit]
+    answer is rejected, or — where it was right by the task's ``answer`` rule — a wrong one
+    (``AnswerSpec.wrong_answer``: a number with one digit changed, another label, another row's answer)."""
+    rows = [r for r in records if row_kind(r) in ("pair", "chat")][:limit]
     model = load_model(ckpt)
-    gens = greedy_generations(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens=ctx.task.eval.max_new_tokens,
+    gens = greedy_generations(model, tokenizer, [query(r) for r in rows], max_new_tokens=ctx.task.eval.max_new_tokens,
                               batch_size=ctx.task.eval.batch_size)
+    spec, rng = ctx.task.answer, random.Random(ctx.task.data.seed)
+    references = [example(r)[1] for r in rows]
     samples = []
-    for r, g in zip(rows, gens):
+    for i, (reference, g) in enumerate(zip(references, gens)):
         answer = str(g.get("text", g.get("completion", ""))).strip()
-        if answer == r["completion"]:
-            digits = list(answer) or ["0"]
-            i = len(digits) - 1
-            digits[i] = str((int(digits[i]) + 1) % 10) if digits[i].isdigit() else "0"
-            answer = "".join(digits)
-        samples.append({"prompt": r["prompt"], "completion": r["completion"],
-                        "reward": score_reward(r["completion"], r["completion"]).total})
-        samples.append({"prompt": r["prompt"], "completion": answer,
-                        "reward": score_reward(answer, r["completion"]).total})
-    return build_preference_pairs(samples)
+        if spec.is_correct(answer, reference):
+            answer = spec.wrong_answer(reference, rng, references)
+        for completion in (reference, answer):  # grouped by row: a chat prompt is a list of turns
+            samples.append({"prompt": str(i), "completion": completion,
+                            "reward": score_reward(completion, reference, answer=spec).total})
+    return [{**pair, "prompt": query(rows[int(pair["prompt"])])} for pair in build_preference_pairs(samples)]
 
 
 def align(ctx: ToolContext) -> StepResult:
@@ -418,7 +420,9 @@ def align(ctx: ToolContext) -> StepResult:
         what = f"{st.name}: trained before ({final_dir.parent.name}/{final_dir.name})"
     else:
         records = _records(str(data_path))
-        train_data = _preference_pairs(ctx, ckpt, tokenizer, records) if method == "dpo" else records
+        given = method == "dpo" and records and all(row_kind(r) == "preference" for r in records)
+        # DPO on the user's chosen/rejected rows as given; else pairs from the model's own answers
+        train_data = _preference_pairs(ctx, ckpt, tokenizer, records) if method == "dpo" and not given else records
         node, report = runner.run(st.name, ckpt, train_data, start["nodes"]["checkpoint"], data_node)
         if node is None:
             return runner.stopped(st.name, report)
