@@ -29,6 +29,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from trainteam.curation.answers import default_answer
 from trainteam.agents.briefing import data_line, model_line
 from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
@@ -194,7 +195,10 @@ def _grounded_settings(task, text: str, said: Reading) -> None:
     prefixes = {p.split("[")[0].rsplit(".", i)[0] for p in read for i in range(p.count(".") + 1)}
     numbers = stated_numbers(text) | {v for v in read.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     lowered = text.lower()
-    for path, value in _leaves(task.model_dump(mode="json", exclude_defaults=True)):
+    moved = task.model_dump(mode="json", exclude_defaults=True)
+    if task.answer == default_answer(demo=task.data.demo is not None):
+        moved.pop("answer", None)  # chosen from the data (a default that depends on it), not set
+    for path, value in _leaves(moved):
         if value is None or read.get(path, object()) == value or _JUDGEMENT.fullmatch(path):
             continue
         if isinstance(value, bool):
