@@ -224,8 +224,12 @@ def late_cases() -> list[Case]:
         _task_case("late", "name too long", "name", task_yaml(name="n" * 300)),
         _task_case("late", "demo and path", "data", task_yaml(**{"data.path": "train.jsonl"}), files={"train.jsonl": good}),
         _task_case("late", "curation unknown field", "curation", task_yaml(curation={"dedupe": True})),
-        _task_case("late", "answer pattern not a regex", "answer_pattern", task_yaml(curriculum=[{
-            "name": "pretrain", "battery": {"metrics": ["exact_match"], "answer_pattern": "(["}}])),
+        _task_case("late", "answer pattern not a regex", "answer.pattern", task_yaml(answer={"kind": "regex", "pattern": "(["})),
+        _task_case("late", "battery answer_pattern (moved to answer)", "answer_pattern", task_yaml(curriculum=[{
+            "name": "pretrain", "battery": {"metrics": ["exact_match"], "answer_pattern": r"-?\d+"}}])),
+        _task_case("late", "answer verifier that does not import", "answer.function", task_yaml(answer={
+            "kind": "verifier", "function": "no_such_module_here:check"})),
+        _task_case("late", "answer labels on an exact answer", "answer.labels", task_yaml(answer={"labels": ["a", "b"]})),
         # data files
         _task_case("late", "data.path a folder", "data.path", _data_task(train="sub"), files={"sub/x": "", "eval.jsonl": good}),
         _task_case("late", "data.path /dev/zero", "data.path", _data_task(train="/dev/zero"), files={"eval.jsonl": good}),
