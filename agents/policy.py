@@ -161,6 +161,10 @@ class OfflinePolicy:
         if outcome == "stage_gate_failed":  # an earlier curriculum stage failed its gate: a person decides
             return self._finish(messages, info, summary, "stop",
                                 ["stage gate failed: only a person can accept it (on_gate_failure: ask)"])
+        if outcome == "too_much_dropped":  # curation removed more than the task allows: not for me to wave on
+            return self._finish(messages, info, summary, "stop",
+                                ["curation removed more than max_drop_fraction: a person decides whether "
+                                 "training goes on with what is left"])
         metrics = result.get("metrics") or {}
         keep = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")
         reasons = [f"{k}={v:.4g}" for k, v in sorted(metrics.items())

@@ -18,15 +18,16 @@ from typing import Any, Callable, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "spike_limit", "stage_gate_failed", "over_budget",
-                  "needs_approval", "error"]
+                  "too_much_dropped", "needs_approval", "error"]
 
 # How a step goes on once a person approved what it asked:
 # restart: apply the spike restart proposal; accept_stage_gate: promote a curriculum stage whose gate failed;
 # keep_spiked: keep the weights from before an unresolved spike; extend_budget: the same work, resumed from its
 # checkpoint under the extension; accept_gate: promote a failed gate; conversation: the persona's paused
-# conversation continues with the decision (pydantic-ai deferred tool call); go_ahead: start the step.
+# conversation continues with the decision (pydantic-ai deferred tool call); go_ahead: start the step;
+# accept_curation: train on what curation left, although it removed more than the task's max_drop_fraction.
 ResumeKind = Literal["restart", "accept_stage_gate", "keep_spiked", "extend_budget", "accept_gate", "conversation",
-                     "go_ahead"]
+                     "go_ahead", "accept_curation"]
 
 
 class Carried(BaseModel):
@@ -84,6 +85,8 @@ class StepInputs(BaseModel):
     kept_after_spike: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                                         description="stage -> the weights kept, with the approval")
     budget_extended: bool = False
+    accepted_curation: dict[str, Any] | None = Field(None, description="the approval that accepted what curation "
+                                                     "left, over the max_drop_fraction")
     before: Carried = Field(default_factory=Carried)
 
     def after(self, needs: NeedsPerson, decision: dict[str, Any]) -> "StepInputs":
@@ -100,6 +103,8 @@ class StepInputs(BaseModel):
             changed["budget_extended"] = True
         elif r.kind == "accept_gate":
             changed = {"accepted_gate": decision}
+        elif r.kind == "accept_curation":
+            changed = {"accepted_curation": decision}
         else:  # conversation / go_ahead: the decision itself is the input
             changed = {}
         return self.model_copy(update=changed)

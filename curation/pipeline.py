@@ -1,6 +1,11 @@
 """``curate()``: the whole chain in one call, streaming, with lineage.
 
-source -> exact dedup -> quality filters -> decontamination -> near-dup dedup -> output.
+source -> [row checks] -> exact dedup -> quality filters -> decontamination -> near-dup dedup -> output.
+
+Pretraining text goes through the text-quality filters. Chat, prompt/completion and preference
+rows (``config.rows``; records from ``row_checks.row_records``) get the row-level checks of
+``row_checks`` instead, dedup compares their rendering, and decontamination their prompt side
+against the eval rows' prompt side (a leaking row is dropped: a conversation is not cut).
 
 Near-dup removal needs to see every document before it can choose survivors, so
 the records that pass the first stages are spilled to disk (byte offsets kept)
@@ -11,6 +16,7 @@ spill and a second pass copies the survivors. Memory is the band keys and offset
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import time
@@ -35,6 +41,7 @@ from trainteam.curation.lineage import (
     version_key,
 )
 from trainteam.curation.quality import QualityConfig, QualityFilter
+from trainteam.curation.row_checks import RowChecker, RowChecksConfig, RowExample, contents, prompt_side, row_of
 from trainteam.curation.sources import SkipCounter, iter_records, source_name
 from trainteam.curation.text import Words, tokenize
 from trainteam.core.errors import BadInput
@@ -56,6 +63,11 @@ class CurationConfig(BaseModel):
     quality: QualityConfig | None = Field(default_factory=QualityConfig)
     decontam: DecontamConfig | None = Field(default_factory=DecontamConfig)
     near_dedup: NearDupConfig | None = Field(default_factory=NearDupConfig)
+    rows: RowChecksConfig | None = Field(None, description="chat, prompt/completion and preference rows: the "
+                                         "row-level checks; records come from row_checks.row_records")
+    max_drop_fraction: float | None = Field(0.5, ge=0, le=1, description="more of the input removed than this "
+                                            "and a run stops to ask a person (None: never asks); not part "
+                                            "of the version, which it does not change")
     batch_size: int = Field(2000, ge=1, le=1_000_000)
     max_listed: int = Field(1000, ge=0, description="ids listed per category in the report (counts are exact)")
 
@@ -73,6 +85,9 @@ class CurationReport(BaseModel):
     reused: bool = False
     counts: dict[str, int] = Field(default_factory=dict)
     quality_dropped: dict[str, int] = Field(default_factory=dict)
+    quality_examples: dict[str, list[str]] = Field(default_factory=dict, description="rule -> a few ids it dropped")
+    row_dropped: dict[str, int] = Field(default_factory=dict, description="row-level rule -> rows it dropped")
+    row_examples: dict[str, list[RowExample]] = Field(default_factory=dict)
     leaked_eval_examples: dict[str, list[str]] = Field(default_factory=dict)
     leak_dropped_ids: list[str] = Field(default_factory=list)
     leak_cut_ids: list[str] = Field(default_factory=list)
@@ -94,8 +109,8 @@ class CurationReport(BaseModel):
         lines = [
             f"dataset version {self.version}" + (" (reused: already curated)" if self.reused else ""),
             f"  input {c.get('input', 0)}  ->  output {c.get('output', 0)}",
-            f"  skipped malformed {c.get('skipped_bad', 0)}, exact dups {c.get('exact_duplicates', 0)}, "
-            f"quality {c.get('quality_dropped', 0)}, leaks dropped {c.get('leak_dropped', 0)} / cut {c.get('leak_cut', 0)}, "
+            f"  skipped malformed {c.get('skipped_bad', 0)}, row checks {c.get('row_dropped', 0)}, "
+            f"exact dups {c.get('exact_duplicates', 0)}, quality {c.get('quality_dropped', 0)}, leaks dropped {c.get('leak_dropped', 0)} / cut {c.get('leak_cut', 0)}, "
             f"near dups {c.get('near_duplicates', 0)}",
         ]
         for name, n in self.injected.items():
@@ -104,6 +119,31 @@ class CurationReport(BaseModel):
         if self.output:
             lines.append(f"  written to {self.output}")
         return "\n".join(lines)
+
+    def drop_fraction(self) -> float:
+        """The share of the input that did not reach the output (cut pieces of a leaking text count
+        as kept)."""
+        n = self.counts.get("input", 0)
+        return max(0.0, (n - self.counts.get("output", 0)) / n) if n else 0.0
+
+    def removed(self, limit: int = 3) -> dict[str, dict[str, Any]]:
+        """Every rule that removed records: ``{rule: {"count": n, "examples": [...]}}`` (a few
+        ids with the reason), as a person reads it before training goes on with what is left."""
+        c = self.counts
+        found: dict[str, tuple[int, list[str]]] = {
+            "skipped_malformed": (c.get("skipped_bad", 0), self.skipped_examples[:limit]),
+            "exact_duplicates": (c.get("exact_duplicates", 0),
+                                 [f"{d} (same as {k})" for d, k in self.exact_duplicates[:limit]]),
+            "eval_leaks": (c.get("leak_dropped", 0) + c.get("leak_cut", 0),
+                           (self.leak_dropped_ids + self.leak_cut_ids)[:limit]),
+            "near_duplicates": (c.get("near_duplicates", 0),
+                                [f"{d} (~{k}, Jaccard {s:.2f})" for d, k, s in self.near_duplicates[:limit]]),
+        }
+        for rule, n in self.row_dropped.items():
+            found[f"rows.{rule}"] = (n, [f"{e.id}: {e.why}" for e in self.row_examples.get(rule, [])[:limit]])
+        for rule, n in self.quality_dropped.items():
+            found[f"quality.{rule}"] = (n, self.quality_examples.get(rule, [])[:limit])
+        return {rule: {"count": n, "examples": ex} for rule, (n, ex) in found.items() if n}
 
 
 def load_eval_sets(eval_sets: Mapping[str, Any] | None) -> dict[str, list[dict]]:
@@ -123,18 +163,50 @@ def _batches(it: Iterator[dict], size: int) -> Iterator[list[dict]]:
         yield batch
 
 
+def _leak_text(rows: RowChecksConfig | None):
+    """What decontamination compares of a row (training or eval): its prompt side, or its contents."""
+    return prompt_side if rows is not None and rows.leaks_on == "prompt" else contents
+
+
+def _index_sets(eval_sets: dict[str, list[dict]], rows: RowChecksConfig | None) -> dict[str, list[dict]]:
+    """The eval examples as decontamination reads them: the side of each row that ``rows.leaks_on``
+    names when the training records are rows; else text, prompt and completion, or a conversation's
+    contents."""
+    side = _leak_text(rows)
+    out: dict[str, list[dict]] = {}
+    for name, examples in eval_sets.items():
+        shaped = []
+        for k, ex in enumerate(examples):
+            if rows is not None or ("text" not in ex and "prompt" not in ex) or "chosen" in ex:
+                try:
+                    text = side(ex)
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise BadInput(f"eval set {name}: example {k + 1}: {exc}") from None
+                shaped.append({"id": ex.get("id", k), "text": text})
+            else:
+                shaped.append(ex)
+        out[name] = shaped
+    return out
+
+
 class _Run:
     """State of one curation pass: counters, report lists, and the stages."""
 
-    def __init__(self, config: CurationConfig, eval_sets: dict[str, list[dict]]):
+    def __init__(self, config: CurationConfig, eval_sets: dict[str, list[dict]], tokenizer: Any = None):
         self.cfg = config
         self.counts = dict.fromkeys(
-            ("input", "skipped_bad", "exact_duplicates", "quality_dropped", "leak_dropped", "leak_cut", "near_duplicates", "output"), 0
+            ("input", "skipped_bad", "row_dropped", "exact_duplicates", "quality_dropped", "leak_dropped", "leak_cut",
+             "near_duplicates", "output"), 0
         )
         self.injected = {k: InjectedCount() for k in ("duplicates", "leaks", "junk")}
+        self.rows = RowChecker(config.rows, tokenizer) if config.rows else None
         self.exact = ExactDeduper() if config.exact_dedup else None
-        self.quality = QualityFilter(config.quality) if config.quality else None
-        self.index = EvalIndex.build(eval_sets, config.decontam) if config.decontam and eval_sets else None
+        self.quality = QualityFilter(config.quality, max_examples=config.max_listed) if config.quality else None
+        decontam = config.decontam
+        if decontam is not None and self.rows is not None:
+            decontam = decontam.model_copy(update={"mode": "drop"})  # a conversation is dropped, never cut
+        self.index = EvalIndex.build(_index_sets(eval_sets, config.rows), decontam) \
+            if decontam and eval_sets else None
         self.lsh = MinHashLSH(config.near_dedup) if config.near_dedup else None
         self.leaked: dict[str, set[str]] = {}
         self.exact_pairs: list[tuple[str, str]] = []
@@ -151,54 +223,66 @@ class _Run:
             if flag:
                 self.injected[name].caught += 1
 
+    def _keep(self, batch: list[dict], words: Words, keep, counter: str) -> tuple[list[dict], Words]:
+        """The records where ``keep`` is true; the others counted under ``counter`` (and as caught)."""
+        for rec, k in zip(batch, keep):
+            if not k:
+                self.counts[counter] += 1
+                self._caught(rec)
+        return [r for r, k in zip(batch, keep) if k], words.select(keep)
+
     def stage_one(self, batch: list[dict]) -> tuple[list[dict], Words]:
-        """Exact dedup, quality, decontamination; returns the records that go on and their
-        words. The batch is tokenized once and every stage reads that (a record cut by
+        """Row checks, exact dedup, quality, decontamination; returns the records that go on and
+        their words. The batch is tokenized once and every stage reads that (a record cut by
         decontamination is tokenized again; its pieces go after the batch's clean records)."""
-        listed = self.cfg.max_listed
         for rec in batch:
             for flag, name in zip(self._flags(rec), ("duplicates", "leaks", "junk")):
                 if flag:
                     self.injected[name].injected += 1
         words = tokenize([r["text"] for r in batch], stats=self.quality is not None)
-        if self.exact is not None:
-            keep = np.ones(len(batch), dtype=bool)
-            for k, (rec, first) in enumerate(zip(batch, self.exact.batch_words([r["id"] for r in batch], words))):
-                if first is None:
-                    continue
-                keep[k] = False
-                self.counts["exact_duplicates"] += 1
-                self._caught(rec)
-                if len(self.exact_pairs) < listed:
+        if self.rows is not None:
+            keep = self.rows.batch([r["id"] for r in batch], [row_of(r) for r in batch])
+            batch, words = self._keep(batch, words, keep, "row_dropped")
+        if self.exact is not None and batch:
+            firsts = self.exact.batch_words([r["id"] for r in batch], words)
+            for rec, first in zip(batch, firsts):
+                if first is not None and len(self.exact_pairs) < self.cfg.max_listed:
                     self.exact_pairs.append((rec["id"], first))
-            batch, words = [r for r, k in zip(batch, keep) if k], words.select(keep)
+            batch, words = self._keep(batch, words, [f is None for f in firsts], "exact_duplicates")
         if self.quality is not None and batch:
-            verdicts = self.quality.batch([r["text"] for r in batch], words)
-            for rec, ok in zip(batch, verdicts):
-                if not ok:
-                    self.counts["quality_dropped"] += 1
-                    self._caught(rec)
-            batch, words = [r for r, k in zip(batch, verdicts) if k], words.select(verdicts)
+            verdicts = self.quality.batch([r["text"] for r in batch], words, ids=[r["id"] for r in batch])
+            batch, words = self._keep(batch, words, verdicts, "quality_dropped")
         if self.index is not None and batch:
-            clean = np.ones(len(batch), dtype=bool)
-            pieces: list[dict] = []
-            for k, (rec, outcome) in enumerate(zip(batch, decontaminate(batch, self.index, words))):
-                if outcome.action == "clean":
-                    continue
-                clean[k] = False
-                pieces.extend(outcome.kept)
-                self._caught(rec)
-                for name in outcome.leaked:
-                    set_name, _, ex_id = name.partition("/")
-                    self.leaked.setdefault(set_name, set()).add(ex_id)
-                key = "leak_dropped" if outcome.action == "dropped" else "leak_cut"
-                self.counts[key] += 1
-                target = self.leak_dropped if outcome.action == "dropped" else self.leak_cut
-                if len(target) < listed:
-                    target.append(rec["id"])
-            batch, words = [r for r, k in zip(batch, clean) if k], words.select(clean)
-            if pieces:
-                batch, words = batch + pieces, words.concat(tokenize([p["text"] for p in pieces]))
+            batch, words = self._decontaminate(batch, words)
+        return batch, words
+
+    def _decontaminate(self, batch: list[dict], words: Words) -> tuple[list[dict], Words]:
+        """Drop (or cut) the records that share an n-gram with an eval example; rows are compared on
+        their prompt side (``row_checks.prompt_side``) or contents (``leaks_on``), text on the text."""
+        listed = self.cfg.max_listed
+        found = words
+        if self.rows is not None:
+            side = _leak_text(self.cfg.rows)
+            found = tokenize([side(row_of(r)) for r in batch])
+        clean = np.ones(len(batch), dtype=bool)
+        pieces: list[dict] = []
+        for k, (rec, outcome) in enumerate(zip(batch, decontaminate(batch, self.index, found))):
+            if outcome.action == "clean":
+                continue
+            clean[k] = False
+            pieces.extend(outcome.kept)
+            self._caught(rec)
+            for name in outcome.leaked:
+                set_name, _, ex_id = name.partition("/")
+                self.leaked.setdefault(set_name, set()).add(ex_id)
+            key = "leak_dropped" if outcome.action == "dropped" else "leak_cut"
+            self.counts[key] += 1
+            target = self.leak_dropped if outcome.action == "dropped" else self.leak_cut
+            if len(target) < listed:
+                target.append(rec["id"])
+        batch, words = [r for r, k in zip(batch, clean) if k], words.select(clean)
+        if pieces:
+            batch, words = batch + pieces, words.concat(tokenize([p["text"] for p in pieces]))
         return batch, words
 
 
@@ -232,6 +316,7 @@ def curate(
     recorded: Recorded | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
+    tokenizer: Any = None,
 ) -> CurationReport:
     """Run the whole chain over ``corpus`` (any source ``iter_records`` takes).
 
@@ -240,13 +325,14 @@ def curate(
     The same corpus, eval sets and config give the same version; with ``recorded`` (the
     caller's record of versions, by key) a version already on disk is returned without
     any work (``report.reused``). A version built in ``out_dir`` comes back with the
-    facts its caller records (``report.facts``).
+    facts its caller records (``report.facts``). ``tokenizer``: the task's, which the row checks
+    count tokens with (``config.rows.max_tokens``); the version then depends on it too.
     """
     config = config or CurationConfig()
     evals = load_eval_sets(eval_sets)
     if recorded is not None and out_dir is None:
         raise BadInput("out_dir: needed to record a dataset version")
-    params = config.model_dump(mode="json")
+    params = version_params(config, tokenizer)
     eval_fps = {name: records_fingerprint(exs) for name, exs in evals.items()}
     corpus_fp = source_fingerprint(corpus)
     if recorded is not None and corpus_fp is not None:
@@ -255,7 +341,7 @@ def curate(
             return reused
 
     t0 = time.perf_counter()
-    run = _Run(config, evals)
+    run = _Run(config, evals, tokenizer)
     skipped = SkipCounter()
     tmp = tempfile.TemporaryDirectory(prefix="curate-") if out_dir is None else None
     work = Path(out_dir) if out_dir is not None else Path(tmp.name)
@@ -348,6 +434,9 @@ def _report(run: _Run, version: str, near: NearDupResult | None, near_pairs: lis
         version=version,
         counts=run.counts,
         quality_dropped=dict(run.quality.dropped) if run.quality else {},
+        quality_examples={k: v for k, v in run.quality.examples.items() if v} if run.quality else {},
+        row_dropped=dict(run.rows.dropped) if run.rows else {},
+        row_examples={k: v for k, v in run.rows.examples.items() if v} if run.rows else {},
         leaked_eval_examples={k: sorted(v) for k, v in sorted(run.leaked.items())},
         leak_dropped_ids=run.leak_dropped,
         leak_cut_ids=run.leak_cut,
@@ -366,7 +455,8 @@ def _key(corpus_fp: str, eval_fps: Mapping[str, str], params: Mapping[str, Any])
     return version_key("curated", {"corpus": corpus_fp, **{f"eval:{n}": f for n, f in eval_fps.items()}}, params)
 
 
-def planned_version(corpus: Any, eval_sets: Mapping[str, Any] | None = None, config: CurationConfig | None = None) -> str | None:
+def planned_version(corpus: Any, eval_sets: Mapping[str, Any] | None = None, config: CurationConfig | None = None,
+                    tokenizer: Any = None) -> str | None:
     """The version ``curate`` will produce, known before any work when the corpus can be
     fingerprinted up front (files, lists, saved datasets); None for one-shot streams."""
     config = config or CurationConfig()
@@ -374,7 +464,26 @@ def planned_version(corpus: Any, eval_sets: Mapping[str, Any] | None = None, con
     if fp is None:
         return None
     evals = load_eval_sets(eval_sets)
-    return _key(fp, {n: records_fingerprint(e) for n, e in evals.items()}, config.model_dump(mode="json"))
+    return _key(fp, {n: records_fingerprint(e) for n, e in evals.items()}, version_params(config, tokenizer))
+
+
+def version_params(config: CurationConfig, tokenizer: Any = None) -> dict[str, Any]:
+    """What of the settings determines the output: the config less ``max_drop_fraction`` (when to
+    ask a person), plus the tokenizer's fingerprint when over-length rows are counted with it."""
+    params = config.model_dump(mode="json", exclude={"max_drop_fraction"})
+    if config.rows is not None and config.rows.max_tokens is not None and tokenizer is not None:
+        params["tokenizer"] = tokenizer_fingerprint(tokenizer)
+    return params
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """BLAKE2b-128 of what makes a tokenizer count as it does: its vocabulary and rules (a fast
+    tokenizer's serialized state), special tokens and chat template."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    state = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    extra = json.dumps([tokenizer.bos_token, tokenizer.eos_token, getattr(tokenizer, "chat_template", None)],
+                       default=str)
+    return hashlib.blake2b((state + extra).encode(), digest_size=16).hexdigest()
 
 
 def _second_pass(spill: Path, final: Path, near: NearDupResult | None, run: _Run, listed: int) -> list[tuple[str, str, float]]:

@@ -99,12 +99,15 @@ def _duplicate_line_fraction(text: str) -> float:
 
 
 class QualityFilter:
-    """Apply the configured rules; ``dropped[rule]`` counts the records each rule removed."""
+    """Apply the configured rules; ``dropped[rule]`` counts the records each rule removed and
+    ``examples[rule]`` keeps the first ``max_examples`` of their ids (when ``batch`` is given ids)."""
 
-    def __init__(self, config: QualityConfig | None = None):
+    def __init__(self, config: QualityConfig | None = None, max_examples: int = 5):
         self.config = config or QualityConfig()
         self.rules = [name for name, value in self.config.model_dump().items() if value is not None]
         self.dropped: dict[str, int] = dict.fromkeys(self.rules, 0)
+        self.examples: dict[str, list[str]] = {rule: [] for rule in self.rules}
+        self.max_examples = max_examples
         self.kept = 0
 
     def _passes(self, texts: Sequence[str], words: Words | None) -> dict[str, np.ndarray]:
@@ -164,15 +167,17 @@ class QualityFilter:
     def failed_rule(self, text: str) -> str | None:
         return self.failed_rules([text])[0]
 
-    def batch(self, texts: Sequence[str], words: Words | None = None) -> list[bool]:
-        """Keep/drop verdicts for a batch, counted per rule."""
+    def batch(self, texts: Sequence[str], words: Words | None = None, ids: Sequence[str] | None = None) -> list[bool]:
+        """Keep/drop verdicts for a batch, counted per rule (``ids``: the texts' ids, for the examples)."""
         verdicts = []
-        for rule in self.failed_rules(texts, words):
+        for k, rule in enumerate(self.failed_rules(texts, words)):
             if rule is None:
                 self.kept += 1
                 verdicts.append(True)
             else:
                 self.dropped[rule] += 1
+                if ids is not None and len(self.examples[rule]) < self.max_examples:
+                    self.examples[rule].append(ids[k])
                 verdicts.append(False)
         return verdicts
 

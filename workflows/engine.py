@@ -45,7 +45,8 @@ WORKFLOW_NAME = "trainteam.run"
 
 # The name of a step's re-run after a person approved, by how it resumes (DBOS step names).
 RERUN_NAMES = {"restart": "restart", "accept_stage_gate": "accepted", "keep_spiked": "kept",
-               "extend_budget": "extended", "accept_gate": "accepted", "conversation": "decided"}
+               "extend_budget": "extended", "accept_gate": "accepted", "conversation": "decided",
+               "accept_curation": "accepted"}
 TRAINING_TOOLS = ("train", "align")
 
 console = Console(stderr=True, soft_wrap=True)

@@ -19,7 +19,7 @@ from trainteam.agents.toolbox import PlanFirstArgs, ToolContext
 from trainteam.trainers.config import TrainConfig
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.stageplan import plan_stage
-from trainteam.workflows.steps.curate import curation_config
+from trainteam.workflows.steps.curate import planned_config
 from trainteam.workflows.steps.train import stage_progress
 
 
@@ -96,7 +96,7 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
 
 def plan_curate(ctx: ToolContext, tool: str) -> dict[str, Any]:
     """What curate would run, with the filters it would apply, chosen for the kind of data."""
-    return {**plan_step(ctx, tool), "config": curation_config(ctx.task).model_dump(mode="json")}
+    return {**plan_step(ctx, tool), "config": planned_config(ctx).model_dump(mode="json")}
 
 
 def plan_step(ctx: ToolContext, tool: str) -> dict[str, Any]:
