@@ -4,14 +4,22 @@ One base ``TrainConfig`` holds what every method shares; each method's own
 settings sit in a sub-model (``sft``, ``dpo``, ``grpo``, ``lora``) mapped one to
 one onto the TRL config of that method. The CLI and task files are built from
 these same classes.
+
+A TRL, transformers or Axolotl recipe's key names are accepted too
+(``gradient_accumulation_steps``, ``bf16: true``, ``lora_r``, ``micro_batch_size``...;
+``recipe_keys``), an unknown key's error names the closest known one, and ``trl:``
+passes any other field of the method's TRL config through (checked against that
+config class where TRL is imported: ``trainer_args.trl_args``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+from trainteam.trainers import recipe_keys
 
 Method = Literal["pretrain", "sft", "dpo", "grpo"]
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -19,12 +27,50 @@ Strategy = Literal["single", "ddp", "fsdp", "zero2", "zero3"]
 
 
 class _Strict(BaseModel):
+    """No unknown keys; the error for one names the closest field or alias (difflib)."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    renames: ClassVar[dict[str, str]] = {}  # another tool's name for a field -> the field
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = cls._rewrite(data)
+        aliases = cls._aliases()
+        unknown = recipe_keys.unknown_keys(data, cls.model_fields, aliases, hint=cls._unknown_hint())
+        if unknown:
+            raise ValueError(unknown)
+        return data
+
+    @classmethod
+    def _rewrite(cls, data: dict) -> dict:
+        """Other tools' names for our fields, renamed (given twice: an error naming both)."""
+        given = [k for k in data if k in cls.renames]
+        if not given:
+            return data
+        out = dict(data)
+        for key in given:
+            field = cls.renames[key]
+            if field in out:
+                raise ValueError(f"{field} and {key}: the same setting given twice; keep one")
+            out[field] = out.pop(key)
+        return out
+
+    @classmethod
+    def _aliases(cls) -> list[str]:
+        return list(cls.renames)
+
+    @classmethod
+    def _unknown_hint(cls) -> str:
+        return ""
 
 
 class ModelSpec(_Strict):
     """A model built from config with random init, or a local HF model folder."""
 
+    renames: ClassVar[dict[str, str]] = {"model_name_or_path": "path", "base_model": "path"}  # TRL, Axolotl
     path: Path | None = Field(default=None, description="local HF model folder; no hub downloads")
     arch: Literal["llama", "qwen2", "gpt2"] = "llama"
     hidden_size: int = Field(default=128, gt=0, le=1 << 16)
@@ -110,15 +156,23 @@ class SpikeOptions(_Strict):
 
 
 class TrainConfig(_Strict):
+    """A stage's training settings. TRL/transformers/Axolotl key names are accepted as aliases
+    (``recipe_keys``); a dump holds only these names (and no max_steps with num_train_epochs)."""
+
     method: Method = "sft"
     output_dir: Path | None = None
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    max_steps: int = Field(default=100, gt=0, le=10_000_000)
+    max_steps: int = Field(default=100, gt=0, le=10_000_000, description="unused (and not stored) with num_train_epochs")
+    num_train_epochs: float | None = Field(default=None, gt=0, le=10_000, description="passes over the data instead of "
+                                           "max_steps: the trainer derives the steps from the data's size and the "
+                                           "batch when training starts (recorded as the stage's max_steps)")
     per_device_batch_size: int = Field(default=8, gt=0, le=1 << 16)
     grad_accum: int = Field(default=1, gt=0, le=1 << 16)
     learning_rate: float = Field(default=3e-4, gt=0, le=10)
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup", "warmup_stable_decay"] = "cosine"
     warmup_steps: int = Field(default=0, ge=0, le=10_000_000)
+    warmup_ratio: float | None = Field(default=None, ge=0, lt=1, description="warm-up as a fraction of the steps, "
+                                       "instead of warmup_steps")
     weight_decay: float = Field(default=0.0, ge=0)
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e12)
     seq_len: int = Field(default=128, gt=0, le=1 << 20)
@@ -141,3 +195,36 @@ class TrainConfig(_Strict):
     dpo: DPOOptions = Field(default_factory=DPOOptions)
     grpo: GRPOOptions = Field(default_factory=GRPOOptions)
     spike: SpikeOptions = Field(default_factory=SpikeOptions)
+    trl: dict[str, Any] = Field(default_factory=dict, max_length=200, description="other fields of the method's TRL "
+                                "config (SFTConfig, DPOConfig, GRPOConfig; TrainingArguments for pretrain), passed "
+                                "through as given; checked against that class before a run starts")
+
+    @classmethod
+    def _rewrite(cls, data: dict) -> dict:
+        return recipe_keys.rewrite(data)
+
+    @classmethod
+    def _aliases(cls) -> list[str]:
+        return recipe_keys.alias_names()
+
+    @classmethod
+    def _unknown_hint(cls) -> str:
+        return " (another field of the method's TRL config goes in the trl: block)"
+
+    @model_validator(mode="after")
+    def _trl_not_ours(self) -> "TrainConfig":
+        """A ``trl:`` key trainteam sets itself is refused, naming the field that sets it."""
+        for key in self.trl:
+            ours = recipe_keys.owned_by(self.method, key)
+            if ours is None and key in recipe_keys.RENAMES:
+                ours = recipe_keys.RENAMES[key]
+            if ours is not None:
+                raise ValueError(f"trl.{key}: trainteam sets it from {ours}; set that instead of trl.{key}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_unused_steps(self, handler):
+        out = handler(self)
+        if self.num_train_epochs is not None and isinstance(out, dict):
+            out.pop("max_steps", None)  # the epochs decide; a dump read back must not hold both
+        return out

@@ -13,7 +13,7 @@ from trainteam.core.errors import BadInput
 from trainteam.curation.rewards import default_rewards
 from trainteam.trainers import method_data as D
 from trainteam.trainers.config import TrainConfig
-from trainteam.trainers.trainer_args import common_args, peft_config
+from trainteam.trainers.trainer_args import common_args, peft_config, trl_args
 
 
 def build_pretrain(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbacks):
@@ -26,7 +26,7 @@ def build_pretrain(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path
         from peft import get_peft_model
 
         model = get_peft_model(model, pc)
-    args = TrainingArguments(**common_args(config, out), remove_unused_columns=False)
+    args = TrainingArguments(**common_args(config, out), remove_unused_columns=False, **trl_args(config))
     return Trainer(
         model=model, args=args, train_dataset=train_ds, eval_dataset=ev, processing_class=tokenizer,
         data_collator=default_data_collator, callbacks=callbacks,
@@ -78,7 +78,8 @@ def build_sft(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cal
 
     train_ds = D.sft_dataset(tokenizer, ds)
     ev = D.sft_dataset(tokenizer, eval_ds) if eval_ds is not None else None
-    args = SFTConfig(**common_args(config, out), **sft_layout(config, tokenizer, train_ds), dataset_num_proc=None)
+    args = SFTConfig(**common_args(config, out), **sft_layout(config, tokenizer, train_ds), dataset_num_proc=None,
+                     **trl_args(config))
     return SFTTrainer(
         model=model, args=args, train_dataset=train_ds, eval_dataset=ev, processing_class=tokenizer,
         callbacks=callbacks, peft_config=None if _is_peft(model) else peft_config(config),
@@ -93,7 +94,7 @@ def build_dpo(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cal
     o = config.dpo
     args = DPOConfig(
         **common_args(config, out), beta=o.beta, loss_type=list(o.loss_type),
-        precompute_ref_log_probs=o.precompute_ref_log_probs, max_length=config.seq_len,
+        precompute_ref_log_probs=o.precompute_ref_log_probs, max_length=config.seq_len, **trl_args(config),
     )
     pc = None if _is_peft(model) else peft_config(config)
     # Without PEFT, TRL would reload the reference from model.config._name_or_path: stale or
@@ -126,7 +127,7 @@ def grpo_args(config: TrainConfig, out: Path):
     return GRPOConfig(
         **kw, num_generations=o.num_generations, max_completion_length=o.max_completion_length,
         loss_type=o.loss_type, beta=o.beta, epsilon=o.epsilon, epsilon_high=o.epsilon_high,
-        temperature=o.temperature, mask_truncated_completions=o.loss_type == "dapo", **vllm,
+        temperature=o.temperature, mask_truncated_completions=o.loss_type == "dapo", **vllm, **trl_args(config),
     )
 
 

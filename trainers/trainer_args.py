@@ -3,6 +3,10 @@
 One place decides device, precision and logging so that the four methods behave the
 same: fp32 on CPU (TRL would turn bf16 on and run 6–8× slower), every step logged for
 the spike monitor, NaN losses *not* filtered (the monitor must see them).
+
+``trl_args`` is the ``trl:`` passthrough: any other field of the method's TRL config
+(``TRL_CONFIGS``), checked against that dataclass's fields and values, never one that
+trainteam sets itself (``recipe_keys.OWNED``: the error names our field to use).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 from pathlib import Path
 
 from trainteam.core.errors import BadInput
+from trainteam.trainers import recipe_keys
 from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
 from trainteam.trainers.tracking import tracking_args
@@ -80,12 +85,14 @@ def common_args(config: TrainConfig, output_dir: Path) -> dict:
     cuda = check_runtime(config)
     return dict(
         output_dir=str(output_dir),
-        max_steps=config.max_steps,
+        # with epochs the trainer derives the steps from its dataloader (transformers' max_steps=-1)
+        max_steps=config.max_steps if config.num_train_epochs is None else -1,
+        num_train_epochs=config.num_train_epochs or 1.0,
         per_device_train_batch_size=config.per_device_batch_size,
         gradient_accumulation_steps=config.grad_accum,
         learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler,
-        warmup_steps=config.warmup_steps,
+        warmup_steps=config.warmup_ratio if config.warmup_ratio is not None else config.warmup_steps,
         weight_decay=config.weight_decay,
         max_grad_norm=config.max_grad_norm,
         seed=config.seed,
@@ -105,6 +112,56 @@ def common_args(config: TrainConfig, output_dir: Path) -> dict:
         dataloader_num_workers=0,
         **tracking_args(config.tracker, output_dir),
     )
+
+
+# The TRL (transformers) config class each method's trainer takes: (module, class name).
+TRL_CONFIGS = {"pretrain": ("transformers", "TrainingArguments"), "sft": ("trl", "SFTConfig"),
+               "dpo": ("trl", "DPOConfig"), "grpo": ("trl", "GRPOConfig")}
+
+
+def trl_config_class(method: str):
+    import importlib
+
+    module, name = TRL_CONFIGS[method]
+    return getattr(importlib.import_module(module), name)
+
+
+def trl_args(config: TrainConfig, where: str = "trl") -> dict:
+    """The ``trl:`` block, checked against the method's TRL config: every key a field of that
+    dataclass (an unknown one: BadInput with the closest field), none that trainteam sets (BadInput
+    naming the TrainConfig field that does), and the values accepted by the class itself."""
+    import dataclasses
+
+    if not config.trl:
+        return {}
+    cls = trl_config_class(config.method)
+    fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    for key in config.trl:
+        ours = recipe_keys.owned_by(config.method, key) or recipe_keys.RENAMES.get(key)
+        if ours is not None:
+            raise BadInput(f"{where}.{key}: trainteam sets it from {ours}; set that instead of {where}.{key}")
+        if key not in fields:
+            near = recipe_keys.did_you_mean(key, fields)
+            raise BadInput(f"{where}.{key}: not a field of TRL's {cls.__name__}"
+                           + (f"; did you mean {near!r}?" if near else ""))
+    _check_values(cls, config, where)
+    return dict(config.trl)
+
+
+def _check_values(cls, config: TrainConfig, where: str) -> None:
+    """Build the config class with the block (its other fields at their defaults): a value it
+    refuses is BadInput with TRL's reason. Nothing is written (``output_dir`` is not created)."""
+    import tempfile
+    import warnings
+
+    out = Path(tempfile.gettempdir()) / "trainteam-trl-check"
+    try:
+        with warnings.catch_warnings():  # the class's own deprecation notes are not about the user's keys
+            warnings.simplefilter("ignore")
+            cls(output_dir=str(out), use_cpu=True, report_to="none", **config.trl)
+    except (TypeError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"{where}: {cls.__name__} refuses {sorted(config.trl)}: {reason}") from None
 
 
 def peft_config(config: TrainConfig):

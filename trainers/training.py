@@ -114,6 +114,7 @@ def train(
         metrics.update(trainer.evaluate())
     tel = watch.telemetry.summary(interruptions)
     tel["threads"] = threads
+    tel["max_steps"] = int(trainer.state.max_steps)  # with num_train_epochs: what the trainer derived from the data
     losses = watch.telemetry.losses
     if losses:
         metrics.setdefault("final_loss", losses[-1][1])

@@ -8,6 +8,8 @@ work; found here it is one line naming the field or the file's row, and nothing 
 - every persona's model setting (``TRAINTEAM_MODEL*``) names a model that can be built;
 - every stage plans on this machine (the planner's refusals: memory, a model too large);
 - the tracker each stage names is installed;
+- each stage's ``trl:`` block holds fields (and values) of its method's TRL config, none that
+  trainteam sets itself (``trainers.trainer_args.trl_args``);
 - each stage's data reads (``trainteam.curation.rows``: every file, split and column mapping),
   to the last row, and each row has a shape its method trains on (``TRAIN_KINDS``); the rows
   held out (``eval_path``, the data's eval split, or the seeded share ``corpus`` will hold
@@ -24,6 +26,7 @@ from trainteam.agents.redact import redacted_task
 from trainteam.core.errors import BadInput
 from trainteam.curation.rows import Row, iter_rows
 from trainteam.curation.splits import Part, held_out, plan_splits
+from trainteam.trainers.trainer_args import trl_args
 from trainteam.trainers.tracking import install_hint, installed
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.spec import PERSONAS
@@ -35,6 +38,7 @@ def preflight(task: TrainTask, source: str) -> None:
     redacted_task(task.model_dump(mode="json"), source)  # a key in a path or name: refused, not masked
     providers()
     _trackers(task, source)
+    trl_blocks(task, source)
     for field, data, uses in _data_uses(task):
         check_data(data, uses, source, field)
     _plans(task, source)
@@ -47,6 +51,18 @@ def providers() -> None:
         choice = choose_model(persona)
         if not choice.offline:
             build_model(choice)
+
+
+def trl_blocks(task: TrainTask, source: str) -> None:
+    """Each stage's ``trl:`` passthrough against its method's TRL config (imports TRL only when one is given)."""
+    for i, stage in enumerate(task.stage_names()):
+        cfg = task.train_config(stage)
+        if cfg.trl:
+            where = f"curriculum[{i}].training.trl" if task.curriculum is not None else f"training.{stage}.trl"
+            try:
+                trl_args(cfg, where=where)
+            except BadInput as exc:
+                raise BadInput(f"{source}: {exc}") from None
 
 
 def _trackers(task: TrainTask, source: str) -> None:

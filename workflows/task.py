@@ -31,6 +31,7 @@ from trainteam.core.inputfiles import load_yaml_file
 from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
 from trainteam.curation.rows import check_columns
+from trainteam.trainers import recipe_keys
 from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.eval_battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.gates import GateRule, check_metric
@@ -180,9 +181,23 @@ class CurriculumStage(_Strict):
     def _one_rule(cls, v: Any) -> Any:
         return [v] if isinstance(v, dict) else v  # ``gates: {metric: exact_match, min: 0.5}`` as in plain tasks
 
+    @field_validator("training", mode="before")
+    @classmethod
+    def _stage_method(cls, v: Any, info: ValidationInfo) -> Any:
+        return with_method(v, info.data.get("method"))
+
     def train_config(self) -> TrainConfig:
         cfg = self.training or TrainConfig(method=self.method)
         return cfg.model_copy(update={"method": self.method})
+
+
+def with_method(block: Any, method: str | None) -> Any:
+    """A stage's training block that holds a method's own TRL key (``beta``, ``loss_type``) gets the
+    stage's method when it names none, so the key reaches that method's section (``recipe_keys``)."""
+    if isinstance(block, dict) and method is not None and "method" not in block \
+            and any(k in block for k in recipe_keys.METHOD_KEYS):
+        return {"method": method, **block}
+    return block
 
 
 class TrainTask(_Strict):
@@ -242,6 +257,11 @@ class TrainTask(_Strict):
         for where, cfg in configs.items():
             _run_owned(cfg, where)
         return self
+
+    @field_validator("training", mode="before")
+    @classmethod
+    def _stage_methods(cls, v: Any) -> Any:
+        return {k: with_method(c, k) for k, c in v.items()} if isinstance(v, dict) else v
 
     @field_validator("answer", mode="before")
     @classmethod
