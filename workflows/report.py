@@ -22,8 +22,10 @@ from jinja2 import Environment, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.agents.redact import redact, redact_text
+from trainteam.core.errors import BadInput
 from trainteam.trainers.gates import GateRule, as_rules
 from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.stageplan import plan_stage
 from trainteam.workflows.store import RunStore
 from trainteam.workflows.task import TrainTask
 from trainteam.workflows.views import run_public
@@ -70,6 +72,22 @@ class StageRecord(_Strict):
     steps: int | None = None
 
 
+class PlanVsRun(_Strict):
+    """A stage's plan (the planner's estimate for the task on this machine) beside what its training measured."""
+
+    stage: str
+    steps_planned: int
+    steps_run: int | None = None
+    tokens_planned: int
+    tokens_run: int | None = None
+    tokens_per_s_planned: float
+    throughput_source: str = Field(description="measured (a calibration on this machine) or assumed (peak x MFU)")
+    tokens_per_s_run: float | None = None
+    minutes_planned: float
+    minutes_run: float | None = Field(default=None, description="the trainer's step time")
+    wall_minutes_run: float | None = Field(default=None, description="the stage from set-up to its end")
+
+
 class ReportInput(_Strict):
     run_id: str
     task_name: str
@@ -82,6 +100,7 @@ class ReportInput(_Strict):
     gates: dict[str, list[GateRule]] = Field(default_factory=dict, description="stage -> rules (thresholds)")
     gate_outcomes: dict[str, GateOutcome] = Field(default_factory=dict)
     model_id: str | None = None
+    plan_vs_run: list[PlanVsRun] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
 
@@ -123,6 +142,14 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 {%- endfor %}
 {% if plots.get("loss") %}
 ![loss curves]({{ plots.loss }}){% endif %}
+{% if r.plan_vs_run %}
+## Plan against the run
+
+| stage | steps (plan / run) | tokens (plan / run) | tokens/s (plan / run) | minutes (plan / training / wall) |
+| --- | ---: | ---: | ---: | ---: |
+{% for p in r.plan_vs_run -%}
+| {{ p.stage }} | {{ p.steps_planned }} / {{ p.steps_run if p.steps_run is not none else "" }} | {{ "{:,}".format(p.tokens_planned) }} / {{ "{:,}".format(p.tokens_run) if p.tokens_run is not none else "" }} | {{ "%.1f"|format(p.tokens_per_s_planned) }} ({{ p.throughput_source }}) / {{ "%.1f"|format(p.tokens_per_s_run) if p.tokens_per_s_run is not none else "" }} | {{ "%.2f"|format(p.minutes_planned) }} / {{ "%.2f"|format(p.minutes_run) if p.minutes_run is not none else "" }} / {{ "%.2f"|format(p.wall_minutes_run) if p.wall_minutes_run is not none else "" }} |
+{% endfor %}{% endif %}
 
 ## Evaluation and gates
 
@@ -330,7 +357,33 @@ def report_input(ws, run_id: str) -> ReportInput:
     return ReportInput(run_id=run_id, task_name=view["task_name"], status=view["status"], steps=steps,
                        stages=_stage_records(cur, view["metrics"]), losses=_in_order(losses, order), events=events,
                        evals=_in_order(evals, order), gates={s.name: as_rules(s.gates) for s in cur.stages if s.gates},
-                       gate_outcomes=_in_order(gate_outcomes, order), model_id=model_id, notes=notes)
+                       gate_outcomes=_in_order(gate_outcomes, order), model_id=model_id,
+                       plan_vs_run=plan_vs_run(task, view["metrics"]), notes=notes)
+
+
+def plan_vs_run(task: TrainTask, metrics: dict[str, float]) -> list[PlanVsRun]:
+    """Each trained stage's plan, as the planner makes it for the task on this machine (with the
+    throughput measured here when stored), beside the training's own telemetry."""
+    rows = []
+    for stage in task.stage_names():
+        run = next(({k[len(p):]: v for k, v in metrics.items() if k.startswith(p)}
+                    for p in (f"train.{stage}.", f"align.{stage}.") if f"{p}tokens" in metrics), None)
+        if run is None:
+            continue
+        try:
+            v = plan_stage(task, stage, task.train_config(stage))
+        except BadInput:
+            continue  # the data moved or the planner refuses it now: no estimate to show
+        if not v.runnable:
+            continue
+        step_s = run.get("step_time_s")
+        rows.append(PlanVsRun(
+            stage=stage, steps_planned=v.max_steps, steps_run=int(run["steps"]) if "steps" in run else None,
+            tokens_planned=v.total_tokens, tokens_run=int(run["tokens"]), tokens_per_s_planned=v.tokens_per_second,
+            throughput_source=v.throughput_source, tokens_per_s_run=run.get("tokens_per_s"),
+            minutes_planned=v.est_minutes, minutes_run=step_s / 60 if step_s is not None else None,
+            wall_minutes_run=run["wall_s"] / 60 if "wall_s" in run else None))
+    return rows
 
 
 def _in_order(by_stage: dict[str, Any], order: list[str]) -> dict[str, Any]:

@@ -6,18 +6,32 @@ model's context is cut to the context; memory, precision and strategy refusals t
 ``recommend``'s choice (same global batch). A stage is runnable if it plans as given or
 with those fixes; the fixes are returned so the engineer can pass them as overrides,
 and the request plan can show them to a person before anything starts.
+
+The planner is given the stage's data as the trainer will see it (``data_tokens``): how many
+training examples (for ``num_train_epochs`` and the epochs reported) and their tokens,
+counted with the model's own tokenizer on a sample when the task fine-tunes a local model
+(else bounded by bytes: the run trains its tokenizer later). Its throughput is the one
+measured on this machine for this model and shape (``trainers.planning.calibrate``) when a
+measurement is stored, or measured now with ``measure=True`` (``trainteam validate``);
+otherwise the FLOP-based guess.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from trainteam.core.errors import BadInput
 from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
+from trainteam.curation.rows import read_rows
+from trainteam.curation.sources import iter_items
+from trainteam.curation.splits import held_out, plan_splits
 from trainteam.trainers.planning import PlanRefused, detect_hardware, plan, recommend
-from trainteam.trainers.planning.rows import SAMPLE_ROWS, jsonl_row_tokens, row_tokens_bound
+from trainteam.trainers.planning.calibrate import Calibration, calibrate, lookup
+from trainteam.trainers.planning.tokens import SAMPLE_ROWS, RowTokens, bytes_bound, count_tokens, model_tokenizer
 
 FIXABLE = ("max_steps", "per_device_batch_size", "grad_accum", "learning_rate", "precision",
            "gradient_checkpointing", "strategy", "seq_len")
@@ -33,6 +47,14 @@ class StageVerdict(BaseModel):
     est_minutes: float = 0.0
     est_cost_usd: float = 0.0
     memory_gib: float = 0.0
+    max_steps: int = 0
+    examples: int | None = Field(default=None, description="training examples the planner counted (epochs, steps)")
+    row_tokens: float | None = Field(default=None, description="mean tokens per training example")
+    row_tokens_source: str | None = Field(default=None, description="tokenizer (counted on a sample) or bytes (a bound)")
+    longest_row: int | None = None
+    tokens_per_second: float = 0.0
+    throughput_source: str = "assumed"
+    reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -41,16 +63,16 @@ def this_machine():
     return detect_hardware()
 
 
-def plan_stage(task, stage: str, cfg, hardware=None) -> StageVerdict:
-    """Plan ``cfg`` (the stage's TrainConfig) for ``task`` on ``hardware`` (default: this machine)."""
+def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -> StageVerdict:
+    """Plan ``cfg`` (the stage's TrainConfig) for ``task`` on ``hardware`` (default: this machine).
+    ``measure``: calibrate the throughput now when no measurement is stored (loads the model)."""
     hw = hardware or this_machine()
     vocab = task.model.vocab_size or task.tokenizer.vocab_size
-    data = task.stage_data(stage)
-    rows = data.n_train if getattr(data, "demo", None) else None
-    per_row = row_tokens(data) if cfg.method == "sft" else None
+    counted = data_tokens(task, stage, cfg.method)
 
     def attempt(c):
-        return plan(c, task.model, hw, vocab_size=vocab, dataset_rows=rows, row_tokens=per_row, strict=True)
+        inputs = _plan_inputs(task, c, counted, hw.device, vocab, measure)
+        return plan(c, task.model, hw, vocab_size=vocab, strict=True, **inputs)
 
     fixes: dict[str, Any] = {}
     refusals: list[dict[str, str]] = []
@@ -73,17 +95,112 @@ def plan_stage(task, stage: str, cfg, hardware=None) -> StageVerdict:
             p = attempt(cfg.model_copy(update=fixes))
         except PlanRefused as still:
             return StageVerdict(stage=stage, runnable=False, refusals=[r.model_dump() for r in still.refusals])
+    tokens = counted.tokens if counted is not None else None
     return StageVerdict(stage=stage, runnable=True, refusals=refusals, fixes=fixes, params=p.params,
                         total_tokens=p.total_tokens, est_minutes=round(p.cost.hours * 60, 3),
                         est_cost_usd=round(p.cost.cost, 4), memory_gib=round(p.memory.total_gib, 3),
-                        warnings=list(p.warnings))
+                        max_steps=p.max_steps, examples=counted.examples if counted is not None else None,
+                        row_tokens=round(tokens.mean(p.config.seq_len), 2) if tokens is not None else None,
+                        row_tokens_source=tokens.source if tokens is not None else None,
+                        longest_row=tokens.longest if tokens is not None else None,
+                        tokens_per_second=round(p.cost.tokens_per_second, 2),
+                        throughput_source=p.cost.throughput_source, reasons=list(p.reasons), warnings=list(p.warnings))
 
 
-def row_tokens(data) -> float | None:
-    """The planner's bound on tokens per row for a task's data (demo: a generated sample)."""
-    if getattr(data, "demo", None):
-        rows, _ = generate_arithmetic(ArithmeticConfig(task=data.demo, max_operand=data.max_operand,
-                                                       n_train=SAMPLE_ROWS, n_eval=0, seed=data.seed,
-                                                       fixed_width=data.fixed_width))
-        return row_tokens_bound(rows)
-    return jsonl_row_tokens(data.path)
+class DataTokens(BaseModel):
+    """A stage's training data as the planner counts it: examples, and a sample's tokens."""
+
+    rows: int | None = Field(description="training rows (None: unknown)")
+    tokens: RowTokens
+
+    @property
+    def examples(self) -> int | None:
+        """Training examples the trainer iterates (an SFT conversation with k replies is k)."""
+        return round(self.rows * self.tokens.examples_per_row) if self.rows else None
+
+
+def data_tokens(task, stage: str, method: str) -> DataTokens | None:
+    """The stage's training rows and a sample's tokens, counted with the model's tokenizer when the
+    task fine-tunes a local model (else bounded by bytes); None when the data cannot be read (the
+    data checks report that with their own message)."""
+    data = task.stage_data(stage)
+    tokenizer_path = str(task.model.path) if task.model.path is not None else None
+    try:
+        if data.demo:
+            return _demo_tokens(data, method, tokenizer_path)
+        return _file_tokens(Path(data.path), None if data.eval_path is None else Path(data.eval_path), data.split,
+                            data.eval_split, tuple(sorted(data.columns.items())), data.eval_fraction, data.seed,
+                            method, tokenizer_path, _stamp(data.path))
+    except (BadInput, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _counted(rows: list[dict], method: str, tokenizer_path: str | None) -> RowTokens:
+    if tokenizer_path is None:
+        return bytes_bound(rows, method)
+    return count_tokens(model_tokenizer(tokenizer_path), rows, method)
+
+
+def _demo_tokens(data, method: str, tokenizer_path: str | None) -> DataTokens:
+    rows, _ = generate_arithmetic(ArithmeticConfig(task=data.demo, max_operand=data.max_operand,
+                                                   n_train=min(SAMPLE_ROWS, data.n_train), n_eval=0, seed=data.seed,
+                                                   fixed_width=data.fixed_width))
+    return DataTokens(rows=data.n_train, tokens=_counted(rows, method, tokenizer_path))
+
+
+def _stamp(path) -> tuple[int, int]:
+    """Size and modification time of a data file or folder: a changed file is counted again."""
+    st = Path(path).stat()
+    return st.st_size, st.st_mtime_ns
+
+
+@lru_cache(maxsize=32)
+def _file_tokens(path: Path, eval_path: Path | None, split: str | None, eval_split: str | None,
+                 columns: tuple, eval_fraction: float, seed: int, method: str, tokenizer_path: str | None,
+                 stamp: tuple[int, int]) -> DataTokens:
+    parts = plan_splits(path, eval_path, split=split, eval_split=eval_split)
+    n = sum(1 for _ in iter_items(parts.train.path, split=parts.train.split))
+    if parts.eval is None and n >= 2:  # corpus holds a seeded share of the training rows out
+        n -= len(held_out(n, eval_fraction, seed))
+    sample = read_rows(parts.train.path, columns=dict(columns), split=parts.train.split, limit=SAMPLE_ROWS)
+    return DataTokens(rows=n, tokens=_counted(sample, method, tokenizer_path))
+
+
+def _plan_inputs(task, cfg, counted: DataTokens | None, device: str, vocab: int | None, measure: bool) -> dict:
+    """What ``plan`` is told of the data and the measured throughput, with where each came from."""
+    out: dict[str, Any] = {}
+    if counted is None:
+        return out
+    tokens = counted.tokens
+    examples = counted.examples
+    if cfg.method == "pretrain" and examples:
+        examples = max(1, int(counted.rows * tokens.mean() / cfg.seq_len))  # packed windows of seq_len
+    out["dataset_rows"] = examples
+    per_sequence = 2 if cfg.method == "dpo" else 1
+    if cfg.method in ("sft", "dpo") and tokens.lengths:
+        out["row_tokens"] = tokens.mean(cfg.seq_len, per_sequence)
+        out["row_tokens_note"] = ("counted with the model's tokenizer" if tokens.source == "tokenizer"
+                                  else "an upper bound from UTF-8 bytes")
+    cal = _calibration(task, cfg, out.get("row_tokens"), device, vocab, measure)
+    if cal is not None:
+        out["tokens_per_second"] = cal.tokens_per_s * cfg.num_nodes * cfg.devices_per_node
+        out["throughput_note"] = cal.describe()
+    return out
+
+
+def calibration_tokens(cfg, row_tokens: float | None) -> float:
+    """Tokens of one micro-batch as the trainer computes it: rows of ``row_tokens`` (SFT, DPO), else windows."""
+    return cfg.per_device_batch_size * (row_tokens or cfg.seq_len)
+
+
+def _calibration(task, cfg, row_tokens: float | None, device: str, vocab: int | None,
+                 measure: bool) -> Calibration | None:
+    """The stored measurement for this stage's model and shape; with ``measure``, taken now if missing.
+    GRPO's time goes to generation, which a training step does not measure: it keeps the guess."""
+    if cfg.method == "grpo":
+        return None
+    tokens = calibration_tokens(cfg, row_tokens)
+    if not measure:
+        return lookup(task.model, cfg, tokens, device=device, vocab_size=vocab)
+    tok = model_tokenizer(str(task.model.path)) if task.model.path is not None else None
+    return calibrate(task.model, cfg, tokens, device=device, tokenizer=tok, vocab_size=vocab)

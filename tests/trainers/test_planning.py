@@ -72,7 +72,7 @@ def test_row_token_bound_holds_for_the_trained_tokenizer(tok, arith, tmp_path):
     """The planner's bound (bytes + BOS + EOS) is never below what training really sees."""
     from trainteam.curation.jsonl import write_jsonl
     from trainteam.curation.formats import completion_text, prompt_text
-    from trainteam.trainers.planning.rows import jsonl_row_tokens, row_tokens_bound
+    from trainteam.trainers.planning.tokens import file_row_tokens, row_tokens_bound
 
     train, _ = arith
     seen = [len(tok(prompt_text(tok, r["prompt"]) + completion_text(tok, r["completion"]))["input_ids"])
@@ -81,9 +81,9 @@ def test_row_token_bound_holds_for_the_trained_tokenizer(tok, arith, tmp_path):
     bound = row_tokens_bound(train[:1000])
     assert measured <= bound < measured * 1.25
     write_jsonl(train[:1000], tmp_path / "sft.jsonl")
-    assert jsonl_row_tokens(tmp_path / "sft.jsonl") == pytest.approx(bound)
+    assert file_row_tokens(tmp_path / "sft.jsonl", limit=1000) == pytest.approx(bound)
     (tmp_path / "bad.jsonl").write_text("{not json\n")
-    assert jsonl_row_tokens(tmp_path / "bad.jsonl") is None and jsonl_row_tokens(tmp_path / "missing.jsonl") is None
+    assert file_row_tokens(tmp_path / "bad.jsonl") is None and file_row_tokens(tmp_path / "missing.jsonl") is None
 
 
 def test_tensor_parallel_shrinks_the_data_parallel_group():

@@ -61,4 +61,4 @@ def test_plan_counts_the_sft_rows_of_a_data_file(tmp_path):
     assert json.loads(out.stdout)["total_tokens"] == 8 * (9 + 2) * 10  # 9 bytes + BOS + EOS per row
     data.write_text("12+34=046\n")
     out = _cli("--params", "1e6", "--hardware", str(hw), "--config", str(cfg), "--data", str(data), cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr.strip() == f"error: --data: {data} is not JSONL with prompt/completion or text fields"
+    assert out.returncode == 2 and out.stderr.strip() == f"error: --data: {data}:1: invalid JSON (Extra data at column 3)"

@@ -54,6 +54,8 @@ class PlanRefused(BadInput):
 class CostEstimate(BaseModel):
     flops: float
     tokens_per_second: float = Field(description="whole job; from peak FLOP/s x assumed MFU unless measured")
+    throughput_source: Literal["assumed", "measured"] = Field(default="assumed", description="measured: given by "
+                                                              "the caller (a calibration on this machine)")
     hours: float
     device_hours: float
     price_per_device_hour: float
@@ -71,6 +73,7 @@ class RunPlan(BaseModel):
     data_parallel_size: int
     tensor_parallel_size: int
     global_batch_size: int
+    max_steps: int = Field(description="the config's max_steps, or what num_train_epochs makes of the data's rows")
     tokens_per_step: int
     total_tokens: int
     epochs: float | None = None
@@ -147,9 +150,22 @@ def _reference_model_bytes(cfg: TrainConfig, shape: ModelShape, strategy: str, d
     return b / dp if strategy in ("zero3", "fsdp") else b
 
 
-def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec) -> list[Refusal]:
-    """Every refusal for this config on this hardware (empty: it may run)."""
+def planned_steps(cfg: TrainConfig, dataset_rows: int | None, data_parallel: int = 1) -> int:
+    """Optimizer steps: ``max_steps``, or with ``num_train_epochs`` what transformers' Trainer derives
+    (batches per epoch per rank over the accumulation, rounded up, times the epochs, rounded up)."""
+    if cfg.num_train_epochs is None:
+        return cfg.max_steps
+    if not dataset_rows:
+        raise BadInput("num_train_epochs: the planner needs the data's row count to turn epochs into steps")
+    batches = math.ceil(math.ceil(dataset_rows / data_parallel) / cfg.per_device_batch_size)
+    per_epoch = max(1, math.ceil(batches / cfg.grad_accum))
+    return max(1, math.ceil(cfg.num_train_epochs * per_epoch))
+
+
+def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, steps: int | None = None) -> list[Refusal]:
+    """Every refusal for this config on this hardware (empty: it may run); ``steps`` default max_steps."""
     out: list[Refusal] = []
+    steps = steps or cfg.max_steps
 
     def no(field: str, reason: str, kind: Literal["impossible", "wasteful"] = "impossible") -> None:
         out.append(Refusal(field=field, reason=reason, kind=kind))
@@ -178,8 +194,8 @@ def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec) -> list[Refusal
         no("use_liger", "Liger kernels are Triton kernels and need a GPU")
     if cfg.seq_len > shape.max_position_embeddings:
         no("seq_len", f"{cfg.seq_len} exceeds the model's max_position_embeddings {shape.max_position_embeddings}")
-    if cfg.warmup_steps >= cfg.max_steps:
-        no("warmup_steps", f"{cfg.warmup_steps} >= max_steps {cfg.max_steps}: the LR never leaves warm-up", "wasteful")
+    if cfg.warmup_steps >= steps:
+        no("warmup_steps", f"{cfg.warmup_steps} >= max_steps {steps}: the LR never leaves warm-up", "wasteful")
     if world % tp:
         no("tensor_parallel_size", f"{tp} does not divide the {world} devices")
     if tp > 1:
@@ -222,16 +238,21 @@ def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec) -> list[Refusal
 
 def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int | None = None, hardware: HardwareSpec | None = None, *,
          vocab_size: int | None = None, dataset_rows: int | None = None, tokens_per_second: float | None = None,
-         row_tokens: float | None = None, strict: bool = True) -> RunPlan:
+         row_tokens: float | None = None, row_tokens_note: str | None = None, throughput_note: str | None = None,
+         strict: bool = True) -> RunPlan:
     """Account for a config on the hardware, or raise ``PlanRefused`` naming the fields.
 
-    ``row_tokens`` (the data's mean tokens per row, an upper bound is fine) makes an SFT
-    run without packing count what it computes: each row's own tokens, not ``seq_len``
-    of padding (the demo's 11-token rows at seq_len 64 were estimated 5.9x too many tokens).
+    ``row_tokens`` (the data's mean tokens per training example: counted with the model's
+    tokenizer, ``tokens.count_tokens``, or an upper bound) makes an SFT run without packing
+    count what it computes: each row's own tokens, not ``seq_len`` of padding (the demo's
+    11-token rows at seq_len 64 were estimated 5.9x too many tokens); for DPO it is the chosen
+    and the rejected sequence together. ``dataset_rows`` (training examples) turns
+    ``num_train_epochs`` into steps and reports the epochs. ``row_tokens_note`` and
+    ``throughput_note`` say in the reasons where those numbers came from.
 
     ``model=None`` is ``ModelSpec()`` with the default tokenizer's vocabulary;
     ``hardware=None`` reads this machine (torch is imported only if a GPU may be present).
-    ``tokens_per_second`` (measured, whole job) replaces the FLOP-based throughput guess.
+    ``tokens_per_second`` (measured, whole job: ``calibrate``) replaces the FLOP-based throughput guess.
     """
     if model is None:
         model = ModelSpec(vocab_size=TokenizerConfig().vocab_size)
@@ -240,21 +261,26 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int | None = None, ha
     shape, notes = model_shape(model, vocab_size)
     if isinstance(model, int):
         shape = _scaled_shape(shape, model)
-    refusals = check(cfg, shape, hardware)
+    world = cfg.num_nodes * cfg.devices_per_node
+    tp = cfg.tensor_parallel_size
+    dp = max(1, world // tp)
+    steps = planned_steps(cfg, dataset_rows, dp)
+    refusals = check(cfg, shape, hardware, steps)
     blocking = [r for r in refusals if strict or r.kind == "impossible"]
     if blocking:
         raise PlanRefused(blocking)
     warnings = [str(r) for r in refusals if r not in blocking]
 
-    world = cfg.num_nodes * cfg.devices_per_node
-    tp = cfg.tensor_parallel_size
-    dp = world // tp
     gbs = cfg.per_device_batch_size * cfg.grad_accum * dp
-    per_row = float(cfg.seq_len)
+    window = float(cfg.seq_len)
+    per_row = window
     if row_tokens and cfg.method == "sft" and not cfg.sft.packing:
-        per_row = min(float(row_tokens), per_row)  # padding-free or per-batch padding: rows, not windows
+        per_row = min(float(row_tokens), window)  # padding-free or per-batch padding: rows, not windows
+    elif row_tokens and cfg.method == "dpo":
+        window = 2.0 * cfg.seq_len  # a chosen and a rejected sequence per row
+        per_row = min(float(row_tokens), window)
     tokens_step = int(round(gbs * per_row))
-    total = tokens_step * cfg.max_steps
+    total = tokens_step * steps
     mem = _memory(cfg, shape, hardware)
     n = shape.num_params()
     trainable = shape.lora_params(cfg.lora.r) if cfg.lora else n
@@ -262,26 +288,32 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int | None = None, ha
     tps = tokens_per_second or world * hardware.peak_flops() * hardware.mfu() / fpt
     hours = total / tps / 3600
     cost = CostEstimate(flops=fpt * total, tokens_per_second=tps, hours=hours, device_hours=hours * world,
+                        throughput_source="measured" if tokens_per_second else "assumed",
                         price_per_device_hour=hardware.price_per_device_hour,
                         cost=hours * world * hardware.price_per_device_hour)
+    how_long = (f"{steps} steps ({cfg.num_train_epochs:g} epochs of {dataset_rows:,} rows)" if cfg.num_train_epochs
+                else f"{steps} steps")
     reasons = notes + [
         f"global batch {gbs} = {cfg.per_device_batch_size} per device x {cfg.grad_accum} accumulation x "
         f"{dp} data-parallel ranks; {tokens_step:,} tokens per step "
-        + (f"(rows of ~{per_row:.1f} tokens, seq_len {cfg.seq_len})" if per_row < cfg.seq_len else f"(at seq_len {cfg.seq_len})"),
-        f"{total:,} tokens over {cfg.max_steps} steps",
+        + (f"(rows of ~{per_row:.1f} tokens, seq_len {cfg.seq_len}" + (f"; {row_tokens_note})" if row_tokens_note else ")")
+           if per_row < window else f"(at seq_len {cfg.seq_len})"),
+        f"{total:,} tokens over {how_long}",
         f"{mem.total_gib:.2f} GiB per device of {hardware.device_memory_gib:g} GiB (weights {mem.weights_gib:.2f}, "
         f"grads {mem.gradients_gib:.2f}, optimizer {mem.optimizer_gib:.2f}, activations {mem.activations_gib:.2f})",
-        f"~{hours * 60:.1f} min at {tps:,.0f} tokens/s, {hours * world:.2f} device-hours"
-        + (f", cost {cost.cost:.2f}" if hardware.price_per_device_hour else ""),
+        f"~{hours * 60:.1f} min at {tps:,.0f} tokens/s"
+        + (f" ({throughput_note})" if throughput_note else
+           f" (peak FLOP/s x assumed MFU {hardware.mfu():g})" if not tokens_per_second else "")
+        + f", {hours * world:.2f} device-hours" + (f", cost {cost.cost:.2f}" if hardware.price_per_device_hour else ""),
     ]
     if cfg.strategy in ("zero2", "zero3") and importlib.util.find_spec("deepspeed") is None:
         warnings.append("strategy: DeepSpeed is not installed here; install it on the training machines")
     if cfg.num_nodes > 1 and cfg.strategy in ("fsdp", "zero3") and hardware.fabric == "ethernet":
         warnings.append("strategy: full sharding over ethernet all-gathers every layer across nodes; expect low MFU")
-    epochs = gbs * cfg.max_steps / dataset_rows if dataset_rows else None
+    epochs = gbs * steps / dataset_rows if dataset_rows else None
     spec = model if isinstance(model, ModelSpec) else None
     return RunPlan(config=cfg, hardware=hardware, model_arch=shape.arch, model=spec, params=n, trainable_params=trainable, world_size=world,
-                   data_parallel_size=dp, tensor_parallel_size=tp, global_batch_size=gbs, tokens_per_step=tokens_step,
+                   data_parallel_size=dp, tensor_parallel_size=tp, global_batch_size=gbs, max_steps=steps, tokens_per_step=tokens_step,
                    total_tokens=total, epochs=epochs, memory=mem, cost=cost, reasons=reasons, warnings=warnings)
 
 

@@ -18,6 +18,8 @@ COMMANDS = {
     "worker": ("execute", "Serve runs: resumes runs whose process died (at start and then every poll)."),
     "demo": ("execute", "The team at work on the bundled demo request, submitted in natural language."),
     "plan": ("plan", "Plan a run: tokens, memory per device, time and cost, and why; refuse what cannot work."),
+    "validate": ("validate", "Check a task completely (task, model, data, tokens, trl, plan) without starting a "
+                             "run; writes nothing."),
     "submit": ("submit", "Submit a training request in natural language; the ml_orchestrator turns it into a task."),
     "replay": ("replay", "Show a past run step by step (persona, prompt, tool calls, results, decisions, "
                          "approvals)."),

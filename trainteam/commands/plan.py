@@ -18,16 +18,25 @@ def _load(path: Path, cls, what: str):
     return load_config_file(path, cls, what)
 
 
-def _row_tokens(data: Path | None) -> float | None:
+def _row_tokens(data: Path | None, spec, cfg) -> float | None:
+    """Mean tokens per row of a sample of ``data``: counted with the model's tokenizer when the model
+    spec names a local folder, else bounded by UTF-8 bytes."""
     if data is None:
         return None
-    from trainteam.trainers.planning.rows import jsonl_row_tokens
+    from trainteam.curation.rows import read_rows
+    from trainteam.trainers.planning.tokens import SAMPLE_ROWS, count_tokens, model_tokenizer, row_tokens_bound
 
-    if not data.is_file():
-        raise BadInput(f"--data: {data} is not a file")
-    per_row = jsonl_row_tokens(data)
+    if not data.exists():
+        raise BadInput(f"--data: {data} does not exist")
+    try:
+        rows = read_rows(data, limit=SAMPLE_ROWS)
+    except BadInput as exc:
+        raise BadInput(f"--data: {exc}") from None
+    if getattr(spec, "path", None) is not None and rows:
+        return count_tokens(model_tokenizer(str(spec.path)), rows, cfg.method).mean(cfg.seq_len) or None
+    per_row = row_tokens_bound(rows)
     if per_row is None:
-        raise BadInput(f"--data: {data} is not JSONL with prompt/completion or text fields")
+        raise BadInput(f"--data: {data} holds no text")
     return per_row
 
 
@@ -44,8 +53,8 @@ def plan_command(
     model: Optional[Path] = typer.Option(None, "--model", help="ModelSpec as YAML/JSON"),
     params: Optional[float] = typer.Option(None, "--params", help="model size as a number of parameters, e.g. 7e9"),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", min=1, max=1 << 21, help="when the model spec leaves it open"),
-    data: Optional[Path] = typer.Option(None, "--data", help="SFT data (JSONL): count its rows' tokens, not "
-                                        "seq_len windows"),
+    data: Optional[Path] = typer.Option(None, "--data", help="SFT data (any file or folder a task's data.path "
+                                        "takes): count its rows' tokens, not seq_len windows"),
     config: Optional[Path] = typer.Option(None, "--config", help="TrainConfig as YAML/JSON (default: TrainConfig())"),
     hardware: Optional[Path] = typer.Option(None, "--hardware", help="HardwareSpec as YAML/JSON (default: this machine)"),
     recommend: bool = typer.Option(False, "--recommend", help="choose strategy, precision, micro-batch, accumulation"),
@@ -72,11 +81,12 @@ def plan_command(
     hw = _load(hardware, HardwareSpec, "--hardware") if hardware is not None else detect_hardware(processes=cfg.devices_per_node)
     if recommend:
         result = make_recommendation(spec, hw, base=cfg, global_batch_size=global_batch, vocab_size=vocab_size,
-                                     row_tokens=_row_tokens(data), strict=not lenient)
+                                     row_tokens=_row_tokens(data, spec, cfg), strict=not lenient)
     else:
         if global_batch is not None:
             raise BadInput("--global-batch: only with --recommend (otherwise it follows from the config)")
-        result = make_plan(cfg, spec, hw, vocab_size=vocab_size, row_tokens=_row_tokens(data), strict=not lenient)
+        result = make_plan(cfg, spec, hw, vocab_size=vocab_size, row_tokens=_row_tokens(data, spec, cfg),
+                           strict=not lenient)
     commands = None
     if launch_dir is not None:
         from trainteam.trainers.launch import launch_commands, write_accelerate_config

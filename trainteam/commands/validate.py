@@ -1,0 +1,42 @@
+"""`trainteam validate TASK`: check a task completely before any run exists, writing nothing.
+
+One line per check (``trainteam.workflows.task_check``): the task parses, the model folder
+loads, the preflight a run passes (data rows and columns, trackers, ``trl:`` blocks, the
+planner's refusals), each stage's tokens with the task's tokenizer, its ``trl:`` fields and
+its plan against the budget. The first failing check is one line naming the field, exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from trainteam.commands.common import console, print_json
+
+
+def validate_command(
+    task: Path = typer.Argument(..., help="the task file (YAML)"),
+    measure: bool = typer.Option(True, "--measure/--no-measure", help="time a few training steps of the model on "
+                                 "this machine for the plan (cached per model and machine outside the workspace)"),
+    as_json: bool = typer.Option(False, "--json", help="print the checks as JSON"),
+) -> None:
+    """Check a task completely (task, model, data, tokens, trl, plan) without starting a run; writes nothing."""
+    from trainteam.workflows.task_check import CheckFailed, check_task
+
+    found = []
+    try:
+        for check in check_task(task, measure=measure):
+            found.append(check)
+            if not as_json:
+                console.print(check.line(), highlight=False, markup=False)
+    except CheckFailed as failed:
+        if not as_json:
+            console.print(f"✗ {failed.check}", highlight=False, markup=False)
+        raise
+    if as_json:
+        print_json([{"check": c.name, "status": c.status, "found": c.found} for c in found])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate_command)
