@@ -34,11 +34,7 @@ def build_pretrain(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path
 
 
 def _longest_row(tokenizer, ds) -> int:
-    if "text" in ds.column_names:
-        texts = list(ds["text"])
-    else:
-        texts = [p + c for p, c in zip(ds["prompt"], ds["completion"])]
-    return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+    return max(D.row_lengths(tokenizer, ds))
 
 
 def sft_layout(config: TrainConfig, tokenizer, ds) -> dict:

@@ -126,8 +126,11 @@ def test_bad_config_and_data_errors_name_the_field(tmp_path, tiny, tok, arith):
             train("sft", _cfg(tmp_path, use_liger=True), tiny, arith[0], tokenizer=tok)
     with pytest.raises(BadInput, match=r"data\[1\]"):
         train("sft", _cfg(tmp_path), tiny, [arith[0][0], "oops"], tokenizer=tok)
-    with pytest.raises(BadInput, match="not a .jsonl"):
+    with pytest.raises(BadInput, match="x.csv: no such file"):
         train("sft", _cfg(tmp_path), tiny, tmp_path / "x.csv", tokenizer=tok)
+    (tmp_path / "rows.yaml").write_text("a: 1\n")
+    with pytest.raises(BadInput, match=r"unknown source type '\.yaml'"):
+        train("sft", _cfg(tmp_path), tiny, tmp_path / "rows.yaml", tokenizer=tok)
 
 
 def test_text_records_for_pretrain_and_sft(tmp_path, tiny, tok):
