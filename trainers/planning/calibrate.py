@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from trainteam.core.hashing import sha256_file
 from trainteam.trainers.config import ModelSpec, TrainConfig
 from trainteam.trainers.models import build_model
 from trainteam.trainers.trainer_args import choose_threads, peft_config
@@ -61,8 +62,8 @@ def _model_id(spec: ModelSpec, vocab_size: int | None) -> str:
     """What identifies the weights' shape: a folder's config.json (and its path), or the spec."""
     if spec.path is not None:
         config = Path(spec.path) / "config.json"
-        text = config.read_text() if config.is_file() else ""
-        return f"{Path(spec.path).resolve()}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        digest = sha256_file(config)[:16] if config.is_file() else "no-config"
+        return f"{Path(spec.path).resolve()}:{digest}"
     return spec.model_dump_json(exclude={"path"}) + f":vocab={vocab_size}"
 
 
