@@ -23,7 +23,9 @@ def data_line(task) -> str:
     d = task.data
     if d.demo:
         return f"bundled demo '{d.demo}' ({d.n_train} train / {d.n_eval} held-out, operands ≤ {d.max_operand})"
-    return f"local files {d.path} (held-out: {d.eval_path})"
+    held = d.eval_path or (f"its {d.eval_split} split" if d.eval_split else
+                           f"its validation/test split, else a seeded {d.eval_fraction:.0%} of its rows")
+    return f"your data {d.path} (held-out: {held})"
 
 
 def graph_facts(ctx, limit: int = 24) -> list[str]:
