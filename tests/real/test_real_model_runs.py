@@ -67,16 +67,19 @@ def _registered(tmp: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def sft_run(real_model, tmp_path_factory):
-    """LoRA SFT of the real model on 160 chat rows in Parquet, TRL key names, no curation settings."""
+    """LoRA SFT, then three LoRA DPO steps (pairs from the model's own answers), of the real model on
+    160 chat rows in Parquet, TRL key names, no curation settings."""
     tmp = tmp_path_factory.mktemp("real-sft")
     _write_parquet(_chat_rows(160, seed=1), tmp / "train.parquet")
     _write_parquet(_chat_rows(16, seed=2), tmp / "eval.parquet")
     task = {
         "name": "smol-sums", "model": {"path": str(real_model)},
         "data": {"path": "train.parquet", "eval_path": "eval.parquet"},
-        "stages": ["sft"],
+        "stages": ["sft", "dpo"],
         "training": {"sft": {"max_steps": 16, "per_device_train_batch_size": 8, "learning_rate": 1e-3,
-                             "max_length": 96, "use_peft": True, "lora_r": 8, "lora_alpha": 16}},
+                             "max_length": 96, "use_peft": True, "lora_r": 8, "lora_alpha": 16},
+                     "dpo": {"max_steps": 3, "per_device_train_batch_size": 4, "learning_rate": 5e-6,
+                             "max_length": 96, "use_peft": True}},
         "gates": {"sft": {"metric": "exact_match", "min": 0.1}},
         "eval": {"max_new_tokens": 6, "batch_size": 16},
         "budget": {"max_wall_minutes": 30},
@@ -153,18 +156,24 @@ def _wait_for(port: int, proc: subprocess.Popen, timeout: float = 120) -> None:
     raise AssertionError("trainteam serve did not listen")
 
 
-@pytest.mark.parametrize("method", ["dpo", "grpo"])
-def test_align_stages_train_the_real_model_on_chat_rows(sft_run, method, tmp_path):
-    """DPO (pairs from the model's own answers) and GRPO (rewards from the task's answer rule on
-    chat completions) through the workflow, from the SFT run's registered model."""
+def test_dpo_trained_the_real_model_on_pairs_of_its_own_chat_answers(sft_run):
+    _, run = sft_run
+    steps = {s["name"]: s["status"] for s in run["steps"]}
+    assert steps["align"] == "completed" and steps["register_model"] == "completed", steps
+    assert run["metrics"]["align.dpo.steps"] == 3 and math.isfinite(run["metrics"]["align.dpo.final_loss"])
+
+
+def test_grpo_trains_the_real_model_on_chat_rows(sft_run, tmp_path):
+    """GRPO (rewards from the task's answer rule on chat completions) through the workflow, from the
+    first run's registered model."""
+    method = "grpo"
     tmp, _ = sft_run
     folder = _registered(tmp)["path"]
     _write_parquet(_chat_rows(48, seed=3), tmp_path / "train.parquet")
     _write_parquet(_chat_rows(8, seed=4), tmp_path / "eval.parquet")
     align = {"max_steps": 3, "per_device_train_batch_size": 4, "learning_rate": 5e-6, "max_length": 96,
              "use_peft": True}  # a LoRA adapter: DPO's reference is the base with it switched off
-    if method == "grpo":
-        align.update(num_generations=4, max_completion_length=6)
+    align.update(num_generations=4, max_completion_length=6)
     battery = {"metrics": ["exact_match"], "max_new_tokens": 6, "batch_size": 8}  # the judge's cheapest check
     task = {
         "name": f"smol-{method}", "model": {"path": folder},
