@@ -35,6 +35,7 @@ from trainteam.trainers import recipe_keys
 from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.eval_battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.gates import GateRule, check_metric
+from trainteam.workflows.search_spec import SearchSpec, align_default_lr, searched_settings
 
 Stage = Literal["pretrain", "sft", "dpo", "grpo"]
 TRAIN_STAGES = ("pretrain", "sft")
@@ -140,6 +141,16 @@ DEFAULT_METHOD: dict[str, Method] = {
 }
 
 
+class PrecheckSpec(_Strict):
+    """The ladder pre-check of a user's own data before the real run (``precheck:``)."""
+
+    mode: Literal["auto", "always", "never"] = Field(default="auto", description="auto: for data.path when the "
+                                                     "planner's estimate reaches min_minutes or the run costs money")
+    reference: Path | None = Field(default=None, description="a reference data set to compare against; without "
+                                   "one the check is whether a small proxy learns from the data at all")
+    min_minutes: float = Field(default=30.0, ge=0, le=MAX_WALL_MINUTES)
+
+
 class CurriculumStage(_Strict):
     """One stage of a curriculum as a task file writes it. Left out: kind (from the name),
     method (from the kind), data (the task's), training (defaults), battery (the kind's)."""
@@ -231,6 +242,36 @@ class TrainTask(_Strict):
     final_tolerance: float = Field(default=0.0, ge=0, le=1e6, description="how far final_eval (the weights registered) "
                                    "may fall below the last passed gate's metrics before the run fails")
     description: str = Field(default="", max_length=20_000)
+    search: SearchSpec = Field(default_factory=SearchSpec, description="the training engineer's recipe search "
+                               "(true / false, or a block); default: stages that give no recipe are searched")
+    precheck: PrecheckSpec = Field(default_factory=PrecheckSpec, description="the ladder pre-check of data.path")
+
+    @field_validator("search", mode="before")
+    @classmethod
+    def _search_switch(cls, v: Any) -> Any:
+        return {"enabled": v} if isinstance(v, bool) else v
+
+    def _recipe_left_open(self) -> None:
+        """Once, when the task is first read: which settings the engineer searches, and the
+        align stages' default learning rates (written into their blocks, so a dump carries them)."""
+        if self.search.stages is not None:
+            return
+        blocks = ({s.name: s.training for s in self.curriculum} if self.curriculum is not None
+                  else {s: self.training.get(s) for s in self.stages})
+        given = {name: set(b.model_fields_set) if b is not None else set() for name, b in blocks.items()}
+        methods = {name: self.train_config(name).method for name in blocks}
+        align_lr: dict[str, float] = {}
+        for name, method in methods.items():
+            lr = align_default_lr(method, self.train_config(name).lora is not None)
+            if lr is not None and "learning_rate" not in given[name]:
+                align_lr[name] = lr
+                if self.curriculum is None:
+                    self.training = {**self.training, name: self.train_config(name).model_copy(update={"learning_rate": lr})}
+        if self.curriculum is not None:
+            self.curriculum = [s.model_copy(update={"training": s.train_config().model_copy(
+                update={"learning_rate": align_lr[s.name]})}) if s.name in align_lr else s for s in self.curriculum]
+        self.search = self.search.model_copy(update={"stages": searched_settings(self.search, given, methods),
+                                                     "align_lr": align_lr})
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainTask":
@@ -256,6 +297,7 @@ class TrainTask(_Strict):
                         if s.training is not None})
         for where, cfg in configs.items():
             _run_owned(cfg, where)
+        self._recipe_left_open()
         return self
 
     @field_validator("training", mode="before")
