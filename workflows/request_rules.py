@@ -1,8 +1,14 @@
 """The offline orchestrator's reading of a request: sentence → TrainTask fields, or what is missing.
 
-Rule-based and conservative on purpose. It extracts only what the text states; model,
-data and budget are never filled in: when one is absent the result names it. Data
-paths are taken verbatim from the text (never guessed), and nothing is downloaded.
+Rule-based and conservative on purpose. It reads what the text states, in the usual ways
+people write it ("15 CPU minutes", "half an hour", "the built-in arithmetic demo", "then
+align it with GRPO", "90 percent exact match"), and fills in only what has a safe default,
+each one recorded in ``Reading.defaults`` so the plan states it before anything runs: a
+tiny llama for a request that names the bundled demo (or a model built from scratch) but
+no model, the addition demo for "the bundled (arithmetic) demo", the stages a model needs
+(pretrain first for a model built from its config). A budget is never filled in, and data
+paths are taken verbatim from the text (never guessed); nothing is downloaded. Held-out
+rows need no file: without one they come from the data's own split or ``data.eval_fraction``.
 
 Bounded on hostile text. A request is at most MAX_REQUEST_CHARS (4,000) characters: the
 bundled demo request, which states every setting of a three-stage run, is ~1,300, so 4,000
@@ -22,21 +28,28 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainteam.curation.sources import DATA_SUFFIXES
 from trainteam.trainers.planning.planner import model_shape
-from trainteam.workflows.task import MAX_WALL_MINUTES  # one ceiling for requests and task files (30 days)
+from trainteam.workflows.task import MAX_WALL_MINUTES, DataSpec  # one ceiling for requests and task files (30 days)
 
 STAGE_WORDS = {
-    "pretrain": r"pre-?train\w*|from scratch|random init\w*",
-    "sft": r"\bsft\b|fine-?tun\w*|supervised",
+    "pretrain": r"pre-?train\w*|from[- ]scratch|random init\w*",
+    "sft": r"\bsft\b|fine-?tun\w*|supervised|instruct\w*[- ]tun\w*",
     "dpo": r"\bdpo\b|preference",
     "grpo": r"\bgrpo\b|reinforcement|\brl\b",
 }
+_ALIGN = r"\balign(?:s|ed|ing|ment)?\b"  # no method named: GRPO on a demo (a checkable answer), else asked
 STAGE_ORDER = ("pretrain", "sft", "dpo", "grpo")
 DEMOS = {
     "addition": r"\baddition\b|\badd(?:ing|s)?\b|\bsums?\b|\bplus\b",
     "subtraction": r"subtract\w*|\bminus\b",
     "multiplication": r"multipl\w*|times tables?",
 }
+# The request names the bundled demo as such ("the built-in demo", "the bundled arithmetic demo"):
+# with no operation named it is addition, and with no model named it gets the tiny llama.
+_DEMO_CUE = r"\b(?:built[- ]?in|bundled|demo|example|toy)\b"
+_SCRATCH = r"pre-?train\w*|from[- ]scratch|random init\w*"  # a model built from its config
+TINY_LLAMA = {"arch": "llama", "hidden_size": 128, "num_layers": 2, "num_heads": 4}
 ARCHS = {"llama": r"\bllama\b", "qwen2": r"\bqwen-?2?\b", "gpt2": r"\bgpt-?2\b"}
 SIZES = {"tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4},
          "small": {"hidden_size": 256, "num_layers": 4, "num_heads": 4}}
@@ -47,9 +60,21 @@ MAX_REQUEST_CHARS = 4000
 # atomic group never backtracks into the digits.
 _SIGN = r"(?:(?<![\w.,\-])-)?"
 _NUM = rf"(?<!\d)(?<!\d[.,_])((?>{_SIGN}\d+(?:[,_]\d{{3}})*(?:\.\d+)?(?:e-?\d+)?))"
-_PATH = r"(?<![\w.\-~/])((?:~|\.{1,2}|/)?[\w.\-~]*/[\w.\-/~]+|[\w.\-~]+\.jsonl?)"
+_PATH = r"(?<![\w.\-~/])((?:~|\.{1,2}|/)?[\w.\-~]*/[\w.\-/~]+|[\w.\-~]+\.(?:jsonl|json|csv|tsv|parquet|txt)\b)"
 _HOURLY = r"\$?\s*" + _NUM + r"\s*(?:\$|usd|dollars)?\s*(?:/|an?|per)\s*(?:hour|hr|h)\b"
-_DURATION = _NUM + r"\s*(minutes?|mins?|hours?|hrs?|h)\b"
+# "15 CPU minutes", "10-minute", "1.5 hours", "90 seconds", "2 days"; the qualifier says whose time.
+_UNIT = r"(?:(?:cpu|gpu|wall[- ]?clock|compute|machine|training)[- ])?(minutes?|mins?|hours?|hrs?|h|seconds?|secs?|days?)\b"
+_DURATION = _NUM + r"[ -]?" + _UNIT
+_WORD_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                 "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30,
+                 "forty": 40, "forty-five": 45, "fifty": 50, "sixty": 60, "ninety": 90}
+_HALVES = {"half an hour": 30, "half-an-hour": 30, "a half hour": 30, "a half-hour": 30, "quarter of an hour": 15,
+           "a quarter hour": 15, "an hour and a half": 90, "one hour and a half": 90}
+# Word durations have no seconds: "a second attempt" is not a budget.
+_WORD_DURATION = (r"\b(" + "|".join(sorted(_HALVES, key=len, reverse=True)) + r")\b|\b("
+                  + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True))
+                  + r")[ -](?:(?:cpu|gpu|wall[- ]?clock|compute|machine|training)[- ])?(minutes?|mins?|hours?|hrs?|days?)\b")
+_MINUTES_PER = {"m": 1.0, "h": 60.0, "s": 1 / 60, "d": 1440.0}
 
 
 class _BadNumber(ValueError):
@@ -73,13 +98,25 @@ def _int(s: str, field: str) -> int:
 
 
 @dataclass
+class Filled:
+    """A default the reader chose for what the text leaves out: the field, its value, and the
+    line the plan states ("model: none named; a tiny llama ...")."""
+
+    field: str
+    value: Any
+    line: str
+
+
+@dataclass
 class Reading:
-    """What the text says. ``missing`` names required fields it does not say."""
+    """What the text says. ``missing`` names required fields it does not say; ``defaults`` what
+    the reader filled in because the text leaves it out and a safe default exists."""
 
     fields: dict[str, Any] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    defaults: list[Filled] = field(default_factory=list)
 
 
 def _search(pattern: str, text: str) -> re.Match | None:
@@ -87,17 +124,17 @@ def _search(pattern: str, text: str) -> re.Match | None:
 
 
 def _model(text: str, r: Reading) -> dict[str, Any] | None:
+    """The model the text describes (a local folder, or a shape to build), else None."""
     if _search(r"hugging ?face|\bthe hub\b|download", text):
         r.problems.append("model: nothing is downloaded; give a local model folder or describe a model "
                           "to build (e.g. 'a tiny llama, hidden 128, 2 layers')")
         return None
-    spec: dict[str, Any] = {}
-    found = False
     m = _search(r"(?:fine-?tune|start from|base model|model|checkpoint)\s+(?:at|in|from)?\s*" + _PATH, text) or \
         _search(r"(?:model|checkpoint|folder)\s+(?:at|in)\s+([\w.\-/~]+)", text)
-    if m and not m.group(1).endswith((".jsonl", ".json")) and m.group(1).lower() not in ("scratch", "random"):
-        spec["path"] = m.group(1).rstrip(".,;")
-        return spec
+    if m and not m.group(1).lower().endswith(DATA_SUFFIXES) and m.group(1).lower() not in ("scratch", "random"):
+        return {"path": m.group(1).rstrip(".,;")}
+    spec: dict[str, Any] = {}
+    found = False
     for arch, pat in ARCHS.items():
         if _search(pat, text):
             spec["arch"], found = arch, True
@@ -110,9 +147,9 @@ def _model(text: str, r: Reading) -> dict[str, Any] | None:
     if m:
         n = int(float(m.group(1)) * {"k": 1e3, "m": 1e6, "b": 1e9}[m.group(2).lower()])
         shape, _ = model_shape(n)
+        found = True
         if n >= 5e6:  # a tiny count keeps the size word's (or default) shape; big ones take the planner's
             spec.update(hidden_size=shape.hidden_size, num_layers=shape.num_layers, num_heads=shape.num_heads)
-        found = True
     for key, pat in (("hidden_size", r"hidden(?:[ _]size)?(?:\s+of)?\s+(\d+)|(?<!\d)(\d+)[- ]hidden"),
                      ("num_layers", r"(?<!\d)(\d+)\s+(?:transformer\s+)?layers?\b|layers?\s*[:=]?\s*(\d+)"),
                      ("num_heads", r"(?<!\d)(\d+)\s+(?:attention\s+)?heads?\b|heads?\s*[:=]?\s*(\d+)"),
@@ -122,56 +159,97 @@ def _model(text: str, r: Reading) -> dict[str, Any] | None:
         if m:
             spec[key] = int(next(g for g in m.groups() if g))
             found = True
-    if not found:
-        r.missing.append("model")
+    return spec if found else None
+
+
+def _filled_model(text: str, spec: dict[str, Any] | None, data: dict[str, Any] | None,
+                  r: Reading) -> dict[str, Any] | None:
+    """The model with what the text leaves out of its shape filled in (stated), or None (and
+    ``model`` missing) when no model is named and none is safe: a tiny llama is the default only
+    where the text names the bundled demo as such or says the model is built from scratch."""
+    if spec is not None and "path" in spec:
+        return spec
+    if spec is None:
+        if not (data and "demo" in data and (_search(_DEMO_CUE, text) or _search(_SCRATCH, text))):
+            r.missing.append("model")
+            return None
+        r.defaults.append(Filled("model", dict(TINY_LLAMA), "model: none named; a tiny llama built from random "
+                                 "init (hidden 128, 2 layers, 4 heads), the bundled demo's default"))
+        return dict(TINY_LLAMA)
+    unsaid = {k: v for k, v in TINY_LLAMA.items() if k not in spec}
+    if unsaid:
+        said = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in unsaid.items())
+        r.defaults.append(Filled("model", unsaid, f"model: {said} (not said; the tiny llama's)"))
+    return {**unsaid, **spec}
+
+
+def _demo(text: str, r: Reading) -> str | None:
+    """The bundled demo the text names: the operation written first; "arithmetic" or the demo
+    named as such ("the built-in demo") without an operation is addition, stated."""
+    hits = [(m.start(), demo) for demo, pat in DEMOS.items() if (m := _search(pat, text))]
+    if hits:
+        return min(hits)[1]
+    said = _search(r"\barithmetic\b", text) or _search(r"\b(?:built[- ]?in|bundled)\b[^.;,]{0,40}?\bdemo\b|"
+                                                      r"\bthe demo\b", text)
+    if said is None:
         return None
-    return spec
+    r.defaults.append(Filled("data.demo", "addition", f"data: '{said.group(0)}' names no operation; the bundled "
+                             "addition demo (the others: subtraction, multiplication)"))
+    return "addition"
+
+
+def _data_path(text: str, r: Reading) -> dict[str, Any] | None:
+    """A user's data: the files the text writes; the eval file if it names one (none is fine)."""
+    paths = [m.group(1) for m in re.finditer(_PATH, text) if m.group(1).lower().endswith(DATA_SUFFIXES)]
+    ev = _search(r"(?:\beval\w*|held[- ]out|\btest|validat\w*)\s+(?:on|set|data|file|with|at)?\s*(?:on|at|in)?\s*"
+                 + _PATH, text)
+    eval_path = ev.group(1) if ev and ev.group(1) in paths else None
+    train = [p for p in paths if p != eval_path]
+    if not train:
+        r.problems.append("data.path: the request names only an eval file; give the training file too")
+        return None
+    data: dict[str, Any] = {"path": train[0]}
+    if eval_path is None and len(train) > 1:
+        eval_path = train[1]
+    if eval_path is not None:
+        data["eval_path"] = eval_path
+        return data
+    m = _search(r"(?:hold(?:ing)?\s+out|held[- ]out|\beval\w*|\btest|validat\w*)\s+(?:split\s+|set\s+)?(?:of\s+)?"
+                + _NUM + r"\s*%", text) or _search(_NUM + r"\s*%\s+(?:of\s+(?:it|them|the\s+rows|the\s+data)\s+)?"
+                                                   r"(?:held[- ]out|(?:for|as)\s+(?:eval\w*|test\w*|validat\w*))", text)
+    if m:
+        data["eval_fraction"] = _num(m.group(1), "data.eval_fraction") / 100
+    return data
 
 
 def _data(text: str, r: Reading) -> dict[str, Any] | None:
-    data: dict[str, Any] = {}
-    paths = [m.group(1) for m in re.finditer(_PATH, text) if m.group(1).endswith((".jsonl", ".json"))]
-    ev = _search(r"(?:\beval\w*|held[- ]out|\btest)\s+(?:on|set|data|file|with|at)?\s*(?:on|at|in)?\s*" + _PATH, text)
-    if paths:
-        eval_path = ev.group(1) if ev and ev.group(1) in paths else None
-        train = [p for p in paths if p != eval_path]
-        if not train:
-            r.problems.append("data.path: the request names only an eval file; give the training file too")
-            return None
-        data["path"] = train[0]
-        if eval_path is None and len(train) > 1:
-            eval_path = train[1]
-        if eval_path is None:
-            r.problems.append("data.eval_path: give a held-out JSONL file too (exact match needs held-out problems)")
-            return None
-        data["eval_path"] = eval_path
+    if any(m.group(1).lower().endswith(DATA_SUFFIXES) for m in re.finditer(_PATH, text)):
+        return _data_path(text, r)
+    demo = _demo(text, r)
+    if demo is None:
+        r.missing.append("data")
+        return None
+    data: dict[str, Any] = {"demo": demo}
+    m = _search(_NUM + r"\s+(?:held[- ]out|eval\w*|test)", text) or _search(
+        r"(?:held[- ]out|\beval\w*|\btest)(?:\s+set)?\s+(?:of\s+)?" + _NUM + r"\b(?!\s*%)", text)
+    if m:
+        data["n_eval"] = _int(m.group(1), "data.n_eval")
+    m = _search(_NUM + r"\s+(?:training\s+|train\s+)?(?:addition\s+|arithmetic\s+)?(?:problems|examples|rows|samples)",
+                text)
+    if m and (m.end() < len(text)) and not (data.get("n_eval") == _int(m.group(1), "data.n_train")
+                                            and "held" in text[m.end():m.end() + 10]):
+        data["n_train"] = _int(m.group(1), "data.n_train")
+    m = _search(r"(?:operands?|numbers?)\s+(?:up to|below|under|<=?)\s+" + _NUM, text)
+    if m:
+        data["max_operand"] = _int(m.group(1), "data.max_operand")
     else:
-        for demo, pat in DEMOS.items():
-            if _search(pat, text):
-                data["demo"] = demo
-                break
-        else:
-            r.missing.append("data")
-            return None
-        m = _search(_NUM + r"\s+(?:held[- ]out|eval\w*|test)", text) or _search(
-            r"(?:held[- ]out|\beval\w*|\btest)(?:\s+set)?\s+(?:of\s+)?" + _NUM + r"\b(?!\s*%)", text)
+        m = _search(r"\b(single|one|two|three|four)[- ]digit", text) or _search(r"(?<![\w.\-])([1-9])[- ]digit", text)
         if m:
-            data["n_eval"] = _int(m.group(1), "data.n_eval")
-        m = _search(_NUM + r"\s+(?:training\s+|train\s+)?(?:addition\s+|arithmetic\s+)?(?:problems|examples|rows|samples)",
-                    text)
-        if m and (m.end() < len(text)) and not (data.get("n_eval") == _int(m.group(1), "data.n_train")
-                                                and "held" in text[m.end():m.end() + 10]):
-            data["n_train"] = _int(m.group(1), "data.n_train")
-        m = _search(r"(?:operands?|numbers?)\s+(?:up to|below|under|<=?)\s+" + _NUM, text)
-        if m:
-            data["max_operand"] = _int(m.group(1), "data.max_operand")
-        else:
-            m = _search(r"\b(single|one|two|three|four)[- ]digit", text)
-            if m:
-                data["max_operand"] = DIGITS[m.group(1).lower()]
-        m = _search(r"\bseed\s+(\d+)", text)
-        if m:
-            data["seed"] = int(m.group(1))
+            word = m.group(1).lower()
+            data["max_operand"] = DIGITS[word] if word in DIGITS else 10 ** int(word) - 1
+    m = _search(r"\bseed\s+(\d+)", text)
+    if m:
+        data["seed"] = int(m.group(1))
     return data
 
 
@@ -196,8 +274,58 @@ def _budget_problem(budget: dict[str, Any], said: str) -> str | None:
     return None
 
 
+@dataclass
+class Duration:
+    """A time the text writes: where, in minutes (None: a number no field can hold), as written,
+    and its unit's letter (m, h, s, d)."""
+
+    start: int
+    end: int
+    minutes: float | None
+    said: str
+    unit: str = "m"
+
+
+_JOINED = r",? ?(?:and )?"  # "1 hour 30 minutes", "1 hour, 30 minutes", "2 hours and 15 minutes"
+
+
+def _durations(text: str) -> list[Duration]:
+    """Every duration the text writes, in order: "15 CPU minutes", "1.5 hours", "90 seconds",
+    "half an hour", "two hours"; "1 hour 30 minutes" and "2 hours and a half" are one each.
+    A number too large to hold stays a Duration with ``minutes`` None (refused by its reader)."""
+    found: list[Duration] = []
+    for m in re.finditer(_DURATION, text, re.IGNORECASE):
+        value, unit = _finite(m.group(1)), m.group(2)[0].lower()
+        found.append(Duration(m.start(), m.end(), None if value is None else value * _MINUTES_PER[unit],
+                              f"{_short(m.group(1))} {m.group(2)}", unit))
+    for m in re.finditer(_WORD_DURATION, text, re.IGNORECASE):
+        if m.group(1):
+            found.append(Duration(m.start(), m.end(), float(_HALVES[m.group(1).lower()]), m.group(1)))
+        else:
+            unit = m.group(3)[0].lower()
+            found.append(Duration(m.start(), m.end(), _WORD_NUMBERS[m.group(2).lower()] * _MINUTES_PER[unit],
+                                  m.group(0), unit))
+    found.sort(key=lambda d: d.start)
+    merged: list[Duration] = []
+    for d in found:
+        prev = merged[-1] if merged else None
+        if prev and prev.unit == "h" and d.unit == "m" and None not in (prev.minutes, d.minutes) \
+                and re.fullmatch(_JOINED, text[prev.end:d.start], re.IGNORECASE):
+            merged[-1] = Duration(prev.start, d.end, prev.minutes + d.minutes, f"{prev.said} {d.said}")
+            continue
+        if d.unit == "h" and d.minutes is not None and re.match(r" and a half\b", text[d.end:d.end + 12], re.IGNORECASE):
+            d = Duration(d.start, d.end + 11, d.minutes + 30, f"{d.said} and a half")
+        merged.append(d)
+    return merged
+
+
+_NO_CEILING = (r"no budget|unlimited|whatever it takes|as long as it (?:takes|needs)|no (?:time )?limit|"
+               r"without (?:a |any )?(?:time |budget )?limit|no deadline")
+_CUE = r"(?:budget|within|under|at most|max(?:imum)?|limit|no more than|cap|in|spend|for)\W*(?:of\s+)?(?:\w+\s+){0,2}$"
+
+
 def _budget(text: str, r: Reading) -> dict[str, Any] | None:
-    if _search(r"no budget|unlimited|whatever it takes|no (?:time )?limit", text):
+    if _search(_NO_CEILING, text):
         r.problems.append("budget: a run never spends without a ceiling; give a time limit (e.g. 'budget 20 minutes')")
         return None
     budget: dict[str, Any] = {}
@@ -205,19 +333,19 @@ def _budget(text: str, r: Reading) -> dict[str, Any] | None:
     m = _search(_HOURLY, rest)
     if m:
         budget["cost_per_hour_usd"] = _money(m, "budget.cost_per_hour_usd")
-        rest = rest[:m.start()] + rest[m.end():]
+        rest = rest[:m.start()] + " " * (m.end() - m.start()) + rest[m.end():]
     m = _search(r"\$\s*" + _NUM, rest) or _search(_NUM + r"\s*(?:usd|dollars)\b", rest)
     if m:
         budget["max_cost_usd"] = _money(m, "budget.max_cost_usd")
-    durations = list(re.finditer(_DURATION, rest, re.IGNORECASE))
+    durations = _durations(rest)
     said = ""
     if durations:
-        cue = r"(?:budget|within|under|at most|max(?:imum)?|limit|no more than|cap|in)\W*(?:of\s+)?(?:\w+\s+){0,2}$"
-        chosen = next((d for d in durations if re.search(cue, rest[max(0, d.start() - 30):d.start()], re.I)),
+        chosen = next((d for d in durations if re.search(_CUE, rest[max(0, d.start - 30):d.start], re.IGNORECASE)),
                       durations[0])
-        value, unit = _num(chosen.group(1), "budget.max_wall_minutes"), chosen.group(2).lower()
-        budget["max_wall_minutes"] = value * 60 if unit.startswith("h") else value
-        said = f"{_short(chosen.group(1))} {chosen.group(2)}"
+        if chosen.minutes is None:
+            raise _BadNumber(f"budget.max_wall_minutes: {chosen.said.split()[0]} is not a finite number")
+        budget["max_wall_minutes"] = chosen.minutes
+        said = chosen.said
     elif "max_cost_usd" in budget and budget.get("cost_per_hour_usd"):
         budget["max_wall_minutes"] = budget["max_cost_usd"] / budget["cost_per_hour_usd"] * 60
         said = "the money over the hourly price"
@@ -253,9 +381,7 @@ def stated_budget(text: str) -> dict[str, set[float]]:
         rest = rest[:m.start()] + " " * (m.end() - m.start()) + rest[m.end():]
     for pat in (r"\$\s*" + _NUM, _NUM + r"\s*(?:usd|dollars)\b"):
         out["max_cost_usd"].update(_finite(m.group(1)) for m in re.finditer(pat, rest, re.IGNORECASE))
-    for m in re.finditer(_DURATION, rest, re.IGNORECASE):
-        value = _finite(m.group(1))
-        out["max_wall_minutes"].add(None if value is None else value * 60 if m.group(2).lower().startswith("h") else value)
+    out["max_wall_minutes"].update(d.minutes for d in _durations(rest))
     return {k: {v for v in vals if v is not None} for k, vals in out.items()}
 
 
@@ -313,6 +439,13 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
     return training
 
 
+_GATE_FORMS = (
+    _NUM + r"\s*%\s*(?:exact[- ]match|accuracy|correct|right)",
+    r"(?:exact[- ]match|accuracy)\s+(?:of\s+)?(?:at least\s+|above\s+|over\s+|>=?\s*)?" + _NUM + r"\s*(%)?",
+    r"\b(?:reach\w*|hit\w*|get\w*|achiev\w*|scor\w*)\s+(?:at least\s+)?" + _NUM + r"\s*%(?!\s*(?:of\s+\w+\s+)?held)",
+)
+
+
 def _gates(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
     gates: dict[str, dict[str, Any]] = {}
     train_stages = [s for s in stages if s in ("pretrain", "sft")]
@@ -322,8 +455,7 @@ def _gates(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
             stage = named[-1] if named else stages[-1]
             gates[stage] = {"metric": "exact_match", "max_regression": 0.0}
             continue
-        m = _search(_NUM + r"\s*%\s*(?:exact[- ]match|accuracy|correct)", clause) or _search(
-            r"(?:exact[- ]match|accuracy)\s+(?:of\s+)?(?:at least\s+|>=?\s*)?" + _NUM + r"\s*(%)?", clause)
+        m = next((m for pat in _GATE_FORMS if (m := _search(pat, clause))), None)
         if not m:
             continue
         value = _num(m.group(1), "gates.min")
@@ -386,26 +518,75 @@ def read_request(text: str) -> Reading:
         r.fields = _read(text, r)
     except _BadNumber as exc:
         r.problems.append(str(exc))
+    r.missing.sort(key=("model", "data", "budget").index)
     return r
 
 
+def _stages(text: str, model: dict[str, Any] | None, data: dict[str, Any] | None, r: Reading) -> list[str]:
+    """The stages the text names; what a model needs first (pretrain for one built from its config)
+    and a method for a bare "align" (GRPO on a demo) are filled in and stated."""
+    stages = [s for s in STAGE_ORDER if _search(STAGE_WORDS[s], text)]
+    if _search(_ALIGN, text) and not any(s in stages for s in ("dpo", "grpo")):
+        if data is not None and "demo" in data:
+            stages.append("grpo")
+            r.defaults.append(Filled("stages", "grpo", "stages: 'align' names no method; GRPO, rewarded by the "
+                                     "demo's checkable answers"))
+        else:
+            r.problems.append("stages: 'align' names no method; say DPO (chosen/rejected pairs) or GRPO (prompts "
+                              "with a checkable answer)")
+    built = model is None or "path" not in model
+    named = list(stages)
+    if built and "pretrain" not in stages:
+        stages.insert(0, "pretrain")  # a model built from a config starts from random init (and needs a tokenizer)
+    if not built and not stages:
+        stages = ["sft"]
+    if not named:
+        why = "a local model is fine-tuned" if not built else "a model built from its config starts from random init"
+        r.defaults.append(Filled("stages", stages[0], f"stages: none named; {stages[0]} ({why})"))
+    elif stages != named:
+        r.defaults.append(Filled("stages", "pretrain", f"stages: pretrain first, then {' → '.join(named)} (the model "
+                                 "is built from its config, so it starts from random init)"))
+    return stages
+
+
+def _demo_sizes(data: dict[str, Any], r: Reading) -> None:
+    """State the demo's generated sizes the text does not give."""
+    default = {k: DataSpec.model_fields[k].default for k in ("n_train", "n_eval", "max_operand")}
+    unsaid = [text.format(default[key]) for key, text in (("n_train", "{:,} training problems"), ("n_eval", "{:,} held out"),
+                                                          ("max_operand", "operands up to {:,}")) if key not in data]
+    if unsaid:
+        r.defaults.append(Filled("data.demo", data["demo"], f"data: {', '.join(unsaid)} (the demo's defaults)"))
+
+
+def _search_words(text: str) -> dict[str, Any] | None:
+    """"no recipe search" turns the training engineer's search off; "tune the hyper-parameters" on."""
+    if _search(r"\b(?:no|without|skip|don't|do not)\s+(?:\w+\s+){0,2}(?:recipe|hyper-?parameter|learning[- ]rate)"
+               r"\s+search|\b(?:don't|do not)\s+search\b", text):
+        return {"enabled": False}
+    if _search(r"\b(?:recipe|hyper-?parameter|learning[- ]rate) search|\bsearch (?:for )?(?:the |a )?(?:best )?"
+               r"(?:recipe|hyper-?parameters|learning rate)|\btune (?:the )?hyper-?parameters", text):
+        return {"enabled": True}
+    return None
+
+
 def _read(text: str, r: Reading) -> dict[str, Any]:
+    text = re.sub(r"\s*\b(?:percent|per cent|pct)\b", "%", text, flags=re.IGNORECASE).replace("≥", ">=")
     leaks = _search(r"\b(?:plant|inject|leak)\w*\s+" + _NUM + r"[^.;]*", text)
     if leaks:  # read first and cut out: its "20 held-out problems" must not count as the eval size
         text = text[:leaks.start()] + text[leaks.end():]
-    model, data, budget = _model(text, r), _data(text, r), _budget(text, r)
-    stages = [s for s in STAGE_ORDER if _search(STAGE_WORDS[s], text)]
-    if model and "path" not in model and "pretrain" not in stages:
-        stages.insert(0, "pretrain")  # a model built from a config starts from random init (and needs a tokenizer)
-    if model and "path" in model and not stages:
-        stages = ["sft"]
-    if not any(s in ("pretrain", "sft") for s in stages):
-        stages.insert(0, "pretrain")
+    spec = _model(text, r)
+    data = _data(text, r)
+    refused = spec is None and any(p.startswith("model") for p in r.problems)  # "download ...": said, refused
+    model = None if refused else _filled_model(text, spec, data, r)
+    budget = _budget(text, r)
+    stages = _stages(text, model, data, r)
     fields: dict[str, Any] = {"stages": stages}
     if model is not None:
         fields["model"] = model
     if data is not None:
         fields["data"] = data
+        if "demo" in data:
+            _demo_sizes(data, r)
         if leaks:
             data["inject_leaks"] = _int(leaks.group(1), "data.inject_leaks")
     if budget is not None:
@@ -416,6 +597,12 @@ def _read(text: str, r: Reading) -> dict[str, Any]:
     gates = _gates(text, stages)
     if gates:
         fields["gates"] = gates
+    _extras(text, data, fields)
+    return fields
+
+
+def _extras(text: str, data: dict[str, Any] | None, fields: dict[str, Any]) -> None:
+    """Tokenizer, name, retry, approvals and the recipe search, where the text says them."""
     m = _search(r"vocab(?:ulary)?(?:\s+size)?(?:\s+of)?\s+" + _NUM, text)
     if m:
         fields.setdefault("tokenizer", {})["vocab_size"] = _int(m.group(1), "tokenizer.vocab_size")
@@ -432,4 +619,6 @@ def _read(text: str, r: Reading) -> dict[str, Any]:
     asks = _asks(text)
     if asks:
         fields["require_approval"] = asks
-    return fields
+    search = _search_words(text)
+    if search is not None:
+        fields["search"] = search

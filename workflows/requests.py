@@ -35,7 +35,10 @@ from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
 from trainteam.core.errors import BadInput, format_validation_error
-from trainteam.workflows.request_rules import Reading, read_request, request_refusal, stated_budget, stated_numbers
+from trainteam.trainers.config import TrainConfig
+from trainteam.workflows.request_rules import (Filled, Reading, read_request, request_refusal, stated_budget,
+                                              stated_numbers)
+from trainteam.workflows.search_spec import SEARCHABLE, SEARCHED_METHODS
 from trainteam.workflows.stageplan import plan_stage, this_machine
 from trainteam.workflows.task import TrainTask, resolve_paths
 
@@ -96,10 +99,10 @@ def _offline_reader(messages: list[ModelMessage], info: AgentInfo) -> ModelRespo
 
 
 _MISSING = {
-    "model": "model: say which model — describe one to build (e.g. 'a tiny llama, hidden 128, 2 layers') "
-             "or give a local model folder",
-    "data": "data: name the bundled demo (addition, subtraction, multiplication) or give the training and "
-            "held-out JSONL paths; trainteam never guesses a data path",
+    "model": "model: say which model — describe one to build (e.g. 'a tiny llama, hidden 128, 2 layers'), "
+             "say it is built from scratch, or give a local model folder",
+    "data": "data: name the bundled demo (addition, subtraction, multiplication) or give your data's path "
+            "(JSONL, JSON, CSV/TSV, Parquet; a held-out file is optional); trainteam never guesses a data path",
     "budget": "budget: give a time limit (e.g. 'budget 20 minutes'); a run never starts without one",
 }
 
@@ -127,6 +130,8 @@ def _grounded(task, text: str) -> None:
     said = read_request(text)
     if "budget" in said.missing:
         raise BadInput(_MISSING["budget"])
+    if "model" in said.missing and task.model.path is None:  # no model named and no safe default for this data
+        raise BadInput(_MISSING["model"])
     refused = [p for p in said.problems if p.startswith(("budget", "model.trust_remote_code"))]
     if refused:  # "no budget" (or "trust remote code") stays a refusal whatever a model answered
         raise BadInput(refused[0])
@@ -198,6 +203,10 @@ def _grounded_settings(task, text: str, said: Reading) -> None:
     moved = task.model_dump(mode="json", exclude_defaults=True)
     if task.answer == default_answer(demo=task.data.demo is not None):
         moved.pop("answer", None)  # chosen from the data (a default that depends on it), not set
+    for derived in ("stages", "align_lr"):  # worked out when the task is validated, from what it says
+        moved.get("search", {}).pop(derived, None)
+    if moved.get("search") == {}:
+        moved.pop("search")
     for path, value in _leaves(moved):
         if value is None or read.get(path, object()) == value or _JUDGEMENT.fullmatch(path):
             continue
@@ -247,7 +256,7 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
     _grounded(task, text)
     task = resolve_paths(task, Path(base_dir) if base_dir else Path.cwd(), "request")
     if check_plan:
-        plan_request(task)
+        plan_request(task, request=text)
     return task
 
 
@@ -262,6 +271,8 @@ class RequestPlan(BaseModel):
     est_minutes: float
     est_cost_usd: float
     gates: dict[str, str]
+    defaults: list[str] = Field(default_factory=list, description="what the request left out and the plan fills "
+                                "in, one line each, stated before anything runs")
     notes: list[str] = Field(default_factory=list)
 
     def text(self) -> str:
@@ -274,15 +285,18 @@ class RequestPlan(BaseModel):
                   f"  steps: {' → '.join(self.steps)}",
                   f"  estimate: ~{self.est_minutes:.1f} min of training, cost {self.est_cost_usd:.2f} USD "
                   f"(budget {self.budget_minutes:g} min, {self.budget_usd:g} USD)"]
+        lines += [f"  default: {d}" for d in self.defaults]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def plan_request(task, hardware=None, steps: list[str] | None = None) -> RequestPlan:
+def plan_request(task, hardware=None, steps: list[str] | None = None, *, request: str | None = None) -> RequestPlan:
     """Stages, model, data, budget and the planner's time and cost; BadInput if it cannot run.
 
     A stage the planner refuses but can repair (e.g. a sequence longer than the model's
     context) is shown with its fix — the training_engineer applies it — not refused.
+    ``defaults`` states what the task fills in that ``request`` (the person's words, when the
+    task came from them) does not say; without it, only what the task itself leaves open.
     """
     hw = hardware or this_machine()
     if task.budget.cost_per_hour_usd:
@@ -312,4 +326,69 @@ def plan_request(task, hardware=None, steps: list[str] | None = None) -> Request
     return RequestPlan(task=task.name, model=model_line(task), data=data_line(task), stages=stages,
                        steps=steps or [], budget_minutes=task.budget.max_wall_minutes,
                        budget_usd=task.budget.max_cost_usd, est_minutes=round(minutes, 3), est_cost_usd=round(cost, 4),
-                       gates=gates, notes=notes)
+                       gates=gates, defaults=request_defaults(task, None if request is None else read_request(request)),
+                       notes=notes)
+
+
+def _agrees(task, filled: Filled) -> bool:
+    """The task holds what the reader filled in (a provider's answer may have chosen otherwise)."""
+    if filled.field == "stages":
+        return filled.value in task.stages
+    if filled.field == "model":
+        return all(getattr(task.model, k) == v for k, v in filled.value.items())
+    return task.data.demo == filled.value  # data.demo
+
+
+def _chosen(task, field: str) -> str:
+    return {"model": model_line(task), "stages": " → ".join(task.stages)}.get(field, data_line(task))
+
+
+def request_defaults(task, said: Reading | None) -> list[str]:
+    """Every setting the plan fills in that the person's words (``said``) leave out, one line each:
+    the reader's defaults the task holds (a configured model's other choice is named as its own),
+    where held-out rows come from without an eval file, and what the training engineer's recipe
+    search chooses (``task.search.stages``) or an align stage's default learning rate."""
+    lines: list[str] = []
+    for filled in said.defaults if said is not None else []:
+        line = filled.line if _agrees(task, filled) else (
+            f"{filled.field}: not said in the request; the orchestrator's model chose {_chosen(task, filled.field)}")
+        if line not in lines:
+            lines.append(line)
+    d = task.data
+    if d.path is not None and d.eval_path is None:
+        where = f"its {d.eval_split} split" if d.eval_split else (
+            f"a seeded {d.eval_fraction:.0%} of its rows (data.eval_fraction), at least 1 and at most 500"
+            if d.path.is_file() else f"its validation/test split, else a seeded {d.eval_fraction:.0%} of its rows")
+        lines.append(f"data: no held-out file named; held-out rows are {where}")
+    share = f"probe runs on a slice of the data, at most {task.search.budget_fraction:.0%} of the budget"
+    for stage in task.stage_names():
+        searched = (task.search.stages or {}).get(stage, [])
+        if searched:
+            lines.append(f"training.{stage}: {', '.join(searched)} not said; the training engineer's recipe search "
+                         f"chooses them ({share}); the estimate uses the library defaults")
+        if stage in task.search.align_lr:
+            lines.append(f"training.{stage}: learning_rate not said; {stage.upper()}'s default "
+                         f"{task.search.align_lr[stage]:g}")
+        if said is not None:
+            decided = {*searched, *(["learning_rate"] if stage in task.search.align_lr else [])}
+            lines += _library_defaults(task, stage, said, decided)
+    return lines
+
+
+def _library_defaults(task, stage: str, said: Reading, decided: set[str]) -> list[str]:
+    """The recipe settings of a stage the request does not say and nothing else chooses: the
+    library's defaults (or what a configured model chose), stated."""
+    cfg = task.train_config(stage)
+    given = set(said.fields.get("training", {}).get(stage, {})) | decided
+    if cfg.num_train_epochs is not None:
+        given.add("max_steps")
+    left = [k for k in SEARCHABLE if k not in given]
+    library = [k for k in left if getattr(cfg, k) == TrainConfig.model_fields[k].default]
+    out = []
+    for keys, why in ((library, "the library defaults"),
+                      ([k for k in left if k not in library], "chosen by the orchestrator's model")):
+        if keys:
+            out.append(f"training.{stage}: {', '.join(f'{k} {getattr(cfg, k):g}' for k in keys)} not said; {why}")
+    if library and cfg.method in SEARCHED_METHODS and task.search.enabled is None:
+        out[0] += " (a stage that gives part of its recipe is not searched; say 'search the recipe' for the rest)"
+    return out

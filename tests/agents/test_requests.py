@@ -71,6 +71,8 @@ ACCEPTED = [
      {"budget.max_cost_usd": 2, "budget.cost_per_hour_usd": 4, "budget.max_wall_minutes": 30}),
     ("fine-tune a tiny llama on data/train.jsonl, evaluate on data/eval.jsonl, budget 10 minutes",
      {"data.path": "data/train.jsonl", "data.eval_path": "data/eval.jsonl", "stages": ["pretrain", "sft"]}),
+    ("fine-tune a tiny llama on data/train.jsonl, budget 10 minutes",  # held-out rows: data.eval_fraction
+     {"data.path": "data/train.jsonl", "data.eval_path": None, "data.eval_fraction": 0.1}),
     ("SFT the model at base on data/train.jsonl and data/dev.jsonl within 2 hours",
      {"model.path": "base", "data.path": "data/train.jsonl", "data.eval_path": "data/dev.jsonl", "stages": ["sft"],
       "budget.max_wall_minutes": 120}),
@@ -98,7 +100,6 @@ REFUSED = [
     ("train a model on addition in 10 minutes", ["model:"]),
     ("pretrain a tiny llama on addition with no budget", ["budget:", "ceiling"]),
     ("download llama from the hugging face hub and train it on addition, 10 minutes", ["model:", "nothing is downloaded"]),
-    ("fine-tune a tiny llama on data/train.jsonl, budget 10 minutes", ["data.eval_path"]),
     ("fine-tune a tiny llama on data/missing.jsonl and data/eval.jsonl, budget 10 minutes",
      ["data.path", "does not exist"]),
     ("tiny llama on addition, $5", ["budget.max_wall_minutes"]),
@@ -116,7 +117,7 @@ def test_accepted_phrasings_give_the_expected_task(files, text, expected):
     task = parse_request(text)
     for field, value in expected.items():
         got = _get(task, field)
-        if field.endswith(("path", "eval_path")):
+        if field.endswith(("path", "eval_path")) and value is not None:
             assert got == (files / value).resolve(), field
         else:
             assert got == value, f"{field}: {got!r} != {value!r}"

@@ -1,8 +1,10 @@
 """`trainteam submit "..."`: a request in plain words → a validated task, its plan, and (once confirmed) the run.
 
-A refusal (missing model, data or budget; a task the planner cannot run; a request over
-4,000 characters or with control characters) is one line and exit 2; nothing is written to the workspace before the
-person confirms.
+The plan shown first states every default the task fills in that the request leaves out
+("  default: ..." lines: a tiny llama for the bundled demo, the recipe search for missing
+hyper-parameters, where held-out rows come from). A refusal (missing model, data or budget; a
+task the planner cannot run; a request over 4,000 characters or with control characters) is
+one line and exit 2; nothing is written to the workspace before the person confirms.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def submit_command(
     from trainteam.workflows.spec import load_builtin
 
     task = parse_request(request)
-    plan = plan_request(task, steps=load_builtin(task.workflow).describe_steps(task.stages))
+    plan = plan_request(task, steps=load_builtin(task.workflow).describe_steps(task.stages), request=request)
     if as_json and plan_only:
         print_json({"task": task.model_dump(mode="json"), "plan": plan.model_dump(mode="json")})
         return
