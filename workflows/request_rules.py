@@ -46,8 +46,10 @@ DEMOS = {
     "multiplication": r"multipl\w*|times tables?",
 }
 # The request names the bundled demo as such ("the built-in demo", "the bundled arithmetic demo"):
-# with no operation named it is addition, and with no model named it gets the tiny llama.
-_DEMO_CUE = r"\b(?:built[- ]?in|bundled|demo|example|toy)\b"
+# with no operation named it is addition, and with no model named it gets the tiny llama. "The
+# addition demo" alone is not enough for a model (the hostile suite's "train on the addition demo
+# within 30 minutes" stays a refusal naming the model): it may be a person's own model to fine-tune.
+_DEMO_CUE = r"\b(?:built[- ]?in|bundled)\b"
 _SCRATCH = r"pre-?train\w*|from[- ]scratch|random init\w*"  # a model built from its config
 TINY_LLAMA = {"arch": "llama", "hidden_size": 128, "num_layers": 2, "num_heads": 4}
 ARCHS = {"llama": r"\bllama\b", "qwen2": r"\bqwen-?2?\b", "gpt2": r"\bgpt-?2\b"}
@@ -236,8 +238,7 @@ def _data(text: str, r: Reading) -> dict[str, Any] | None:
         data["n_eval"] = _int(m.group(1), "data.n_eval")
     m = _search(_NUM + r"\s+(?:training\s+|train\s+)?(?:addition\s+|arithmetic\s+)?(?:problems|examples|rows|samples)",
                 text)
-    if m and (m.end() < len(text)) and not (data.get("n_eval") == _int(m.group(1), "data.n_train")
-                                            and "held" in text[m.end():m.end() + 10]):
+    if m and not (data.get("n_eval") == _int(m.group(1), "data.n_train") and "held" in text[m.end():m.end() + 10]):
         data["n_train"] = _int(m.group(1), "data.n_train")
     m = _search(r"(?:operands?|numbers?)\s+(?:up to|below|under|<=?)\s+" + _NUM, text)
     if m:
