@@ -9,10 +9,10 @@ import pytest
 from persona_helpers import cli
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
-
-from trainteam.core.errors import BadInput
 from trainteam.workflows.request_rules import read_request
 from trainteam.workflows.requests import DEMO_REQUEST, parse_request, plan_request
+
+from trainteam.core.errors import BadInput
 
 TINY = {"arch": "llama", "hidden_size": 128, "num_layers": 2, "num_heads": 4}
 
@@ -81,8 +81,8 @@ PEOPLE = [
     ("90 seconds: a tiny llama on 2-digit addition with 500 problems",
      {"model": TINY, "data.n_train": 500, "data.max_operand": 99, "stages": ["pretrain"], "budget": 1.5},
      [("stages: none named; pretrain",), ("data: 200 held out (the demo's defaults)",)], ["20,000"]),
-    ("Budget 1 hour 30 minutes. Pretrain a llama (hidden 64, 2 layers, 2 heads) on the addition demo for 300 steps "
-     "at learning rate 0.001, then SFT it",
+    (("Budget 1 hour 30 minutes. Pretrain a llama (hidden 64, 2 layers, 2 heads) on the addition demo for 300 steps "
+      "at learning rate 0.001, then SFT it"),
      {"model.hidden_size": 64, "model.num_heads": 2, "stages": ["pretrain", "sft"], "budget": 90,
       "training.pretrain.max_steps": 300},
      [("training.pretrain: per_device_batch_size 8 not said", "library defaults", "not searched"),
@@ -96,8 +96,8 @@ PEOPLE = [
     ("Teach a tiny llama three-digit addition on the built-in demo with 5000 training problems; two hours",
      {"data.max_operand": 999, "data.n_train": 5000, "budget": 120}, [("data: 200 held out",)],
      ["training problems (the demo"]),
-    ("fine-tune a tiny llama on data/train.csv, hold out 5% for eval, gate at 80% exact match, "
-     "a quarter of an hour",
+    (("fine-tune a tiny llama on data/train.csv, hold out 5% for eval, gate at 80% exact match, "
+      "a quarter of an hour"),
      {"data.path": "data/train.csv", "data.eval_fraction": 0.05, "stages": ["pretrain", "sft"], "budget": 15,
       "gates": {"sft": 0.8}}, [("a seeded 5% of its rows",)], []),
     ("Give me a tiny llama that does sums, pretrain then SFT, spend at most 2 hours and stop when it hits 95%",
@@ -140,7 +140,7 @@ def test_requests_as_people_write_them(files, text, expected, stated, unstated):
 
 
 def test_a_request_that_states_everything_has_no_defaults():
-    task, plan = _plan(DEMO_REQUEST)
+    _, plan = _plan(DEMO_REQUEST)
     assert plan.defaults == []
     assert "default:" not in plan.text()
 
