@@ -186,6 +186,10 @@ class OfflinePolicy:
                 reasons.append(f"judge: {f.gate_metric} {value:.4f} < {f.gate_min:.4f}")
             else:
                 reasons.append(f"judge: {f.gate_metric} {value:.4f} >= {f.gate_min:.4f}")
+        # the gate tool's diagnosis of a failure and its retry plan (trainers.diagnosis), as its summary states them
+        diagnosed = str(result.get("summary") or "").partition("; diagnosis ")[2]
+        if diagnosed and not verdict:
+            reasons.append(f"judge: diagnosis {diagnosed}")
         return self._finish(messages, info, f"gate {'passed' if verdict else 'failed'}",
                             "pass" if verdict else "fail", reasons)
 

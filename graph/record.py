@@ -196,6 +196,17 @@ def record_gate(graph: KnowledgeGraph, *, run_id: str, stage: str, passed: bool,
     return node
 
 
+def record_diagnosis(graph: KnowledgeGraph, *, run_id: str, step_node: str, gate_node: str, stage: str,
+                     cause: str, summary: str, plan: Mapping[str, Any], evidence: Mapping[str, Any],
+                     decided_by: str) -> str:
+    """The judge's diagnosis of a failed gate (``cause``: under_fit, over_fit, ...) and its retry plan:
+    a Decision decided_by the Gate, called_by the gate's step visit (a retry's gate diagnoses again)."""
+    key = f"{step_node.split(':', 1)[-1]}/diagnosis"
+    return graph.link(NodeKind.DECISION, key, [(EdgeKind.DECIDED_BY, gate_node), (EdgeKind.CALLED_BY, step_node)],
+                      run_id=run_id, stage=stage, decision="diagnosis", cause=cause, summary=summary, plan=dict(plan),
+                      evidence=dict(evidence), decided_by=decided_by)
+
+
 def record_model(graph: KnowledgeGraph, model_id: str, *, name: str, path: str, stage: str, base: str | None,
                  metrics: Mapping[str, Any], content_hash: str, checkpoint_node: str | None = None,
                  run_id: str | None = None, produced_by: str | None = None) -> str:
@@ -214,3 +225,19 @@ def record_model(graph: KnowledgeGraph, model_id: str, *, name: str, path: str, 
     if produced_by is not None:
         graph.add_edge(nid, produced_by, EdgeKind.PRODUCED_BY)
     return nid
+
+
+# -- the recipe search --------------------------------------------------------------------------
+
+def record_probe(graph: KnowledgeGraph, key: str, *, run_id: str, stage: str, step_node: str,
+                 facts: Mapping[str, Any]) -> str:
+    """One probe run of a stage's recipe search (Run-like: its settings, held-out losses, cost), produced_by its step."""
+    return graph.link(NodeKind.PROBE, key, [(EdgeKind.PRODUCED_BY, step_node)], run_id=run_id, stage=stage, **facts)
+
+
+def record_recipe(graph: KnowledgeGraph, key: str, *, run_id: str, stage: str, step_node: str,
+                  probe_nodes: Sequence[str], facts: Mapping[str, Any]) -> str:
+    """The engineer's choice of a stage's recipe: a Decision decided_by the probes it compared, called_by its step."""
+    edges = [(EdgeKind.CALLED_BY, step_node)] + [(EdgeKind.DECIDED_BY, n) for n in probe_nodes]
+    return graph.link(NodeKind.DECISION, key, edges, run_id=run_id, stage=stage, decision="recipe", **facts)
+

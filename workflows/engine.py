@@ -335,14 +335,17 @@ def _before_step(run_id: str, current: str, visit: int, step, task: TrainTask, o
 
 def _accept_failed_gate(run_id: str, current: str, visit: int, step, spec: WorkflowSpec, spec_data: dict,
                         task_data: dict, out: dict, outputs: dict, loops: dict, allowed_s: float, wait_s: float) -> dict:
-    """``on_gate_failure: ask`` and no retry left: a person may accept the failed gate."""
+    """``on_gate_failure: ask`` and no retry left, or the judge's plan says a retry cannot help: a
+    person may accept the failed gate, seeing the judge's diagnosis and plan in the evidence."""
     task = TrainTask.model_validate(task_data)
     nxt_if_failed, _ = spec.next_step(current, "failed", _allowed_loops(spec, task, loops))
-    if nxt_if_failed is not None:
+    diagnosis = dict(out["details"].get("diagnosis") or {})
+    plan = diagnosis.pop("plan", None)
+    if nxt_if_failed is not None and (plan or {}).get("action") not in ("stop", "more_data"):
         return out
+    evidence = {"reasons": out["details"].get("reasons", []), **({"diagnosis": diagnosis, "plan": plan} if plan else {})}
     needs = NeedsPerson(action="accept_failed_gate", proposed={"gate": current, "stage": out["details"].get("stage")},
-                        evidence={"reasons": out["details"].get("reasons", [])}, requested_by=step.persona,
-                        resume=Resume(kind="accept_gate"))
+                        evidence=evidence, requested_by=step.persona, resume=Resume(kind="accept_gate"))
     d = _ask(run_id, current, visit, needs, wait_s)
     if d["status"] != "approved":
         return out

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.agents.redact import redact, redact_text
 from trainteam.core.errors import BadInput
+from trainteam.trainers.diagnosis import Diagnosis
 from trainteam.trainers.gates import GateRule, as_rules
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.stageplan import plan_stage
@@ -59,6 +60,14 @@ class GateOutcome(_Strict):
     passed: bool
     reasons: list[str] = Field(default_factory=list)
     accepted_by: str | None = None
+
+
+class DiagnosisRecord(_Strict):
+    """The judge's diagnosis of one failed gate visit and the retry plan that followed."""
+
+    step: str = Field(description="the gate step and visit, e.g. gate #1")
+    stage: str
+    diagnosis: Diagnosis
 
 
 class StageRecord(_Strict):
@@ -99,6 +108,7 @@ class ReportInput(_Strict):
     evals: dict[str, dict[str, float]] = Field(default_factory=dict, description="stage -> {metric: value}")
     gates: dict[str, list[GateRule]] = Field(default_factory=dict, description="stage -> rules (thresholds)")
     gate_outcomes: dict[str, GateOutcome] = Field(default_factory=dict)
+    diagnoses: list[DiagnosisRecord] = Field(default_factory=list, description="failed gates, in the order they ran")
     model_id: str | None = None
     plan_vs_run: list[PlanVsRun] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
@@ -164,6 +174,15 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 {%- endfor %}
 {% if plots.get("evals") %}
 ![eval metrics per stage]({{ plots.evals }}){% endif %}
+{% if r.diagnoses %}
+## Diagnosis
+
+{% for d in r.diagnoses -%}
+- **{{ d.step }}** ({{ d.stage }}): {{ d.diagnosis.kind }}{% if d.diagnosis.decided_by != "offline" %} (diagnosed by {{ d.diagnosis.decided_by }}){% endif %} — {{ d.diagnosis.summary }}
+  - evidence: {{ d.diagnosis.evidence.line() }}
+  - plan: {{ d.diagnosis.plan.line() }}{% if d.diagnosis.warning %}
+  - warning: {{ d.diagnosis.warning }}{% endif %}
+{% endfor %}{% endif %}
 {% for n in r.notes %}
 > {{ n }}
 {% endfor %}
@@ -346,6 +365,9 @@ def report_input(ws, run_id: str) -> ReportInput:
                                                           accepted_by=details.get("accepted_by"))
         if details.get("model_id"):
             model_id = details["model_id"]
+    diagnoses = [DiagnosisRecord(step=f"{a['step']} #{a['visit']}", stage=a["output"]["details"].get("stage", ""),
+                                 diagnosis=Diagnosis.model_validate(a["output"]["details"]["diagnosis"]))
+                 for a in runs.attempts(run_id) if ((a["output"] or {}).get("details") or {}).get("diagnosis")]
     notes = []
     cur = outputs.get("curate")
     if cur:
@@ -357,7 +379,7 @@ def report_input(ws, run_id: str) -> ReportInput:
     return ReportInput(run_id=run_id, task_name=view["task_name"], status=view["status"], steps=steps,
                        stages=_stage_records(cur, view["metrics"]), losses=_in_order(losses, order), events=events,
                        evals=_in_order(evals, order), gates={s.name: as_rules(s.gates) for s in cur.stages if s.gates},
-                       gate_outcomes=_in_order(gate_outcomes, order), model_id=model_id,
+                       gate_outcomes=_in_order(gate_outcomes, order), diagnoses=diagnoses, model_id=model_id,
                        plan_vs_run=plan_vs_run(task, view["metrics"]), notes=notes)
 
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trainteam.agents.decisions import decide
 from trainteam.agents.toolbox import GateFacts, StepResult, ToolContext
 from trainteam.curation.demo import read_jsonl
-from trainteam.graph.record import record_eval, record_gate
+from trainteam.graph.record import record_diagnosis, record_eval, record_gate
+from trainteam.trainers.diagnosis import Attempt, Diagnosis, GateEvidence, ProbePoint, check_diagnosis, diagnose
 from trainteam.trainers.eval_battery import BatterySpec, default_battery, run_battery
 from trainteam.trainers.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
 from trainteam.trainers.tokenizer import load_tokenizer
 from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.stageplan import plan_stage
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
+from trainteam.workflows.steps.retry import gate_diagnosis
 from trainteam.workflows.task import CurriculumStage
 
 
@@ -177,12 +181,158 @@ def gate(ctx: ToolContext) -> StepResult:
     node = record_gate(ctx.graph, run_id=ctx.run_id, stage=decision.stage, passed=decision.passed,
                        promote=decision.promote, reasons=decision.reasons, accepted_by=decision.accepted_by,
                        approval_id=decision.approval_id, eval_node=ev["nodes"]["eval"], produced_by=ctx.step_node)
-    return StepResult(outcome="passed" if decision.promote else "failed", summary=decision.summary,
-                      nodes={"gate": node, "checkpoint": ev["nodes"]["checkpoint"]},
+    details = {"stage": decision.stage, "reasons": decision.reasons, "passed": decision.passed,
+               "accepted_by": decision.accepted_by, "judged": ev["metrics"],
+               "checked": sorted({c.metric for c in decision.checks})}
+    summary, nodes = decision.summary, {"gate": node, "checkpoint": ev["nodes"]["checkpoint"]}
+    diagnosis = None if decision.promote or ctx.inputs.get("final") else diagnose_gate(ctx, ev, decision)
+    if diagnosis is not None:
+        details["diagnosis"] = diagnosis.model_dump(mode="json")
+        summary = f"{summary}; {diagnosis.line()}"
+        d = details["diagnosis"]
+        nodes["diagnosis"] = record_diagnosis(ctx.graph, run_id=ctx.run_id, step_node=ctx.step_node, gate_node=node,
+                                              stage=decision.stage, cause=d["kind"], summary=d["summary"],
+                                              plan=d["plan"], evidence=d["evidence"], decided_by=d["decided_by"])
+    return StepResult(outcome="passed" if decision.promote else "failed", summary=summary, nodes=nodes,
                       artifacts={"checkpoint": ev["artifacts"]["checkpoint"], "tokenizer": ev["artifacts"]["tokenizer"]},
-                      details={"stage": decision.stage, "reasons": decision.reasons, "passed": decision.passed,
-                               "accepted_by": decision.accepted_by, "judged": ev["metrics"],
-                               "checked": sorted({c.metric for c in decision.checks})})
+                      details=details)
+
+
+DIAGNOSE = ("The gate of stage {stage} failed ({reasons}). Say why, from the evidence: kind under_fit, over_fit, "
+            "instability, data or ceiling, and the retry plan that follows (more_steps, lower_lr, higher_lr, "
+            "fewer_steps, more_data or stop; changes: the stage's new max_steps / num_train_epochs / learning_rate). "
+            "Bounds: the learning rate within 0.1x-10x of {lr:g}, at most 4x the {steps} steps and what the budget "
+            "left allows; data and ceiling causes do not retrain.")
+
+
+def diagnose_gate(ctx: ToolContext, ev: dict, decision: GateDecision) -> Diagnosis | None:
+    """Why the gate failed and the bounded retry plan: the offline judge's diagnosis from the
+    evidence, or the judge's configured model's (``agents.decisions.decide``), checked against the
+    same bounds; the measured numbers are always the evidence's. None when the judged checkpoint's
+    training is not among the run's outputs."""
+    evidence = gate_evidence(ctx, ev, decision)
+    return None if evidence is None else judge_diagnosis(evidence, decision.reasons)
+
+
+def judge_diagnosis(evidence: GateEvidence, reasons: list[str], environ: dict[str, str] | None = None) -> Diagnosis:
+    """The offline diagnosis, or the configured model's within ``check_diagnosis``'s bounds (a
+    refused or malformed answer keeps the offline one, with the warning); either way the numbers
+    it records are the ones measured."""
+    offline = diagnose(evidence)
+    question = DIAGNOSE.format(stage=evidence.stage, reasons="; ".join(reasons), lr=evidence.learning_rate,
+                               steps=evidence.max_steps)
+    decided = decide("eval_judge", question, evidence, offline, check=lambda d: check_diagnosis(d, evidence),
+                     environ=environ)
+    return decided.value.model_copy(update={"evidence": offline.evidence, "decided_by": decided.by,
+                                            "warning": decided.warning})
+
+
+def _trained(ctx: ToolContext, ev: dict, stage: str) -> dict | None:
+    """The training step output that made the judged checkpoint (its curve holds ``stage``)."""
+    ckpt = (ev.get("nodes") or {}).get("checkpoint")
+    for out in reversed(list(ctx.outputs.values())):
+        d = out.get("details") or {}
+        if (out.get("nodes") or {}).get("checkpoint") == ckpt and stage in (d.get("losses") or {}):
+            return out
+    return None
+
+
+def gate_evidence(ctx: ToolContext, ev: dict, decision: GateDecision) -> GateEvidence | None:
+    """What the run measured for the gated stage, as typed numbers for the diagnosis."""
+    stage = decision.stage
+    trained = _trained(ctx, ev, stage)
+    if trained is None:
+        return None
+    details, metrics = trained.get("details") or {}, trained.get("metrics") or {}
+    settings = _attempt_settings(ctx, stage, trained)
+    failed = next((c for c in decision.checks if not c.passed), None)
+    steps = int(metrics.get(f"{stage}.steps", settings["max_steps"]))
+    return GateEvidence(
+        stage=stage, method=settings["method"], metric=failed.metric if failed else "exact_match",
+        value=failed.value if failed else None, bar=failed.threshold if failed else None,
+        losses=[(int(x), y) for x, y in details["losses"][stage]], heldout_loss=ev["metrics"].get("heldout_loss"),
+        earlier=_earlier(ctx, stage), steps=steps, max_steps=int(metrics.get(f"{stage}.max_steps", settings["max_steps"])),
+        num_train_epochs=settings["num_train_epochs"], learning_rate=settings["learning_rate"],
+        warmup_steps=settings["warmup_steps"], batch_rows=settings["batch_rows"],
+        spikes=sum(1 for s in details.get("spikes", []) if s.get("stage") == stage),
+        probes=_probes(details, stage), **_data_evidence(ctx, ev, stage, trained), **_cost(ctx, stage, trained))
+
+
+def _attempt_settings(ctx: ToolContext, stage: str, trained: dict) -> dict:
+    """The settings the judged attempt trained with: the train step's record of them when it keeps
+    one, else the task's, the recipe search's choice, and on a retry the plan it followed."""
+    cfg = ctx.task.train_config(stage)
+    out = {"method": cfg.method, "max_steps": cfg.max_steps, "num_train_epochs": cfg.num_train_epochs,
+           "learning_rate": cfg.learning_rate, "warmup_steps": cfg.warmup_steps,
+           "batch_rows": cfg.per_device_batch_size * cfg.grad_accum * cfg.devices_per_node * cfg.num_nodes}
+    details = trained.get("details") or {}
+    chosen = ((details.get("search") or {}).get(stage) or {}).get("chosen") or {}
+    out.update({k: chosen[k] for k in ("learning_rate", "max_steps", "warmup_steps") if chosen.get(k) is not None})
+    if chosen.get("per_device_batch_size"):
+        out["batch_rows"] = int(chosen["per_device_batch_size"]) * cfg.grad_accum * cfg.devices_per_node * cfg.num_nodes
+    before = ctx.outputs.get(ctx.step) if ctx.visit > 1 else None
+    diagnosis = gate_diagnosis(before) if before else None
+    if diagnosis is not None and diagnosis.plan.stage == stage and diagnosis.plan.retrains:
+        out.update(diagnosis.plan.changes.given())
+    recorded = (details.get("configs") or {}).get(stage) or {}
+    out.update({k: v for k, v in recorded.items() if k in out and v is not None})
+    return out
+
+
+def _earlier(ctx: ToolContext, stage: str) -> list[Attempt]:
+    """This gate's attempt before the retry (its diagnosis kept the numbers it read)."""
+    before = ctx.outputs.get(ctx.step) if ctx.visit > 1 else None
+    diagnosis = gate_diagnosis(before) if before else None
+    if diagnosis is None or diagnosis.plan.stage != stage:
+        return []
+    m = diagnosis.evidence
+    value = (before.get("details") or {}).get("judged", {}).get((before.get("details") or {}).get("checked", [None])[0])
+    return [Attempt(steps=m.steps, learning_rate=m.learning_rate, heldout_loss=m.heldout_loss,
+                    final_loss=m.final_loss, value=value)]
+
+
+def _probes(details: dict, stage: str) -> list[ProbePoint]:
+    search = (details.get("search") or {}).get(stage) or {}
+    return [ProbePoint(learning_rate=p["learning_rate"], steps=p.get("steps", 0),
+                       values={int(k): v for k, v in (p.get("values") or {}).items()},
+                       pruned=bool(p.get("pruned")), unstable=bool(p.get("unstable")))
+            for p in search.get("probes") or []]
+
+
+def _data_evidence(ctx: ToolContext, ev: dict, stage: str, trained: dict) -> dict:
+    """Rows trained on, what curation removed from them, and eval problems found in training data."""
+    path, node = stage_train_data(ctx, _stage_of(ctx, stage))
+    with open(path, "rb") as fh:
+        n_train = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    out: dict = {"n_train": n_train}
+    cur = ctx.outputs.get("curate") or {}
+    if cur.get("outcome") == "ok" and (cur.get("nodes") or {}).get("train") == node:
+        cm = cur.get("metrics") or {}
+        out.update(rows_in=int(cm.get("curation.input", 0)) or None, rows_out=int(cm.get("curation.output", 0)))
+    out["max_drop_fraction"] = (ctx.task.curation or {}).get("max_drop_fraction", 0.5)
+    decon = (ev.get("details") or {}).get("decontamination") or {}
+    leaked = decon.get("leaked_in_training_and_removed_there")
+    out["leaks"] = len(leaked) if isinstance(leaked, list) else int(decon.get("removed") or 0)
+    node_facts = ctx.graph.get_node(ev["nodes"]["eval"]) if ctx.graph.has_node(ev["nodes"]["eval"]) else {}
+    n_eval = decon.get("eval_examples") or node_facts.get("n_eval")
+    out["n_eval"] = int(n_eval) if n_eval else None
+    return out
+
+
+def _cost(ctx: ToolContext, stage: str, trained: dict) -> dict:
+    """The attempt's pace and what a retry spends besides, against the budget the run has left
+    after the estimate of the stages still to come (the planner's)."""
+    metrics, names = trained.get("metrics") or {}, (trained.get("details") or {}).get("stages") or [stage]
+    steps = metrics.get(f"{stage}.steps_this_attempt") or metrics.get(f"{stage}.steps")
+    wall = metrics.get(f"{stage}.wall_s")
+    out: dict = {"seconds_per_step": wall / steps if wall and steps else None,
+                 "fixed_s": sum(metrics.get(f"{n}.wall_s", 0.0) for n in names if n != stage)}
+    if ctx.allowed_s is not None and ctx.spent_s is not None:
+        order = [s.name for s in curriculum_from_task(ctx.task).stages]
+        later = order[order.index(stage) + 1:] if stage in order else []
+        reserve = sum(plan_stage(ctx.task, s, ctx.task.train_config(s)).est_minutes * 60 for s in later)
+        out["budget_left_s"] = max(0.0, ctx.allowed_s - ctx.spent_s - reserve)
+    return out
 
 
 def _final_decision(ctx: ToolContext, ev: dict):

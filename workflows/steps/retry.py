@@ -1,0 +1,85 @@
+"""A retry after a failed gate trains with the judge's plan, not "twice as long".
+
+The gate step diagnoses a failure (``trainers.diagnosis``) and stores the diagnosis, with its
+bounded retry plan, in its output (``details["diagnosis"]``). When the workflow loops back to the
+training step (visit > 1), ``retry_config`` applies that plan to the stage the gate judged: the
+plan's new values for ``max_steps`` / ``num_train_epochs`` / ``learning_rate`` / ``warmup_steps``
+replace the stage's, and a plan that does not retrain (``stop``, ``more_data``) raises
+``StopRetry`` with its reason. Other stages, and visit 1, keep their settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainteam.agents.toolbox import ToolContext
+from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.diagnosis import Diagnosis, RetryPlan
+
+
+class StopRetry(Exception):
+    """The failed gate's plan says a retry cannot help (or there is no plan to retry with)."""
+
+    def __init__(self, reason: str, plan: RetryPlan | None = None):
+        super().__init__(reason)
+        self.reason, self.plan = reason, plan
+
+
+def failed_gate(ctx: ToolContext, stage: str) -> tuple[str, dict[str, Any]] | None:
+    """The latest failed gate output that judged ``stage`` (its step name and output), or None."""
+    found = None
+    for name, out in ctx.outputs.items():
+        details = out.get("details") or {}
+        if out.get("outcome") == "failed" and details.get("stage") == stage and "judged" in details:
+            found = (name, out)
+    return found
+
+
+def gate_diagnosis(out: dict[str, Any]) -> Diagnosis | None:
+    """The diagnosis a gate output carries (None: it has none)."""
+    raw = (out.get("details") or {}).get("diagnosis")
+    return None if raw is None else Diagnosis.model_validate(raw)
+
+
+def retry_plan(ctx: ToolContext, stage: str) -> RetryPlan | None:
+    """The plan this visit of the training step follows for ``stage``: None on visit 1 and for a
+    stage no failed gate judged; ``StopRetry`` when the gate failed with no diagnosis to follow."""
+    if ctx.visit <= 1:
+        return None
+    found = failed_gate(ctx, stage)
+    if found is None:
+        return None
+    name, out = found
+    diagnosis = gate_diagnosis(out)
+    if diagnosis is None:
+        raise StopRetry(f"{name} failed {stage} without a diagnosis: no plan to retry with ({out.get('summary')})")
+    return diagnosis.plan
+
+
+def retry_config(ctx: ToolContext, stage: str, cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the failed gate's plan applied on a retry visit; unchanged on visit 1 and for
+    stages the gate did not judge. ``StopRetry`` when the plan does not retrain."""
+    plan = retry_plan(ctx, stage)
+    if plan is None:
+        return cfg
+    if not plan.retrains:
+        raise StopRetry(f"{stage}: no retry ({plan.action.replace('_', ' ')}): {plan.reason}", plan)
+    changes = plan.changes.given()
+    data = {**cfg.model_dump(), **changes}
+    if "max_steps" in changes and "num_train_epochs" not in changes:
+        data["num_train_epochs"] = None  # a stage trained by epochs whose plan sets steps: the steps decide
+    return TrainConfig.model_validate(data)
+
+
+def retry_note(ctx: ToolContext, stage: str) -> str | None:
+    """What the train step's summary says of a retry's changed plan for ``stage`` (None: not a retry)."""
+    try:
+        plan = retry_plan(ctx, stage)
+    except StopRetry as stop:
+        return stop.reason
+    if plan is None:
+        return None
+    found = failed_gate(ctx, stage)
+    diagnosis = gate_diagnosis(found[1]) if found else None
+    kind = diagnosis.kind.replace("_", "-") if diagnosis else "failed gate"
+    return f"{stage} retried after {kind}: {plan.line()}"
