@@ -21,6 +21,7 @@ class NodeKind(str, Enum):
     TOOL_CALL = "ToolCall"
     PERSON = "Person"
     TELEMETRY = "Telemetry"
+    PROBE = "Probe"  # a short run of the recipe search: one learning rate, its held-out loss at each rung
 
 
 class EdgeKind(str, Enum):

@@ -35,8 +35,9 @@ class SearchSpec(BaseModel):
                                  "does not give; false: never (the library defaults)")
     budget_fraction: float = Field(default=0.25, gt=0, le=0.5, description="share of the time budget the probes may use")
     trials: int = Field(default=6, ge=2, le=64, description="learning rates tried (log-spaced), pruned by successive halving")
-    max_epochs: float = Field(default=3.0, gt=0, le=1000, description="a searched length trains at most this many "
-                              "passes over the stage's rows")
+    max_epochs: float = Field(default=3.0, gt=0, le=1000, description="a searched length of a model folder's "
+                              "fine-tune trains at most this many passes over the rows; a model built from scratch "
+                              "trains for what its share of the budget affords")
     stages: dict[str, list[str]] | None = Field(default=None, description="filled when the task is read: stage -> "
                                                 "the settings the engineer chooses")
     align_lr: dict[str, float] = Field(default_factory=dict, description="filled when the task is read: a DPO/GRPO "

@@ -244,6 +244,9 @@ class TrainTask(_Strict):
     description: str = Field(default="", max_length=20_000)
     search: SearchSpec = Field(default_factory=SearchSpec, description="the training engineer's recipe search "
                                "(true / false, or a block); default: stages that give no recipe are searched")
+    align_min_headroom: float = Field(default=0.01, ge=0, le=1, description="a DPO/GRPO stage is skipped when the "
+                                      "stage before leaves at most this much of its gate metric to gain (1 - exact "
+                                      "match); 0: only a perfect score skips it")
     precheck: PrecheckSpec = Field(default_factory=PrecheckSpec, description="the ladder pre-check of data.path")
 
     @field_validator("search", mode="before")

@@ -85,6 +85,9 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
         out["stages"][stage] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
                                 "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len, "steps_done": done_steps,
                                 **verdict.model_dump(exclude={"stage"})}
+        searched = (task.search.stages or {}).get(stage)
+        if searched:  # these settings are the search's to choose, within the budget: the numbers above are placeholders
+            out["stages"][stage]["searched"] = {"settings": searched, "budget_fraction": task.search.budget_fraction}
     # a person approved spending over the budget for this step: the plan informs, it does not refuse
     out["budget_extended_by_person"] = ctx.decided.budget_extended
     out["est_minutes"] = round(total, 3)

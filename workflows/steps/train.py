@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,9 @@ from trainteam.trainers.tokenizer import train_tokenizer as fit
 from trainteam.trainers.training import train as run_training
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.steps.corpus import stage_train_data
+from trainteam.workflows.steps.headroom import skip_align
 from trainteam.workflows.steps.judge import measure_stage
+from trainteam.workflows.steps.recipe import find_recipe
 
 
 def _records(path: str) -> list[dict]:
@@ -291,7 +294,8 @@ def train(ctx: ToolContext) -> StepResult:
     model: Any = task.model.path
     parent, final_dir = None, None
     seen: list[str] = []
-    record: dict[str, dict] = {"stage_evals": {}, "stage_gates": {}, "checkpoints": {}, "data": {}}
+    record: dict[str, dict] = {"stage_evals": {}, "stage_gates": {}, "checkpoints": {}, "data": {}, "search": {}}
+    align = cur.align_stage()
     for i, st in enumerate(stages):
         data_path, data_node = stage_train_data(ctx, st)
         seen.append(str(data_path))
@@ -301,6 +305,8 @@ def train(ctx: ToolContext) -> StepResult:
         if reused is not None:
             parent, final_dir = reused
         else:
+            later = names[i + 1:] + ([align.name] if align else [])
+            runner.ctx = _with_recipe(runner.ctx, st.name, model, tokenizer, data_path, later, record)
             if model is None:
                 model = build_model(task.model, tokenizer)
             parent, report = runner.run(st.name, model, data_path, parent, data_node)
@@ -325,6 +331,19 @@ def train(ctx: ToolContext) -> StepResult:
         details={"stages": names, "losses": runner.curves, "events": runner.events, "spikes": runner.spikes,
                  "trained_on": seen, **record},
     )
+
+
+def _with_recipe(ctx: ToolContext, stage: str, model, tokenizer, data_path: Path, later: list[str],
+                 record: dict) -> ToolContext:
+    """The context whose task trains ``stage`` with the searched recipe (``task.search``), the
+    search's report kept in ``record["search"]``; unchanged for a stage the task gave a recipe."""
+    task = ctx.task
+    make = (lambda: build_model(task.model, tokenizer)) if model is None else (lambda: model)
+    cfg, report = find_recipe(ctx, stage, make, data_path, tokenizer, later)
+    if report is None:
+        return ctx
+    record["search"][stage] = report.model_dump(mode="json")
+    return replace(ctx, task=task.with_training(stage, cfg))
 
 
 def over_budget(ctx: ToolContext, where: dict[str, Any], carried: Carried | None = None) -> NeedsPerson:
@@ -409,6 +428,9 @@ def align(ctx: ToolContext) -> StepResult:
         raise LookupError("align: the task has no dpo or grpo stage")
     method = st.method
     start = ctx.output(ctx.inputs.get("from", "gate"))
+    skipped = skip_align(ctx, st.name, start)
+    if skipped is not None:
+        return skipped
     data_path, data_node = stage_train_data(ctx, st)
     ckpt = Path(start["artifacts"]["checkpoint"])
     tokenizer = load_tokenizer(Path(start["artifacts"]["tokenizer"]))

@@ -1,0 +1,52 @@
+"""The training engineer's recipe search in a real run: probes as Probe nodes, the choice as a Decision,
+and the stage trained with it (the same probes for the same seed: tests/trainers/test_recipe_search.py)."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from spine_helpers import TINY_TASK, cli
+
+from trainteam.graph import EdgeKind
+from trainteam.workspace import Workspace
+
+SEARCHED = {**TINY_TASK, "name": "searched", "search": True,
+            "training": {"pretrain": {"max_steps": 36, "per_device_batch_size": 8, "seq_len": 32}}}
+
+
+def _run(tmp_path, name: str) -> tuple[Workspace, dict]:
+    ws_dir = tmp_path / name
+    task = tmp_path / f"{name}.yaml"
+    task.write_text(yaml.safe_dump(SEARCHED))
+    proc = cli(ws_dir, "execute-workflow", "train_model", "--task", str(task), "--yes", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    view = json.loads(proc.stdout)
+    assert view["status"] == "completed"
+    ws = Workspace.open(ws_dir)
+    from trainteam.workflows.store import RunStore
+
+    train = next(a["output"] for a in RunStore(ws.engine).attempts(view["run_id"]) if a["step"] == "train")
+    return ws, train
+
+
+def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(tmp_path):
+    ws, train = _run(tmp_path, "first")
+    report = train["details"]["search"]["pretrain"]
+    probes = report["probes"]
+    assert len(probes) == 6 and report["probe_steps"] == 9  # a quarter of the given 36 steps
+    chosen = report["chosen"]
+    assert chosen["max_steps"] == 36 and chosen["per_device_batch_size"] == 8  # what the task gave is kept
+    assert chosen["learning_rate"] in report["space"] and report["decided_by"] == "offline"
+    # the stage trained at the chosen rate, for the given length (the trainer's own record of its arguments)
+    assert train["metrics"]["pretrain.steps"] == 36
+    g = ws.graph
+    decision = next(n for n in g.nodes(kind="Decision") if n["id"].endswith("/pretrain/recipe"))
+    assert decision["chosen"]["learning_rate"] == chosen["learning_rate"]
+    probe_nodes = [n for n in g.nodes(kind="Probe")]
+    assert len(probe_nodes) == 6
+    nx = g.to_networkx()
+    out = {(dst, d["kind"]) for _, dst, d in nx.out_edges(decision["id"], data=True)}
+    assert {n["id"] for n in probe_nodes} == {dst for dst, kind in out if kind == EdgeKind.DECIDED_BY.value}
+    assert all(any(d["kind"] == EdgeKind.PRODUCED_BY.value for _, _, d in nx.out_edges(n["id"], data=True))
+               for n in probe_nodes)

@@ -1,0 +1,99 @@
+"""The recipe search's rules: the rates it tries, its rungs and lengths, its pick, and real probe runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
+from trainteam.trainers.config import ModelSpec, TokenizerConfig, TrainConfig
+from trainteam.trainers.models import build_model
+from trainteam.trainers.recipe_search import (
+    Probe,
+    SearchReport,
+    best_trial,
+    default_batch,
+    final_steps,
+    lr_space,
+    probe_length,
+    rung_steps,
+    run_probes,
+    split_rows,
+)
+from trainteam.trainers.tokenizer import load_tokenizer, train_tokenizer
+
+
+def test_rates_are_log_spaced_per_kind_of_training():
+    scratch = lr_space("pretrain", from_scratch=True, lora=False, n=6)
+    assert scratch[0] == 1e-4 and scratch[-1] == 1e-2 and len(scratch) == 6
+    ratios = [b / a for a, b in zip(scratch, scratch[1:])]
+    assert max(ratios) / min(ratios) < 1.02  # evenly spaced on a log scale
+    assert lr_space("sft", from_scratch=False, lora=True, n=4)[-1] == 5e-3
+    assert lr_space("sft", from_scratch=False, lora=False, n=4)[0] == 3e-5
+
+
+def test_rungs_lengths_and_batches():
+    assert rung_steps(90) == [10, 30, 90]
+    assert rung_steps(9) == [1, 3, 9]
+    # 60 s at 0.1 s a step for 6 trials: the expected successive-halving work fits the time
+    top = probe_length(60, 0.1, 6, cap=10_000)
+    assert 9 <= top and top * (6 / 9 + 2 * 2 / 9 + 6 / 9) * 0.1 <= 60
+    assert probe_length(1e6, 0.1, 6, cap=50) == 50
+    # a model folder's fine-tune: at most 3 passes; from scratch: what the time affords
+    assert final_steps(100, 0.01, rows=160, batch=8, grad_accum=1, max_epochs=3, probe_steps=10) == 60
+    assert final_steps(100, 0.01, rows=160, batch=8, grad_accum=1, max_epochs=None, probe_steps=10) == 8500
+    assert final_steps(0, 0.01, rows=160, batch=8, grad_accum=1, max_epochs=None, probe_steps=10) == 10
+    assert [default_batch(n) for n in (50, 800, 3000, 100_000)] == [8, 8, 32, 64]
+
+
+def test_validation_rows_are_cut_from_training_rows_seeded():
+    rows = [{"text": str(i)} for i in range(500)]
+    train, val = split_rows(rows, seed=3)
+    assert len(val) == 50 and len(train) == 450
+    assert not {r["text"] for r in val} & {r["text"] for r in train}
+    assert split_rows(rows, seed=3)[1] == val and split_rows(rows, seed=4)[1] != val
+
+
+def _report(probes):
+    return SearchReport(stage="sft", method="sft", space=[1e-4, 1e-3], probe_steps=9, rungs=[1, 3, 9],
+                        budget_s=10, probes=probes)
+
+
+def test_the_pick_is_the_lowest_loss_at_the_highest_rung_and_never_an_unstable_probe():
+    probes = [Probe(trial=0, learning_rate=1e-2, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.0, 9: 0.1},
+                    unstable=True),
+              Probe(trial=1, learning_rate=1e-3, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.2, 9: 0.9}),
+              Probe(trial=2, learning_rate=1e-4, per_device_batch_size=8, steps=3, values={1: 1.5, 3: 0.5},
+                    pruned=True)]
+    assert best_trial(_report(probes)) == 1  # trial 2 looked better early but never reached the top rung
+    assert best_trial(_report(probes[:1])) is None
+    tie = [Probe(trial=i, learning_rate=lr, per_device_batch_size=8, steps=9, values={9: 1.0})
+           for i, lr in enumerate((1e-3, 1e-4))]
+    assert best_trial(_report(tie)) == 1  # a tie goes to the lower, safer rate
+
+
+def test_real_probes_are_pruned_by_successive_halving_and_repeat_exactly(tmp_path):
+    """Six real probe runs of a tiny Llama on addition text: some pruned at a rung, the same numbers twice."""
+    train_rows, _ = generate_arithmetic(ArithmeticConfig(n_train=400, n_eval=20, max_operand=20, seed=0))
+    rows = [{"text": r["prompt"] + r["completion"]} for r in train_rows]
+    train_tokenizer((r["text"] for r in rows), TokenizerConfig(vocab_size=300), tmp_path / "tok")
+    tok = load_tokenizer(tmp_path / "tok")
+    spec = ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=32)
+    cfg = TrainConfig(method="pretrain", seq_len=32, threads=1)
+    probe_rows, val = split_rows(rows, seed=0)
+
+    def search(folder):
+        report = SearchReport(stage="pretrain", method="pretrain", space=lr_space("pretrain", from_scratch=True,
+                              lora=False, n=6), probe_steps=18, rungs=rung_steps(18), budget_s=600)
+        run_probes(report, cfg, lambda: build_model(spec, tok), probe_rows, val, tok, batch=8, seed=0,
+                   work_dir=tmp_path / folder)
+        return report
+
+    first, second = search("a"), search("b")
+    assert len(first.probes) == 6
+    assert any(p.pruned for p in first.probes) and any(max(p.values) == 18 for p in first.probes)
+    assert sum(p.steps for p in first.probes) < 6 * 18  # the pruner saved work
+    assert [(p.learning_rate, p.values) for p in first.probes] == [(p.learning_rate, p.values) for p in second.probes]
+    assert best_trial(first) == best_trial(second)
+    assert not list((tmp_path / "a").glob("probe-*"))  # probes leave no weights behind
+    with pytest.raises(ValueError):
+        Probe(trial=0, learning_rate="fast", per_device_batch_size=8, steps=1)

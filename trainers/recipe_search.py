@@ -1,0 +1,230 @@
+"""The training engineer's recipe search: short probe runs pick a stage's learning rate, then its
+length and batch are set from what the probes measured and the time the budget leaves.
+
+Optuna does the searching. ``GridSampler`` walks ``trials`` log-spaced learning rates (its order
+shuffled by the seed) and ``SuccessiveHalvingPruner`` (reduction factor 3) stops a probe at a rung
+(1/9, 1/3, 1 of the probe length) where its held-out loss is not among the best third seen there.
+Each probe is a real ``train()`` run of the stage's method, from the stage's own starting weights,
+on the training rows, at a constant learning rate after a short warm-up, scored by held-out loss on
+a validation slice cut from the TRAINING rows (the eval set is never looked at). Runs are sequential
+and seeded, so a search is the same given the seed and thread count.
+
+Hand-written here, because no library does it: the rung callback (held-out loss at the rung steps,
+reported to the trial) and the length rule (``final_steps``): the probes' measured seconds per step
+against the stage's share of the budget, capped at ``max_epochs`` passes over the rows and at least
+the probe length.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field
+
+from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.eval_battery import heldout_loss
+from trainteam.trainers.training import train
+
+REDUCTION = 3
+MIN_ROWS = 32  # fewer rows than this: nothing to probe on (8 validation rows, the rest too few to rank rates)
+
+
+class Probe(BaseModel):
+    """One probe run: its learning rate, the held-out loss at each rung it reached, and its cost."""
+
+    trial: int
+    learning_rate: float
+    per_device_batch_size: int
+    steps: int = Field(description="optimizer steps it ran")
+    values: dict[int, float] = Field(default_factory=dict, description="step -> held-out loss on the validation slice")
+    pruned: bool = False
+    unstable: bool = Field(default=False, description="a spike or a non-finite loss ended it")
+    seconds: float = 0.0
+    pace: float | None = Field(default=None, description="seconds per step from its first step to its last (no set-up)")
+
+
+class Recipe(BaseModel):
+    """What the stage trains with: the search's choice (and what the task gave)."""
+
+    learning_rate: float
+    max_steps: int
+    per_device_batch_size: int
+    warmup_steps: int
+
+
+class RecipeChoice(BaseModel):
+    """The engineer's pick among the probes (a model may make it: agents.decisions)."""
+
+    trial: int = Field(description="the probe whose learning rate the stage trains at")
+    reason: str = Field(default="", max_length=500)
+
+
+class SearchReport(BaseModel):
+    """The search of one stage: the rates tried, every probe, the choice and what it cost."""
+
+    stage: str
+    method: str
+    objective: str = "heldout_loss"
+    space: list[float]
+    probe_steps: int = Field(description="the top rung: the longest a probe runs")
+    rungs: list[int]
+    probes: list[Probe] = Field(default_factory=list)
+    best_trial: int | None = None
+    chosen: Recipe | None = None
+    decided_by: str = "offline"
+    budget_s: float
+    spent_s: float = 0.0
+    validation_rows: int = 0
+    reasons: list[str] = Field(default_factory=list)
+
+
+def lr_space(method: str, *, from_scratch: bool, lora: bool, n: int) -> list[float]:
+    """``n`` log-spaced learning rates for the stage's kind of training (low to high).
+
+    From random init 1e-4..1e-2 (the demo: 1e-3 reached 100 % from scratch, 3e-3 7-84 %); a full
+    fine-tune of trained weights 3e-5..3e-3 (the demo's SFT: 5e-4 reached 100 %, 1e-3 spiked);
+    a LoRA adapter 5e-5..5e-3 (the SmolLM2 fixture learnt at 1e-3)."""
+    low, high = (1e-4, 1e-2) if from_scratch else (5e-5, 5e-3) if lora else (3e-5, 3e-3)
+    step = (math.log(high) - math.log(low)) / max(n - 1, 1)
+    return [float(f"{math.exp(math.log(low) + i * step):.3g}") for i in range(n)]
+
+
+def default_batch(rows: int) -> int:
+    """A batch for a stage that names none: a power of two from 8 to 64, about rows / 100."""
+    return int(min(64, max(8, 2 ** round(math.log2(max(rows / 100, 1))))))
+
+
+def split_rows(rows: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
+    """(probe training rows, validation rows): a seeded tenth, 8 to 128 rows, held out of the probes."""
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n_val = min(128, max(8, len(rows) // 10))
+    return [rows[i] for i in order[n_val:]], [rows[i] for i in order[:n_val]]
+
+
+def rung_steps(probe_steps: int) -> list[int]:
+    """The rungs a probe is scored at: 1/9, 1/3 and all of its length."""
+    return sorted({max(1, probe_steps // REDUCTION ** 2), max(1, probe_steps // REDUCTION), probe_steps})
+
+
+def probe_length(budget_s: float, sec_per_step: float, trials: int, cap: int) -> int:
+    """The top rung such that successive halving's expected steps (every trial to 1/9, a third to
+    1/3, a ninth to the end, ~1.8 top rungs for 6 trials; doubled: the asynchronous pruner lets
+    early trials run on) fit in ``budget_s``; between 9 and ``cap`` steps."""
+    per_top = (trials / 9 + max(1, trials / 3) * 2 / 9 + max(1, trials / 9) * 6 / 9) * 2.0
+    return int(max(9, min(cap, budget_s / max(sec_per_step, 1e-6) / per_top)))
+
+
+def final_steps(left_s: float, sec_per_step: float, rows: int, batch: int, grad_accum: int,
+                max_epochs: float | None, probe_steps: int) -> int:
+    """A searched length: what ``left_s`` affords at the probes' pace (85 %: evaluation and saving
+    take the rest), at most ``max_epochs`` passes over ``rows`` when given, at least the probes' length."""
+    afford = int(0.85 * left_s / max(sec_per_step, 1e-6))
+    passes = afford if max_epochs is None else int(math.ceil(max_epochs * rows / (batch * grad_accum)))
+    return max(probe_steps, min(afford, passes))
+
+
+class _Rungs:
+    """A callback scoring held-out loss at the rung steps and pruning through the Optuna trial."""
+
+    def __new__(cls, trial, probe: Probe, rungs: list[int], tokenizer, val_rows: list[dict], deadline: float):
+        from transformers import TrainerCallback
+
+        class Rungs(TrainerCallback):
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                step = state.global_step
+                probe.steps = step
+                now = time.monotonic()
+                if step == 1:
+                    self.first = now
+                elif step > 1 and hasattr(self, "first"):
+                    probe.pace = round((now - self.first) / (step - 1), 5)
+                if time.monotonic() > deadline:  # the search's share of the budget is spent
+                    probe.pruned = True
+                    control.should_training_stop = True
+                    return control
+                if step not in rungs:
+                    return control
+                value = heldout_loss(model, tokenizer, val_rows, batch_size=32)
+                model.train()
+                if not math.isfinite(value):
+                    probe.unstable = True
+                    control.should_training_stop = True
+                    return control
+                probe.values[step] = round(value, 5)
+                trial.report(value, step)
+                if step < rungs[-1] and trial.should_prune():
+                    probe.pruned = True
+                    control.should_training_stop = True
+                return control
+
+        return Rungs()
+
+
+def _probe_config(cfg: TrainConfig, lr: float, batch: int, steps: int, out: Path) -> TrainConfig:
+    return cfg.model_copy(update={
+        "learning_rate": lr, "per_device_batch_size": batch, "max_steps": steps, "num_train_epochs": None,
+        "lr_scheduler": "constant_with_warmup", "warmup_steps": max(1, steps // 20), "warmup_ratio": None,
+        "save_steps": None, "output_dir": out, "resume": "never", "tracker": "none", "logging_steps": 1})
+
+
+def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dict],
+               val_rows: list[dict], tokenizer, *, batch: int, seed: int, work_dir: Path, reward_funcs=None) -> None:
+    """Every probe of ``report.space``, in the sampler's order, until the budget is spent (fills ``report``)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.GridSampler(
+        {"learning_rate": report.space}, seed=seed), pruner=optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=report.rungs[0], reduction_factor=REDUCTION))
+    start = time.monotonic()
+    deadline = start + report.budget_s
+
+    def objective(trial) -> float:
+        lr = trial.suggest_float("learning_rate", min(report.space), max(report.space), log=True)
+        probe = Probe(trial=trial.number, learning_rate=lr, per_device_batch_size=batch, steps=0)
+        report.probes.append(probe)
+        out = work_dir / f"probe-{trial.number}"
+        began = time.monotonic()
+        try:
+            result = train(cfg.method, _probe_config(cfg, lr, batch, report.probe_steps, out), make_model(), rows,
+                           tokenizer=tokenizer, progress=False, reward_funcs=reward_funcs,
+                           callbacks=[_Rungs(trial, probe, report.rungs, tokenizer, val_rows, deadline)])
+        finally:
+            probe.seconds = round(time.monotonic() - began, 2)
+            shutil.rmtree(out, ignore_errors=True)
+        if result.stopped_reason == "spike":
+            probe.unstable = True
+        if probe.unstable or probe.pruned or not probe.values:
+            raise optuna.TrialPruned()
+        return probe.values[max(probe.values)]
+
+    for _ in report.space:
+        if time.monotonic() > deadline:
+            report.reasons.append(f"the search's {report.budget_s:.0f} s were spent after {len(report.probes)} probes")
+            break
+        study.optimize(objective, n_trials=1, catch=())
+    report.spent_s = round(time.monotonic() - start, 2)
+
+
+def best_trial(report: SearchReport) -> int | None:
+    """The stable probe with the lowest held-out loss at the highest rung any stable probe reached
+    (a tie goes to the lower rate: the safer one for a longer run)."""
+    stable = [p for p in report.probes if not p.unstable and p.values]
+    if not stable:
+        return None
+    top = max(max(p.values) for p in stable)
+    at_top = [p for p in stable if top in p.values] or stable
+    return min(at_top, key=lambda p: (p.values.get(top, min(p.values.values())), p.learning_rate)).trial
+
+
+def sec_per_step(report: SearchReport) -> float:
+    """The probes' median seconds per optimizer step, from their first step to their last (rung evaluations
+    included, set-up not: a run sets up once)."""
+    paces = sorted(p.pace if p.pace else p.seconds / p.steps for p in report.probes if p.steps)
+    return paces[len(paces) // 2] if paces else 1.0

@@ -1,0 +1,177 @@
+"""The training engineer's recipe search inside the train step: before a stage the task left
+without a recipe trains (``task.search.stages``), probes pick its learning rate and the budget
+sets its length; the probes are Probe nodes and the choice a Decision node in the graph.
+
+The search's share of the run's time is ``search.budget_fraction`` of the budget, split evenly
+over the searched stages; each searched stage's length comes from the time left after the
+search, shared with the stages still to train (their planner estimates reserved) and 15 % kept
+for evaluation, merging and registering. A search done once is read back from its Decision node
+(a crash, a person's answer or a retry after a failed gate re-runs the step): it is never paid twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from trainteam.agents.decisions import decide
+from trainteam.agents.toolbox import ToolContext
+from trainteam.curation.demo import read_jsonl
+from trainteam.graph import NodeKind, node_id
+from trainteam.graph.record import record_probe, record_recipe
+from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.recipe_search import (
+    MIN_ROWS,
+    Recipe,
+    RecipeChoice,
+    SearchReport,
+    best_trial,
+    default_batch,
+    final_steps,
+    lr_space,
+    probe_length,
+    rung_steps,
+    run_probes,
+    sec_per_step,
+    split_rows,
+)
+from trainteam.workflows.stageplan import plan_stage
+
+log = logging.getLogger("trainteam.recipe")
+RESERVE = 0.15  # of the time left: evaluation, merging, registering
+
+
+def _key(ctx: ToolContext, stage: str) -> str:
+    return f"{ctx.run_id}/{ctx.step}/{stage}/recipe"
+
+
+def searched_before(ctx: ToolContext, stage: str) -> SearchReport | None:
+    """This run's search of ``stage``, read back from its Decision node."""
+    nid = node_id(NodeKind.DECISION, _key(ctx, stage))
+    if not ctx.graph.has_node(nid):
+        return None
+    return SearchReport.model_validate(ctx.graph.get_node(nid)["report"])
+
+
+def _planned_s(ctx: ToolContext, stage: str) -> float:
+    try:
+        return plan_stage(ctx.task, stage, ctx.task.train_config(stage)).est_minutes * 60
+    except Exception:  # noqa: BLE001 - a stage the planner cannot plan reserves nothing; its own step says why
+        return 0.0
+
+
+def _time_shares(ctx: ToolContext, stage: str, later: list[str]) -> tuple[float, float]:
+    """(seconds the probes of ``stage`` may use, seconds its training may use)."""
+    task = ctx.task
+    allowed = ctx.allowed_s if ctx.allowed_s is not None else task.budget.allowed_s()
+    left = max(0.0, allowed - (ctx.spent_s or 0.0))
+    searched = task.search.stages or {}
+    n_searched = max(1, len(searched))
+    reserve = sum(_planned_s(ctx, s) for s in later if s not in searched)
+    n_left = 1 + sum(1 for s in later if s in searched)
+    share = max(0.0, (left * (1 - RESERVE) - reserve) / n_left)
+    probes = min(task.search.budget_fraction * allowed / n_searched, task.search.budget_fraction * share * 2)
+    return probes, share
+
+
+def _estimate_pace(ctx: ToolContext, stage: str, cfg: TrainConfig) -> float:
+    """Seconds per step before any probe ran: the planner's estimate for this batch."""
+    try:
+        v = plan_stage(ctx.task, stage, cfg)
+        return max(v.est_minutes * 60 / cfg.max_steps, 1e-3)
+    except Exception:  # noqa: BLE001 - no estimate: a guess the probes correct
+        return 0.05
+
+
+def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], data_path: Path, tokenizer,
+                later: list[str], reward_funcs=None) -> tuple[TrainConfig, SearchReport | None]:
+    """The stage's config with the searched settings chosen (unchanged when nothing is searched)."""
+    cfg = ctx.task.train_config(stage)
+    searched = (ctx.task.search.stages or {}).get(stage)
+    if not searched:
+        return cfg, None
+    report = searched_before(ctx, stage)
+    if report is None:
+        report = _search(ctx, stage, cfg, searched, make_model, data_path, tokenizer, later, reward_funcs)
+    return (cfg if report.chosen is None else cfg.model_copy(update=report.chosen.model_dump())), report
+
+
+def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str], make_model, data_path: Path,
+            tokenizer, later: list[str], reward_funcs) -> SearchReport:
+    task = ctx.task
+    rows = read_jsonl(data_path)
+    batch = cfg.per_device_batch_size if "per_device_batch_size" not in searched else default_batch(len(rows))
+    probe_s, share_s = _time_shares(ctx, stage, later)
+    given_steps = None if "max_steps" in searched else cfg.max_steps
+    passes = final_steps(10**12, 1e-9, len(rows), batch, cfg.grad_accum, _epochs(task), 1)
+    pace = _estimate_pace(ctx, stage, cfg.model_copy(update={"per_device_batch_size": batch}))
+    cap = max(9, given_steps // 4 if given_steps else min(passes, 10**6) // 3)  # a given length: probes a quarter of it
+    steps = probe_length(probe_s, pace, task.search.trials, cap)
+    from_scratch = task.model.path is None and stage == task.stage_names()[0]  # random init: no weights before it
+    space = lr_space(cfg.method, from_scratch=from_scratch, lora=cfg.lora is not None, n=task.search.trials)
+    report = SearchReport(stage=stage, method=cfg.method, space=space, probe_steps=steps, rungs=rung_steps(steps),
+                          budget_s=round(probe_s, 1))
+    if "learning_rate" in searched and len(rows) >= MIN_ROWS:
+        train_rows, val_rows = split_rows(rows, task.data.seed)
+        report.validation_rows = len(val_rows)
+        work = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-search"
+        run_probes(report, cfg, make_model, train_rows, val_rows, tokenizer, batch=batch, seed=task.data.seed,
+                   work_dir=work, reward_funcs=reward_funcs)
+    elif "learning_rate" in searched:
+        report.reasons.append(f"{len(rows)} rows: fewer than {MIN_ROWS}, too few to rank learning rates on; "
+                              f"the default {cfg.learning_rate:g} is kept")
+    _choose(ctx, report, cfg, searched, len(rows), batch, share_s, given_steps)
+    _record(ctx, stage, report)
+    return report
+
+
+def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: list[str], rows: int, batch: int,
+            share_s: float, given_steps: int | None) -> None:
+    """The offline pick (lowest held-out loss at the top rung), offered to a configured model, then the length."""
+    report.best_trial = best_trial(report)
+    lr = cfg.learning_rate
+    if report.best_trial is not None:
+        ok = {p.trial for p in report.probes if not p.unstable and p.values}
+        offline = RecipeChoice(trial=report.best_trial, reason="lowest held-out loss at the highest rung reached")
+        decided = decide("training_engineer", f"Choose the learning rate for stage {report.stage} among the probes",
+                         report, offline,
+                         check=lambda c: None if c.trial in ok else f"trial {c.trial} is not a stable probe {sorted(ok)}")
+        if decided.warning:
+            report.reasons.append(decided.warning)
+        report.decided_by = decided.by
+        chosen = next(p for p in report.probes if p.trial == decided.value.trial)
+        lr = chosen.learning_rate
+        report.reasons.append(f"trial {chosen.trial} (lr {lr:g}): {decided.value.reason or offline.reason}")
+    elif "learning_rate" in searched and report.probes:
+        report.reasons.append(f"no probe finished stably; the default {lr:g} is kept")
+    spent = report.spent_s
+    if given_steps is None:
+        pace = sec_per_step(report) if report.probes else _estimate_pace(ctx, report.stage, cfg)
+        epochs = _epochs(ctx.task)
+        steps = final_steps(share_s - spent, pace, rows, batch, cfg.grad_accum, epochs, report.probe_steps)
+        afford = f"what {max(share_s - spent, 0):.0f} s afford at {pace:.3g} s a step"
+        report.reasons.append(f"{steps} steps: " + (f"{epochs:g} passes over {rows} rows at batch {batch}, or {afford}, "
+                                                    "whichever is less" if epochs else afford))
+    else:
+        steps = given_steps
+    warmup = cfg.warmup_steps if (cfg.warmup_steps or cfg.warmup_ratio) else max(1, steps // 20)
+    report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_batch_size=batch, warmup_steps=warmup)
+    log.info("recipe for %s: %s", report.stage, report.chosen)
+
+
+def _epochs(task) -> float | None:
+    """The pass cap of a searched length: a model folder's fine-tune stops at ``search.max_epochs``
+    passes (TRL's and LLaMA-Factory's default of 3: more over-fits a few hundred rows); a model
+    built from scratch in this run trains for what its share of the budget affords."""
+    return task.search.max_epochs if task.model.path is not None else None
+
+
+def _record(ctx: ToolContext, stage: str, report: SearchReport) -> None:
+    nodes = [record_probe(ctx.graph, f"{ctx.run_id}/{ctx.step}/{stage}/probe-{p.trial}", run_id=ctx.run_id,
+                          stage=stage, step_node=ctx.step_node, facts=p.model_dump(mode="json"))
+             for p in report.probes]
+    record_recipe(ctx.graph, _key(ctx, stage), run_id=ctx.run_id, stage=stage, step_node=ctx.step_node,
+                  probe_nodes=nodes, facts={"chosen": report.chosen.model_dump() if report.chosen else None,
+                                            "decided_by": report.decided_by, "reasons": report.reasons,
+                                            "report": report.model_dump(mode="json")})
