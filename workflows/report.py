@@ -25,6 +25,7 @@ from trainteam.agents.redact import redact, redact_text
 from trainteam.core.errors import BadInput
 from trainteam.trainers.diagnosis import Diagnosis
 from trainteam.trainers.gates import GateRule, as_rules
+from trainteam.trainers.recipe_search import SearchReport
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.stageplan import plan_stage
 from trainteam.workflows.store import RunStore
@@ -109,6 +110,7 @@ class ReportInput(_Strict):
     gates: dict[str, list[GateRule]] = Field(default_factory=dict, description="stage -> rules (thresholds)")
     gate_outcomes: dict[str, GateOutcome] = Field(default_factory=dict)
     diagnoses: list[DiagnosisRecord] = Field(default_factory=list, description="failed gates, in the order they ran")
+    searches: list[SearchReport] = Field(default_factory=list, description="the engineer's recipe search per stage")
     model_id: str | None = None
     plan_vs_run: list[PlanVsRun] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
@@ -174,6 +176,21 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 {%- endfor %}
 {% if plots.get("evals") %}
 ![eval metrics per stage]({{ plots.evals }}){% endif %}
+{% if r.searches %}
+## Recipe search
+
+{% for s in r.searches -%}
+**{{ s.stage }}** ({{ s.method }}): {{ s.probes|length }} probes of up to {{ s.probe_steps }} steps, held-out loss on {{ s.validation_rows }} rows cut from the training data, {{ "%.0f"|format(s.spent_s) }} of {{ "%.0f"|format(s.budget_s) }} s; chosen{% if s.decided_by != "offline" %} by {{ s.decided_by }}{% endif %}: {% if s.chosen %}learning rate {{ "%g"|format(s.chosen.learning_rate) }}, {{ s.chosen.max_steps }} steps, batch {{ s.chosen.per_device_batch_size }}{% else %}nothing{% endif %}
+
+| trial | learning rate | steps | held-out loss by step | end |
+| ---: | ---: | ---: | --- | --- |
+{% for p in s.probes -%}
+| {{ p.trial }} | {{ "%g"|format(p.learning_rate) }} | {{ p.steps }} | {% for k, v in p["values"].items() %}{{ k }}: {{ "%.4f"|format(v) }}{{ ", " if not loop.last }}{% endfor %} | {{ "unstable" if p.unstable else "pruned" if p.pruned else "finished" }}{{ " ← chosen" if s.chosen and p.learning_rate == s.chosen.learning_rate }} |
+{% endfor %}{% for reason in s.reasons %}
+- {{ reason }}{% endfor %}
+
+{% endfor %}{% if plots.get("search") %}![probes: held-out loss by step]({{ plots.search }})
+{% endif %}{% endif %}
 {% if r.diagnoses %}
 ## Diagnosis
 
@@ -288,6 +305,25 @@ def _steps_plot(r: ReportInput, plt, png: Path) -> dict:
     return {"steps": names, "seconds": secs, "cost": costs, "status": [s.status for s in r.steps]}
 
 
+def _search_plot(r: ReportInput, plt, png: Path) -> dict:
+    """Each probe's held-out loss at its rungs, one panel per searched stage, the chosen rate drawn bold."""
+    fig, axes = plt.subplots(1, len(r.searches), figsize=(5 * len(r.searches), 3.4), squeeze=False)
+    data = {}
+    for ax, s in zip(axes[0], r.searches):
+        for p in s.probes:
+            pts = sorted(p.values.items())
+            chosen = s.chosen is not None and p.learning_rate == s.chosen.learning_rate
+            ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", lw=2.5 if chosen else 1,
+                    label=f"lr {p.learning_rate:g}" + (" (chosen)" if chosen else ""))
+        ax.set(title=f"{s.stage}: recipe search", xlabel="probe step", ylabel="held-out loss")
+        ax.legend(fontsize=7)
+        data[s.stage] = {str(p.learning_rate): p.values for p in s.probes}
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return data
+
+
 def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
     """Write ``report.md`` and ``{loss,evals,steps}.png`` (+ ``.json`` data) into ``out_dir``."""
     import matplotlib
@@ -299,7 +335,7 @@ def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
     out.mkdir(parents=True, exist_ok=True)
     plots, data = {}, {}
     for name, make, wanted in (("loss", _loss_plot, bool(r.losses)), ("evals", _eval_plot, bool(r.evals)),
-                               ("steps", _steps_plot, bool(r.steps))):
+                               ("steps", _steps_plot, bool(r.steps)), ("search", _search_plot, bool(r.searches))):
         if not wanted:
             continue
         png, js = out / f"{name}.png", out / f"{name}.json"
@@ -368,7 +404,10 @@ def report_input(ws, run_id: str) -> ReportInput:
     diagnoses = [DiagnosisRecord(step=f"{a['step']} #{a['visit']}", stage=a["output"]["details"].get("stage", ""),
                                  diagnosis=Diagnosis.model_validate(a["output"]["details"]["diagnosis"]))
                  for a in runs.attempts(run_id) if ((a["output"] or {}).get("details") or {}).get("diagnosis")]
-    notes = []
+    searches = [SearchReport.model_validate(v) for out in outputs.values()
+                for v in ((out.get("details") or {}).get("search") or {}).values()]
+    notes = [f"{name}: {out['summary']}" for name, out in outputs.items()
+             if out.get("outcome") == "skipped" and (out.get("details") or {}).get("choice")]
     cur = outputs.get("curate")
     if cur:
         notes.append(f"curation: {cur['summary']}")
@@ -379,7 +418,8 @@ def report_input(ws, run_id: str) -> ReportInput:
     return ReportInput(run_id=run_id, task_name=view["task_name"], status=view["status"], steps=steps,
                        stages=_stage_records(cur, view["metrics"]), losses=_in_order(losses, order), events=events,
                        evals=_in_order(evals, order), gates={s.name: as_rules(s.gates) for s in cur.stages if s.gates},
-                       gate_outcomes=_in_order(gate_outcomes, order), diagnoses=diagnoses, model_id=model_id,
+                       gate_outcomes=_in_order(gate_outcomes, order), diagnoses=diagnoses, searches=searches,
+                       model_id=model_id,
                        plan_vs_run=plan_vs_run(task, view["metrics"]), notes=notes)
 
 

@@ -15,7 +15,7 @@ SEARCHED = {**TINY_TASK, "name": "searched", "search": True,
             "training": {"pretrain": {"max_steps": 36, "per_device_batch_size": 8, "seq_len": 32}}}
 
 
-def _run(tmp_path, name: str) -> tuple[Workspace, dict]:
+def _run(tmp_path, name: str) -> tuple[Workspace, dict, str]:
     ws_dir = tmp_path / name
     task = tmp_path / f"{name}.yaml"
     task.write_text(yaml.safe_dump(SEARCHED))
@@ -27,11 +27,11 @@ def _run(tmp_path, name: str) -> tuple[Workspace, dict]:
     from trainteam.workflows.store import RunStore
 
     train = next(a["output"] for a in RunStore(ws.engine).attempts(view["run_id"]) if a["step"] == "train")
-    return ws, train
+    return ws, train, view["run_id"]
 
 
 def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(tmp_path):
-    ws, train = _run(tmp_path, "first")
+    ws, train, run_id = _run(tmp_path, "first")
     report = train["details"]["search"]["pretrain"]
     probes = report["probes"]
     assert len(probes) == 6 and report["probe_steps"] == 9  # a quarter of the given 36 steps
@@ -50,3 +50,10 @@ def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(t
     assert {n["id"] for n in probe_nodes} == {dst for dst, kind in out if kind == EdgeKind.DECIDED_BY.value}
     assert all(any(d["kind"] == EdgeKind.PRODUCED_BY.value for _, _, d in nx.out_edges(n["id"], data=True))
                for n in probe_nodes)
+
+    # the run report shows every probe, the choice and why, and a picture of the probes' curves
+    proc = cli(tmp_path / "first", "runs", "report", run_id, check=True)
+    md = next((tmp_path / "first").rglob("report.md")).read_text()
+    assert "## Recipe search" in md and "← chosen" in md and "lowest held-out loss" in md
+    assert (next((tmp_path / "first").rglob("report.md")).parent / "search.png").stat().st_size > 5000
+

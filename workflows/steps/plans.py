@@ -20,6 +20,8 @@ from trainteam.trainers.config import TrainConfig
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.stageplan import plan_stage
 from trainteam.workflows.steps.curate import planned_config
+from trainteam.workflows.steps.recipe import searched_before
+from trainteam.workflows.steps.retry import StopRetry, retry_config
 from trainteam.workflows.steps.train import stage_progress
 
 
@@ -77,8 +79,15 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
         if finished:
             continue
         cfg = task.train_config(stage)
-        if ctx.visit > 1 and tool == "train":  # the tool trains twice as long on a retry
-            cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
+        found = searched_before(ctx, stage)  # a search done on an earlier visit: its recipe, not the placeholders
+        if found is not None and found.chosen is not None:
+            cfg = cfg.model_copy(update=found.chosen.model_dump())
+        if tool == "train":
+            try:  # a retry follows the judge's diagnosis
+                cfg = retry_config(ctx, stage, cfg)
+            except StopRetry as stop:
+                out["stages"][stage] = {"runnable": False, "refusals": [{"field": "retry", "reason": str(stop)}]}
+                continue
         verdict = plan_stage(task, stage, cfg)
         left = max(0.0, 1.0 - done_steps / cfg.max_steps)
         total += verdict.est_minutes * left

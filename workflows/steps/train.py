@@ -47,6 +47,7 @@ from trainteam.workflows.steps.corpus import stage_train_data
 from trainteam.workflows.steps.headroom import skip_align
 from trainteam.workflows.steps.judge import measure_stage
 from trainteam.workflows.steps.recipe import find_recipe
+from trainteam.workflows.steps.retry import StopRetry, retry_config, retry_note
 
 
 def _records(path: str) -> list[dict]:
@@ -128,9 +129,8 @@ class _Stage:
     def _config(self, stage: str, model):
         """The stage's TrainConfig for this attempt, and the rollback proposal it applies."""
         ctx = self.ctx
-        cfg = ctx.task.train_config(stage)
-        if ctx.visit > 1:  # the changed plan of a second attempt after a failed gate: train twice as long
-            cfg = cfg.model_copy(update={"max_steps": cfg.max_steps * 2})
+        # a retry after a failed gate follows the judge's diagnosis (more steps, another rate; StopRetry: none helps)
+        cfg = retry_config(ctx, stage, ctx.task.train_config(stage))
         out, factor, proposal = self._out(stage), 1.0, None
         restart = ctx.decided.restart
         if restart is not None and restart.get("stage") == stage:
@@ -309,7 +309,11 @@ def train(ctx: ToolContext) -> StepResult:
             runner.ctx = _with_recipe(runner.ctx, st.name, model, tokenizer, data_path, later, record)
             if model is None:
                 model = build_model(task.model, tokenizer)
-            parent, report = runner.run(st.name, model, data_path, parent, data_node)
+            try:
+                parent, report = runner.run(st.name, model, data_path, parent, data_node)
+            except StopRetry as stop:  # the judge's plan: retraining cannot fix what failed
+                return StepResult(outcome="error", summary=str(stop), metrics=runner.metrics,
+                                  details={"stages": names[: i + 1], "retry": "stopped", **record})
             if parent is None:
                 return runner.stopped(st.name, report)
             final_dir = Path(report.final_dir)
@@ -323,9 +327,10 @@ def train(ctx: ToolContext) -> StepResult:
     last = names[-1]
     shown = "; ".join(f"{n} exact match {m['exact_match']:.3g}" for n, m in record["stage_evals"].items()
                       if "exact_match" in m)
+    note = retry_note(ctx, last)
     return StepResult(
         summary=f"trained {' → '.join(names)}; final loss {runner.metrics.get(f'{last}.final_loss', 0):.4f}"
-                + (f" ({shown})" if shown else ""),
+                + (f" ({shown})" if shown else "") + (f"; {note}" if note else ""),
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
         metrics=runner.metrics, nodes={"checkpoint": parent, **({"tokenizer": tok_node} if tok_node else {})},
         details={"stages": names, "losses": runner.curves, "events": runner.events, "spikes": runner.spikes,
