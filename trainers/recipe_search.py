@@ -81,6 +81,18 @@ class SearchReport(BaseModel):
     spent_s: float = 0.0
     validation_rows: int = 0
     reasons: list[str] = Field(default_factory=list)
+    heldout_curve: dict[int, float] = Field(default_factory=dict, description="the stage's own run: held-out loss "
+                                            "on the validation slice by step (a searched length only)")
+    stopped_early_at: int | None = Field(default=None, description="the step the plateau rule stopped the run at")
+
+
+PATIENCE = 3  # checks without a real improvement before a searched length stops
+MIN_GAIN = (0.01, 1e-3)  # an improvement counts when it beats the best by 1 % of it and by 0.001
+
+
+def plateau_every(steps: int) -> int:
+    """How often a searched length checks its held-out loss: 20 times in the run, at least every 25 steps."""
+    return max(25, steps // 20)
 
 
 def lr_space(method: str, *, from_scratch: bool, lora: bool, n: int) -> list[float]:
@@ -164,6 +176,36 @@ class _Rungs:
                 return control
 
         return Rungs()
+
+
+class Plateau:
+    """A callback for a stage whose length the search chose: held-out loss on the validation slice every
+    ``every`` steps (``report.heldout_curve``), and a stop after ``PATIENCE`` checks that do not beat the
+    best by ``MIN_GAIN`` (the loss has flattened, or risen: over-fitting)."""
+
+    def __new__(cls, report: SearchReport, tokenizer, val_rows: list[dict], every: int):
+        from transformers import TrainerCallback
+
+        best = [math.inf, 0]  # best loss, checks since it
+
+        class Stop(TrainerCallback):
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                step = state.global_step
+                if step % every or step >= state.max_steps:
+                    return control
+                value = heldout_loss(model, tokenizer, val_rows, batch_size=32)
+                model.train()
+                report.heldout_curve[step] = round(value, 5)
+                if math.isinf(best[0]) or value < best[0] - max(MIN_GAIN[0] * best[0], MIN_GAIN[1]):
+                    best[0], best[1] = value, 0
+                else:
+                    best[1] += 1
+                if best[1] >= PATIENCE:
+                    report.stopped_early_at = step
+                    control.should_training_stop = True
+                return control
+
+        return Stop()
 
 
 def _probe_config(cfg: TrainConfig, lr: float, batch: int, steps: int, out: Path) -> TrainConfig:

@@ -187,7 +187,8 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 {% for p in s.probes -%}
 | {{ p.trial }} | {{ "%g"|format(p.learning_rate) }} | {{ p.steps }} | {% for k, v in p["values"].items() %}{{ k }}: {{ "%.4f"|format(v) }}{{ ", " if not loop.last }}{% endfor %} | {{ "unstable" if p.unstable else "pruned" if p.pruned else "finished" }}{{ " ← chosen" if s.chosen and p.learning_rate == s.chosen.learning_rate }} |
 {% endfor %}{% for reason in s.reasons %}
-- {{ reason }}{% endfor %}
+- {{ reason }}{% endfor %}{% if s.stopped_early_at %}
+- stopped at step {{ s.stopped_early_at }} of {{ s.chosen.max_steps }}: the held-out loss stopped improving ({% for k, v in s.heldout_curve.items() %}{{ k }}: {{ "%.4f"|format(v) }}{{ ", " if not loop.last }}{% endfor %}){% endif %}
 
 {% endfor %}{% if plots.get("search") %}![probes: held-out loss by step]({{ plots.search }})
 {% endif %}{% endif %}

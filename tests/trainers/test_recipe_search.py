@@ -97,3 +97,23 @@ def test_real_probes_are_pruned_by_successive_halving_and_repeat_exactly(tmp_pat
     assert not list((tmp_path / "a").glob("probe-*"))  # probes leave no weights behind
     with pytest.raises(ValueError):
         Probe(trial=0, learning_rate="fast", per_device_batch_size=8, steps=1)
+
+
+def test_a_searched_length_stops_when_the_held_out_loss_stops_improving(tmp_path):
+    """A run that cannot learn (a learning rate of 1e-9) is stopped after PATIENCE flat checks, not trained to its end."""
+    from trainteam.trainers.recipe_search import PATIENCE, Plateau
+    from trainteam.trainers.training import train
+
+    train_rows, _ = generate_arithmetic(ArithmeticConfig(n_train=200, n_eval=20, max_operand=20, seed=0))
+    rows = [{"text": r["prompt"] + r["completion"]} for r in train_rows]
+    train_tokenizer((r["text"] for r in rows), TokenizerConfig(vocab_size=300), tmp_path / "tok")
+    tok = load_tokenizer(tmp_path / "tok")
+    model = build_model(ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=32), tok)
+    fit, val = split_rows(rows, seed=0)
+    report = SearchReport(stage="pretrain", method="pretrain", space=[1e-9], probe_steps=9, rungs=[1, 3, 9], budget_s=1)
+    cfg = TrainConfig(method="pretrain", seq_len=32, threads=1, max_steps=400, learning_rate=1e-9,
+                      per_device_batch_size=8, output_dir=tmp_path / "run")
+    result = train("pretrain", cfg, model, fit, tokenizer=tok, progress=False,
+                   callbacks=[Plateau(report, tok, val, every=5)])
+    assert report.stopped_early_at == 5 * (PATIENCE + 1) == result.steps_done
+    assert sorted(report.heldout_curve) == [5, 10, 15, 20]

@@ -12,6 +12,7 @@ for evaluation, merging and registering. A search done once is read back from it
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ from trainteam.graph.record import record_probe, record_recipe
 from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.recipe_search import (
     MIN_ROWS,
+    Plateau,
     Recipe,
     RecipeChoice,
     SearchReport,
@@ -30,6 +32,7 @@ from trainteam.trainers.recipe_search import (
     default_batch,
     final_steps,
     lr_space,
+    plateau_every,
     probe_length,
     rung_steps,
     run_probes,
@@ -84,17 +87,33 @@ def _estimate_pace(ctx: ToolContext, stage: str, cfg: TrainConfig) -> float:
         return 0.05
 
 
+@dataclass
+class StageRecipe:
+    """How a stage trains: its config, the search behind it, and for a length the search chose, the
+    training rows without the validation slice and the plateau check that may end the run early."""
+
+    cfg: TrainConfig
+    report: SearchReport | None = None
+    rows: list[dict] | None = None
+    callbacks: list = field(default_factory=list)
+
+
 def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], data_path: Path, tokenizer,
-                later: list[str], reward_funcs=None) -> tuple[TrainConfig, SearchReport | None]:
-    """The stage's config with the searched settings chosen (unchanged when nothing is searched)."""
+                later: list[str], reward_funcs=None) -> StageRecipe:
+    """The stage's recipe: the searched settings chosen (the task's config when nothing is searched)."""
     cfg = ctx.task.train_config(stage)
     searched = (ctx.task.search.stages or {}).get(stage)
     if not searched:
-        return cfg, None
+        return StageRecipe(cfg)
     report = searched_before(ctx, stage)
     if report is None:
         report = _search(ctx, stage, cfg, searched, make_model, data_path, tokenizer, later, reward_funcs)
-    return (cfg if report.chosen is None else cfg.model_copy(update=report.chosen.model_dump())), report
+    out = StageRecipe(cfg if report.chosen is None else cfg.model_copy(update=report.chosen.model_dump()), report)
+    rows = read_jsonl(data_path)
+    if "max_steps" in searched and report.validation_rows and len(rows) >= MIN_ROWS:
+        out.rows, val_rows = split_rows(rows, ctx.task.data.seed)
+        out.callbacks = [Plateau(report, tokenizer, val_rows, plateau_every(out.cfg.max_steps))]
+    return out
 
 
 def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str], make_model, data_path: Path,

@@ -145,11 +145,12 @@ class _Stage:
         cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto", "learning_rate": cfg.learning_rate * factor})
         return cfg, proposal
 
-    def run(self, stage: str, model, data, parent: str | None, data_node: str):
+    def run(self, stage: str, model, data, parent: str | None, data_node: str, callbacks: list | None = None):
         ctx = self.ctx
         cfg, proposal = self._config(stage, model)
         report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
-                              apply_proposal=proposal, reward_funcs=default_rewards(self.tokenizer, ctx.task.answer))
+                              apply_proposal=proposal, reward_funcs=default_rewards(self.tokenizer, ctx.task.answer),
+                              callbacks=callbacks)
         new = [list(x) for x in report.losses]
         if new:  # points from before the rollback stay; the resumed run's points follow them
             self.curves[stage] = [p for p in self.curves.get(stage, []) if p[0] < new[0][0]] + new
@@ -306,14 +307,17 @@ def train(ctx: ToolContext) -> StepResult:
             parent, final_dir = reused
         else:
             later = names[i + 1:] + ([align.name] if align else [])
-            runner.ctx = _with_recipe(runner.ctx, st.name, model, tokenizer, data_path, later, record)
+            runner.ctx, recipe = _with_recipe(runner.ctx, st.name, model, tokenizer, data_path, later)
             if model is None:
                 model = build_model(task.model, tokenizer)
             try:
-                parent, report = runner.run(st.name, model, data_path, parent, data_node)
+                parent, report = runner.run(st.name, model, recipe.rows or data_path, parent, data_node,
+                                            callbacks=recipe.callbacks)
             except StopRetry as stop:  # the judge's plan: retraining cannot fix what failed
                 return StepResult(outcome="error", summary=str(stop), metrics=runner.metrics,
                                   details={"stages": names[: i + 1], "retry": "stopped", **record})
+            if recipe.report is not None:
+                record["search"][st.name] = recipe.report.model_dump(mode="json")
             if parent is None:
                 return runner.stopped(st.name, report)
             final_dir = Path(report.final_dir)
@@ -338,17 +342,15 @@ def train(ctx: ToolContext) -> StepResult:
     )
 
 
-def _with_recipe(ctx: ToolContext, stage: str, model, tokenizer, data_path: Path, later: list[str],
-                 record: dict) -> ToolContext:
-    """The context whose task trains ``stage`` with the searched recipe (``task.search``), the
-    search's report kept in ``record["search"]``; unchanged for a stage the task gave a recipe."""
+def _with_recipe(ctx: ToolContext, stage: str, model, tokenizer, data_path: Path, later: list[str]):
+    """(the context whose task trains ``stage`` with its recipe, the recipe): the searched settings
+    (``task.search``) chosen; the context unchanged for a stage the task gave a recipe."""
     task = ctx.task
     make = (lambda: build_model(task.model, tokenizer)) if model is None else (lambda: model)
-    cfg, report = find_recipe(ctx, stage, make, data_path, tokenizer, later)
-    if report is None:
-        return ctx
-    record["search"][stage] = report.model_dump(mode="json")
-    return replace(ctx, task=task.with_training(stage, cfg))
+    recipe = find_recipe(ctx, stage, make, data_path, tokenizer, later)
+    if recipe.report is None:
+        return ctx, recipe
+    return replace(ctx, task=task.with_training(stage, recipe.cfg)), recipe
 
 
 def over_budget(ctx: ToolContext, where: dict[str, Any], carried: Carried | None = None) -> NeedsPerson:
