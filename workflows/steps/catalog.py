@@ -7,6 +7,7 @@ from trainteam.workflows.steps.corpus import prepare_corpus
 from trainteam.workflows.steps.curate import curate
 from trainteam.workflows.steps.judge import evaluate, gate, gate_facts
 from trainteam.workflows.steps.plans import TrainArgs, apply_overrides, plan_curate, plan_stages
+from trainteam.workflows.steps.precheck import precheck_data
 from trainteam.workflows.steps.register import register_model
 from trainteam.workflows.steps.train import align, merge_adapters, train, train_tokenizer
 
@@ -15,6 +16,7 @@ _TRAINING = {"args": TrainArgs, "prepare": apply_overrides, "plan": plan_stages}
 STEPS: dict[str, StepTool] = {
     "prepare_corpus": StepTool(prepare_corpus),
     "curate": StepTool(curate, plan=plan_curate),
+    "precheck_data": StepTool(precheck_data),
     "train_tokenizer": StepTool(train_tokenizer),
     "train": StepTool(train, **_TRAINING),
     "align": StepTool(align, **_TRAINING),
