@@ -255,7 +255,7 @@ def gate_evidence(ctx: ToolContext, ev: dict, decision: GateDecision) -> GateEvi
         num_train_epochs=settings["num_train_epochs"], learning_rate=settings["learning_rate"],
         warmup_steps=settings["warmup_steps"], batch_rows=settings["batch_rows"],
         spikes=sum(1 for s in details.get("spikes", []) if s.get("stage") == stage),
-        probes=_probes(details, stage), **_data_evidence(ctx, ev, stage, trained), **_cost(ctx, stage, trained))
+        probes=search_probes(details, stage), **_data_evidence(ctx, ev, stage, trained), **_cost(ctx, stage, trained))
 
 
 def _attempt_settings(ctx: ToolContext, stage: str, trained: dict) -> dict:
@@ -291,7 +291,8 @@ def _earlier(ctx: ToolContext, stage: str) -> list[Attempt]:
                     final_loss=m.final_loss, value=value)]
 
 
-def _probes(details: dict, stage: str) -> list[ProbePoint]:
+def search_probes(details: dict, stage: str) -> list[ProbePoint]:
+    """The recipe search's probes of ``stage`` in a train step's details (``details["search"][stage]``)."""
     search = (details.get("search") or {}).get(stage) or {}
     return [ProbePoint(learning_rate=p["learning_rate"], steps=p.get("steps", 0),
                        values={int(k): v for k, v in (p.get("values") or {}).items()},
@@ -301,12 +302,16 @@ def _probes(details: dict, stage: str) -> list[ProbePoint]:
 
 def _data_evidence(ctx: ToolContext, ev: dict, stage: str, trained: dict) -> dict:
     """Rows trained on, what curation removed from them, and eval problems found in training data."""
-    path, node = stage_train_data(ctx, _stage_of(ctx, stage))
-    with open(path, "rb") as fh:
-        n_train = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
-    out: dict = {"n_train": n_train}
+    out: dict = {}
+    try:
+        path, node = stage_train_data(ctx, _stage_of(ctx, stage))
+    except LookupError:  # no corpus step in this run's outputs: the diagnosis goes without row counts
+        path, node = None, None
+    if path is not None and path.is_file():
+        with open(path, "rb") as fh:
+            out["n_train"] = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
     cur = ctx.outputs.get("curate") or {}
-    if cur.get("outcome") == "ok" and (cur.get("nodes") or {}).get("train") == node:
+    if node is not None and cur.get("outcome") == "ok" and (cur.get("nodes") or {}).get("train") == node:
         cm = cur.get("metrics") or {}
         out.update(rows_in=int(cm.get("curation.input", 0)) or None, rows_out=int(cm.get("curation.output", 0)))
     out["max_drop_fraction"] = (ctx.task.curation or {}).get("max_drop_fraction", 0.5)
