@@ -63,7 +63,7 @@ def retry_config(ctx: ToolContext, stage: str, cfg: TrainConfig) -> TrainConfig:
     if plan is None:
         return cfg
     if not plan.retrains:
-        raise StopRetry(f"{stage}: no retry ({plan.action.replace('_', ' ')}): {plan.reason}", plan)
+        raise StopRetry(retry_note(ctx, stage) or plan.reason, plan)
     changes = plan.changes.given()
     data = {**cfg.model_dump(), **changes}
     if "max_steps" in changes and "num_train_epochs" not in changes:
@@ -79,6 +79,8 @@ def retry_note(ctx: ToolContext, stage: str) -> str | None:
         return stop.reason
     if plan is None:
         return None
+    if not plan.retrains:
+        return f"{stage}: no retry ({plan.action.replace('_', ' ')}): {plan.reason}"
     found = failed_gate(ctx, stage)
     diagnosis = gate_diagnosis(found[1]) if found else None
     kind = diagnosis.kind.replace("_", "-") if diagnosis else "failed gate"
