@@ -24,6 +24,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -72,7 +73,7 @@ def decide(persona: str, question: str, evidence: BaseModel | Mapping[str, Any],
     agent = _agent(model, persona, type(offline), check, refusals)
     prompt = _prompt(question, evidence, offline, secrets)
     try:
-        answer = agent.run_sync(prompt, timeout=TIMEOUT_S).output
+        answer = _answer(agent, prompt)
     except provider_errors() as exc:
         problem = provider_failure(persona, exc, model, choice)
     except _run_errors() as exc:
@@ -84,6 +85,14 @@ def decide(persona: str, question: str, evidence: BaseModel | Mapping[str, Any],
     warning = redact_text(f"{problem}; kept the offline policy's decision ({_label(question)})", secrets)
     log.warning(warning)
     return Decided(offline, OFFLINE, warning)
+
+
+def _answer(agent: Any, prompt: str) -> Any:
+    """The model's answer, asked from a thread of its own: every caller is a step tool running inside the
+    persona's own Agent run, where pydantic-ai refuses a nested ``run_sync`` (``UserError``: cannot be used
+    inside a synchronous tool); a fresh thread starts with a fresh context, outside that run."""
+    with ThreadPoolExecutor(1, thread_name_prefix="decision") as pool:
+        return pool.submit(agent.run_sync, prompt, timeout=TIMEOUT_S).result().output
 
 
 def _agent(model: Any, persona: str, output: type[BaseModel], check: Callable | None, refusals: list[str]) -> Any:

@@ -165,6 +165,9 @@ class OfflinePolicy:
             return self._finish(messages, info, summary, "stop",
                                 ["curation removed more than max_drop_fraction: a person decides whether "
                                  "training goes on with what is left"])
+        if outcome == "failed":  # a check of the data failed (the pre-check): not for me to wave on
+            return self._finish(messages, info, summary, "stop",
+                                ["the data pre-check failed: a person decides whether training goes on"])
         metrics = result.get("metrics") or {}
         keep = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")
         reasons = [f"{k}={v:.4g}" for k, v in sorted(metrics.items())

@@ -132,3 +132,26 @@ def test_offline_decides_at_once_without_a_connection(monkeypatch):
     monkeypatch.setattr("pydantic_ai.Agent.__init__", no_socket)
     for environ in ({}, {"TRAINTEAM_MODEL": "offline", "TRAINTEAM_MODEL_BASE_URL": "http://127.0.0.1:9/v1"}):
         assert decide("eval_judge", "Retry?", {"x": 1}, OFFLINE, environ=environ) == Decided(OFFLINE, "offline")
+
+
+def test_a_decision_asked_from_inside_a_persona_tool_reaches_the_model(env):
+    """Every caller asks from a step tool, inside the persona's own Agent run, where pydantic-ai refuses a
+    nested run_sync: the decision runs in a thread of its own and still gets the model's answer."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def persona(messages, info):
+        return ModelResponse(parts=[ToolCallPart("step", {})] if len(messages) == 1 else [TextPart("done")])
+
+    Script.arguments = json.dumps({"learning_rate": 3e-4, "max_steps": 150})
+    agent = Agent(FunctionModel(persona))
+    seen = []
+
+    @agent.tool_plain
+    def step() -> str:
+        seen.append(_decide(env))
+        return "ok"
+
+    agent.run_sync("go")
+    assert seen == [Decided(Recipe(learning_rate=3e-4, max_steps=150), "openai:scripted-engineer", None)]

@@ -30,7 +30,8 @@ def test_slice_end_to_end_with_lineage(tmp_path, ws):
     assert [(a["action"], a["status"]) for a in view["approvals"]] == [("register_model", "approved")]
     assert view["approvals"][0]["decided_by"].endswith("(--yes)")
     assert [(s["name"], s["status"], s["attempts"]) for s in view["steps"]] == [
-        ("prepare_corpus", "completed", 1), ("curate", "completed", 1), ("train_tokenizer", "completed", 1),
+        ("prepare_corpus", "completed", 1), ("curate", "completed", 1), ("precheck_data", "completed", 1),
+        ("train_tokenizer", "completed", 1),
         ("train", "completed", 1), ("evaluate", "completed", 1), ("gate", "completed", 1),
         ("align", "skipped", 1),  # a skipped align goes straight to merging (nothing to measure or gate)
         ("merge_adapters", "completed", 1), ("final_eval", "completed", 1), ("gate_final", "completed", 1),

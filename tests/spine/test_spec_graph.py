@@ -26,8 +26,9 @@ def test_train_model_spec_compiles_with_one_bounded_loop():
     assert spec.next_step("gate", "failed", {"gate->train": 1}) == (None, None)  # loop limit reached
     assert spec.next_step("gate_align", "skipped", {}) == ("merge_adapters", None)
     assert "gate -.->|failed (max 1x)| train" in spec.mermaid()
-    assert spec.describe_steps(["sft"])[:3] == ["prepare_corpus (data_curator)", "curate (data_curator)",
-                                               "train (training_engineer)"]
+    assert spec.next_step("align", "skipped", {}) == ("merge_adapters", None)  # no headroom: nothing to measure
+    assert spec.describe_steps(["sft"])[:4] == ["prepare_corpus (data_curator)", "curate (data_curator)",
+                                               "precheck_data (data_curator)", "train (training_engineer)"]
 
 
 @pytest.mark.parametrize("edges, message", [
