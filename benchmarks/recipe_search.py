@@ -25,9 +25,13 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 TASKS = {
     "add2": {"demo": "addition", "max_operand": 99},
@@ -55,11 +59,14 @@ def _outputs(ws, run_id: str) -> dict[str, dict]:
 
 
 def _run(ws, task: dict) -> dict[str, dict]:
-    from trainteam.api import execute_workflow
-
-    view = execute_workflow("train_model", task, workspace=ws, progress=False)
-    if view["status"] != "completed":
-        raise SystemExit(f"{task['name']}: {view['status']}: {view.get('error')}")
+    """One run as a user starts it: ``trainteam execute-workflow --yes --json`` in a subprocess."""
+    path = Path(ws.root) / f"{task['name']}.yaml"
+    path.write_text(yaml.safe_dump(task))
+    proc = subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws.root), "execute-workflow", "train_model",
+                           "--task", str(path), "--yes", "--json", "--quiet"], capture_output=True, text=True)
+    view = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    if view.get("status") != "completed":
+        raise SystemExit(f"{task['name']}: exit {proc.returncode}: {view.get('error') or proc.stderr[-800:]}")
     return _outputs(ws, view["run_id"])
 
 

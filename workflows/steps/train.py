@@ -110,6 +110,7 @@ class _Stage:
         self.events: list[dict] = list(before.events)
         self.spikes: list[dict] = list(before.spikes)
         self.attempt: dict[str, Any] = {}  # this attempt's folder and LR factor (what a spike proposal builds on)
+        self.configs: dict[str, dict] = {}  # stage -> what it trained with (rate, length, batch): the judge reads it
 
     def _out(self, stage: str) -> Path:
         return self.ctx.ws.dir("checkpoints") / self.ctx.run_id / f"{stage}-v{self.ctx.visit}"
@@ -143,6 +144,7 @@ class _Stage:
                 self.events.append(event)
         self.attempt = {"output_dir": out, "lr_factor": factor, "input": model}
         cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto", "learning_rate": cfg.learning_rate * factor})
+        self.configs[stage] = cfg.model_dump(include={"learning_rate", "max_steps", "warmup_steps", "num_train_epochs"})
         return cfg, proposal
 
     def run(self, stage: str, model, data, parent: str | None, data_node: str, callbacks: list | None = None):
@@ -338,7 +340,7 @@ def train(ctx: ToolContext) -> StepResult:
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
         metrics=runner.metrics, nodes={"checkpoint": parent, **({"tokenizer": tok_node} if tok_node else {})},
         details={"stages": names, "losses": runner.curves, "events": runner.events, "spikes": runner.spikes,
-                 "trained_on": seen, **record},
+                 "trained_on": seen, "configs": runner.configs, **record},
     )
 
 
