@@ -255,14 +255,47 @@ def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], 
 
 
 def best_trial(report: SearchReport) -> int | None:
-    """The stable probe with the lowest held-out loss at the highest rung any stable probe reached
-    (a tie goes to the lower rate: the safer one for a longer run)."""
+    """The stable probe with the lowest held-out loss at the highest rung that two or more stable probes
+    reached (one probe alone at a rung is no comparison: the asynchronous pruner lets the first trial run
+    to the top unopposed), else at the first rung. A tie goes to the lower rate: the safer one for a longer run."""
     stable = [p for p in report.probes if not p.unstable and p.values]
     if not stable:
         return None
-    top = max(max(p.values) for p in stable)
-    at_top = [p for p in stable if top in p.values] or stable
-    return min(at_top, key=lambda p: (p.values.get(top, min(p.values.values())), p.learning_rate)).trial
+    reached = sorted({r for p in stable for r in p.values})
+    shared = [r for r in reached if sum(r in p.values for p in stable) >= 2]
+    rung = shared[-1] if shared else reached[0]
+    at_rung = [p for p in stable if rung in p.values] or stable
+    return min(at_rung, key=lambda p: (p.values.get(rung, min(p.values.values())), p.learning_rate)).trial
+
+
+class _Pace:
+    """A callback timing a short run: seconds to its first step (set-up) and per step after it."""
+
+    def __new__(cls, times: list[float]):
+        from transformers import TrainerCallback
+
+        class Pace(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                times.append(time.monotonic())
+                return control
+
+        return Pace()
+
+
+def measure_pace(cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dict], tokenizer, *, lr: float,
+                 batch: int, work_dir: Path, steps: int = 6, reward_funcs=None) -> tuple[float, float]:
+    """(set-up seconds, seconds per step) of this stage on this machine now: a ``steps``-step run at ``lr``
+    before the probes, so their length fits the budget under whatever load the machine has."""
+    out, times = work_dir / "pace", []
+    began = time.monotonic()
+    try:
+        train(cfg.method, _probe_config(cfg, lr, batch, steps, out), make_model(), rows, tokenizer=tokenizer,
+              progress=False, reward_funcs=reward_funcs, callbacks=[_Pace(times)])
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    if len(times) < 2:
+        return time.monotonic() - began, time.monotonic() - began
+    return times[0] - began, (times[-1] - times[0]) / (len(times) - 1)
 
 
 def sec_per_step(report: SearchReport) -> float:

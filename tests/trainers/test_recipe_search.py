@@ -62,10 +62,14 @@ def test_the_pick_is_the_lowest_loss_at_the_highest_rung_and_never_an_unstable_p
     probes = [Probe(trial=0, learning_rate=1e-2, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.0, 9: 0.1},
                     unstable=True),
               Probe(trial=1, learning_rate=1e-3, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.2, 9: 0.9}),
-              Probe(trial=2, learning_rate=1e-4, per_device_batch_size=8, steps=3, values={1: 1.5, 3: 0.5},
+              Probe(trial=2, learning_rate=1e-4, per_device_batch_size=8, steps=3, values={1: 1.5, 3: 1.4},
                     pruned=True)]
-    assert best_trial(_report(probes)) == 1  # trial 2 looked better early but never reached the top rung
+    assert best_trial(_report(probes)) == 1  # compared where both stood (step 3), the unstable one left out
     assert best_trial(_report(probes[:1])) is None
+    # the first trial runs to the top unopposed; a later one, better where both stood, ran out of budget: it wins
+    cut = [Probe(trial=0, learning_rate=1e-3, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.5, 9: 1.0}),
+           Probe(trial=1, learning_rate=3e-3, per_device_batch_size=8, steps=5, values={1: 1.8, 3: 1.2})]
+    assert best_trial(_report(cut)) == 1
     tie = [Probe(trial=i, learning_rate=lr, per_device_batch_size=8, steps=9, values={9: 1.0})
            for i, lr in enumerate((1e-3, 1e-4))]
     assert best_trial(_report(tie)) == 1  # a tie goes to the lower, safer rate

@@ -12,6 +12,7 @@ for evaluation, merging and registering. A search done once is read back from it
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +33,7 @@ from trainteam.trainers.recipe_search import (
     default_batch,
     final_steps,
     lr_space,
+    measure_pace,
     plateau_every,
     probe_length,
     rung_steps,
@@ -124,17 +126,24 @@ def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str],
     probe_s, share_s = _time_shares(ctx, stage, later)
     given_steps = None if "max_steps" in searched else cfg.max_steps
     passes = final_steps(10**12, 1e-9, len(rows), batch, cfg.grad_accum, _epochs(task), 1)
-    pace = _estimate_pace(ctx, stage, cfg.model_copy(update={"per_device_batch_size": batch}))
     cap = max(9, given_steps // 4 if given_steps else min(passes, 10**6) // 3)  # a given length: probes a quarter of it
-    steps = probe_length(probe_s, pace, task.search.trials, cap)
     from_scratch = task.model.path is None and stage == task.stage_names()[0]  # random init: no weights before it
     space = lr_space(cfg.method, from_scratch=from_scratch, lora=cfg.lora is not None, n=task.search.trials)
-    report = SearchReport(stage=stage, method=cfg.method, space=space, probe_steps=steps, rungs=rung_steps(steps),
+    report = SearchReport(stage=stage, method=cfg.method, space=space, probe_steps=9, rungs=rung_steps(9),
                           budget_s=round(probe_s, 1))
     if "learning_rate" in searched and len(rows) >= MIN_ROWS:
         train_rows, val_rows = split_rows(rows, task.data.seed)
         report.validation_rows = len(val_rows)
         work = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-search"
+        began = time.monotonic()
+        setup, pace = measure_pace(cfg, make_model, train_rows, tokenizer, lr=space[len(space) // 2], batch=batch,
+                                   work_dir=work, reward_funcs=reward_funcs)
+        left = probe_s - (time.monotonic() - began) - task.search.trials * setup
+        report.probe_steps = probe_length(left, pace, task.search.trials, cap)
+        report.rungs = rung_steps(report.probe_steps)
+        report.budget_s = round(probe_s - (time.monotonic() - began), 1)
+        report.reasons.append(f"measured {pace:.3g} s a step and {setup:.1f} s to set up: probes of up to "
+                              f"{report.probe_steps} steps fit the search's {probe_s:.0f} s")
         run_probes(report, cfg, make_model, train_rows, val_rows, tokenizer, batch=batch, seed=task.data.seed,
                    work_dir=work, reward_funcs=reward_funcs)
     elif "learning_rate" in searched:
