@@ -1,6 +1,6 @@
 """The training engineer's recipe search against a grid trained in full, on bundled tasks of different difficulty.
 
-For each task (2-digit addition, 3-digit addition, 2-digit multiplication by default) one tiny Llama is
+For each task (2-digit addition and subtraction, 3-digit addition by default) one tiny Llama is
 pretrained once (fixed settings, the same start for everyone), then its SFT stage is trained through
 ``execute-workflow train_model`` (in this process, one workspace):
 
@@ -14,7 +14,7 @@ wall seconds of the train step are shown beside it. Per task and overall:
 ``fraction_of_grid_best`` = team exact match / the grid's best (goal >= 0.95) and
 ``fraction_of_grid_compute`` = team steps / the grid's steps (goal <= 0.35).
 
-    python benchmarks/recipe_search.py [--tasks add2,add3,mul2] [--steps 100,200,400] [--quick]
+    python benchmarks/recipe_search.py [--tasks add2,sub2,add3] [--steps 150,300,600] [--jobs 2] [--quick]
 
 Ends with one line ``RESULT {json}``.
 """
@@ -35,6 +35,7 @@ import yaml
 
 TASKS = {
     "add2": {"demo": "addition", "max_operand": 99},
+    "sub2": {"demo": "subtraction", "max_operand": 99},
     "add3": {"demo": "addition", "max_operand": 999},
     "mul2": {"demo": "multiplication", "max_operand": 30},
 }
@@ -92,10 +93,13 @@ def sft_run(ws, name: str, data: dict, base: str, cfg: dict, search: bool) -> di
             if found else None}
 
 
-def one_task(ws, key: str, steps: list[int]) -> dict:
+def one_task(root: Path, key: str, steps: list[int]) -> dict:
+    from trainteam.workspace import Workspace
+
+    ws = Workspace.open(root / key)  # a workspace per task: tasks may run side by side
     data = TASKS[key]
     base = pretrained(ws, key, data)
-    common = {"per_device_batch_size": 32, "seq_len": 64, "warmup_steps": 20}
+    common = {"per_device_batch_size": 64, "seq_len": 64, "warmup_steps": 20}
     grid = {}
     for lr in GRID_LRS:
         for n in steps:
@@ -116,22 +120,22 @@ def one_task(ws, key: str, steps: list[int]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tasks", default="add2,add3,mul2")
-    ap.add_argument("--steps", default="100,200,400", help="the grid's step counts; the team gets the longest")
+    ap.add_argument("--tasks", default="add2,sub2,add3")
+    ap.add_argument("--steps", default="150,300,600", help="the grid's step counts; the team gets the longest")
+    ap.add_argument("--jobs", type=int, default=1, help="tasks run side by side (one torch thread each)")
     ap.add_argument("--quick", action="store_true", help="one task, steps 50,100,200")
     a = ap.parse_args()
     keys = ["add2"] if a.quick else a.tasks.split(",")
     steps = [50, 100, 200] if a.quick else [int(s) for s in a.steps.split(",")]
     os.environ.setdefault("TRAINTEAM_THREADS", "1")  # one thread each: the same pace for every run, whatever the neighbours
-    from trainteam.workspace import Workspace
+    from concurrent.futures import ThreadPoolExecutor
 
     load = [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory() as tmp:
-        ws = Workspace.open(Path(tmp) / "ws")
-        per = {}
-        for key in keys:
-            per[key] = one_task(ws, key, steps)
-            load.append(os.getloadavg()[0])
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(a.jobs) as pool:
+        done = {k: pool.submit(one_task, Path(tmp), k, steps) for k in keys}
+        per = {k: f.result() for k, f in done.items()}
+        load.append(os.getloadavg()[0])
     best = [v["fraction_of_grid_best"] for v in per.values() if v["fraction_of_grid_best"] is not None]
     compute = [v["fraction_of_grid_compute"] for v in per.values()]
     print("\n| task | grid best (where) | team (lr) | fraction of grid best | fraction of grid compute |")
@@ -148,7 +152,8 @@ def main() -> None:
               "fraction_of_grid_best_median": round(statistics.median(best), 3) if best else None,
               "fraction_of_grid_compute": round(max(compute), 3),
               "goals": {"fraction_of_grid_best": ">= 0.95", "fraction_of_grid_compute": "<= 0.35"},
-              "load": {"min": round(min(load), 2), "max": round(max(load), 2)}, "steps": steps}
+              "load": {"start": round(load[0], 2), "end": round(load[-1], 2)}, "steps": steps,
+              "wall_s": round(time.perf_counter() - t0, 1), "jobs": a.jobs}
     print("RESULT " + json.dumps(result))
 
 
