@@ -119,3 +119,20 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
     if verdict.fixes:
         found += f"; the engineer will apply {verdict.fixes}"
     yield Check(f"plan ({stage})", "warn" if over else "ok", found)
+    recipe = recipe_check(task, stage)
+    if recipe is not None:
+        yield recipe
+
+
+def recipe_check(task: TrainTask, stage: str) -> Check | None:
+    """What the training engineer chooses for ``stage`` (the recipe search), or the default rate it takes."""
+    searched = (task.search.stages or {}).get(stage)
+    if searched:
+        share = task.search.budget_fraction * task.budget.allowed_s() / 60 / max(1, len(task.search.stages or {}))
+        return Check(f"recipe ({stage})", "ok", f"{', '.join(searched)} not given: the training engineer searches "
+                     f"them ({task.search.trials} learning rates, probes of at most {share:.1f} min); the plan's "
+                     "steps above are placeholders")
+    if stage in task.search.align_lr:
+        return Check(f"recipe ({stage})", "ok", f"learning_rate not given: {task.search.align_lr[stage]:g}, "
+                     f"the default for {task.train_config(stage).method}")
+    return None

@@ -156,3 +156,13 @@ def test_validate_measures_then_the_run_report_sets_the_plan_beside_the_run(tmp_
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2].endswith(f"/ {int(metrics['train.pretrain.tokens']):,}")
     assert "(measured)" in cells[3] and cells[3].endswith(f"/ {metrics['train.pretrain.tokens_per_s']:.1f}")
+
+
+def test_a_task_without_a_recipe_says_what_the_engineer_will_search(tmp_path):
+    task = {**TINY_TASK, "stages": ["pretrain", "grpo"], "training": {"pretrain": {"seq_len": 32}}}
+    proc = validate(tmp_path, _write(tmp_path, task), "--no-measure")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recipe = [line for line in proc.stdout.splitlines() if line.startswith("✓ recipe")]
+    assert recipe[0].startswith("✓ recipe (pretrain): learning_rate, max_steps, per_device_batch_size not given: "
+                                "the training engineer searches them (6 learning rates")
+    assert recipe[1] == "✓ recipe (grpo): learning_rate not given: 1e-05, the default for grpo"
