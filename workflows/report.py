@@ -180,15 +180,15 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 ## Recipe search
 
 {% for s in r.searches -%}
-**{{ s.stage }}** ({{ s.method }}): {{ s.probes|length }} probes of up to {{ s.probe_steps }} steps, held-out loss on {{ s.validation_rows }} rows cut from the training data, {{ "%.0f"|format(s.spent_s) }} of {{ "%.0f"|format(s.budget_s) }} s; chosen{% if s.decided_by != "offline" %} by {{ s.decided_by }}{% endif %}: {% if s.chosen %}learning rate {{ "%g"|format(s.chosen.learning_rate) }}, {{ s.chosen.max_steps }} steps, batch {{ s.chosen.per_device_batch_size }}{% else %}nothing{% endif %}
+**{{ s.stage }}** ({{ s.method }}): {{ s.probes|length }} probes of up to {{ s.probe_steps }} steps, scored by {{ s.objective }} on {{ s.validation_rows }} rows cut from the training data, {{ "%.0f"|format(s.spent_s) }} of {{ "%.0f"|format(s.budget_s) }} s; chosen{% if s.decided_by != "offline" %} by {{ s.decided_by }}{% endif %}: {% if s.chosen %}learning rate {{ "%g"|format(s.chosen.learning_rate) }}, {{ s.chosen.max_steps }} steps, batch {{ s.chosen.per_device_batch_size }}{% else %}nothing{% endif %}
 
-| trial | learning rate | steps | held-out loss by step | end |
+| trial | learning rate | steps | objective by step (lower is better) | end |
 | ---: | ---: | ---: | --- | --- |
 {% for p in s.probes -%}
 | {{ p.trial }} | {{ "%g"|format(p.learning_rate) }} | {{ p.steps }} | {% for k, v in p["values"].items() %}{{ k }}: {{ "%.4f"|format(v) }}{{ ", " if not loop.last }}{% endfor %} | {{ "unstable" if p.unstable else "pruned" if p.pruned else "finished" }}{{ " ← chosen" if s.chosen and p.learning_rate == s.chosen.learning_rate }} |
 {% endfor %}{% for reason in s.reasons %}
 - {{ reason }}{% endfor %}{% if s.stopped_early_at %}
-- stopped at step {{ s.stopped_early_at }} of {{ s.chosen.max_steps }}: the held-out loss stopped improving ({% for k, v in s.heldout_curve.items() %}{{ k }}: {{ "%.4f"|format(v) }}{{ ", " if not loop.last }}{% endfor %}){% endif %}
+- stopped at step {{ s.stopped_early_at }} of {{ s.chosen.max_steps }}: {{ s.objective }} stopped improving ({% for k, v in s.heldout_curve.items() %}{{ k }}: {{ "%.4f"|format(v) }}{{ ", " if not loop.last }}{% endfor %}){% endif %}
 
 {% endfor %}{% if plots.get("search") %}![probes: held-out loss by step]({{ plots.search }})
 {% endif %}{% endif %}
@@ -316,7 +316,7 @@ def _search_plot(r: ReportInput, plt, png: Path) -> dict:
             chosen = s.chosen is not None and p.learning_rate == s.chosen.learning_rate
             ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", lw=2.5 if chosen else 1,
                     label=f"lr {p.learning_rate:g}" + (" (chosen)" if chosen else ""))
-        ax.set(title=f"{s.stage}: recipe search", xlabel="probe step", ylabel="held-out loss")
+        ax.set(title=f"{s.stage}: recipe search", xlabel="probe step", ylabel=s.objective)
         ax.legend(fontsize=7)
         data[s.stage] = {str(p.learning_rate): p.values for p in s.probes}
     fig.tight_layout()

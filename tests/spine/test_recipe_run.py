@@ -54,6 +54,6 @@ def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(t
     # the run report shows every probe, the choice and why, and a picture of the probes' curves
     cli(tmp_path / "first", "runs", "report", run_id, check=True)
     md = next((tmp_path / "first").rglob("report.md")).read_text()
-    assert "## Recipe search" in md and "← chosen" in md and "lowest held-out loss" in md
+    assert "## Recipe search" in md and "← chosen" in md and "the best 1 - exact_match + 0.01 heldout_loss" in md
     assert (next((tmp_path / "first").rglob("report.md")).parent / "search.png").stat().st_size > 5000
 

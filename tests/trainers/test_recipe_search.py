@@ -12,6 +12,7 @@ from trainteam.trainers.recipe_search import (
     SearchReport,
     best_trial,
     default_batch,
+    make_scorer,
     final_steps,
     lr_space,
     probe_length,
@@ -88,8 +89,8 @@ def test_real_probes_are_pruned_by_successive_halving_and_repeat_exactly(tmp_pat
     def search(folder):
         report = SearchReport(stage="pretrain", method="pretrain", space=lr_space("pretrain", from_scratch=True,
                               lora=False, n=6), probe_steps=18, rungs=rung_steps(18), budget_s=600)
-        run_probes(report, cfg, lambda: build_model(spec, tok), probe_rows, val, tok, batch=8, seed=0,
-                   work_dir=tmp_path / folder)
+        run_probes(report, cfg, lambda: build_model(spec, tok), probe_rows, make_scorer(tok, val)[1], tok, batch=8,
+                   seed=0, work_dir=tmp_path / folder)
         return report
 
     first, second = search("a"), search("b")
@@ -118,6 +119,6 @@ def test_a_searched_length_stops_when_the_held_out_loss_stops_improving(tmp_path
     cfg = TrainConfig(method="pretrain", seq_len=32, threads=1, max_steps=400, learning_rate=1e-9,
                       per_device_batch_size=8, output_dir=tmp_path / "run")
     result = train("pretrain", cfg, model, fit, tokenizer=tok, progress=False,
-                   callbacks=[Plateau(report, tok, val, every=5)])
+                   callbacks=[Plateau(report, make_scorer(tok, val)[1], every=5)])
     assert report.stopped_early_at == 5 * (PATIENCE + 1) == result.steps_done
     assert sorted(report.heldout_curve) == list(range(5, 5 * (PATIENCE + 2), 5))

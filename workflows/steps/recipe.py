@@ -33,6 +33,7 @@ from trainteam.trainers.recipe_search import (
     default_batch,
     final_steps,
     lr_space,
+    make_scorer,
     measure_pace,
     plateau_every,
     probe_length,
@@ -114,7 +115,7 @@ def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], dat
     rows = read_jsonl(data_path)
     if "max_steps" in searched and report.validation_rows and len(rows) >= MIN_ROWS:
         out.rows, val_rows = split_rows(rows, ctx.task.data.seed)
-        out.callbacks = [Plateau(report, tokenizer, val_rows, plateau_every(out.cfg.max_steps))]
+        out.callbacks = [Plateau(report, _scorer(ctx, tokenizer, val_rows)[1], plateau_every(out.cfg.max_steps))]
     return out
 
 
@@ -144,7 +145,8 @@ def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str],
         report.budget_s = round(probe_s - (time.monotonic() - began), 1)
         report.reasons.append(f"measured {pace:.3g} s a step and {setup:.1f} s to set up: probes of up to "
                               f"{report.probe_steps} steps fit the search's {probe_s:.0f} s")
-        run_probes(report, cfg, make_model, train_rows, val_rows, tokenizer, batch=batch, seed=task.data.seed,
+        report.objective, score = _scorer(ctx, tokenizer, val_rows)
+        run_probes(report, cfg, make_model, train_rows, score, tokenizer, batch=batch, seed=task.data.seed,
                    work_dir=work, reward_funcs=reward_funcs)
     elif "learning_rate" in searched:
         report.reasons.append(f"{len(rows)} rows: fewer than {MIN_ROWS}, too few to rank learning rates on; "
@@ -156,12 +158,14 @@ def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str],
 
 def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: list[str], rows: int, batch: int,
             share_s: float, given_steps: int | None) -> None:
-    """The offline pick (lowest held-out loss at the top rung), offered to a configured model, then the length."""
+    """The offline pick (the best objective where two or more probes stood), offered to a configured model, then
+    the length."""
     report.best_trial = best_trial(report)
     lr = cfg.learning_rate
     if report.best_trial is not None:
         ok = {p.trial for p in report.probes if not p.unstable and p.values}
-        offline = RecipeChoice(trial=report.best_trial, reason="lowest held-out loss at the highest rung reached")
+        offline = RecipeChoice(trial=report.best_trial, reason=f"the best {report.objective} at the highest step two or more "
+                                                                     "stable probes reached")
         decided = decide("training_engineer", f"Choose the learning rate for stage {report.stage} among the probes",
                          report, offline,
                          check=lambda c: None if c.trial in ok else f"trial {c.trial} is not a stable probe {sorted(ok)}")
@@ -186,6 +190,11 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
     warmup = cfg.warmup_steps if (cfg.warmup_steps or cfg.warmup_ratio) else max(1, steps // 20)
     report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_batch_size=batch, warmup_steps=warmup)
     log.info("recipe for %s: %s", report.stage, report.chosen)
+
+
+def _scorer(ctx: ToolContext, tokenizer, val_rows: list[dict]):
+    """The probes' objective on the validation slice: the task's answer rule where the rows carry answers."""
+    return make_scorer(tokenizer, val_rows, answer=ctx.task.answer, max_new_tokens=ctx.task.eval.max_new_tokens)
 
 
 def _epochs(task) -> float | None:
