@@ -108,21 +108,20 @@ def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], dat
     searched = (ctx.task.search.stages or {}).get(stage)
     if not searched:
         return StageRecipe(cfg)
+    rows = read_jsonl(data_path)
     report = searched_before(ctx, stage)
     if report is None:
-        report = _search(ctx, stage, cfg, searched, make_model, data_path, tokenizer, later, reward_funcs)
+        report = _search(ctx, stage, cfg, searched, make_model, rows, tokenizer, later, reward_funcs)
     out = StageRecipe(cfg if report.chosen is None else cfg.model_copy(update=report.chosen.model_dump()), report)
-    rows = read_jsonl(data_path)
     if "max_steps" in searched and report.validation_rows and len(rows) >= MIN_ROWS:
         out.rows, val_rows = split_rows(rows, ctx.task.data.seed)
         out.callbacks = [Plateau(report, _scorer(ctx, tokenizer, val_rows)[1], plateau_every(out.cfg.max_steps))]
     return out
 
 
-def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str], make_model, data_path: Path,
+def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str], make_model, rows: list[dict],
             tokenizer, later: list[str], reward_funcs) -> SearchReport:
     task = ctx.task
-    rows = read_jsonl(data_path)
     batch = cfg.per_device_batch_size if "per_device_batch_size" not in searched else default_batch(len(rows))
     probe_s, share_s = _time_shares(ctx, stage, later)
     given_steps = None if "max_steps" in searched else cfg.max_steps
