@@ -6,10 +6,11 @@ pretrained once (fixed settings, the same start for everyone), then its SFT stag
 
 - the grid: 3 learning rates x 3 step counts, each trained in full (9 runs, ``search: false``);
 - the team: the same task with no learning rate (``search: true``, the grid's longest length given as
-  ``max_steps``): the engineer's probes pick the rate, then it trains.
+  ``max_steps``): the engineer's probes (towards that length) pick the rate, and the chosen probe goes on.
 
 Same seeds, batch, data and evaluation (held-out exact match on the task's eval problems). Compute is
-SFT optimizer steps (the probes' steps counted for the team; pretraining is shared and left out);
+SFT optimizer steps, each counted once (the probes' steps counted for the team, the chosen probe's
+among them, and the stage's run from where that probe stopped; pretraining is shared and left out);
 wall seconds of the train step are shown beside it. Per task and overall:
 ``fraction_of_grid_best`` = team exact match / the grid's best (goal >= 0.95) and
 ``fraction_of_grid_compute`` = team steps / the grid's steps (goal <= 0.35).
@@ -86,7 +87,9 @@ def sft_run(ws, name: str, data: dict, base: str, cfg: dict, search: bool) -> di
     train = out["train"]
     found = (train.get("details") or {}).get("search", {}).get("sft")
     probe_steps = sum(p["steps"] for p in found["probes"]) if found else 0
-    return {"exact_match": out["evaluate"]["metrics"]["exact_match"], "steps": int(train["metrics"]["sft.steps"]),
+    # the chosen probe's run goes on from its checkpoint: those steps are the probes', counted once
+    kept = (found or {}).get("continued_from") or 0
+    return {"exact_match": out["evaluate"]["metrics"]["exact_match"], "steps": int(train["metrics"]["sft.steps"]) - kept,
             "probe_steps": probe_steps, "learning_rate": found["chosen"]["learning_rate"] if found else cfg["learning_rate"],
             "train_s": round(train.get("seconds") or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
             "probes": [{"lr": p["learning_rate"], "steps": p["steps"], "values": p["values"]} for p in found["probes"]]

@@ -1,18 +1,27 @@
-"""The training engineer's recipe search: short probe runs pick a stage's learning rate, then its
-length and batch are set from what the probes measured and the time the budget leaves.
+"""The training engineer's recipe search: probe runs pick a stage's learning rate, and the best probe
+goes on to become the stage's run.
 
-Optuna does the searching. ``GridSampler`` walks ``trials`` log-spaced learning rates (its order
-shuffled by the seed) and ``SuccessiveHalvingPruner`` (reduction factor 3) stops a probe at a rung
-(1/9, 1/3, 1 of the probe length) where its objective is not among the best third seen there.
-Each probe is a real ``train()`` run of the stage's method, from the stage's own starting weights,
-on the training rows, at a constant learning rate after a short warm-up, scored (``make_scorer``: the
-task's exact match where rows carry answers, held-out loss on text) on a validation slice cut from the TRAINING rows (the eval set is never looked at). Runs are sequential
-and seeded, so a search is the same given the seed and thread count.
+Every probe trains with the stage's final settings (its length, schedule, warm-up and batch) at
+one of ``trials`` log-spaced learning rates, and is stopped at two rungs: every probe at a third of
+the top rung, the best third of them (by ``make_scorer``'s objective on a validation slice cut from
+the TRAINING rows; the eval set is never looked at) on to the top rung, and the best there is not
+thrown away: its checkpoint at the top rung is where the stage's own run resumes. A stage of L steps
+with 6 trials and the top rung at L/3 costs about 1.8 L steps in all (every trial to L/9, two to L/3,
+one to L), against the 9 L of a 3 x 3 grid of full runs at L/3, 2 L/3 and L.
 
-Hand-written here, because no library does it: the rung callback (the objective at the rung steps,
-reported to the trial) and the length rule (``final_steps``): the probes' measured seconds per step
-against the stage's share of the budget, capped at ``max_epochs`` passes over the rows and at least
-the probe length.
+Why the winner continues, measured (benchmarks/recipe_search.py, the demo's addition SFT): the
+rates only separate late (lr 2.5e-3: 9 % exact match at 150 steps, 17 % at 300, 100 % at 600;
+1e-4: 9 % at 600), so probes that stop at a quarter of the run and then start the run again picked
+1.9e-4 and reached 7 % of the grid's best for a third of its compute. Letting the top rung be a third
+of the real run, paid once, is what affords probes that long.
+
+Optuna supplies the seeded order of the grid of rates (``GridSampler``) and the study that records
+each probe's value. The rung step is hand-written (a sort): Optuna's ``SuccessiveHalvingPruner`` is
+asynchronous (a trial reaching a rung first competes with itself only, so the first trial always ran
+to the top) and cannot pause a trial and resume it, which the continuation needs. Also hand-written,
+because no library does it: the rung callback (the objective at the rung steps; a checkpoint saved
+there) and the length rule (``final_steps``). Runs are sequential and seeded, so a search is the same
+given the seed and thread count.
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ class Probe(BaseModel):
     unstable: bool = Field(default=False, description="a spike or a non-finite loss ended it")
     seconds: float = 0.0
     pace: float | None = Field(default=None, description="seconds per step from its first step to its last (no set-up)")
+    checkpoint: str | None = Field(default=None, description="its checkpoint at the last rung it reached (kept for "
+                                   "the probes still in the running: the winner's is where the stage resumes)")
 
 
 class Recipe(BaseModel):
@@ -73,7 +84,9 @@ class SearchReport(BaseModel):
     method: str
     objective: str = "heldout_loss"
     space: list[float]
-    probe_steps: int = Field(description="the top rung: the longest a probe runs")
+    probe_steps: int = Field(description="the top rung: where the probes still in the running are compared")
+    run_steps: int | None = Field(default=None, description="the stage's length every probe trains towards "
+                                  "(its schedule); None when no probe ran")
     rungs: list[int]
     probes: list[Probe] = Field(default_factory=list)
     best_trial: int | None = None
@@ -86,6 +99,8 @@ class SearchReport(BaseModel):
     heldout_curve: dict[int, float] = Field(default_factory=dict, description="the stage's own run: the objective "
                                             "on the validation slice by step (a searched length only)")
     stopped_early_at: int | None = Field(default=None, description="the step the plateau rule stopped the run at")
+    continued_from: int | None = Field(default=None, description="the step of the chosen probe's checkpoint the "
+                                       "stage's run resumed from (those steps are counted in the probes)")
 
 
 # Checks without a real improvement before a searched length stops: 5 of its 20 checks, a quarter of the run.
@@ -153,16 +168,25 @@ def split_rows(rows: list[dict], seed: int) -> tuple[list[dict], list[dict]]:
 
 
 def rung_steps(probe_steps: int) -> list[int]:
-    """The rungs a probe is scored at: 1/9, 1/3 and all of its length."""
-    return sorted({max(1, probe_steps // REDUCTION ** 2), max(1, probe_steps // REDUCTION), probe_steps})
+    """The rungs a probe is scored at: a third of the top rung (every probe) and the top rung (the best third)."""
+    return sorted({max(1, probe_steps // REDUCTION), probe_steps})
+
+
+def kept(trials: int) -> int:
+    """How many probes go on from the first rung to the top: the best third, at least one."""
+    return max(1, math.ceil(trials / REDUCTION))
+
+
+def wasted_tops(trials: int) -> float:
+    """The probes' steps that the stage's run does not keep, in top rungs: every trial to a third of it,
+    ``kept`` of them on to it, less the winner's (its run continues): 2.33 for 6 trials."""
+    return trials / REDUCTION + kept(trials) * (1 - 1 / REDUCTION) - 1
 
 
 def probe_length(budget_s: float, sec_per_step: float, trials: int, cap: int) -> int:
-    """The top rung such that successive halving's expected steps (every trial to 1/9, a third to
-    1/3, a ninth to the end, ~1.8 top rungs for 6 trials; doubled: the asynchronous pruner lets
-    early trials run on) fit in ``budget_s``; between 9 and ``cap`` steps."""
-    per_top = (trials / 9 + max(1, trials / 3) * 2 / 9 + max(1, trials / 9) * 6 / 9) * 2.0
-    return int(max(9, min(cap, budget_s / max(sec_per_step, 1e-6) / per_top)))
+    """The top rung such that the probes' steps the run does not keep (``wasted_tops``) fit in
+    ``budget_s``; between 3 and ``cap`` steps."""
+    return int(max(3, min(cap, budget_s / max(sec_per_step, 1e-6) / max(wasted_tops(trials), 1e-6))))
 
 
 def final_steps(left_s: float, sec_per_step: float, rows: int, batch: int, grad_accum: int,
@@ -174,41 +198,40 @@ def final_steps(left_s: float, sec_per_step: float, rows: int, batch: int, grad_
     return max(probe_steps, min(afford, passes))
 
 
-class _Rungs:
-    """A callback scoring held-out loss at the rung steps and pruning through the Optuna trial."""
+class _StopAt:
+    """A callback that scores the model at ``rung``, saves a checkpoint there and stops (the probe may go
+    on later from it); at the search's deadline it stops unsaved."""
 
-    def __new__(cls, trial, probe: Probe, rungs: list[int], score: Scorer, deadline: float):
+    def __new__(cls, probe: Probe, rung: int, score: Scorer, deadline: float):
         from transformers import TrainerCallback
 
-        class Rungs(TrainerCallback):
+        class StopAt(TrainerCallback):
+            first: tuple[int, float] | None = None
+
             def on_step_end(self, args, state, control, model=None, **kwargs):
-                step = state.global_step
+                step, now = state.global_step, time.monotonic()
                 probe.steps = step
-                now = time.monotonic()
-                if step == 1:
-                    self.first = now
-                elif step > 1 and hasattr(self, "first"):
-                    probe.pace = round((now - self.first) / (step - 1), 5)
-                if time.monotonic() > deadline:  # the search's share of the budget is spent
+                if self.first is None:
+                    self.first = (step, now)
+                elif step > self.first[0]:
+                    probe.pace = round((now - self.first[1]) / (step - self.first[0]), 5)
+                if now > deadline:  # the search's share of the budget is spent
                     probe.pruned = True
                     control.should_training_stop = True
                     return control
-                if step not in rungs:
+                if step < rung:
                     return control
                 value = score(model)
                 model.train()
+                control.should_training_stop = True
                 if not math.isfinite(value):
                     probe.unstable = True
-                    control.should_training_stop = True
                     return control
                 probe.values[step] = round(value, 5)
-                trial.report(value, step)
-                if step < rungs[-1] and trial.should_prune():
-                    probe.pruned = True
-                    control.should_training_stop = True
+                control.should_save = True
                 return control
 
-        return Rungs()
+        return StopAt()
 
 
 class Plateau:
@@ -241,56 +264,88 @@ class Plateau:
         return Stop()
 
 
-def _probe_config(cfg: TrainConfig, lr: float, batch: int, steps: int, out: Path) -> TrainConfig:
-    return cfg.model_copy(update={
-        "learning_rate": lr, "per_device_batch_size": batch, "max_steps": steps, "num_train_epochs": None,
-        "lr_scheduler": "constant_with_warmup", "warmup_steps": max(1, steps // 20), "warmup_ratio": None,
-        "save_steps": None, "output_dir": out, "resume": "never", "tracker": "none", "logging_steps": 1})
+def _probe_config(cfg: TrainConfig, lr: float, out: Path) -> TrainConfig:
+    """The stage's own settings at ``lr``, in the probe's folder (resumed there from its last rung)."""
+    return cfg.model_copy(update={"learning_rate": lr, "output_dir": out, "resume": "auto", "save_steps": None,
+                                  "tracker": "none"})
+
+
+def _advance(probe: Probe, cfg: TrainConfig, rung: int, make_model, rows, score: Scorer, tokenizer, *,
+             work_dir: Path, deadline: float, reward_funcs) -> None:
+    """Train ``probe`` on from its last rung to ``rung`` (a real ``train()``, resumed from its checkpoint)."""
+    out = work_dir / f"probe-{probe.trial}"
+    began = time.monotonic()
+    try:
+        result = train(cfg.method, _probe_config(cfg, probe.learning_rate, out), make_model(), rows,
+                       tokenizer=tokenizer, progress=False, reward_funcs=reward_funcs,
+                       callbacks=[_StopAt(probe, rung, score, deadline)])
+    finally:
+        probe.seconds = round(probe.seconds + time.monotonic() - began, 2)
+    if result.stopped_reason == "spike":
+        probe.unstable = True
+    saved = out / f"checkpoint-{rung}"
+    probe.checkpoint = str(saved) if rung in probe.values and saved.is_dir() and not probe.unstable else None
+
+
+def _drop(probe: Probe, work_dir: Path) -> None:
+    """A probe out of the running leaves no weights behind."""
+    probe.checkpoint = None
+    shutil.rmtree(work_dir / f"probe-{probe.trial}", ignore_errors=True)
 
 
 def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dict],
-               score: Scorer, tokenizer, *, batch: int, seed: int, work_dir: Path, reward_funcs=None) -> None:
-    """Every probe of ``report.space``, in the sampler's order, until the budget is spent (fills ``report``)."""
+               score: Scorer, tokenizer, *, seed: int, work_dir: Path, reward_funcs=None) -> None:
+    """Every rate of ``report.space`` (Optuna's seeded grid order) to the first rung, the best third on to the
+    top rung (``cfg`` holds the stage's final settings); fills ``report``. The probes at the top keep their
+    checkpoints there (``Probe.checkpoint``); the rest keep nothing."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.GridSampler(
-        {"learning_rate": report.space}, seed=seed), pruner=optuna.pruners.SuccessiveHalvingPruner(
-        min_resource=report.rungs[0], reduction_factor=REDUCTION))
+        {"learning_rate": report.space}, seed=seed))
     start = time.monotonic()
     deadline = start + report.budget_s
+    first, top = report.rungs[0], report.rungs[-1]
+    batch = cfg.per_device_batch_size
 
     def objective(trial) -> float:
         lr = trial.suggest_float("learning_rate", min(report.space), max(report.space), log=True)
         probe = Probe(trial=trial.number, learning_rate=lr, per_device_batch_size=batch, steps=0)
         report.probes.append(probe)
-        out = work_dir / f"probe-{trial.number}"
-        began = time.monotonic()
-        try:
-            result = train(cfg.method, _probe_config(cfg, lr, batch, report.probe_steps, out), make_model(), rows,
-                           tokenizer=tokenizer, progress=False, reward_funcs=reward_funcs,
-                           callbacks=[_Rungs(trial, probe, report.rungs, score, deadline)])
-        finally:
-            probe.seconds = round(time.monotonic() - began, 2)
-            shutil.rmtree(out, ignore_errors=True)
-        if result.stopped_reason == "spike":
-            probe.unstable = True
-        if probe.unstable or probe.pruned or not probe.values:
+        _advance(probe, cfg, first, make_model, rows, score, tokenizer, work_dir=work_dir, deadline=deadline,
+                 reward_funcs=reward_funcs)
+        if probe.unstable or probe.pruned or first not in probe.values:
+            _drop(probe, work_dir)
             raise optuna.TrialPruned()
-        return probe.values[max(probe.values)]
+        return probe.values[first]
 
-    for _ in report.space:
-        if time.monotonic() > deadline:
-            report.reasons.append(f"the search's {report.budget_s:.0f} s were spent after {len(report.probes)} probes")
-            break
-        study.optimize(objective, n_trials=1, catch=())
+    study.optimize(objective, n_trials=len(report.space), catch=())
+    ranked = sorted((p for p in report.probes if p.checkpoint), key=lambda p: (p.values[first], p.learning_rate))
+    on = ranked[:kept(len(report.space))] if top > first else ranked
+    for p in report.probes:
+        if p not in on and p.checkpoint:
+            p.pruned = True
+            _drop(p, work_dir)
+    for p in on if top > first else []:
+        _advance(p, cfg, top, make_model, rows, score, tokenizer, work_dir=work_dir, deadline=deadline,
+                 reward_funcs=reward_funcs)
+        if p.checkpoint is None:
+            _drop(p, work_dir)
+    if time.monotonic() > deadline:
+        report.reasons.append(f"the search's {report.budget_s:.0f} s were spent after {len(report.probes)} probes")
     report.spent_s = round(time.monotonic() - start, 2)
 
 
+def release(report: SearchReport, work_dir: Path, keep: int | None) -> None:
+    """The probes' folders removed, but the one of trial ``keep`` (where the stage resumes)."""
+    for p in report.probes:
+        if p.trial != keep:
+            _drop(p, work_dir)
+
+
 def best_trial(report: SearchReport) -> int | None:
-    """The stable probe with the lowest held-out loss at the highest rung that two or more stable probes
-    reached (one probe alone at a rung is no comparison: the asynchronous pruner lets the first trial run
-    to the top unopposed), else at the first rung. A tie goes to the lower rate: the safer one for a longer run."""
+    """The stable probe with the lowest objective at the highest rung that two or more stable probes
+    reached (one probe alone at a rung is no comparison), else at the first rung. A tie goes to the lower rate: the safer one for a longer run."""
     stable = [p for p in report.probes if not p.unstable and p.values]
     if not stable:
         return None
@@ -322,7 +377,9 @@ def measure_pace(cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dic
     out, times = work_dir / "pace", []
     began = time.monotonic()
     try:
-        train(cfg.method, _probe_config(cfg, lr, batch, steps, out), make_model(), rows, tokenizer=tokenizer,
+        short = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None, "per_device_batch_size": batch,
+                                       "warmup_steps": 1, "warmup_ratio": None})
+        train(cfg.method, _probe_config(short, lr, out), make_model(), rows, tokenizer=tokenizer,
               progress=False, reward_funcs=reward_funcs, callbacks=[_Pace(times)])
     finally:
         shutil.rmtree(out, ignore_errors=True)

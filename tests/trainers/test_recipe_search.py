@@ -16,9 +16,11 @@ from trainteam.trainers.recipe_search import (
     final_steps,
     lr_space,
     probe_length,
+    release,
     rung_steps,
     run_probes,
     split_rows,
+    wasted_tops,
 )
 from trainteam.trainers.tokenizer import load_tokenizer, train_tokenizer
 
@@ -33,11 +35,13 @@ def test_rates_are_log_spaced_per_kind_of_training():
 
 
 def test_rungs_lengths_and_batches():
-    assert rung_steps(90) == [10, 30, 90]
-    assert rung_steps(9) == [1, 3, 9]
-    # 60 s at 0.1 s a step for 6 trials: the expected successive-halving work fits the time
+    assert rung_steps(90) == [30, 90]
+    assert rung_steps(9) == [3, 9]
+    # 6 trials to a third of the top, 2 on to the top, the winner's steps kept: 2 + 4/3 - 1 top rungs wasted
+    assert abs(wasted_tops(6) - 7 / 3) < 1e-9
+    # 60 s at 0.1 s a step for 6 trials: the steps the run does not keep fit the time
     top = probe_length(60, 0.1, 6, cap=10_000)
-    assert 9 <= top and top * (6 / 9 + 2 * 2 / 9 + 6 / 9) * 0.1 <= 60
+    assert 9 <= top and top * wasted_tops(6) * 0.1 <= 60
     assert probe_length(1e6, 0.1, 6, cap=50) == 50
     # a model folder's fine-tune: at most 3 passes; from scratch: what the time affords
     assert final_steps(100, 0.01, rows=160, batch=8, grad_accum=1, max_epochs=3, probe_steps=10) == 60
@@ -76,30 +80,46 @@ def test_the_pick_is_the_lowest_loss_at_the_highest_rung_and_never_an_unstable_p
     assert best_trial(_report(tie)) == 1  # a tie goes to the lower, safer rate
 
 
-def test_real_probes_are_pruned_by_successive_halving_and_repeat_exactly(tmp_path):
-    """Six real probe runs of a tiny Llama on addition text: some pruned at a rung, the same numbers twice."""
+def test_real_probes_halve_repeat_exactly_and_the_winner_goes_on_as_if_it_had_never_stopped(tmp_path):
+    """Six real probe runs of a tiny Llama on addition text towards a 54-step run: all to step 6, the best two
+    to 18, the same numbers twice; the winner's checkpoint, resumed to 54, ends where one run of 54 steps ends."""
+    from trainteam.trainers.training import train
+
     train_rows, _ = generate_arithmetic(ArithmeticConfig(n_train=400, n_eval=20, max_operand=20, seed=0))
     rows = [{"text": r["prompt"] + r["completion"]} for r in train_rows]
     train_tokenizer((r["text"] for r in rows), TokenizerConfig(vocab_size=300), tmp_path / "tok")
     tok = load_tokenizer(tmp_path / "tok")
     spec = ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=32)
-    cfg = TrainConfig(method="pretrain", seq_len=32, threads=1)
+    cfg = TrainConfig(method="pretrain", seq_len=32, threads=1, max_steps=54, per_device_batch_size=8, warmup_steps=3)
     probe_rows, val = split_rows(rows, seed=0)
 
     def search(folder):
         report = SearchReport(stage="pretrain", method="pretrain", space=lr_space("pretrain", from_scratch=True,
                               lora=False, n=6), probe_steps=18, rungs=rung_steps(18), budget_s=600)
-        run_probes(report, cfg, lambda: build_model(spec, tok), probe_rows, make_scorer(tok, val)[1], tok, batch=8,
+        run_probes(report, cfg, lambda: build_model(spec, tok), probe_rows, make_scorer(tok, val)[1], tok,
                    seed=0, work_dir=tmp_path / folder)
         return report
 
     first, second = search("a"), search("b")
     assert len(first.probes) == 6
-    assert any(p.pruned for p in first.probes) and any(max(p.values) == 18 for p in first.probes)
-    assert sum(p.steps for p in first.probes) < 6 * 18  # the pruner saved work
+    assert sorted(p.steps for p in first.probes) == [6, 6, 6, 6, 18, 18]  # the best third went on
+    at_top = [p for p in first.probes if 18 in p.values]
+    assert all(p.values[6] <= min(q.values[6] for q in first.probes if q not in at_top) for p in at_top)
     assert [(p.learning_rate, p.values) for p in first.probes] == [(p.learning_rate, p.values) for p in second.probes]
-    assert best_trial(first) == best_trial(second)
-    assert not list((tmp_path / "a").glob("probe-*"))  # probes leave no weights behind
+    best = best_trial(first)
+    assert best == best_trial(second) and best in {p.trial for p in at_top}
+    assert sorted(p.name for p in (tmp_path / "a").glob("probe-*")) == sorted(f"probe-{p.trial}" for p in at_top)
+    release(first, tmp_path / "a", keep=best)
+    winner = next(p for p in first.probes if p.trial == best)
+    assert [p.name for p in (tmp_path / "a").glob("probe-*")] == [f"probe-{best}"]
+
+    # the winner goes on from its step-18 checkpoint to 54; one uninterrupted run of 54 steps at its rate
+    go_on = train("pretrain", cfg.model_copy(update={"learning_rate": winner.learning_rate, "output_dir": tmp_path / "on",
+                  "resume": winner.checkpoint}), build_model(spec, tok), probe_rows, tokenizer=tok, progress=False)
+    whole = train("pretrain", cfg.model_copy(update={"learning_rate": winner.learning_rate, "output_dir": tmp_path / "one"}),
+                  build_model(spec, tok), probe_rows, tokenizer=tok, progress=False)
+    assert go_on.steps_done == whole.steps_done == 54 and go_on.losses[0][0] == 19
+    assert abs(go_on.losses[-1][1] - whole.losses[-1][1]) <= 1e-3 * whole.losses[-1][1]
     with pytest.raises(ValueError):
         Probe(trial=0, learning_rate="fast", per_device_batch_size=8, steps=1)
 

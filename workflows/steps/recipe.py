@@ -1,6 +1,8 @@
 """The training engineer's recipe search inside the train step: before a stage the task left
-without a recipe trains (``task.search.stages``), probes pick its learning rate and the budget
-sets its length; the probes are Probe nodes and the choice a Decision node in the graph.
+without a recipe trains (``task.search.stages``), the budget (or the task) sets its length and
+probes at that length pick its learning rate; the chosen probe's checkpoint at the top rung is
+where the stage's run resumes (``StageRecipe.warm_start``), on the same rows (the training rows
+less the validation slice). The probes are Probe nodes and the choice a Decision node in the graph.
 
 The search's share of the run's time is ``search.budget_fraction`` of the budget, split evenly
 over the searched stages; each searched stage's length comes from the time left after the
@@ -12,6 +14,8 @@ for evaluation, merging and registering. A search done once is read back from it
 from __future__ import annotations
 
 import logging
+import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +33,7 @@ from trainteam.trainers.recipe_search import (
     Recipe,
     RecipeChoice,
     SearchReport,
+    REDUCTION,
     best_trial,
     default_batch,
     final_steps,
@@ -37,10 +42,11 @@ from trainteam.trainers.recipe_search import (
     measure_pace,
     plateau_every,
     probe_length,
+    release,
     rung_steps,
     run_probes,
-    sec_per_step,
     split_rows,
+    wasted_tops,
 )
 from trainteam.workflows.stageplan import plan_stage
 
@@ -99,6 +105,7 @@ class StageRecipe:
     report: SearchReport | None = None
     rows: list[dict] | None = None
     callbacks: list = field(default_factory=list)
+    warm_start: Path | None = None  # the chosen probe's checkpoint: the stage's run resumes from it
 
 
 def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], data_path: Path, tokenizer,
@@ -112,11 +119,35 @@ def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], dat
     report = searched_before(ctx, stage)
     if report is None:
         report = _search(ctx, stage, cfg, searched, make_model, rows, tokenizer, later, reward_funcs)
-    out = StageRecipe(cfg if report.chosen is None else cfg.model_copy(update=report.chosen.model_dump()), report)
-    if "max_steps" in searched and report.validation_rows and len(rows) >= MIN_ROWS:
+    chosen = {} if report.chosen is None else {**report.chosen.model_dump(), "num_train_epochs": None}
+    out = StageRecipe(cfg.model_copy(update=chosen), report)
+    if report.validation_rows and len(rows) >= MIN_ROWS:  # the probes' rows: the chosen probe's run goes on over them
         out.rows, val_rows = split_rows(rows, ctx.task.data.seed)
-        out.callbacks = [Plateau(report, _scorer(ctx, tokenizer, val_rows)[1], plateau_every(out.cfg.max_steps))]
+        if "max_steps" in searched:
+            out.callbacks = [Plateau(report, _scorer(ctx, tokenizer, val_rows)[1], plateau_every(out.cfg.max_steps))]
+    probe = next((p for p in report.probes if report.continued_from and p.learning_rate == out.cfg.learning_rate
+                  and p.checkpoint), None)
+    if probe is not None and Path(probe.checkpoint).is_dir():
+        out.warm_start = Path(probe.checkpoint)
     return out
+
+
+def _work(ctx: ToolContext, stage: str) -> Path:
+    return ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-search"
+
+
+def _given_steps(cfg: TrainConfig, searched: list[str], rows: int, batch: int) -> int | None:
+    """The length the task gave (steps, or epochs over ``rows`` as steps); None when it is searched."""
+    if "max_steps" in searched:
+        return None
+    if cfg.max_steps:
+        return cfg.max_steps
+    return max(1, math.ceil((cfg.num_train_epochs or 1) * rows / (batch * cfg.grad_accum)))
+
+
+def _warmup(cfg: TrainConfig, steps: int) -> int:
+    """The stage's warm-up: the task's, else a twentieth of its length."""
+    return cfg.warmup_steps if (cfg.warmup_steps or cfg.warmup_ratio) else max(1, steps // 20)
 
 
 def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str], make_model, rows: list[dict],
@@ -124,35 +155,54 @@ def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str],
     task = ctx.task
     batch = cfg.per_device_batch_size if "per_device_batch_size" not in searched else default_batch(len(rows))
     probe_s, share_s = _time_shares(ctx, stage, later)
-    given_steps = None if "max_steps" in searched else cfg.max_steps
-    passes = final_steps(10**12, 1e-9, len(rows), batch, cfg.grad_accum, _epochs(task), 1)
-    cap = max(9, given_steps // 4 if given_steps else min(passes, 10**6) // 3)  # a given length: probes a quarter of it
+    given_steps = _given_steps(cfg, searched, len(rows), batch)
     from_scratch = task.model.path is None and stage == task.stage_names()[0]  # random init: no weights before it
     space = lr_space(cfg.method, from_scratch=from_scratch, lora=cfg.lora is not None, n=task.search.trials)
     report = SearchReport(stage=stage, method=cfg.method, space=space, probe_steps=9, rungs=rung_steps(9),
                           budget_s=round(probe_s, 1))
+    work = _work(ctx, stage)
+    shutil.rmtree(work, ignore_errors=True)  # a search cut short (a crash) starts again: its folders mean nothing
     if "learning_rate" in searched and len(rows) >= MIN_ROWS:
         train_rows, val_rows = split_rows(rows, task.data.seed)
         report.validation_rows = len(val_rows)
-        work = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-search"
-        began = time.monotonic()
-        setup, pace = measure_pace(cfg, make_model, train_rows, tokenizer, lr=space[len(space) // 2], batch=batch,
-                                   work_dir=work, reward_funcs=reward_funcs)
-        left = probe_s - (time.monotonic() - began) - task.search.trials * setup
-        report.probe_steps = probe_length(left, pace, task.search.trials, cap)
-        report.rungs = rung_steps(report.probe_steps)
-        report.budget_s = round(probe_s - (time.monotonic() - began), 1)
-        report.reasons.append(f"measured {pace:.3g} s a step and {setup:.1f} s to set up: probes of up to "
-                              f"{report.probe_steps} steps fit the search's {probe_s:.0f} s")
-        report.objective, score = _scorer(ctx, tokenizer, val_rows)
-        run_probes(report, cfg, make_model, train_rows, score, tokenizer, batch=batch, seed=task.data.seed,
-                   work_dir=work, reward_funcs=reward_funcs)
+        _probe(ctx, report, cfg, batch, given_steps, probe_s, share_s, make_model, train_rows, val_rows, tokenizer,
+               work, reward_funcs)
     elif "learning_rate" in searched:
         report.reasons.append(f"{len(rows)} rows: fewer than {MIN_ROWS}, too few to rank learning rates on; "
                               f"the default {cfg.learning_rate:g} is kept")
     _choose(ctx, report, cfg, searched, len(rows), batch, share_s, given_steps)
+    release(report, work, keep=next((p.trial for p in report.probes if report.continued_from and p.checkpoint
+                                     and p.learning_rate == report.chosen.learning_rate), None))
     _record(ctx, stage, report)
     return report
+
+
+def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int, given_steps: int | None,
+           probe_s: float, share_s: float, make_model, train_rows: list[dict], val_rows: list[dict], tokenizer,
+           work: Path, reward_funcs) -> None:
+    """The stage's length (given, or what its share affords beside the probes), the top rung (a third of it,
+    less where the search's share is short), then the probes at that length."""
+    task = ctx.task
+    trials = task.search.trials
+    began = time.monotonic()
+    setup, pace = measure_pace(cfg, make_model, train_rows, tokenizer, lr=report.space[len(report.space) // 2],
+                               batch=batch, work_dir=work, reward_funcs=reward_funcs)
+    setups = 2 * trials * setup  # a probe sets up once per rung
+    top = probe_length(probe_s - (time.monotonic() - began) - setups, pace, trials, cap=10**9)
+    waste_s = setups + wasted_tops(trials) * top * pace
+    steps = given_steps or final_steps(share_s - (time.monotonic() - began) - waste_s, pace, len(train_rows), batch,
+                                       cfg.grad_accum, _epochs(task), REDUCTION ** 2)
+    top = max(1, min(top, steps // REDUCTION))
+    report.probe_steps, report.rungs, report.run_steps = top, rung_steps(top), steps
+    report.budget_s = round(probe_s - (time.monotonic() - began), 1)
+    report.reasons.append(f"measured {pace:.3g} s a step and {setup:.1f} s to set up: every probe trains towards the "
+                          f"stage's {steps} steps, all to step {report.rungs[0]}, the best third to {top}; the chosen "
+                          "one goes on from there")
+    report.objective, score = _scorer(ctx, tokenizer, val_rows)
+    final = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None, "per_device_batch_size": batch,
+                                   "warmup_steps": _warmup(cfg, steps)})
+    run_probes(report, final, make_model, train_rows, score, tokenizer, seed=task.data.seed, work_dir=work,
+               reward_funcs=reward_funcs)
 
 
 def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: list[str], rows: int, batch: int,
@@ -160,7 +210,7 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
     """The offline pick (the best objective where two or more probes stood), offered to a configured model, then
     the length."""
     report.best_trial = best_trial(report)
-    lr = cfg.learning_rate
+    lr, chosen = cfg.learning_rate, None
     if report.best_trial is not None:
         ok = {p.trial for p in report.probes if not p.unstable and p.values}
         offline = RecipeChoice(trial=report.best_trial, reason=f"the best {report.objective} at the highest step two or more "
@@ -176,19 +226,29 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
         report.reasons.append(f"trial {chosen.trial} (lr {lr:g}): {decided.value.reason or offline.reason}")
     elif "learning_rate" in searched and report.probes:
         report.reasons.append(f"no probe finished stably; the default {lr:g} is kept")
-    spent = report.spent_s
-    if given_steps is None:
-        pace = sec_per_step(report) if report.probes else _estimate_pace(ctx, report.stage, cfg)
-        epochs = _epochs(ctx.task)
-        steps = final_steps(share_s - spent, pace, rows, batch, cfg.grad_accum, epochs, report.probe_steps)
-        afford = f"what {max(share_s - spent, 0):.0f} s afford at {pace:.3g} s a step"
-        report.reasons.append(f"{steps} steps: " + (f"{epochs:g} passes over {rows} rows at batch {batch}, or {afford}, "
-                                                    "whichever is less" if epochs else afford))
+    if report.run_steps is not None:
+        steps = report.run_steps
+        report.reasons.append(f"{steps} steps: " + ("what the task gave" if given_steps else _length_reason(
+            ctx, report, rows, batch, share_s)))
+    elif given_steps is None:
+        pace = _estimate_pace(ctx, report.stage, cfg)
+        steps = final_steps(share_s - report.spent_s, pace, rows, batch, cfg.grad_accum, _epochs(ctx.task), 9)
+        report.reasons.append(f"{steps} steps: " + _length_reason(ctx, report, rows, batch, share_s, pace))
     else:
         steps = given_steps
-    warmup = cfg.warmup_steps if (cfg.warmup_steps or cfg.warmup_ratio) else max(1, steps // 20)
-    report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_batch_size=batch, warmup_steps=warmup)
+    if chosen is not None and chosen.checkpoint:
+        report.continued_from = report.probe_steps
+        report.reasons.append(f"trial {chosen.trial}'s run goes on from its step {report.probe_steps} to {steps}")
+    report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_batch_size=batch,
+                           warmup_steps=_warmup(cfg, steps))
     log.info("recipe for %s: %s", report.stage, report.chosen)
+
+
+def _length_reason(ctx: ToolContext, report: SearchReport, rows: int, batch: int, share_s: float,
+                   pace: float | None = None) -> str:
+    epochs = _epochs(ctx.task)
+    afford = f"what the stage's {share_s:.0f} s afford" + (f" at {pace:.3g} s a step" if pace else " beside the probes")
+    return f"{epochs:g} passes over {rows} rows at batch {batch}, or {afford}, whichever is less" if epochs else afford
 
 
 def _scorer(ctx: ToolContext, tokenizer, val_rows: list[dict]):

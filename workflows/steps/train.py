@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from trainteam.curation.rewards import default_rewards
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_checkpoint, record_gate, record_tokenizer
 from trainteam.trainers import budget
-from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
+from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
 from trainteam.curation.formats import example, folder_prompt_format, query, row_kind
 from trainteam.trainers.eval_battery import greedy_generations
 from trainteam.trainers.gates import accept_failed_gate, evaluate_gate
@@ -127,8 +128,10 @@ class _Stage:
                 return node, final
         return None
 
-    def _config(self, stage: str, model):
-        """The stage's TrainConfig for this attempt, and the rollback proposal it applies."""
+    def _config(self, stage: str, model, warm_start: Path | None = None):
+        """The stage's TrainConfig for this attempt, and the rollback proposal it applies. A first attempt with
+        a ``warm_start`` (the recipe search's chosen probe) begins from it: its checkpoint moves into the
+        stage's folder, and ``resume="auto"`` continues it."""
         ctx = self.ctx
         # a retry after a failed gate follows the judge's diagnosis (more steps, another rate; StopRetry: none helps)
         cfg = retry_config(ctx, stage, ctx.task.train_config(stage))
@@ -142,14 +145,19 @@ class _Stage:
             event = {"stage": stage, "step": restart["spike_step"], "kind": "restart"}
             if event not in self.events:  # the same restart resumed (more budget, a crash) is one restart
                 self.events.append(event)
+        elif _continues(warm_start, cfg) and not list_checkpoints(out):
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(warm_start), str(out / warm_start.name))
+            shutil.rmtree(warm_start.parent, ignore_errors=True)  # the rest of the probe's folder: nothing to keep
         self.attempt = {"output_dir": out, "lr_factor": factor, "input": model}
         cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto", "learning_rate": cfg.learning_rate * factor})
         self.configs[stage] = cfg.model_dump(include={"learning_rate", "max_steps", "warmup_steps", "num_train_epochs"})
         return cfg, proposal
 
-    def run(self, stage: str, model, data, parent: str | None, data_node: str, callbacks: list | None = None):
+    def run(self, stage: str, model, data, parent: str | None, data_node: str, callbacks: list | None = None,
+            warm_start: Path | None = None):
         ctx = self.ctx
-        cfg, proposal = self._config(stage, model)
+        cfg, proposal = self._config(stage, model, warm_start)
         report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
                               apply_proposal=proposal, reward_funcs=default_rewards(self.tokenizer, ctx.task.answer),
                               callbacks=callbacks)
@@ -314,7 +322,7 @@ def train(ctx: ToolContext) -> StepResult:
                 model = build_model(task.model, tokenizer)
             try:
                 parent, report = runner.run(st.name, model, recipe.rows or data_path, parent, data_node,
-                                            callbacks=recipe.callbacks)
+                                            callbacks=recipe.callbacks, warm_start=recipe.warm_start)
             except StopRetry as stop:  # the judge's plan: retraining cannot fix what failed
                 return StepResult(outcome="error", summary=str(stop), metrics=runner.metrics,
                                   details={"stages": names[: i + 1], "retry": "stopped", **record})
@@ -353,6 +361,13 @@ def _with_recipe(ctx: ToolContext, stage: str, model, tokenizer, data_path: Path
     if recipe.report is None:
         return ctx, recipe
     return replace(ctx, task=task.with_training(stage, recipe.cfg)), recipe
+
+
+def _continues(warm_start: Path | None, cfg) -> bool:
+    """A probe's checkpoint the stage may go on from: still there, and trained towards this very length."""
+    if warm_start is None or not (warm_start / "trainer_state.json").is_file():
+        return False
+    return json.loads((warm_start / "trainer_state.json").read_text()).get("max_steps") == cfg.max_steps
 
 
 def over_budget(ctx: ToolContext, where: dict[str, Any], carried: Carried | None = None) -> NeedsPerson:
