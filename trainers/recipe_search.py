@@ -320,8 +320,7 @@ def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], 
         return probe.values[first]
 
     study.optimize(objective, n_trials=len(report.space), catch=())
-    ranked = sorted((p for p in report.probes if p.checkpoint), key=lambda p: (p.values[first], p.learning_rate))
-    on = ranked[:kept(len(report.space))] if top > first else ranked
+    on = promoted(report, first, kept(len(report.space))) if top > first else []
     for p in report.probes:
         if p not in on and p.checkpoint:
             p.pruned = True
@@ -343,17 +342,47 @@ def release(report: SearchReport, work_dir: Path, keep: int | None) -> None:
             _drop(p, work_dir)
 
 
+def noise_band(report: SearchReport, best: float) -> float:
+    """How far apart two probes' objectives must be to differ: on exact match two binomial standard errors
+    of the best's rate on the validation slice (10 % right on 128 rows: 0.053), at least 0.01; on loss 0.5 %."""
+    if report.objective == "heldout_loss" or not report.validation_rows:
+        return 0.005 * abs(best)
+    right = min(max(1.0 - best, 0.0), 1.0)
+    return max(0.01, 2 * math.sqrt(right * (1 - right) / report.validation_rows))
+
+
+def _by_rate_within_band(report: SearchReport, probes: list[Probe], rung: int) -> list[Probe]:
+    """``probes`` in the order the search prefers them at ``rung``: those within the noise band of the best,
+    highest rate first, then the rest by objective. A short probe undervalues a high rate (measured on the
+    demo's addition SFT towards 600 steps: at step 66 lr 3e-3 was last, 1.9e-4 first, and only 2.5e-3 was
+    at 100 % by step 600), so a tie on what the probes can tell apart goes to the higher rate."""
+    best = min(p.values[rung] for p in probes)
+    band = best + noise_band(report, best)
+    return sorted(probes, key=lambda p: (0, -p.learning_rate) if p.values[rung] <= band else (1, p.values[rung]))
+
+
+def promoted(report: SearchReport, rung: int, n: int) -> list[Probe]:
+    """The ``n`` probes that go on from ``rung``: the highest stable rate (it is the one a short probe
+    judges worst of all if it is the long run's best), then ``_by_rate_within_band``."""
+    live = [p for p in report.probes if p.checkpoint and rung in p.values and not p.unstable]
+    if not live:
+        return []
+    highest = max(live, key=lambda p: p.learning_rate)
+    return ([highest] + [p for p in _by_rate_within_band(report, live, rung) if p is not highest])[:n]
+
+
 def best_trial(report: SearchReport) -> int | None:
     """The stable probe with the lowest objective at the highest rung that two or more stable probes
-    reached (one probe alone at a rung is no comparison), else at the first rung. A tie goes to the lower rate: the safer one for a longer run."""
+    reached (one probe alone at a rung is no comparison), else at the first rung; a tie within the noise
+    band goes to the higher rate (``_by_rate_within_band``)."""
     stable = [p for p in report.probes if not p.unstable and p.values]
     if not stable:
         return None
     reached = sorted({r for p in stable for r in p.values})
     shared = [r for r in reached if sum(r in p.values for p in stable) >= 2]
     rung = shared[-1] if shared else reached[0]
-    at_rung = [p for p in stable if rung in p.values] or stable
-    return min(at_rung, key=lambda p: (p.values.get(rung, min(p.values.values())), p.learning_rate)).trial
+    at_rung = [p for p in stable if rung in p.values]
+    return _by_rate_within_band(report, at_rung, rung)[0].trial
 
 
 class _Pace:
