@@ -111,7 +111,8 @@ def one_task(root: Path, key: str, steps: list[int]) -> dict:
             print(f"  {key} grid lr {lr:g} {n} steps: exact match {r['exact_match']:.3f} ({r['train_s']} s)", flush=True)
     team = sft_run(ws, f"{key}-team", data, base, {**common, "max_steps": max(steps)}, True)
     print(f"  {key} team: lr {team['learning_rate']:g}, exact match {team['exact_match']:.3f}, "
-          f"{team['probe_steps']} probe + {team['steps']} steps ({team['train_s']} s)", flush=True)
+          f"{team['probe_steps']} probe + {team['steps']} steps ({team['train_s']} s); probes: "
+          + "; ".join(f"lr {p['lr']:g} {p['values']}" for p in team["probes"] or []), flush=True)
     best = max(grid.values(), key=lambda r: r["exact_match"])
     grid_steps = sum(r["steps"] for r in grid.values())
     return {"grid": grid, "team": team, "grid_best": best["exact_match"],

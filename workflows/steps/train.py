@@ -492,9 +492,12 @@ def merge_adapters(ctx: ToolContext) -> StepResult:
     model than either (real model, 50 held-out rows: 0.40 / 0.42 gated, 0.26 / 0.32 registered)."""
     last = ctx.latest("gate", "gate_align")
     ckpt = Path(last["artifacts"]["checkpoint"])
+    # the stage whose weights these are (SFT's when the align stage was skipped): the final eval's battery
+    gated = {"stages": [last["details"]["stage"]]} if (last.get("details") or {}).get("stage") else {}
     if not (ckpt / "adapter_config.json").exists():
         return StepResult(outcome="ok", summary="no adapters to merge: the checkpoint holds full weights",
-                          artifacts=dict(last["artifacts"]), nodes={"checkpoint": last["nodes"]["checkpoint"]})
+                          artifacts=dict(last["artifacts"]), nodes={"checkpoint": last["nodes"]["checkpoint"]},
+                          details=gated)
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"merged-v{ctx.visit}"
     tokenizer = load_tokenizer(Path(last["artifacts"]["tokenizer"]))
     merged = _merge_one(ckpt, out, tokenizer)
@@ -502,7 +505,8 @@ def merge_adapters(ctx: ToolContext) -> StepResult:
                             last["nodes"]["checkpoint"], {})
     base = json.loads((ckpt / "adapter_config.json").read_text()).get("base_model_name_or_path")
     return StepResult(summary=f"adapter of {ckpt.parent.name} merged into the base it was trained on ({Path(base).name})",
-                      artifacts={"checkpoint": str(merged), "tokenizer": str(merged)}, nodes={"checkpoint": node})
+                      artifacts={"checkpoint": str(merged), "tokenizer": str(merged)}, nodes={"checkpoint": node},
+                      details=gated)
 
 
 def _merge_one(adapter: Path, out: Path, tokenizer) -> Path:
