@@ -26,6 +26,7 @@ from trainteam.agents.toolbox import ToolContext
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_probe, record_recipe
+from trainteam.trainers import budget
 from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.recipe_search import (
     MIN_ROWS,
@@ -77,7 +78,8 @@ def _time_shares(ctx: ToolContext, stage: str, later: list[str]) -> tuple[float,
     """(seconds the probes of ``stage`` may use, seconds its training may use)."""
     task = ctx.task
     allowed = ctx.allowed_s if ctx.allowed_s is not None else task.budget.allowed_s()
-    left = max(0.0, allowed - (ctx.spent_s or 0.0))
+    ceiling = budget.current()  # the run's deadline: it counts this step's own earlier stages, spent_s does not
+    left = max(0.0, ceiling.left_s() if ceiling is not None else allowed - (ctx.spent_s or 0.0))
     searched = task.search.stages or {}
     n_searched = max(1, len(searched))
     reserve = sum(_planned_s(ctx, s) for s in later if s not in searched)
@@ -237,8 +239,8 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
     else:
         steps = given_steps
     if chosen is not None and chosen.checkpoint:
-        report.continued_from = report.probe_steps
-        report.reasons.append(f"trial {chosen.trial}'s run goes on from its step {report.probe_steps} to {steps}")
+        report.continued_from = int(Path(chosen.checkpoint).name.rsplit("-", 1)[-1])
+        report.reasons.append(f"trial {chosen.trial}'s run goes on from its step {report.continued_from} to {steps}")
     report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_batch_size=batch,
                            warmup_steps=_warmup(cfg, steps))
     log.info("recipe for %s: %s", report.stage, report.chosen)
