@@ -61,3 +61,23 @@ def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(t
     assert "## Recipe search" in md and "← chosen" in md and "the best 1 - exact_match + 0.01 heldout_loss" in md
     assert (next((tmp_path / "first").rglob("report.md")).parent / "search.png").stat().st_size > 5000
 
+
+
+def test_a_later_stage_shares_only_the_time_the_run_has_left_not_what_the_step_already_spent():
+    """The demo without settings gave SFT 1,523 s of the 1,140 the run had left: pretraining ran inside the same
+    step, which ``spent_s`` (earlier steps only) does not count. The run's live ceiling does."""
+    from trainteam.agents.toolbox import ToolContext
+    from trainteam.trainers import budget
+    from trainteam.workflows.steps.recipe import _time_shares
+    from trainteam.workflows.task import TrainTask
+
+    task = TrainTask.model_validate({**TINY_TASK, "stages": ["pretrain", "sft"], "training": {}, "search": True})
+    ctx = ToolContext(ws=None, run_id="r", step="train", visit=1, persona="training_engineer", task=task,
+                      spent_s=60.0, allowed_s=1800.0)
+    with budget.ceiling(1800.0 - 60.0, 1800.0):
+        _, first = _time_shares(ctx, "pretrain", ["sft"])
+    with budget.ceiling(1140.0, 1800.0):  # the same step, 600 s of pretraining later
+        probes, second = _time_shares(ctx, "sft", [])
+    # 15 % kept for evaluating and registering (a second's slack: the ceiling runs while the test does)
+    assert abs(first - 1740 * 0.85 / 2) < 1 and abs(second - 1140 * 0.85) < 1
+    assert probes <= 0.25 * 1800 / 2  # the search's share of the budget, split over the searched stages

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainteam.agents.briefing import spent_minutes
 from trainteam.agents.toolbox import PlanFirstArgs, ToolContext
 from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.recipe_search import sec_per_step
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.stageplan import plan_stage
 from trainteam.workflows.steps.curate import planned_config
@@ -90,6 +91,8 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
                 continue
         verdict = plan_stage(task, stage, cfg)
         left = max(0.0, 1.0 - done_steps / cfg.max_steps)
+        if found is not None and found.probes:  # the pace the probes measured on this machine, not the planner's guess
+            verdict = verdict.model_copy(update={"est_minutes": round(cfg.max_steps * sec_per_step(found) / 60, 3)})
         total += verdict.est_minutes * left
         out["stages"][stage] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
                                 "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len, "steps_done": done_steps,
