@@ -183,10 +183,10 @@ def wasted_tops(trials: int) -> float:
     return trials / REDUCTION + kept(trials) * (1 - 1 / REDUCTION) - 1
 
 
-def probe_length(budget_s: float, sec_per_step: float, trials: int, cap: int) -> int:
+def probe_length(budget_s: float, sec_per_step: float, trials: int) -> int:
     """The top rung such that the probes' steps the run does not keep (``wasted_tops``) fit in
-    ``budget_s``; between 3 and ``cap`` steps."""
-    return int(max(3, min(cap, budget_s / max(sec_per_step, 1e-6) / max(wasted_tops(trials), 1e-6))))
+    ``budget_s``; at least 3 steps (the caller caps it at a third of the stage)."""
+    return int(max(3, budget_s / max(sec_per_step, 1e-6) / max(wasted_tops(trials), 1e-6)))
 
 
 def final_steps(left_s: float, sec_per_step: float, rows: int, batch: int, grad_accum: int,

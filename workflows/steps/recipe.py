@@ -31,6 +31,7 @@ from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.recipe_search import (
     MIN_ROWS,
     Plateau,
+    Probe,
     Recipe,
     RecipeChoice,
     SearchReport,
@@ -127,11 +128,17 @@ def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], dat
         out.rows, val_rows = split_rows(rows, ctx.task.data.seed)
         if "max_steps" in searched:
             out.callbacks = [Plateau(report, _scorer(ctx, tokenizer, val_rows)[1], plateau_every(out.cfg.max_steps))]
-    probe = next((p for p in report.probes if report.continued_from and p.learning_rate == out.cfg.learning_rate
-                  and p.checkpoint), None)
+    probe = _continuing(report)
     if probe is not None and Path(probe.checkpoint).is_dir():
         out.warm_start = Path(probe.checkpoint)
     return out
+
+
+def _continuing(report: SearchReport) -> Probe | None:
+    """The chosen probe the stage's run goes on from (its checkpoint kept), if any."""
+    if not report.continued_from or report.chosen is None:
+        return None
+    return next((p for p in report.probes if p.checkpoint and p.learning_rate == report.chosen.learning_rate), None)
 
 
 def _work(ctx: ToolContext, stage: str) -> Path:
@@ -173,8 +180,8 @@ def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str],
         report.reasons.append(f"{len(rows)} rows: fewer than {MIN_ROWS}, too few to rank learning rates on; "
                               f"the default {cfg.learning_rate:g} is kept")
     _choose(ctx, report, cfg, searched, len(rows), batch, share_s, given_steps)
-    release(report, work, keep=next((p.trial for p in report.probes if report.continued_from and p.checkpoint
-                                     and p.learning_rate == report.chosen.learning_rate), None))
+    kept = _continuing(report)
+    release(report, work, keep=kept.trial if kept else None)
     _record(ctx, stage, report)
     return report
 
@@ -190,7 +197,7 @@ def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int,
     setup, pace = measure_pace(cfg, make_model, train_rows, tokenizer, lr=report.space[len(report.space) // 2],
                                batch=batch, work_dir=work, reward_funcs=reward_funcs)
     setups = 2 * trials * setup  # a probe sets up once per rung
-    top = probe_length(probe_s - (time.monotonic() - began) - setups, pace, trials, cap=10**9)
+    top = probe_length(probe_s - (time.monotonic() - began) - setups, pace, trials)
     waste_s = setups + wasted_tops(trials) * top * pace
     steps = given_steps or final_steps(share_s - (time.monotonic() - began) - waste_s, pace, len(train_rows), batch,
                                        cfg.grad_accum, _epochs(task), REDUCTION ** 2)
@@ -231,11 +238,11 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
     if report.run_steps is not None:
         steps = report.run_steps
         report.reasons.append(f"{steps} steps: " + ("what the task gave" if given_steps else _length_reason(
-            ctx, report, rows, batch, share_s)))
+            ctx, rows, batch, share_s)))
     elif given_steps is None:
         pace = _estimate_pace(ctx, report.stage, cfg)
         steps = final_steps(share_s - report.spent_s, pace, rows, batch, cfg.grad_accum, _epochs(ctx.task), 9)
-        report.reasons.append(f"{steps} steps: " + _length_reason(ctx, report, rows, batch, share_s, pace))
+        report.reasons.append(f"{steps} steps: " + _length_reason(ctx, rows, batch, share_s, pace))
     else:
         steps = given_steps
     if chosen is not None and chosen.checkpoint:
@@ -246,7 +253,7 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
     log.info("recipe for %s: %s", report.stage, report.chosen)
 
 
-def _length_reason(ctx: ToolContext, report: SearchReport, rows: int, batch: int, share_s: float,
+def _length_reason(ctx: ToolContext, rows: int, batch: int, share_s: float,
                    pace: float | None = None) -> str:
     epochs = _epochs(ctx.task)
     afford = f"what the stage's {share_s:.0f} s afford" + (f" at {pace:.3g} s a step" if pace else " beside the probes")
