@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup browser demo test test-all bench clean
 
 setup: $(STAMP)
 
@@ -17,13 +17,20 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]"
 	touch $(STAMP)
 
+# Debian's chromium for the web console's browser tests (tests/test_web_browser.py): Playwright drives
+# it by path and never downloads a browser of its own. Skipped when chromium is already on PATH.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
 demo: setup
 	$(VENV)/bin/trainteam demo --yes
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q
 
-test-all: setup
+test-all: setup browser
 	$(PY) -m pytest -q -m "slow or not slow"
 
 bench: setup
