@@ -200,7 +200,7 @@ def attention_context(dataset, seq_len: int, sample: int = _CONTEXT_SAMPLE) -> f
 
 
 class RunHistory:
-    """Attempts of one run in ``output_dir/run-history.jsonl``: start, saves, heartbeats, end.
+    """Attempts of one run in ``output_dir/run-history.jsonl``: start, saves, heartbeats, logs, end.
 
     A start with no end is an interruption (kill -9 leaves no end). Saves record the step
     time spent up to each checkpoint, so the work an interruption threw away (steps after
@@ -336,6 +336,8 @@ class Telemetry(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs:
             self.logs.append({"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))}})
+            if self.history is not None and state.is_world_process_zero:  # the live curve (`trainteam web`)
+                self.history.record("log", **self.logs[-1])
             if isinstance(logs.get("loss"), (int, float)):
                 self.losses.append((state.global_step, float(logs["loss"])))
 
