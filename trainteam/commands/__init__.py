@@ -30,6 +30,7 @@ COMMANDS = {
     "workflows": ("workflows", "Workflow specs."),
     "curate": ("curate", "Curate training data: dedup, decontaminate, filter, version."),
     "transcripts": ("transcripts", "Recorded agent runs (redacted pydantic-ai messages)."),
+    "web": ("web", "Serve the web console (runs, live curves, approvals, lineage) until interrupted."),
 }
 
 COMMAND_MODULES = list(dict.fromkeys(module for module, _ in COMMANDS.values()))
