@@ -1,0 +1,176 @@
+"""The web console over HTTP (``trainteam web``): the access token, sessions, CSRF, the pages' data.
+
+Starlette's TestClient drives the real app on a real workspace; the token comes from the real CLI.
+The browser scenario (a run approved from the page, its curve growing) is tests/test_web_browser.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from trainteam.web.access import ACCESS_FILE
+from trainteam.web.app import create_app
+from trainteam.workflows.approvals import request as request_approval
+from trainteam.workflows.store import ApprovalStore, RunStore
+from trainteam.workspace import Workspace
+
+
+def _cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory):
+    """A workspace with a token made by `trainteam web --new-token`, a run and an approval with evidence."""
+    root = tmp_path_factory.mktemp("web") / "ws"
+    made = _cli(root, "web", "--new-token")
+    assert made.returncode == 0, made.stderr
+    ws = Workspace.open(root)
+    RunStore(ws.engine).create("r1", "train_model", {"name": "tiny"})
+    RunStore(ws.engine).set_status("r1", "waiting_approval", current_step="register_model")
+    request_approval(ws, run_id="r1", step="register_model", visit=1, action="register_model",
+                     proposed={"name": "tiny-model"}, requested_by="ml_orchestrator",
+                     evidence={"gates": {"sft": {"passed": True, "exact_match": 0.75}},
+                               "loss_curve": [[1, 2.5], [2, 2.1], [3, 1.7], [4, 1.2]],
+                               "checkpoint": {"sha256": "ab" * 32, "path": "/x/final"},
+                               "lineage": [{"kind": "DatasetVersion", "id": "d1"}, {"kind": "Corpus", "id": "c1"}]})
+    return ws, made.stdout.strip()
+
+
+def _client(ws) -> TestClient:
+    return TestClient(create_app(ws), base_url="http://127.0.0.1")
+
+
+def _csrf(html: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+
+
+def _signed_in(ws, token: str, name: str = "alice") -> TestClient:
+    client = _client(ws)
+    form = client.get("/signin")
+    done = client.post("/signin", data={"token": token, "name": name, "csrf": _csrf(form.text), "next": "/runs"},
+                       follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/runs"
+    return client
+
+
+def test_without_a_session_every_page_is_the_sign_in_page(console):
+    ws, _ = console
+    client = _client(ws)
+    for path in ("/runs", "/runs/r1", "/approvals", "/graph?node=Run:r1", "/runs/r1/transcripts"):
+        page = client.get(path)
+        assert page.status_code == 401 and "<h1>Sign in</h1>" in page.text, path
+        assert "r1" not in re.sub(r'name="next" value="[^"]*"', "", page.text)  # nothing of the run leaks
+    api = client.get("/api/runs/r1/curves")
+    assert api.status_code == 401 and api.json() == {"error": "sign in first"}
+
+
+def test_a_wrong_token_is_refused_and_the_right_one_opens_a_strict_httponly_session(console):
+    ws, token = console
+    client = _client(ws)
+    form = client.get("/signin")
+    wrong = client.post("/signin", data={"token": token[:-2] + "xx", "name": "mallory", "csrf": _csrf(form.text)},
+                        follow_redirects=False)
+    assert wrong.status_code == 401 and "Wrong access token." in wrong.text
+    assert "trainteam_session" not in wrong.headers.get("set-cookie", "")
+    assert client.get("/runs").status_code == 401
+
+    form = client.get("/signin")
+    right = client.post("/signin", data={"token": token, "name": "alice", "csrf": _csrf(form.text)},
+                        follow_redirects=False)
+    cookie = [c for c in right.headers.get_list("set-cookie") if c.startswith("trainteam_session=")][0]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    runs = client.get("/runs")
+    assert runs.status_code == 200 and 'data-run="r1"' in runs.text and "alice" in runs.text
+
+
+def test_posts_without_the_csrf_token_are_refused(console):
+    ws, token = console
+    client = _client(ws)
+    client.get("/signin")
+    assert client.post("/signin", data={"token": token, "name": "eve"}).status_code == 403  # sign-in form too
+    assert client.get("/runs").status_code == 401
+
+    alice = _signed_in(ws, token)
+    approval = ApprovalStore(ws.engine).list("pending")[0]["id"]
+    for data in ({"decision": "approve", "note": "x"}, {"decision": "approve", "csrf": "forged"}):
+        refused = alice.post(f"/approvals/{approval}/decide", data=data)
+        assert refused.status_code == 403 and "CSRF" in refused.text
+    assert ApprovalStore(ws.engine).get(approval)["status"] == "pending"  # nothing was decided
+    other = _signed_in(ws, token, "bob")  # another session's token is not this session's
+    bob_csrf = _csrf(other.get("/approvals").text)
+    assert alice.post(f"/approvals/{approval}/decide", data={"decision": "approve", "csrf": bob_csrf}).status_code == 403
+    assert alice.post("/signout", data={}).status_code == 403
+
+
+def test_only_the_token_hash_is_stored(console):
+    ws, token = console
+    stored = json.loads((ws.root / ACCESS_FILE).read_text())
+    assert stored["token_sha256"] == hashlib.sha256(token.encode()).hexdigest()
+    assert (ws.root / ACCESS_FILE).stat().st_mode & 0o077 == 0
+    for path in ws.root.rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path
+
+
+def test_a_new_token_replaces_the_old_one(tmp_path):
+    root = tmp_path / "ws"
+    first = _cli(root, "web", "--new-token").stdout.strip()
+    second = _cli(root, "web", "--new-token").stdout.strip()
+    assert first != second and second.startswith("ttw_")
+    ws = Workspace.open(root)
+    client = _client(ws)
+    form = client.get("/signin")
+    old = client.post("/signin", data={"token": first, "name": "a", "csrf": _csrf(form.text)})
+    assert old.status_code == 401
+    _signed_in(ws, second)
+
+
+def test_serving_needs_a_token_first(tmp_path):
+    proc = _cli(tmp_path / "ws", "web", "--port", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: web: no access token yet; run `trainteam web --new-token` first and keep what it prints"]
+
+
+def test_approval_evidence_is_shown_as_sections_and_a_curve(console):
+    ws, token = console
+    page = _signed_in(ws, token).get("/approvals")
+    assert page.status_code == 200
+    section = page.text[page.text.index('class="approval pending"'):]
+    assert "<dt>gates</dt>" in section and "<dt>exact_match</dt><dd>0.75</dd>" in section
+    assert '<svg class="sparkline"' in section and "4 points, 2.5 → 1.2" in section
+    assert "<th>kind</th>" in section and "<th>id</th>" in section and "<td>DatasetVersion</td>" in section
+    assert 'name="csrf"' in section and 'value="approve"' in section and 'value="reject"' in section
+
+
+def test_pages_refuse_other_hosts_and_carry_a_strict_content_policy(console):
+    ws, token = console
+    client = _signed_in(ws, token)
+    page = client.get("/runs")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "<script src=\"/static/console.js\"" in page.text and "cdn" not in page.text.lower()
+    assert client.get("/static/console.js").status_code == 200
+    rebound = client.get("/runs", headers={"host": "evil.example"})
+    assert rebound.status_code == 400
+
+
+def test_the_lineage_picture_links_each_node(console):
+    ws, token = console
+    page = _signed_in(ws, token).get("/graph", params={"node": "Approval:r1.register_model.1.register_model"})
+    assert page.status_code == 200
+    svg = page.text[page.text.index("<svg class=\"lineage\""):page.text.index("</svg>")]
+    assert 'data-node="Approval:r1.register_model.1.register_model"' in svg
+    assert 'data-node="Step:r1/register_model#1"' in svg and "requested_by" in svg
+    missing = _signed_in(ws, token).get("/graph", params={"node": "Model:nope"})
+    assert missing.status_code == 404 and "does not exist" in missing.text

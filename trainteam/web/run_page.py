@@ -1,0 +1,177 @@
+"""What the console's run page shows, read from the run store, the knowledge graph and the run's files.
+
+Typed views (pydantic) between the stores and the templates: the steps timeline with each step's
+persona, its decisions (the graph's Decision nodes) and its approvals; evals and gates; the report's
+plots (``<workspace>/reports/<run>/*.png``); the transcripts (``agents/transcripts.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import BaseModel
+
+from trainteam.agents.transcripts import read_run, tool_calls
+from trainteam.core.errors import NotFound
+from trainteam.workflows.store import ApprovalStore, RunStore
+from trainteam.workflows.views import ACTIVE, run_view, runs_view
+
+PLOT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}\.png$")
+
+
+class DecisionView(BaseModel):
+    node: str
+    step: str | None
+    summary: str
+    by: str | None = None
+    at: str
+
+
+class StepView(BaseModel):
+    name: str
+    visit: int
+    persona: str | None
+    status: str
+    attempts: int
+    started_at: str | None
+    seconds: float | None
+    error: str | None
+    summary: str = ""
+    decisions: list[DecisionView] = []
+    approvals: list[dict[str, Any]] = []
+
+
+class RunRow(BaseModel):
+    run_id: str
+    workflow: str
+    task_name: str
+    status: str
+    current_step: str | None
+    created_at: str
+    age: str
+    live: bool
+    pending_approvals: int = 0
+
+
+class EvalView(BaseModel):
+    node: str
+    stage: str | None
+    metrics: dict[str, Any]
+    n_eval: Any = None
+
+
+class GateView(BaseModel):
+    node: str
+    stage: str | None
+    passed: bool | None
+    reasons: list[str]
+    accepted_by: str | None = None
+
+
+class RunPage(BaseModel):
+    run: RunRow
+    error: str | None
+    metrics: dict[str, Any]
+    steps: list[StepView]
+    evals: list[EvalView]
+    gates: list[GateView]
+    decisions: list[DecisionView]
+    plots: list[str]
+    transcripts: int
+
+
+def age(stamp: str | None, now: datetime | None = None) -> str:
+    if not stamp:
+        return "?"
+    seconds = ((now or datetime.now(timezone.utc)) - datetime.fromisoformat(stamp)).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{max(seconds, 0):.0f} s"
+
+
+def _row(view: dict[str, Any], pending: int = 0) -> RunRow:
+    return RunRow(run_id=view["run_id"], workflow=view["workflow"], task_name=view["task_name"],
+                  status=view["status"], current_step=view["current_step"], created_at=view["created_at"],
+                  age=age(view["created_at"]), live=bool(view["process_alive"]) and view["status"] in ACTIVE,
+                  pending_approvals=pending)
+
+
+def runs_list(ws, limit: int = 100) -> list[RunRow]:
+    pending: dict[str, int] = {}
+    for a in ApprovalStore(ws.engine).list("pending"):
+        pending[a["run_id"]] = pending.get(a["run_id"], 0) + 1
+    return [_row(v, pending.get(v["run_id"], 0)) for v in runs_view(RunStore(ws.engine), limit)]
+
+
+def _run_nodes(ws, run_id: str, kind: str) -> list[dict[str, Any]]:
+    return [n for n in ws.graph.nodes(kind) if n.get("run_id") == run_id
+            or (kind == "Decision" and str(n.get("approval", "")).startswith(f"{run_id}."))]
+
+
+def _decision(node: dict[str, Any]) -> DecisionView:
+    if node.get("approval"):  # a person's decision on an approval
+        summary = f"{node.get('status')} by {node.get('by')}" + (f": {node['note']}" if node.get("note") else "")
+        step = str(node["approval"]).split(".")[1] if str(node["approval"]).count(".") >= 2 else None
+        return DecisionView(node=node["id"], step=step, summary=summary, by=node.get("by"), at=node["created_at"])
+    summary = str(node.get("summary") or node.get("decision") or node.get("verdict") or "")
+    return DecisionView(node=node["id"], step=node.get("step"), summary=summary,
+                        by=node.get("persona") or node.get("decided_by"), at=node["created_at"])
+
+
+def _steps(runs: RunStore, approvals: list[dict[str, Any]], decisions: list[DecisionView], run_id: str) -> list[StepView]:
+    outputs = {(a["step"], a["visit"]): a.get("output") or {} for a in runs.attempts(run_id)}
+    steps = []
+    for s in runs.steps_summary(run_id):
+        out = outputs.get((s["name"], s["visit"])) or {}
+        steps.append(StepView(
+            name=s["name"], visit=s["visit"], persona=s["persona"], status=s["status"], attempts=s["attempts"],
+            started_at=s.get("started_at"), seconds=s.get("seconds"), error=s.get("error"),
+            summary=str(out.get("summary") or "") if isinstance(out, dict) else "",
+            decisions=[d for d in decisions if d.step == s["name"]],
+            approvals=[a for a in approvals if a["step"] == s["name"]]))
+    return steps
+
+
+def plots(ws, run_id: str) -> list[str]:
+    folder = ws.dir("reports") / run_id
+    return sorted(p.name for p in folder.glob("*.png") if PLOT_NAME.match(p.name)) if folder.is_dir() else []
+
+
+def run_page(ws, run_id: str) -> RunPage:
+    runs, store = RunStore(ws.engine), ApprovalStore(ws.engine)
+    view = run_view(runs, store, run_id)
+    approvals = store.list(run_id=run_id)
+    decisions = sorted((_decision(n) for n in _run_nodes(ws, run_id, "Decision")), key=lambda d: d.at)
+    evals = [EvalView(node=n["id"], stage=n.get("stage"), metrics=n.get("metrics") or {}, n_eval=n.get("n_eval"))
+             for n in _run_nodes(ws, run_id, "Eval")]
+    gates = [GateView(node=n["id"], stage=n.get("stage"), passed=n.get("passed"), reasons=list(n.get("reasons") or []),
+                      accepted_by=n.get("accepted_by")) for n in _run_nodes(ws, run_id, "Gate")]
+    folder = ws.dir("transcripts") / run_id
+    return RunPage(run=_row(view, sum(a["status"] == "pending" for a in approvals)), error=view["error"],
+                   metrics=view["metrics"] or {}, steps=_steps(runs, approvals, decisions, run_id), evals=evals,
+                   gates=gates, decisions=decisions, plots=plots(ws, run_id),
+                   transcripts=len(list(folder.glob("*.json"))) if folder.is_dir() else 0)
+
+
+class TranscriptView(BaseModel):
+    segment: str
+    step: str | None
+    persona: str | None
+    model: str | None
+    status: str | None
+    calls: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+
+
+def transcripts(ws, run_id: str) -> list[TranscriptView]:
+    """The run's transcripts (already redacted when written); none yet is an empty list."""
+    try:
+        records = read_run(ws, run_id)
+    except NotFound:
+        return []
+    return [TranscriptView(segment=r.get("segment", "?"), step=r.get("step"), persona=r.get("persona"),
+                           model=r.get("model"), status=r.get("status"), calls=tool_calls(r),
+                           messages=r.get("messages", [])) for r in records]
