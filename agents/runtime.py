@@ -270,7 +270,9 @@ class _Session:
         meta = output.metadata.get(first["tool_call_id"], {})
         proposed = redact({"tool": first["tool_name"], "args": first["args"], "step": self.ctx.step,
                            "persona": self.card.name, "plan": meta.get("plan")})
-        needs = NeedsPerson(action=first["tool_name"], proposed=proposed, evidence={"transcript": str(path)},
+        gated = self.ctx.toolbox[first["tool_name"]].evidence if first["tool_name"] in self.ctx.toolbox else None
+        evidence = redact({"transcript": str(path), **(gated(self.ctx) if gated is not None else {})})
+        needs = NeedsPerson(action=first["tool_name"], proposed=proposed, evidence=evidence,
                             requested_by=self.card.name, resume=Resume(kind="conversation", pending=pending))
         return StepResult(outcome="needs_approval", summary=f"{self.card.name} asks a person to approve "
                           f"{first['tool_name']}", details={"transcript": str(path)}, needs=needs)

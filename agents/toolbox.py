@@ -191,10 +191,12 @@ class StepTool:
     ``run`` does the work; ``args`` is the argument model the model fills (default: the card
     decides RunArgs or PlanFirstArgs); ``prepare`` applies those arguments to the context
     (e.g. the engineer's per-stage overrides); ``plan`` is what a plan-first call returns;
-    ``facts`` is what the offline policy may know of the step (the judge's gate bar)."""
+    ``facts`` is what the offline policy may know of the step (the judge's gate bar);
+    ``evidence`` is what a person sees, beside the plan, when a gated call of it waits (JSON)."""
 
     run: Callable[[ToolContext], StepResult]
     args: type[PlanFirstArgs] | None = None
     prepare: Callable[[ToolContext, Any], ToolContext] | None = None
     plan: Callable[[ToolContext, str], dict[str, Any]] | None = None
     facts: Callable[[ToolContext], GateFacts | None] | None = None
+    evidence: Callable[[ToolContext], dict[str, Any]] | None = None

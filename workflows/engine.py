@@ -33,6 +33,7 @@ from trainteam.graph.record import record_run, record_step
 from trainteam.trainers import budget
 from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
 from trainteam.workflows import approvals
+from trainteam.workflows.evidence import with_spike_curve
 from trainteam.workflows.executors import executor_alive, new_executor_id
 from trainteam.workflows.spec import WorkflowSpec
 from trainteam.workflows.steps import STEPS
@@ -265,6 +266,8 @@ def _ask(run_id: str, current: str, visit: int, needs: NeedsPerson, wait_s: floa
     """The one way the engine asks a person: ``needs`` as an approval; returns the decision."""
     action = f"{needs.action}_{rounds}" if needs.numbered else needs.action
     evidence = needs.evidence if summary is None else {"summary": summary, **needs.evidence}
+    if needs.resume.kind in ("restart", "keep_spiked") and needs.carried is not None:
+        evidence = with_spike_curve(evidence, needs.proposed, needs.carried.losses)
     return await_approval(run_id, current, visit, action, needs.proposed, evidence, needs.requested_by, wait_s)
 
 

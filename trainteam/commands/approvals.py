@@ -10,7 +10,7 @@ from trainteam.commands.common import console, print_json, read_stores, workspac
 from trainteam.core.errors import BadInput
 from trainteam.core.ids import check_run_id
 from trainteam.workflows.readonly import APPROVAL_STATUSES
-from trainteam.workflows.views import approval_public, resolve
+from trainteam.workflows.views import approval_public, resolve, short_id
 
 approvals_app = typer.Typer(help="Gated actions waiting for a person.", no_args_is_help=True)
 
@@ -35,17 +35,22 @@ def list_(
 
     table = Table("id", "run", "step", "action", "status", "requested by", "created")
     for r in rows:
-        table.add_row(r["id"], r["run_id"], r["step"], r["action"], r["status"], r["requested_by"], r["created_at"])
+        table.add_row(short_id(r["id"]), r["run_id"], r["step"], r["action"], r["status"], r["requested_by"],
+                      r["created_at"][:19])
     console.print(table)
+    console.print("[dim]`trainteam approvals show ID` shows the evidence; ID is the short id or the full one[/dim]")
 
 
 @approvals_app.command("show")
 def show(approval_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
-    row = approval_public(resolve(read_stores()[1], approval_id))
+    """An approval with the evidence a person decides on (``--json``: the stored row, for machines)."""
+    row = resolve(read_stores()[1], approval_id)
     if as_json:
-        return print_json(row)
-    for key, value in row.items():
-        console.print(f"[bold]{key}[/bold]: {value}", highlight=False)
+        return print_json(approval_public(row))
+    from trainteam.commands.approval_text import render_approval
+    from trainteam.workflows.evidence import approval_evidence_view
+
+    render_approval(console, approval_evidence_view(row))
 
 
 def _decide(approval_id: str, approve: bool, note: Optional[str], by: Optional[str], as_json: bool) -> None:

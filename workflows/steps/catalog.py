@@ -8,7 +8,7 @@ from trainteam.workflows.steps.curate import curate
 from trainteam.workflows.steps.judge import evaluate, gate, gate_facts
 from trainteam.workflows.steps.plans import TrainArgs, apply_overrides, plan_curate, plan_stages
 from trainteam.workflows.steps.precheck import precheck_data
-from trainteam.workflows.steps.register import register_model
+from trainteam.workflows.steps.register import register_model, register_model_evidence
 from trainteam.workflows.steps.train import align, merge_adapters, train, train_tokenizer
 
 _TRAINING = {"args": TrainArgs, "prepare": apply_overrides, "plan": plan_stages}
@@ -23,7 +23,7 @@ STEPS: dict[str, StepTool] = {
     "merge_adapters": StepTool(merge_adapters),
     "evaluate": StepTool(evaluate),
     "gate": StepTool(gate, facts=gate_facts),
-    "register_model": StepTool(register_model),
+    "register_model": StepTool(register_model, evidence=register_model_evidence),
 }
 
 

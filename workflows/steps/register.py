@@ -8,6 +8,7 @@ from typing import Any
 from trainteam.agents.toolbox import StepResult, ToolContext
 from trainteam.graph.record import record_model
 from trainteam.trainers.registry import ModelRecord, ModelRegistry
+from trainteam.workflows.evidence import register_evidence
 
 
 def register_and_record(ws, path: Path, *, stage: str, metrics: dict[str, Any] | None = None, name: str | None = None,
@@ -37,3 +38,13 @@ def register_model(ctx: ToolContext) -> StepResult:
     return StepResult(summary=f"registered model {record.id} ({record.stage})",
                       nodes={"model": node, "checkpoint": final["nodes"]["checkpoint"]},
                       artifacts={"model": str(ckpt)}, details={"model_id": record.id})
+
+
+def register_model_evidence(ctx: ToolContext) -> dict[str, Any]:
+    """What a person approving the registration sees: the measured metrics, every gate's verdict,
+    the checkpoint's path and hashes, its data lineage (``workflows.evidence.RegisterEvidence``)."""
+    try:
+        final = ctx.output(ctx.inputs.get("of", "final_eval"))
+    except LookupError:  # nothing measured to show: the call itself will say so when it runs
+        return {}
+    return {"register_model": register_evidence(ctx.ws, final, ctx.outputs).model_dump(mode="json")}
