@@ -1,0 +1,98 @@
+"""The MCP server of ``trainteam mcp``: the tools of ``mcp_tools`` on the SDK's ``MCPServer``.
+
+Each tool's input schema is its argument model's fields (flat: ``{"corpus": ..., "execute": true}``),
+validated by that model; a refused input or a missing run comes back as a tool error with the
+same one line the CLI prints. Every result is masked like everything the CLI prints
+(``agents.redact``). stdio by default; ``http_port`` serves streamable HTTP on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Callable
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+
+from trainteam.agents.redact import redact
+from trainteam.core.errors import TrainteamError, format_validation_error
+from trainteam.mcp_server import mcp_tools as t
+
+INSTRUCTIONS = ("trainteam's data and training tools. Curation and training tools are plan-first: a call "
+                "returns the plan and changes nothing unless execute is true. execute_workflow starts a run "
+                "under the task's budget; registering a model and other gated actions wait for a person, who "
+                "decides them outside MCP (`trainteam approvals`). No tool here approves or raises a budget.")
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
+PLAN_FIRST = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
+
+
+class Tools:
+    """The tools bound to one workspace, opened on the first call that needs it."""
+
+    def __init__(self, root: Path | None):
+        self.root = root
+
+    @cached_property
+    def ws(self):
+        from trainteam.workspace import Workspace  # opening creates the workspace: not before a tool needs it
+
+        return Workspace.open(self.root)
+
+    def table(self) -> list[tuple[str, type[BaseModel], Callable[[BaseModel], dict], ToolAnnotations]]:
+        w = lambda fn: (lambda args: fn(self.ws, args))  # noqa: E731
+        return [
+            ("curate_corpus", t.CurateCorpusArgs, w(t.curate_corpus), PLAN_FIRST),
+            ("dedup_corpus", t.DedupCorpusArgs, w(t.dedup_corpus), PLAN_FIRST),
+            ("decontaminate_corpus", t.DecontaminateCorpusArgs, w(t.decontaminate_corpus), PLAN_FIRST),
+            ("execute_workflow", t.ExecuteWorkflowArgs,
+             lambda args: t.execute_workflow(self.ws.root, lambda: self.ws, args), PLAN_FIRST),
+            ("list_runs", t.ListRunsArgs, w(t.list_runs), READ_ONLY),
+            ("show_run", t.RunRef, w(t.show_run), READ_ONLY),
+            ("list_approvals", t.ListApprovalsArgs, w(t.list_approvals), READ_ONLY),
+            ("show_approval", t.ApprovalRef, w(t.show_approval), READ_ONLY),
+            ("lineage", t.NodeRef, w(t.lineage), READ_ONLY),
+            ("graph_nodes", t.GraphNodesArgs, w(t.graph_nodes), READ_ONLY),
+        ]
+
+
+def flat_tool(name: str, model: type[BaseModel], run: Callable[[BaseModel], dict]) -> Callable[..., dict]:
+    """A function whose signature is ``model``'s fields (the SDK builds the schema from it) and
+    whose body validates them as ``model`` and calls ``run``."""
+    params = []
+    for field, info in model.model_fields.items():
+        annotation = Annotated[info.annotation, Field(description=info.description)] if info.description \
+            else info.annotation
+        default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+        params.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
+
+    def call(**kwargs: Any) -> dict[str, Any]:
+        try:
+            return redact(run(model.model_validate(kwargs)))
+        except ValidationError as exc:
+            raise ToolError(format_validation_error(exc, name)) from None
+        except TrainteamError as exc:
+            raise ToolError(str(exc)) from None
+
+    call.__signature__ = inspect.Signature(params, return_annotation=dict[str, Any])
+    call.__name__ = name
+    return call
+
+
+def build_server(root: Path | None) -> MCPServer:
+    server = MCPServer("trainteam", instructions=INSTRUCTIONS, log_level="WARNING")
+    for name, model, run, hints in Tools(root).table():
+        server.add_tool(flat_tool(name, model, run), name=name, description=inspect.cleandoc(model.__doc__ or name),
+                        annotations=hints)
+    return server
+
+
+def serve(root: Path | None, http_port: int | None = None) -> None:
+    server = build_server(root)
+    if http_port is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=http_port)
