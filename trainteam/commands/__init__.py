@@ -30,6 +30,8 @@ COMMANDS = {
     "workflows": ("workflows", "Workflow specs."),
     "curate": ("curate", "Curate training data: dedup, decontaminate, filter, version."),
     "transcripts": ("transcripts", "Recorded agent runs (redacted pydantic-ai messages)."),
+    "mcp": ("mcp_command", "Serve the team's curation and training tools, runs, approvals and lineage over MCP "
+                           "(stdio, or --http PORT)."),
     "web": ("web", "Serve the web console (runs, live curves, approvals, lineage) until interrupted."),
 }
 
