@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 from trainteam.agents.redact import redact
 from trainteam.core.errors import TrainteamError, format_validation_error
 from trainteam.mcp_server import mcp_tools as t
+from trainteam.workspace import Workspace
 
 INSTRUCTIONS = ("trainteam's data and training tools. Curation and training tools are plan-first: a call "
                 "returns the plan and changes nothing unless execute is true. execute_workflow starts a run "
@@ -37,9 +38,8 @@ class Tools:
         self.root = root
 
     @cached_property
-    def ws(self):
-        from trainteam.workspace import Workspace  # opening creates the workspace: not before a tool needs it
-
+    def ws(self) -> Workspace:
+        """Opened (created, if new) on the first call that needs it, not when the server starts."""
         return Workspace.open(self.root)
 
     def table(self) -> list[tuple[str, type[BaseModel], Callable[[BaseModel], dict], ToolAnnotations]]:

@@ -1,0 +1,147 @@
+"""`trainteam mcp` through the mcp SDK's own client: over stdio (the CLI as a subprocess) and over
+streamable HTTP (a real server on 127.0.0.1): the tools and their schemas, plan-first calls that store
+nothing, an executed dedup, a tiny workflow run that comes back waiting for a person, lineage, and no
+way to decide an approval or raise a budget."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+from spine_helpers import TINY_TASK, _env, cli
+
+TOOLS = {"curate_corpus", "dedup_corpus", "decontaminate_corpus", "execute_workflow", "list_runs", "show_run",
+         "list_approvals", "show_approval", "lineage", "graph_nodes"}
+PLAN_FIRST = {"curate_corpus", "dedup_corpus", "decontaminate_corpus", "execute_workflow"}
+ROWS = ["the cat sat on the mat and looked at the dog", "the cat sat on the mat and looked at the dog",
+        "a completely different sentence about training models", "yet another line of text for the corpus here"]
+
+
+def _stdio(ws: Path) -> Client:
+    return Client(StdioServerParameters(command=sys.executable, args=["-m", "trainteam.cli", "-w", str(ws), "mcp"],
+                                        env=_env()))
+
+
+def _data(result) -> dict:
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+async def _refused(client: Client, name: str, args: dict) -> str:
+    result = await client.call_tool(name, args)
+    assert result.is_error
+    return result.content[0].text
+
+
+def test_over_stdio_tools_plan_first_dedup_lineage_and_no_decision_tool(tmp_path, ws):
+    corpus = tmp_path / "tiny.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in ROWS))
+
+    async def session() -> None:
+        async with _stdio(ws) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == TOOLS
+            for name in PLAN_FIRST:
+                assert tools[name].input_schema["properties"]["execute"]["default"] is False, name
+            assert {"corpus", "exact", "near", "text_field"} <= set(tools["dedup_corpus"].input_schema["properties"])
+            assert tools["curate_corpus"].input_schema["required"] == ["corpus"]
+            assert tools["list_runs"].annotations.read_only_hint is True
+            assert not [n for n in tools if any(w in n for w in ("approve", "reject", "decide", "budget"))]
+
+            plan = _data(await client.call_tool("dedup_corpus", {"corpus": str(corpus)}))
+            assert plan["executed"] is False and plan["plan"]["config"]["quality"] is None
+            assert not list((ws / "datasets").iterdir())  # a plan stores nothing
+            assert _data(await client.call_tool("graph_nodes", {"kind": "DatasetVersion"}))["nodes"] == []
+
+            done = _data(await client.call_tool("dedup_corpus", {"corpus": str(corpus), "execute": True}))
+            report = done["report"]
+            assert (report["counts"]["input"], report["counts"]["output"], report["counts"]["exact_duplicates"]) == (4, 3, 1)
+            kept = [json.loads(line)["text"] for line in Path(report["output"]).read_text().splitlines()]
+            assert sorted(kept) == sorted(set(ROWS))
+            assert report["version"] == plan["plan"]["version"]  # the plan said which version it would make
+
+            lineage = _data(await client.call_tool("lineage", {"node": report["node_id"]}))
+            assert {n["kind"] for n in lineage["nodes"]} >= {"DatasetVersion", "Corpus"}
+
+            assert "no such file" in await _refused(client, "dedup_corpus", {"corpus": str(tmp_path / "nope.jsonl")})
+            assert "limit" in await _refused(client, "list_runs", {"limit": 0})
+            for name in ("approve", "reject", "decide_approval", "raise_budget"):
+                assert "Unknown tool" in await _refused(client, name, {"approval_id": "x"})
+
+    anyio.run(session)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_http(ws: Path, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "trainteam.cli", "-w", str(ws), "mcp", "--http", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the MCP HTTP server did not listen within 30 s")
+
+
+def test_over_http_a_tiny_workflow_run_comes_back_waiting_for_a_person(tmp_path, ws):
+    port = _free_port()
+    server = _serve_http(ws, port)
+    task = {**TINY_TASK, "name": "mcp-tiny"}
+    run_id = None
+
+    async def session() -> str:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            plan = _data(await client.call_tool("execute_workflow", {"task": task, "overrides": {"pretrain": {
+                "max_steps": 4}}}))
+            assert plan["executed"] is False and plan["plan"]["stages"]["pretrain"]["max_steps"] == 4
+            assert "register_model (ml_orchestrator)" in plan["plan"]["steps"]
+            assert _data(await client.call_tool("list_runs", {}))["runs"] == []  # a plan stores nothing
+            refused = await _refused(client, "execute_workflow", {"task": task, "execute": True,
+                                                                  "overrides": {"sft": {"max_steps": 2}}})
+            assert "overrides: stage 'sft' is not in the task's stages" in refused
+            assert "task: give either" in await _refused(client, "execute_workflow", {"execute": True})
+
+            run = _data(await client.call_tool("execute_workflow", {"task": task, "execute": True, "run_id": "m1",
+                                                                    "wait_seconds": 180}, read_timeout_seconds=200))
+            assert (run["run_id"], run["status"]) == ("m1", "waiting_approval"), run
+            (waiting,) = run["pending_approvals"]
+            assert waiting["action"] == "register_model"
+
+            listed = _data(await client.call_tool("list_approvals", {"run_id": "m1"}))["approvals"]
+            assert [a["short_id"] for a in listed] == [waiting["short_id"]]
+            assert listed[0]["registration"]["metrics"]  # the evidence a person will decide on
+            shown = _data(await client.call_tool("show_run", {"run_id": "m1"}))
+            assert shown["status"] == "waiting_approval"
+            assert (shown["steps"][-1]["name"], shown["steps"][-1]["status"]) == ("register_model", "needs_approval")
+            model_ckpt = listed[0]["registration"]["checkpoint"]["node"]
+            lineage = _data(await client.call_tool("lineage", {"node": model_ckpt}))
+            assert {"Run", "Tokenizer", "DatasetVersion"} <= {n["kind"] for n in lineage["nodes"]}
+            assert "Unknown tool" in await _refused(client, "approve", {"approval_id": waiting["short_id"]})
+            return "m1"
+
+    try:
+        run_id = anyio.run(session)
+        # nothing decided it: only a person can, outside MCP
+        rows = json.loads(cli(ws, "approvals", "list", "--json", check=True).stdout)
+        assert [(r["run_id"], r["status"]) for r in rows] == [("m1", "pending")]
+    finally:
+        if run_id is not None or (ws / "trainteam.db").exists():
+            cli(ws, "runs", "cancel", "m1")  # the run's own process exits once cancelled
+        server.terminate()
+        server.wait(timeout=30)
