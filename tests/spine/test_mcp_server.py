@@ -71,6 +71,8 @@ def test_over_stdio_tools_plan_first_dedup_lineage_and_no_decision_tool(tmp_path
 
             assert "no such file" in await _refused(client, "dedup_corpus", {"corpus": str(tmp_path / "nope.jsonl")})
             assert "limit" in await _refused(client, "list_runs", {"limit": 0})
+            misspelt = await _refused(client, "dedup_corpus", {"corpus": str(corpus), "exectue": True})
+            assert "unknown argument 'exectue'" in misspelt
             for name in ("approve", "reject", "decide_approval", "raise_budget"):
                 assert "Unknown tool" in await _refused(client, name, {"approval_id": "x"})
 

@@ -82,11 +82,28 @@ def flat_tool(name: str, model: type[BaseModel], run: Callable[[BaseModel], dict
     return call
 
 
-def build_server(root: Path | None) -> MCPServer:
-    server = MCPServer("trainteam", instructions=INSTRUCTIONS, log_level="WARNING")
+class TeamServer(MCPServer):
+    """``MCPServer`` that refuses an argument a tool does not have (the SDK would drop it silently:
+    a misspelt ``execute`` would quietly plan instead of failing)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.known_arguments: dict[str, set[str]] = {}
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        known = self.known_arguments.get(name)
+        unknown = sorted(set(arguments or {}) - known) if known is not None else []
+        if unknown:
+            raise ToolError(f"{name}: unknown argument {unknown[0]!r} (arguments: {', '.join(sorted(known))})")
+        return await super().call_tool(name, arguments, context)
+
+
+def build_server(root: Path | None) -> TeamServer:
+    server = TeamServer("trainteam", instructions=INSTRUCTIONS, log_level="WARNING")
     for name, model, run, hints in Tools(root).table():
         server.add_tool(flat_tool(name, model, run), name=name, description=inspect.cleandoc(model.__doc__ or name),
                         annotations=hints)
+        server.known_arguments[name] = set(model.model_fields)
     return server
 
 
