@@ -40,6 +40,7 @@ from trainteam.workflows.steps import STEPS
 from trainteam.workflows.steps.train import over_budget
 from trainteam.workflows.store import RunStore
 from trainteam.workflows.task import TrainTask
+from trainteam.workflows.views import short_id
 
 APP_NAME = "trainteam"
 WORKFLOW_NAME = "trainteam.run"
@@ -218,8 +219,8 @@ def _open_approval(run_id: str, name: str, visit: int, action: str, proposed: di
     row = approvals.request(ws, run_id=run_id, step=name, visit=visit, action=action, proposed=proposed,
                             evidence=evidence, requested_by=requested_by)
     RunStore(ws.engine).set_status(run_id, "waiting_approval", current_step=name)
-    _say(f"[yellow]⏸ {name}: waiting for a person to approve {action}[/yellow] — "
-         f"`trainteam approvals approve {row['id']}` or `reject`")
+    _say(f"[yellow]⏸ {name}: waiting for a person to approve {action}[/yellow] — the evidence: "
+         f"`trainteam approvals show {short_id(row['id'])}`, then `approve` or `reject` it")
     return {"id": row["id"], "status": row["status"]}
 
 
