@@ -174,3 +174,39 @@ def test_the_lineage_picture_links_each_node(console):
     assert 'data-node="Step:r1/register_model#1"' in svg and "requested_by" in svg
     missing = _signed_in(ws, token).get("/graph", params={"node": "Model:nope"})
     assert missing.status_code == 404 and "does not exist" in missing.text
+
+
+def test_curves_grow_from_the_run_history_training_writes_and_stream_until_the_run_ends(console):
+    from trainteam.trainers.telemetry import RunHistory  # the writer training uses (Telemetry.on_log)
+
+    ws, token = console
+    store = RunStore(ws.engine)
+    store.create("g1", "train_model", {"name": "grpo"})
+    store.set_status("g1", "running", current_step="align")
+    history = RunHistory(ws.dir("checkpoints") / "g1" / "grpo-v1")
+    history.record("start", method="grpo", resume_step=0)
+    for step in (1, 2):
+        history.record("log", step=step, loss=0.5 / step, learning_rate=1e-5, reward=0.2 * step, epoch=0.1)
+    client = _signed_in(ws, token)
+    first = client.get("/api/runs/g1/curves").json()
+    assert first["points"] == 6
+    assert {(s["folder"], s["metric"]): s["points"] for s in first["series"]}[("grpo-v1", "reward")] == [
+        [1, 0.2], [2, 0.4]]
+    with history.path.open("a") as fh:  # a line still being written is not read half
+        fh.write('{"event": "log", "time": 1, "step": 3, "loss": 0.1')
+    assert client.get("/api/runs/g1/curves").json()["points"] == 6
+    with history.path.open("a") as fh:
+        fh.write(', "reward": 0.9}\n')
+    grown = client.get("/api/runs/g1/curves").json()
+    assert grown["points"] == 8 and [3, 0.9] in [p for s in grown["series"] if s["metric"] == "reward"
+                                                   for p in s["points"]]
+
+    store.set_status("g1", "completed")
+    with client.stream("GET", "/api/runs/g1/curves/stream") as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        body = "".join(stream.iter_text())
+    events = [block.split("\n") for block in body.strip().split("\n\n")]
+    assert [e[0] for e in events] == ["event: curves", "event: end"]
+    assert json.loads(events[0][1].removeprefix("data: "))["points"] == 8 and events[1][1] == "data: completed"
+    refused = client.get("/api/runs/-x/curves")
+    assert refused.status_code == 400 and "run id" in refused.json()["error"]
