@@ -220,7 +220,10 @@ def _spike(evidence: Mapping[str, Any], proposed: Mapping[str, Any]) -> SpikeEvi
 def _budget(evidence: Mapping[str, Any], proposed: Mapping[str, Any]) -> BudgetEvidence:
     spent = evidence.get("spent") or {}
     budget = evidence.get("budget") or {}
-    return BudgetEvidence(spent_seconds=spent.get("seconds"), spent_usd=spent.get("cost_usd"),
+    seconds = spent.get("seconds")
+    if seconds is None and isinstance(evidence.get("overrun_s"), (int, float)) and evidence.get("allowed_minutes"):
+        seconds = evidence["allowed_minutes"] * 60 + evidence["overrun_s"]  # stopped inside training: at the ceiling
+    return BudgetEvidence(spent_seconds=seconds, spent_usd=spent.get("cost_usd"),
                           allowed_minutes=evidence.get("allowed_minutes"), extra_minutes=proposed.get("extra_minutes"),
                           max_wall_minutes=budget.get("max_wall_minutes"), max_cost_usd=budget.get("max_cost_usd"),
                           where=evidence.get("where"), overrun_s=evidence.get("overrun_s"))

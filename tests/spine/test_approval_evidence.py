@@ -95,3 +95,7 @@ def test_a_spike_approval_shows_the_curve_around_the_spike_and_a_budget_one_the_
     console = Console(width=150, record=True, color_system=None)
     render_approval(console, budget)
     assert "spent 30.5 min of 30 min allowed" in console.export_text()
+    inside = approval_evidence_view(_row("exceed_budget_1", {"continue_with": "train", "extra_minutes": 15.0}, {
+        "where": "training pretrain", "step": 120, "overrun_s": 4.5, "allowed_minutes": 30.0,
+        "budget": {"max_wall_minutes": 30.0}}))  # stopped by the ceiling inside training
+    assert inside.budget.spent_seconds == 1804.5 and inside.budget.where == "training pretrain"

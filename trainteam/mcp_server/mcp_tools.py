@@ -231,6 +231,9 @@ def execute_workflow(ws_root: Path, open_ws, args: ExecuteWorkflowArgs) -> dict[
                                  spec.name, "--task", str(task_file), "--run-id", run_id, "-q"],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
     status = _wait(ws, run_id, proc, args.wait_seconds)
+    if status["status"] == "not_started":  # refused before the run existed: its one-line error
+        lines = log.read_text(errors="replace").strip().splitlines()
+        raise BadInput(lines[-1].removeprefix("error: ") if lines else f"the run exited {status['exit_code']}")
     return {"executed": True, "run_id": run_id, **status, "log": str(log), "plan": plan}
 
 
