@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +211,17 @@ def test_curves_grow_from_the_run_history_training_writes_and_stream_until_the_r
     assert json.loads(events[0][1].removeprefix("data: "))["points"] == 8 and events[1][1] == "data: completed"
     refused = client.get("/api/runs/-x/curves")
     assert refused.status_code == 400 and "run id" in refused.json()["error"]
+
+
+def test_the_run_state_the_page_follows_is_the_run_page_s_own(console):
+    """A run marked running whose process is gone reads `interrupted` on its page and in the state its
+    script polls (else the page would reload for ever on the difference)."""
+    ws, token = console
+    store = RunStore(ws.engine)
+    store.create("dead1", "train_model", {"name": "tiny"})
+    store.set_status("dead1", "running", current_step="train", executor_id=f"{socket.gethostname()}:4194000:gone")
+    client = _signed_in(ws, token)
+    page = client.get("/runs/dead1")
+    assert 'data-status="interrupted"' in page.text
+    assert client.get("/api/runs/dead1").json()["status"] == "interrupted"
+    assert client.get("/api/runs/nope").status_code == 404

@@ -14,7 +14,8 @@ from trainteam.web.access import Session
 from trainteam.web.curves import RunCurves
 from trainteam.web.guard import console, person
 from trainteam.web.run_page import RunRow, runs_list
-from trainteam.workflows.store import RunStore
+from trainteam.workflows.store import ApprovalStore, RunStore
+from trainteam.workflows.views import run_view
 
 router = APIRouter(prefix="/api")
 FINAL = ("completed", "failed", "cancelled")
@@ -34,11 +35,14 @@ def _status(ws, run_id: str) -> dict | None:
 
 @router.get("/runs/{run_id}")
 def run_state(request: Request, run_id: str, who: Session = Depends(person)):
+    """The run's status as its page shows it (an active run whose process died reads ``interrupted``)."""
+    ws = console(request).ws
     try:
-        state = _status(console(request).ws, check_run_id(run_id))
-    except BadInput as exc:
-        return JSONResponse({"error": str(exc)}, status_code=400)
-    return state if state is not None else JSONResponse({"error": f"run {run_id!r} not found"}, status_code=404)
+        view = run_view(RunStore(ws.engine), ApprovalStore(ws.engine), run_id)
+    except (BadInput, NotFound) as exc:
+        return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, NotFound) else 400)
+    return {"run_id": run_id, "status": view["status"], "current_step": view["current_step"],
+            "updated_at": view["updated_at"], "live": bool(view["process_alive"])}
 
 
 @router.get("/runs/{run_id}/curves", response_model=RunCurves)
@@ -58,7 +62,7 @@ async def curves_stream(request: Request, run_id: str, who: Session = Depends(pe
         if await run_in_threadpool(_status, c.ws, run_id) is None:
             raise NotFound(f"run {run_id!r} not found")
     except (BadInput, NotFound) as exc:
-        return JSONResponse({"error": str(exc)}, status_code=400 if isinstance(exc, BadInput) else 404)
+        return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, NotFound) else 400)
     return StreamingResponse(_events(request, c, run_id), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

@@ -97,7 +97,7 @@ def decide_approval(request: Request, approval_id: str, decision: str = Form("")
     except Conflict as exc:
         return _approvals_page(request, who, 409, error=str(exc))
     except (BadInput, NotFound) as exc:
-        return _approvals_page(request, who, 400 if isinstance(exc, BadInput) else 404, error=str(exc))
+        return _approvals_page(request, who, 404 if isinstance(exc, NotFound) else 400, error=str(exc))
     return RedirectResponse(f"/approvals?decided={row['id']}", status_code=303)
 
 
