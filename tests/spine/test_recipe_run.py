@@ -34,15 +34,15 @@ def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(t
     ws, train, run_id = _run(tmp_path, "first")
     report = train["details"]["search"]["pretrain"]
     probes = report["probes"]
-    assert len(probes) == 6 and report["probe_steps"] == 12 and report["rungs"] == [4, 12]  # a third of the given 36
-    assert sorted(p["steps"] for p in probes) == [4, 4, 4, 4, 12, 12]  # every probe to 4, the best third to 12
+    assert len(probes) == 6 and report["probe_steps"] == 18 and report["rungs"] == [2, 18]  # half the given 36
+    assert sorted(p["steps"] for p in probes) == [2, 2, 2, 2, 18, 18]  # every probe to 2, the best third to 18
     chosen = report["chosen"]
     assert chosen["max_steps"] == 36 and chosen["per_device_batch_size"] == 8  # what the task gave is kept
     assert chosen["learning_rate"] in report["space"] and report["decided_by"] == "offline"
     # the stage trained at the chosen rate, for the given length (the trainer's own record of its arguments)
     assert train["metrics"]["pretrain.steps"] == 36
-    # ... going on from the chosen probe's step-12 checkpoint: 24 steps in the stage's own attempt
-    assert report["continued_from"] == 12 and train["metrics"]["pretrain.steps_this_attempt"] == 24
+    # ... going on from the chosen probe's step-18 checkpoint: 18 steps in the stage's own attempt
+    assert report["continued_from"] == 18 and train["metrics"]["pretrain.steps_this_attempt"] == 18
     assert not list(ws.root.glob(f"checkpoints/{run_id}/pretrain-search/probe-*"))  # nothing left behind
     g = ws.graph
     decision = next(n for n in g.nodes(kind="Decision") if n["id"].endswith("/pretrain/recipe"))

@@ -35,10 +35,10 @@ def test_rates_are_log_spaced_per_kind_of_training():
 
 
 def test_rungs_lengths_and_batches():
-    assert rung_steps(90) == [30, 90]
-    assert rung_steps(9) == [3, 9]
-    # 6 trials to a third of the top, 2 on to the top, the winner's steps kept: 2 + 4/3 - 1 top rungs wasted
-    assert abs(wasted_tops(6) - 7 / 3) < 1e-9
+    assert rung_steps(90) == [10, 90]
+    assert rung_steps(9) == [1, 9]
+    # 6 trials to a ninth of the top, 2 on to the top, the winner's steps kept: 6/9 + 16/9 - 1 top rungs wasted
+    assert abs(wasted_tops(6) - 13 / 9) < 1e-9
     # 60 s at 0.1 s a step for 6 trials: the steps the run does not keep fit the time
     top = probe_length(60, 0.1, 6)
     assert 9 <= top and top * wasted_tops(6) * 0.1 <= 60
@@ -106,9 +106,9 @@ def test_real_probes_halve_repeat_exactly_and_the_winner_goes_on_as_if_it_had_ne
 
     first, second = search("a"), search("b")
     assert len(first.probes) == 6
-    assert sorted(p.steps for p in first.probes) == [6, 6, 6, 6, 18, 18]  # the best third went on
+    assert sorted(p.steps for p in first.probes) == [2, 2, 2, 2, 18, 18]  # the best third went on
     at_top = [p for p in first.probes if 18 in p.values]
-    stable = [p for p in first.probes if 6 in p.values and not p.unstable]
+    stable = [p for p in first.probes if 2 in p.values and not p.unstable]
     assert max(stable, key=lambda p: p.learning_rate) in at_top  # the highest stable rate always goes on
     assert [(p.learning_rate, p.values) for p in first.probes] == [(p.learning_rate, p.values) for p in second.probes]
     best = best_trial(first)

@@ -35,7 +35,8 @@ from trainteam.trainers.recipe_search import (
     Recipe,
     RecipeChoice,
     SearchReport,
-    REDUCTION,
+    FIRST_RUNG,
+    TOP_OF_RUN,
     best_trial,
     default_batch,
     final_steps,
@@ -189,7 +190,7 @@ def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str],
 def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int, given_steps: int | None,
            probe_s: float, share_s: float, make_model, train_rows: list[dict], val_rows: list[dict], tokenizer,
            work: Path, reward_funcs) -> None:
-    """The stage's length (given, or what its share affords beside the probes), the top rung (a third of it,
+    """The stage's length (given, or what its share affords beside the probes), the top rung (half of it,
     less where the search's share is short), then the probes at that length."""
     task = ctx.task
     trials = task.search.trials
@@ -200,8 +201,8 @@ def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int,
     top = probe_length(probe_s - (time.monotonic() - began) - setups, pace, trials)
     waste_s = setups + wasted_tops(trials) * top * pace
     steps = given_steps or final_steps(share_s - (time.monotonic() - began) - waste_s, pace, len(train_rows), batch,
-                                       cfg.grad_accum, _epochs(task), REDUCTION ** 2)
-    top = max(1, min(top, steps // REDUCTION))
+                                       cfg.grad_accum, _epochs(task), FIRST_RUNG * TOP_OF_RUN)
+    top = max(1, min(top, steps // TOP_OF_RUN))
     report.probe_steps, report.rungs, report.run_steps = top, rung_steps(top), steps
     report.budget_s = round(probe_s - (time.monotonic() - began), 1)
     report.reasons.append(f"measured {pace:.3g} s a step and {setup:.1f} s to set up: every probe trains towards the "
