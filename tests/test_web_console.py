@@ -225,3 +225,21 @@ def test_the_run_state_the_page_follows_is_the_run_page_s_own(console):
     assert 'data-status="interrupted"' in page.text
     assert client.get("/api/runs/dead1").json()["status"] == "interrupted"
     assert client.get("/api/runs/nope").status_code == 404
+
+
+def test_the_live_stream_sends_each_point_once(tmp_path):
+    """After its first event the stream sends only the points past those it sent (a series' offset)."""
+    from trainteam.web.curves import CurveReader
+
+    folder = tmp_path / "checkpoints" / "r9" / "sft-v1"
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"event": "log", "time": 0, "step": s, "loss": 1.0 / s}) for s in (1, 2, 3)]
+    (folder / "run-history.jsonl").write_text("\n".join(lines[:2]) + "\n")
+    reader, sent = CurveReader(tmp_path / "checkpoints"), {}
+    first = reader.read("r9").after(sent)
+    assert [(s.offset, s.points) for s in first.series] == [(0, [(1, 1.0), (2, 0.5)])]
+    assert reader.read("r9").after(sent).series == []  # nothing new, nothing sent
+    with (folder / "run-history.jsonl").open("a") as fh:
+        fh.write(lines[2] + "\n")
+    more = reader.read("r9").after(sent)
+    assert [(s.offset, s.points) for s in more.series] == [(2, [(3, 1.0 / 3)])] and more.points == 3

@@ -25,6 +25,7 @@ class Series(BaseModel):
     folder: str  # the stage folder under checkpoints/<run>/ (pretrain-v1, sft-v1-restart1, ...)
     metric: str
     points: list[tuple[int, float]]
+    offset: int = 0  # in a live update: how many points of this series came before these
 
 
 class RunCurves(BaseModel):
@@ -32,12 +33,25 @@ class RunCurves(BaseModel):
     series: list[Series]
     points: int  # every point of every series: grows while the run trains
 
+    def after(self, sent: dict[tuple[str, str], int]) -> "RunCurves":
+        """Only the points past ``sent`` (points already sent, by (folder, metric)), each series with
+        its ``offset``; ``sent`` is brought up to date. What the live stream sends after its first event."""
+        out = []
+        for s in self.series:
+            key = (s.folder, s.metric)
+            done = sent.get(key, 0)
+            if len(s.points) > done:
+                out.append(Series.model_construct(folder=s.folder, metric=s.metric, points=s.points[done:], offset=done))
+                sent[key] = len(s.points)
+        return RunCurves.model_construct(run_id=self.run_id, series=out, points=self.points)
+
 
 @dataclass
 class _File:
     offset: int = 0
     size: int = -1
     by_metric: dict[str, dict[int, float]] = field(default_factory=dict)
+    series: list[tuple[str, list[tuple[int, float]]]] | None = None  # sorted, until the file grows again
 
 
 class CurveReader:
@@ -55,8 +69,9 @@ class CurveReader:
             with self._lock:
                 cached = self._update(path)
                 label = path.parent.relative_to(folder).as_posix()
-                series += [Series(folder=label, metric=m, points=sorted(pts.items()))
-                           for m, pts in sorted(cached.by_metric.items()) if pts]
+                if cached.series is None:
+                    cached.series = [(m, sorted(pts.items())) for m, pts in sorted(cached.by_metric.items()) if pts]
+                series += [Series.model_construct(folder=label, metric=m, points=pts) for m, pts in cached.series]
         return RunCurves(run_id=run_id, series=series, points=sum(len(s.points) for s in series))
 
     def _update(self, path: Path) -> _File:
@@ -68,7 +83,7 @@ class CurveReader:
         if size == cached.size:
             return cached
         if size < cached.offset:  # replaced: read again from the start
-            cached.offset, cached.by_metric = 0, {}
+            cached.offset, cached.by_metric, cached.series = 0, {}, None
         with path.open("rb") as fh:
             fh.seek(cached.offset)
             chunk = fh.read(size - cached.offset)
@@ -77,6 +92,8 @@ class CurveReader:
         cached.size = cached.offset
         for line in complete.splitlines():
             _add(cached.by_metric, line)
+        if complete:
+            cached.series = None
         return cached
 
 

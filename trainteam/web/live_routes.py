@@ -68,13 +68,16 @@ async def curves_stream(request: Request, run_id: str, who: Session = Depends(pe
 
 
 async def _events(request: Request, c, run_id: str):
-    sent, quiet = -1, 0.0
+    """The first ``curves`` event holds every point so far, each later one only the new points (a
+    series' ``offset`` says where they go): a long run's stream stays cheap to send and to read."""
+    sent: dict[tuple[str, str], int] = {}
+    total, quiet = -1, 0.0
     while not await request.is_disconnected():
         data: RunCurves = await run_in_threadpool(c.curves.read, run_id)
         state = await run_in_threadpool(_status, c.ws, run_id)
-        if data.points != sent:
-            sent, quiet = data.points, 0.0
-            yield f"event: curves\ndata: {data.model_dump_json()}\n\n"
+        if data.points != total:
+            total, quiet = data.points, 0.0
+            yield f"event: curves\ndata: {data.after(sent).model_dump_json()}\n\n"
         elif quiet >= HEARTBEAT_S:
             quiet = 0.0
             yield ": keep-alive\n\n"

@@ -41,8 +41,8 @@ async function refreshRuns(table) {
 function chart(metric, series) {
   const W = 420, H = 180, PAD = 34;
   const all = series.flatMap(s => s.points);
-  const xs = all.map(p => p[0]), ys = all.map(p => p[1]);
-  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;  // no spread: a long run has many points
+  for (const [x, y] of all) { x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y); }
   const sx = (W - PAD - 8) / ((x1 - x0) || 1), sy = (H - 2 * 14) / ((y1 - y0) || 1);
   const box = el("div", {class: "chart", "data-metric": metric, "data-points": String(all.length)});
   box.appendChild(el("h3", {}, LABELS[metric] || metric));
@@ -69,12 +69,20 @@ function chart(metric, series) {
 }
 
 function drawCurves(holder, data) {
+  // each event's series continue what came before (offset: the points already here)
+  const known = holder.series = holder.series || new Map();
+  for (const s of data.series) {
+    const key = s.folder + "\u0000" + s.metric;
+    const have = known.get(key);
+    if (!have || s.offset === 0) known.set(key, {folder: s.folder, metric: s.metric, points: s.points});
+    else have.points = have.points.slice(0, s.offset).concat(s.points);
+  }
   const byMetric = {};
-  for (const s of data.series) (byMetric[s.metric] = byMetric[s.metric] || []).push(s);
+  for (const s of known.values()) (byMetric[s.metric] = byMetric[s.metric] || []).push(s);
   const order = ["loss", "reward", "learning_rate", "grad_norm"].filter(m => byMetric[m]);
   if (!order.length) return;
   holder.replaceChildren(...order.map(m => chart(m, byMetric[m])));
-  holder.dataset.points = String(data.points);
+  holder.dataset.points = String([...known.values()].reduce((n, s) => n + s.points.length, 0));
   holder.dataset.lossPoints = String((byMetric.loss || []).reduce((n, s) => n + s.points.length, 0));
 }
 
