@@ -20,7 +20,10 @@ from fastapi.testclient import TestClient
 from trainteam.web.access import ACCESS_FILE
 from trainteam.web.app import create_app
 from trainteam.workflows.approvals import request as request_approval
+from trainteam.workflows.evidence import (GateVerdict, RegisterEvidence, checkpoint_evidence, lineage_evidence,
+                                          with_spike_curve)
 from trainteam.workflows.store import ApprovalStore, RunStore
+from trainteam.workflows.views import short_id
 from trainteam.workspace import Workspace
 
 
@@ -70,7 +73,8 @@ def test_without_a_session_every_page_is_the_sign_in_page(console):
     for path in ("/runs", "/runs/r1", "/approvals", "/graph?node=Run:r1", "/runs/r1/transcripts"):
         page = client.get(path)
         assert page.status_code == 401 and "<h1>Sign in</h1>" in page.text, path
-        assert "r1" not in re.sub(r'name="next" value="[^"]*"', "", page.text)  # nothing of the run leaks
+        shown = re.sub(r'name="(next|csrf)" value="[^"]*"', "", page.text)  # a random token may hold "r1"
+        assert "r1" not in shown  # nothing of the run leaks
     api = client.get("/api/runs/r1/curves")
     assert api.status_code == 401 and api.json() == {"error": "sign in first"}
 
@@ -243,3 +247,130 @@ def test_the_live_stream_sends_each_point_once(tmp_path):
         fh.write(lines[2] + "\n")
     more = reader.read("r9").after(sent)
     assert [(s.offset, s.points) for s in more.series] == [(2, [(3, 1.0 / 3)])] and more.points == 3
+
+
+# The runs the judged approvals belong to, as DBOS workflows waiting in a queue no worker serves: a
+# decision's message needs its run's workflow to exist (the system database made by a real launch).
+_WAITING_RUNS = """
+import sys
+from dbos import DBOS, DBOSClient
+from trainteam.workflows.engine import dbos_config
+from trainteam.workspace import Workspace
+ws = Workspace.open(sys.argv[1])
+DBOS(config=dbos_config(ws, "test-web-console"))
+DBOS.launch()
+DBOS.destroy()
+client = DBOSClient(system_database_url=ws.dbos_database_url)
+for run_id in sys.argv[2:]:
+    client.enqueue({"queue_name": "nobody-serves", "workflow_name": "train_model", "workflow_id": run_id})
+client.destroy()
+"""
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory):
+    """A workspace whose approvals carry the evidence runs write (workflows.evidence): a registration
+    with a real checkpoint folder and its lineage in the graph, a spike with its curve, a budget overrun."""
+    root = tmp_path_factory.mktemp("judged") / "ws"
+    made = _cli(root, "web", "--new-token")
+    assert made.returncode == 0, made.stderr
+    ws = Workspace.open(root)
+    folder = ws.dir("checkpoints") / "r2" / "sft-v1" / "final"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      weights")
+    g = ws.graph
+    corpus = g.add_node("Corpus", "c1", path="/data/corpus.jsonl")
+    data = g.link("DatasetVersion", "d1", [("derived_from", corpus)], path="/data/d1")
+    ckpt = g.link("Checkpoint", "w1", [("trained_on", data)], path=str(folder))
+    registration = RegisterEvidence(
+        stage="sft", metrics={"exact_match": 0.0, "heldout_loss": 1.25},
+        gates=[GateVerdict(step="gate_sft", stage="sft", passed=True, promoted=True, checked=["heldout_loss"]),
+               GateVerdict(step="gate_final", stage="sft", passed=False, promoted=False, checked=["exact_match"],
+                           reasons=["exact_match 0 < 0.5"])],
+        checkpoint=checkpoint_evidence(folder, ckpt), lineage=lineage_evidence(g, ckpt))
+    runs = RunStore(ws.engine)
+    for run_id in ("r2", "r3", "r4"):
+        runs.create(run_id, "train_model", {"name": "tiny"})
+    waiting = subprocess.run([sys.executable, "-c", _WAITING_RUNS, str(root), "r2", "r3", "r4"], capture_output=True,
+                             text=True, timeout=60)
+    assert waiting.returncode == 0, waiting.stderr
+    ask = {"visit": 1, "requested_by": "ml_orchestrator"}
+    request_approval(ws, run_id="r2", step="register_model", action="register_model", proposed={"name": "tiny"},
+                     evidence={"summary": "gate_final failed", "register_model": registration.model_dump(mode="json")},
+                     **ask)
+    spike = {"stage": "sft", "spike_step": 30}
+    losses = {"sft": [[s, 2.0 - s / 50 + (3.0 if s == 30 else 0.0)] for s in range(1, 51)]}
+    request_approval(ws, run_id="r3", step="train", action="restart_after_spike_1", proposed=spike,
+                     evidence=with_spike_curve({"monitor": {"step": 30, "metric": "loss", "value": 4.4,
+                                                            "window_mean": 1.42, "window_std": 0.01, "z": 298.0}},
+                                               spike, losses), **ask)
+    request_approval(ws, run_id="r4", step="train", action="exceed_budget_1",
+                     proposed={"continue_with": "train", "extra_minutes": 5.0},
+                     evidence={"spent": {"seconds": 660.0, "cost_usd": 0.0}, "allowed_minutes": 10.0,
+                               "budget": {"max_wall_minutes": 10.0, "max_cost_usd": None}}, **ask)
+    cards = {r["run_id"]: r for r in ApprovalStore(ws.engine).list()}
+    return ws, made.stdout.strip(), cards, folder
+
+
+def _section(html: str, approval: dict) -> str:
+    start = html.index(f'data-approval="{approval["id"]}"')
+    return html[start:html.index("</section>", start)]
+
+
+def test_a_registration_shows_its_metrics_gates_checkpoint_and_lineage(judged):
+    ws, token, rows, folder = judged
+    client = _signed_in(ws, token)
+    section = _section(client.get("/approvals").text, rows["r2"])
+    assert re.search(r'<tr data-metric="exact_match"><td>exact_match</td><td>0</td></tr>', section)
+    assert '<tr data-metric="heldout_loss"><td>heldout_loss</td><td>1.25</td></tr>' in section
+    verdicts = re.findall(r'class="gate gate-(\w+)" data-gate="(\w+)"', section)
+    assert verdicts == [("pass", "gate_sft"), ("fail", "gate_final")] and "exact_match 0 &lt; 0.5" in section
+    sha = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    assert f'<code class="checkpoint-path">{folder}</code>' in section and f'<code class="sha256">{sha}</code>' in section
+    links = re.findall(r'class="lineage-link" href="(/graph\?node=[^"]+)">', section)
+    assert "/graph?node=DatasetVersion%3Ad1" in links and "/graph?node=Corpus%3Ac1" in links
+    picture = client.get(links[links.index("/graph?node=Corpus%3Ac1") - 1])  # the dataset's row links its lineage
+    assert picture.status_code == 200 and 'data-node="Corpus:c1"' in picture.text
+    assert "<dt>summary</dt><dd>gate_final failed</dd>" in section  # the rest of the evidence as it was stored
+    assert "<dt>register_model</dt>" not in section  # not also dumped raw
+
+
+def test_a_spike_shows_the_curve_around_it_with_the_spike_marked(judged):
+    ws, token, rows, _ = judged
+    section = _section(_signed_in(ws, token).get("/approvals").text, rows["r3"])
+    svg = section[section.index('<svg class="marked-curve"'):section.index("</svg>")]
+    assert svg.count('r="2"/>') == 16  # 12 logged points before the spike, the spike, 3 after
+    assert '<g class="mark" data-x="30" data-y="4.4">' in svg and "spike at 30: 4.4" in svg
+    assert "z 298.0" in section and "window mean of 1.42" in section
+    assert "<dt>monitor</dt>" not in section and "<dt>curve</dt>" not in section
+
+
+def test_a_budget_overrun_shows_the_spend_against_what_was_allowed(judged):
+    ws, token, rows, _ = judged
+    section = _section(_signed_in(ws, token).get("/approvals").text, rows["r4"])
+    assert '<dd class="spent">11.0 min</dd>' in section and '<dd class="allowed">10.0 min</dd>' in section
+    assert 'value="660.0"' in section and "110 % of the allowed time" in section
+    assert '<dd class="extra">5.0 min</dd>' in section
+
+
+def test_short_ids_name_approvals_in_the_page_and_its_urls(judged):
+    ws, token, rows, _ = judged
+    client = _signed_in(ws, token, "carol")
+    approval = rows["r4"]
+    short = short_id(approval["id"])
+    section = _section(client.get("/approvals").text, approval)
+    assert f'<a class="short-id" href="/approvals/{short}">{short}</a>' in section
+    assert f'action="/approvals/{short}/decide"' in section
+    for ref in (short, short[:6], approval["id"]):
+        one = client.get(f"/approvals/{ref}")
+        assert one.status_code == 200 and f"<h1>Approval {short}" in one.text, ref
+    assert client.get("/approvals/0000000000").status_code == 404
+    assert client.get("/approvals/-x").status_code == 400
+    csrf = _csrf(client.get(f"/approvals/{short}").text)
+    done = client.post(f"/approvals/{short}/decide", data={"decision": "reject", "note": "no", "csrf": csrf},
+                       follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == f"/approvals?decided={short}"
+    row = ApprovalStore(ws.engine).get(approval["id"])
+    assert (row["status"], row["decided_by"], row["note"]) == ("rejected", "carol", "no")
+    notice = client.get(done.headers["location"]).text
+    assert f"Decision recorded for {short} ({approval['id']})." in notice

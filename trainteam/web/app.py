@@ -18,7 +18,8 @@ from trainteam.web import live_routes, page_routes, signin_routes
 from trainteam.web.access import Sessions
 from trainteam.web.curves import CurveReader
 from trainteam.web.guard import Console, CsrfRefused, SignInRequired
-from trainteam.web.sparkline import is_curve, sparkline
+from trainteam.web.sparkline import is_curve, marked_curve, sparkline
+from trainteam.workflows.views import short_id
 
 HERE = Path(__file__).parent
 HEADERS = {
@@ -35,6 +36,8 @@ def templates() -> Jinja2Templates:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
     env.tests["curve"] = is_curve
     env.filters["sparkline"] = sparkline
+    env.filters["spike_picture"] = lambda curve, step: marked_curve([(p.step, p.loss) for p in curve], step)
+    env.filters["short_id"] = short_id
     env.tests["mapping"] = lambda v: isinstance(v, dict)
     env.tests["listing"] = lambda v: isinstance(v, list)
     env.tests["table"] = _table

@@ -12,11 +12,10 @@ from trainteam.core.ids import check_run_id
 from trainteam.graph.knowledge import UnknownNode
 from trainteam.web import run_page as views
 from trainteam.web.access import Session
+from trainteam.web.approval_cards import all_cards, one_card
 from trainteam.web.guard import checked_form, console, person
 from trainteam.web.lineage_picture import picture
 from trainteam.workflows.approvals import decide
-from trainteam.workflows.store import ApprovalStore
-from trainteam.workflows.views import approval_public
 
 router = APIRouter()
 
@@ -74,10 +73,19 @@ def plot(request: Request, run_id: str, name: str, who: Session = Depends(person
 
 def _approvals_page(request: Request, who: Session, status_code: int = 200, error: str | None = None,
                     decided: str | None = None):
-    rows = [approval_public(r) for r in ApprovalStore(console(request).ws.engine).list()]
-    pending = [r for r in rows if r["status"] == "pending"]
-    done = sorted((r for r in rows if r["status"] != "pending"), key=lambda r: r["decided_at"] or "", reverse=True)
-    return _page(request, "approvals.html", who, status_code, pending=pending, done=done, error=error, decided=decided)
+    pending, done = all_cards(console(request).ws)
+    return _page(request, "approvals.html", who, status_code, pending=pending, done=done, error=error,
+                 decided=_decided(request, decided))
+
+
+def _decided(request: Request, ref: str | None):
+    """The approval a redirect after a decision names (``?decided=``), or None."""
+    if not ref:
+        return None
+    try:
+        return one_card(console(request).ws, ref).view
+    except (BadInput, NotFound):
+        return None
 
 
 @router.get("/approvals")
@@ -85,20 +93,33 @@ def approvals(request: Request, decided: str | None = None, who: Session = Depen
     return _approvals_page(request, who, decided=decided)
 
 
-@router.post("/approvals/{approval_id}/decide")
-def decide_approval(request: Request, approval_id: str, decision: str = Form(""), note: str = Form(""),
+@router.get("/approvals/{ref}")
+def approval(request: Request, ref: str, who: Session = Depends(person)):
+    """One approval by its short id (or a unique prefix of it, or its id)."""
+    try:
+        found = one_card(console(request).ws, ref)
+    except NotFound as exc:
+        return _missing(request, who, str(exc))
+    except BadInput as exc:
+        return _missing(request, who, str(exc), 400)
+    return _page(request, "approval.html", who, card=found)
+
+
+@router.post("/approvals/{ref}/decide")
+def decide_approval(request: Request, ref: str, decision: str = Form(""), note: str = Form(""),
                     who: Session = Depends(checked_form)):
-    """A person's decision, through the same function as ``trainteam approvals approve|reject``."""
+    """A person's decision, through the same function as ``trainteam approvals approve|reject``;
+    ``ref`` is what ``approvals approve`` takes (the short id the page links to, or the id)."""
     if decision not in ("approve", "reject"):
         return _approvals_page(request, who, 400, error="decision: approve or reject")
     try:
-        row = decide(console(request).ws, approval_id, approve=decision == "approve", by=who.name,
+        row = decide(console(request).ws, ref, approve=decision == "approve", by=who.name,
                      note=note.strip() or None)
     except Conflict as exc:
         return _approvals_page(request, who, 409, error=str(exc))
     except (BadInput, NotFound) as exc:
         return _approvals_page(request, who, 404 if isinstance(exc, NotFound) else 400, error=str(exc))
-    return RedirectResponse(f"/approvals?decided={row['id']}", status_code=303)
+    return RedirectResponse(f"/approvals?decided={row['short_id']}", status_code=303)
 
 
 @router.get("/graph")
