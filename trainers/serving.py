@@ -14,6 +14,11 @@ Prompts are built by ``curation.formats.prompt_ids``, the function evaluation us
 tokenizer with a chat template gets the messages through it; one without (the team's
 task models) gets the last user message in the plain training format, which is what it
 learned to answer. So the prompt tokens served are the ones the judge evaluated.
+
+Tool calling (``tools``, ``tool_choice``) follows OpenAI's contract: the tools go into the chat
+template, and the model's ``<tool_call>`` output comes back as ``message.tool_calls`` (streamed as
+``delta.tool_calls``) with ``finish_reason: "tool_calls"``, parsed by transformers' own response
+parser (``served_tools.py``, which also says why ``transformers serve`` is not the server here).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,6 +39,15 @@ from typing import Any, Iterator, Literal
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import PromptFormat, prompt_format, prompt_ids
 from trainteam.trainers.models import load_model
+from trainteam.trainers.served_tools import (
+    StreamedCalls,
+    ToolRequestError,
+    ToolSet,
+    parse_output,
+    parse_prefix,
+    template_messages,
+    tool_set,
+)
 from trainteam.trainers.tokenizer import load_tokenizer
 
 Backend = Literal["auto", "transformers", "vllm"]
@@ -52,6 +67,21 @@ def _text_parts(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": content}
 
 
+@dataclass
+class _Prepared:
+    """A checked request: the encoded prompt, ``generate``'s arguments, the tools offered and the
+    prompt as text (the tool-call parser's prefix)."""
+
+    enc: dict[str, Any]
+    kwargs: dict[str, Any]
+    tools: ToolSet
+    prefix: str
+
+    @property
+    def n_prompt(self) -> int:
+        return int(self.enc["input_ids"].shape[1])
+
+
 class ChatModel:
     """A loaded checkpoint that answers chat messages (greedy at temperature 0)."""
 
@@ -67,18 +97,18 @@ class ChatModel:
 
     def _prompt_ids(self, messages: list[dict[str, Any]], tools: list | None = None) -> list[int]:
         """The prompt's tokens, built as evaluation builds them (``formats.prompt_ids``): the chat
-        template over the messages, or, for a model without one, the last user message in the
-        plain training format."""
+        template over the messages (and the tools offered), or, for a model without one, the last
+        user message in the plain training format."""
         tok = self.tokenizer
         if self.prompt_format == "chat":
-            return prompt_ids(tok, [_text_parts(m) for m in messages], "chat", tools=tools)
+            return prompt_ids(tok, template_messages([_text_parts(m) for m in messages]), "chat", tools=tools or None)
         users = [m for m in messages if m.get("role") == "user"]
         if not users:
             raise _RequestError(HTTPStatus.BAD_REQUEST, "messages: needs a user message", "messages")
         return prompt_ids(tok, str(_text_parts(users[-1]).get("content")), "plain")
 
-    def _prepare(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """Validate a request; return the encoded prompt and the ``generate`` arguments."""
+    def _prepare(self, body: dict[str, Any]) -> _Prepared:
+        """Validate a request; return the encoded prompt, the ``generate`` arguments and the tools."""
         import torch
 
         messages = body.get("messages")
@@ -91,7 +121,11 @@ class ChatModel:
             raise _RequestError(HTTPStatus.BAD_REQUEST, "max_tokens: a positive integer is required", "max_tokens")
         temperature = float(body.get("temperature") if body.get("temperature") is not None else 0.0)
         tok = self.tokenizer
-        ids = self._prompt_ids(messages, body.get("tools") if isinstance(body.get("tools"), list) else None)
+        try:
+            tools = tool_set(body)
+        except ToolRequestError as exc:
+            raise _RequestError(exc.status, exc.message, exc.param) from None
+        ids = self._prompt_ids(messages, tools.tools)
         enc = {"input_ids": torch.tensor([ids], device=self.model.device),
                "attention_mask": torch.ones(1, len(ids), dtype=torch.long, device=self.model.device)}
         kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id,
@@ -102,7 +136,7 @@ class ChatModel:
                 torch.manual_seed(int(body["seed"]))
         else:
             kwargs["do_sample"] = False
-        return enc, kwargs
+        return _Prepared(enc, kwargs, tools, parse_prefix(tok, tok.decode(ids, skip_special_tokens=False)))
 
     def _head(self) -> dict[str, Any]:
         return {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()), "model": self.model_id}
@@ -113,56 +147,67 @@ class ChatModel:
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        enc, kwargs = self._prepare(body)
+        req = self._prepare(body)
         tok = self.tokenizer
         with self._lock, torch.no_grad():
-            out = self.model.generate(**enc, **kwargs)
-        gen = out[0, enc["input_ids"].shape[1] :].tolist()
+            out = self.model.generate(**req.enc, **req.kwargs)
+        gen = out[0, req.n_prompt :].tolist()
         stopped = tok.eos_token_id in gen
         if stopped:
             gen = gen[: gen.index(tok.eos_token_id)]
-        content = tok.decode(gen, skip_special_tokens=True)
-        n_prompt = int(enc["input_ids"].shape[1])
+        clean = tok.decode(gen, skip_special_tokens=True)
+        content, calls = parse_output(tok, tok.decode(gen, skip_special_tokens=False), clean, req.prefix, req.tools)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        finish = "tool_calls" if calls else ("stop" if stopped else "length")
         return {
             **self._head(), "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop" if stopped else "length", "logprobs": None}],
-            "usage": self._usage(n_prompt, len(gen) + int(stopped)),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": self._usage(req.n_prompt, len(gen) + int(stopped)),
         }
 
     def stream(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """``chat.completion.chunk`` objects as tokens are generated (transformers' streamer)."""
+        """``chat.completion.chunk`` objects as tokens are generated (transformers' streamer); with
+        tools, content and each tool call as the parser closes it (``delta.tool_calls``)."""
         import torch
         from transformers import TextIteratorStreamer
 
-        enc, kwargs = self._prepare(body)
+        req = self._prepare(body)
         head = self._head()
-        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        # with tools the parser sees the special tokens too (a delimiter may be one)
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=not req.tools.parse)
+        calls = StreamedCalls(self.tokenizer, req.prefix, req.tools) if req.tools.parse else None
         result: dict[str, Any] = {}
 
         def _run() -> None:
             with torch.no_grad():
-                result["out"] = self.model.generate(**enc, **kwargs, streamer=streamer)
+                result["out"] = self.model.generate(**req.enc, **req.kwargs, streamer=streamer)
+
+        def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**head, "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
         with self._lock:
             worker = threading.Thread(target=_run, daemon=True)
             worker.start()
-            yield {**head, "object": "chat.completion.chunk",
-                   "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+            yield _chunk({"role": "assistant", "content": ""})
             for piece in streamer:
-                if piece:
-                    yield {**head, "object": "chat.completion.chunk",
-                           "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                deltas = calls.feed(piece) if calls is not None else ([{"content": piece}] if piece else [])
+                for delta in deltas:
+                    yield _chunk(delta)
+            if calls is not None:
+                for delta in calls.feed("", last=True):
+                    yield _chunk(delta)
             worker.join()
-        gen = result["out"][0, enc["input_ids"].shape[1] :].tolist()
+        gen = result["out"][0, req.n_prompt :].tolist()
         eos = self.tokenizer.eos_token_id
         stopped = eos in gen
         n_gen = gen.index(eos) + 1 if stopped else len(gen)
-        yield {**head, "object": "chat.completion.chunk",
-               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop" if stopped else "length"}]}
+        finish = "tool_calls" if calls is not None and calls.calls else ("stop" if stopped else "length")
+        yield _chunk({}, finish)
         if (body.get("stream_options") or {}).get("include_usage"):
-            yield {**head, "object": "chat.completion.chunk", "choices": [],
-                   "usage": self._usage(int(enc["input_ids"].shape[1]), n_gen)}
+            yield {**head, "object": "chat.completion.chunk", "choices": [], "usage": self._usage(req.n_prompt, n_gen)}
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.model_id, "object": "model", "created": self.created,
@@ -325,9 +370,11 @@ def choose_backend(backend: Backend = "auto") -> Literal["transformers", "vllm"]
 
 
 def vllm_command(path: str | Path, model_id: str, port: int, api_key: str | None = None) -> list[str]:
-    """vLLM's own OpenAI server on the checkpoint folder (remote code stays off)."""
+    """vLLM's own OpenAI server on the checkpoint folder (remote code stays off; tool calls parsed
+    by its Hermes parser, the shape ``served_tools`` parses)."""
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path),
-           "--served-model-name", model_id, "--host", "127.0.0.1", "--port", str(port)]
+           "--served-model-name", model_id, "--host", "127.0.0.1", "--port", str(port),
+           "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]  # the tool-call contract ours keeps
     if api_key:
         cmd += ["--api-key", api_key]
     return cmd
