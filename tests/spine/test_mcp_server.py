@@ -147,3 +147,14 @@ def test_over_http_a_tiny_workflow_run_comes_back_waiting_for_a_person(tmp_path,
             cli(ws, "runs", "cancel", "m1")  # the run's own process exits once cancelled
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(tmp_path / "ws"), "mcp", "--http",
+                               str(port)], capture_output=True, text=True, timeout=60, env=_env())
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: --http: cannot listen on 127.0.0.1:{port} (Address already in use)"]

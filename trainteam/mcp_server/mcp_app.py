@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Callable
 
+import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -20,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from trainteam.agents.redact import redact
 from trainteam.core.errors import TrainteamError, format_validation_error
+from trainteam.core.listening import bound_socket
 from trainteam.mcp_server import mcp_tools as t
 from trainteam.workspace import Workspace
 
@@ -108,8 +110,12 @@ def build_server(root: Path | None) -> TeamServer:
 
 
 def serve(root: Path | None, http_port: int | None = None) -> None:
+    """stdio, or streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (the socket bound first: a port in use
+    is one line, exit 2)."""
     server = build_server(root)
     if http_port is None:
         server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=http_port)
+        return
+    sock = bound_socket("127.0.0.1", http_port, "--http")
+    config = uvicorn.Config(server.streamable_http_app(host="127.0.0.1"), log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])

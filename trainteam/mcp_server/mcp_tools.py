@@ -33,6 +33,7 @@ from trainteam.curation.dedup import NearDupConfig
 from trainteam.curation.pipeline import CurationConfig, planned_version
 from trainteam.graph import NodeKind
 from trainteam.graph.knowledge import UnknownNode
+from trainteam.trainers.config import TrainConfig
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.evidence import approval_evidence_view
 from trainteam.workflows.runner import check_new_run_id, check_runnable, new_run_id
@@ -42,8 +43,7 @@ from trainteam.workflows.steps.curate import curate_recorded
 from trainteam.workflows.steps.plans import StageOverrides
 from trainteam.workflows.store import ApprovalStore, RunStore
 from trainteam.workflows.task import TrainTask, load_task_file, parse_task
-from trainteam.workflows.views import resolve, run_public, runs_public
-from trainteam.trainers.config import TrainConfig
+from trainteam.workflows.views import resolve, run_public, runs_public, short_id
 
 SETTLED = ("completed", "failed", "cancelled", "waiting_approval")
 MAX_WAIT_S = 600.0
@@ -248,7 +248,7 @@ def _wait(ws, run_id: str, proc: subprocess.Popen, wait_s: float) -> dict[str, A
         time.sleep(0.2)
     if row is None:
         return {"status": "not_started" if exited is not None else "starting", "exit_code": exited}
-    pending = [{"id": a["id"], "short_id": approval_evidence_view(a).short_id, "action": a["action"]}
+    pending = [{"id": a["id"], "short_id": short_id(a["id"]), "action": a["action"]}
                for a in approvals.list("pending", run_id)]
     note = ("waits for a person: `trainteam approvals show ID`, then approve or reject" if pending else
             "still running: list_runs / show_run follow it" if row["status"] in ("pending", "running") else None)

@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from trainteam.core.errors import BadInput
+from trainteam.core.listening import bound_socket
 from trainteam.web import live_routes, page_routes, signin_routes
 from trainteam.web.access import Sessions
 from trainteam.web.curves import CurveReader
@@ -90,16 +90,9 @@ def serve(ws, host: str = "127.0.0.1", port: int = 8765, announce=print) -> None
     announces the port it got."""
     loopback = host in ("127.0.0.1", "localhost", "::1")
     hosts = sorted({host, "127.0.0.1", "localhost"}) if loopback else ["*"]
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise BadInput(f"--port: cannot listen on {host}:{port} ({exc.strerror})") from None
+    sock = bound_socket(host, port)
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     announce(f"trainteam console at http://{shown}:{bound}/ (sign in with a token from `trainteam web --new-token`)")
     config = uvicorn.Config(create_app(ws, hosts), log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from fastapi import Form, Request
 
-from trainteam.web.access import SESSION_COOKIE, Session, csrf_ok
+from trainteam.web.access import SESSION_COOKIE, Session, Sessions, csrf_ok
+from trainteam.web.curves import CurveReader
+from trainteam.workspace import Workspace
 
 
 class SignInRequired(Exception):
@@ -21,9 +23,9 @@ class CsrfRefused(Exception):
 class Console:
     """What the routes share, held in ``app.state.console``."""
 
-    ws: object
-    sessions: object
-    curves: object
+    ws: Workspace
+    sessions: Sessions
+    curves: CurveReader
     poll_s: float = 1.0
 
 
