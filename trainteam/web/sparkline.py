@@ -81,6 +81,7 @@ def marked_curve(pts: Sequence[tuple[float, float]], mark: float | None, width: 
                   f'<line x1="{mx:.1f}" y1="{pad_t}" x2="{mx:.1f}" y2="{height - pad_b}" stroke="#dc2626" '
                   'stroke-dasharray="4 3"/>',
                   f'<circle cx="{mx:.1f}" cy="{my:.1f}" r="5" fill="none" stroke="#dc2626" stroke-width="2"/>',
-                  f'<text x="{mx + 6:.1f}" y="{pad_t + 10}" fill="#dc2626" font-size="11">spike at {marked[0][0]:g}: '
+                  f'<text x="{mx + 6 if mx < width / 2 else mx - 6:.1f}" y="{pad_t + 10}" fill="#dc2626" font-size="11" '
+                  f'text-anchor="{"start" if mx < width / 2 else "end"}">spike at {marked[0][0]:g}: '
                   f'{marked[0][1]:.4g}</text></g>']
     return Markup("".join(parts) + "</svg>")
