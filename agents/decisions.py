@@ -5,8 +5,9 @@
 brings what its offline policy proposes (``offline``, a pydantic model) and, optionally, the rules that
 bound any answer (``check(value) -> reason | None``: budget, gates, permissions). Then:
 
-* no provider for the persona (``providers.choose_model(...).offline``): ``offline`` comes back at
-  once; no Agent is built and no connection opened;
+* no provider for the persona (``providers.choose_model(...).offline``) and no model bound to its role
+  (``bound_models.active``: the binding its step resolved, served on 127.0.0.1): ``offline`` comes back
+  at once; no Agent is built and no connection opened; a bound model's answer is ``by`` its model id;
 * a provider: a pydantic-ai Agent with ``output_type=type(offline)`` reads the question, the evidence
   (JSON, redacted: no secret reaches the provider) and the offline proposal as the default, and
   answers with the same type. pydantic validates the answer, ``check`` bounds it (a refusal goes back
@@ -30,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
+from trainteam.agents.bound_models import active
 from trainteam.agents.cards import load_card, render
 from trainteam.agents.providers import (
     OFFLINE,
@@ -64,10 +66,12 @@ class Decided(Generic[T]):
 def decide(persona: str, question: str, evidence: BaseModel | Mapping[str, Any], offline: T, *,
            check: Callable[[T], str | None] | None = None, environ: Mapping[str, str] | None = None) -> Decided[T]:
     env = dict(os.environ if environ is None else environ)
-    choice = choose_model(persona, env)
+    bound = active(persona, env)  # the persona's role binding its step resolved (agents/bound_models.py)
+    choice = bound.choice if bound is not None else choose_model(persona, env)
     if choice.offline:
         return Decided(offline, OFFLINE, None)
-    model = build_model(choice, env)  # remembers the key: redaction below masks it wherever it appears
+    # build_model remembers the key: redaction below masks it wherever it appears
+    model = bound.model() if bound is not None else build_model(choice, env)
     secrets = sorted(set(secret_values()) | set(secret_values(env)), key=len, reverse=True)
     refusals: list[str] = []
     agent = _agent(model, persona, type(offline), check, refusals)
@@ -80,8 +84,9 @@ def decide(persona: str, question: str, evidence: BaseModel | Mapping[str, Any],
         where = choice.model + (f" at {public_url(choice.base_url)}" if choice.base_url else "")
         problem = f"{persona}: {where}: {_misfit(exc, refusals, type(offline))}"
     else:
-        log.info("%s: %s decided by %s", persona, _label(question), choice.model)
-        return Decided(answer, choice.model, None)
+        by = bound.model_id if bound is not None else choice.model
+        log.info("%s: %s decided by %s", persona, _label(question), by)
+        return Decided(answer, by, None)
     warning = redact_text(f"{problem}; kept the offline policy's decision ({_label(question)})", secrets)
     log.warning(warning)
     return Decided(offline, OFFLINE, warning)

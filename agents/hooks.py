@@ -13,7 +13,13 @@ from pydantic_ai import DeferredToolRequests
 from pydantic_ai.capabilities import Hooks
 
 from trainteam.agents.redact import redact
-from trainteam.graph.record import record_decision, record_run, record_step, record_tool_call
+from trainteam.graph.record import (
+    record_decided_by_model,
+    record_decision,
+    record_run,
+    record_step,
+    record_tool_call,
+)
 
 
 def _jsonable(value: Any) -> Any:
@@ -49,8 +55,21 @@ def log_tool_call(deps, tool_call_id: str, tool: str, args: Any, status: str, re
         attrs["summary"] = str(result.get("summary") or result.get("next") or "")[:500]
     if error:
         attrs["error"] = error[:500]
-    return record_tool_call(ctx.graph, run_id=ctx.run_id, segment=deps.segment, tool_call_id=tool_call_id,
-                            step_node=step, facts=redact(attrs))
+    return _by_model(deps, record_tool_call(ctx.graph, run_id=ctx.run_id, segment=deps.segment,
+                                            tool_call_id=tool_call_id, step_node=step, facts=redact(_made_by(deps, attrs))))
+
+
+def _made_by(deps, attrs: dict[str, Any]) -> dict[str, Any]:
+    """Who made the call or the decision: ``model`` (a bound model's registered id) on the node."""
+    model = getattr(deps, "model", "")
+    return {**attrs, "model": model} if model else attrs
+
+
+def _by_model(deps, node: str) -> str:
+    """The node ``decided_by`` the registered model that made it, when the persona runs on one."""
+    if getattr(deps, "model_id", None):
+        record_decided_by_model(deps.ctx.graph, node, deps.model_id)
+    return node
 
 
 def log_decision(deps, output: Any) -> str:
@@ -62,8 +81,8 @@ def log_decision(deps, output: Any) -> str:
     else:
         attrs = {"decision": output.decision, "summary": output.summary, "reasons": list(output.reasons)}
     attrs.update(persona=deps.card.name, run_id=ctx.run_id, step=ctx.step, visit=ctx.visit)
-    return record_decision(ctx.graph, run_id=ctx.run_id, segment=deps.segment, step_node=step,
-                           facts=redact(attrs))
+    return _by_model(deps, record_decision(ctx.graph, run_id=ctx.run_id, segment=deps.segment, step_node=step,
+                                           facts=redact(_made_by(deps, attrs))))
 
 
 def graph_hooks() -> Hooks:

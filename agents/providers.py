@@ -4,7 +4,9 @@
 ``TRAINTEAM_MODEL``; unset or ``offline`` means the built-in deterministic offline
 policy. A value is a pydantic-ai model id (``openai:gpt-4o``, ``anthropic:…``,
 ``ollama:…``). With ``TRAINTEAM_MODEL_BASE_URL[_<PERSONA>]`` an ``openai:NAME`` model
-talks to any OpenAI-compatible server (vLLM, Ollama, a served trainteam model).
+talks to any OpenAI-compatible server (vLLM, Ollama, a served trainteam model). A registered model
+bound to the role ``persona:<name>`` (``trainteam models bind``) comes between the persona's own
+setting and ``TRAINTEAM_MODEL``: ``agents/bound_models.py`` holds that order.
 
 Secrets come from the environment (``TRAINTEAM_MODEL_API_KEY[_<PERSONA>]``, or the
 provider's own variable such as ``OPENAI_API_KEY``) or from the system keyring

@@ -44,7 +44,8 @@ from trainteam.agents import briefing, transcripts
 from trainteam.agents.cards import PersonaCard, load_card
 from trainteam.agents.hooks import ensure_step_node, graph_hooks, log_tool_call
 from trainteam.agents.policy import StepFacts, offline_model
-from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
+from trainteam.agents.bound_models import persona_model
+from trainteam.agents.providers import provider_errors, provider_failure
 from trainteam.agents.redact import redact
 from trainteam.agents.toolbox import (
     NeedsPerson,
@@ -81,6 +82,8 @@ class PersonaDeps:
     card: PersonaCard
     step_tool: str
     segment: str = ""  # transcript name of this agent run (``train#1``); keys its graph facts
+    model: str = ""  # what decides: "offline", a provider's model, or a bound model's registered id
+    model_id: str | None = None  # the registered model id when the persona runs on a bound model
     results: dict[str, StepResult] = field(default_factory=dict)
     plans: dict[str, dict] = field(default_factory=dict)
 
@@ -174,17 +177,18 @@ class _Session:
         self.card = load_card(ctx.persona)
         ensure_step_node(ctx)  # the engine makes it; a persona run outside the engine needs it too
         self.segment = segment or transcripts.choose_segment(ctx.ws, ctx.run_id, ctx.step, ctx.visit)
-        choice = choose_model(ctx.persona)
-        self.choice = None if model is not None else choice
+        self.choice, bound_id = None, None
         if model is not None:
             self.model, self.model_desc = model, f"given:{getattr(model, 'model_name', type(model).__name__)}"
-        elif choice.offline:
-            self.model, self.model_desc = offline_model(_facts(ctx, self.card, tool)), "offline"
-        else:
-            self.model, self.model_desc = build_model(choice), choice.describe()
+        else:  # settings, the persona's role binding, or the offline policy (agents/bound_models.py)
+            chosen = persona_model(ctx.ws, ctx.persona)
+            self.choice, bound_id = chosen.choice, chosen.bound.model_id if chosen.bound else None
+            self.model = chosen.model if chosen.model is not None else offline_model(_facts(ctx, self.card, tool))
+            self.model_desc = chosen.label
         self.instructions = briefing.instructions(ctx, self.card, tool)
         self.allowed = [n for n in self.card.tool_names if n in ctx.toolbox]  # exactly what the Agent registers
-        self.deps = PersonaDeps(ctx=ctx, card=self.card, step_tool=tool, segment=self.segment)
+        self.deps = PersonaDeps(ctx=ctx, card=self.card, step_tool=tool, segment=self.segment,
+                                model=self.model_desc, model_id=bound_id)
         self.agent = build_agent(self.card, self.model, ctx.toolbox, instructions=self.instructions,
                                  capabilities=[graph_hooks()])
         self.record: dict[str, Any] = {

@@ -22,6 +22,7 @@ class NodeKind(str, Enum):
     PERSON = "Person"
     TELEMETRY = "Telemetry"
     PROBE = "Probe"  # a short run of the recipe search: one learning rate, its held-out loss at each rung
+    PERSONA = "Persona"  # a persona a registered model is bound to (role ``persona:<name>``)
 
 
 class EdgeKind(str, Enum):
@@ -40,6 +41,7 @@ class EdgeKind(str, Enum):
     RECORDS = "records"  # transcript -> step
     CALLED_BY = "called_by"  # tool call -> step
     DECONTAMINATED_AGAINST = "decontaminated_against"  # dataset version -> eval set it was checked against
+    BOUND_TO = "bound_to"  # model -> persona it serves (a role binding)
 
 
 def node_id(kind: NodeKind | str, key: str) -> str:

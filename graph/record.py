@@ -227,6 +227,36 @@ def record_model(graph: KnowledgeGraph, model_id: str, *, name: str, path: str, 
     return nid
 
 
+def record_binding(graph: KnowledgeGraph, model_id: str | None, *, persona: str, role: str, action: str,
+                   by: str | None, at: str) -> str:
+    """A person bound (``action="bind"``) a registered model to a persona's role, or freed the role
+    (``"unbind"``, ``model_id`` what it was bound to): the Persona node, the Model ``bound_to`` it
+    on a bind, and a Decision decided_by the Person that says which, when and by whom.
+    The Model node must exist (``record_model``)."""
+    persona_node = graph.add_node(NodeKind.PERSONA, persona, name=persona)
+    model_node = node_id(NodeKind.MODEL, model_id) if model_id else None
+    if action == "bind" and model_node is not None:
+        graph.add_edge(model_node, persona_node, EdgeKind.BOUND_TO, role=role, bound_by=by, bound_at=at)
+    edges = [(EdgeKind.DECIDED_BY, graph.add_node(NodeKind.PERSON, by, name=by))] if by else []
+    edges += [(EdgeKind.USES, n) for n in _existing(graph, model_node)]
+    return graph.link(NodeKind.DECISION, f"binding/{role}/{at}", edges, decision=action, role=role,
+                      persona=persona, **_given(model=model_id, by=by, at=at))
+
+
+def record_bound_use(graph: KnowledgeGraph, model_id: str, *, persona: str, role: str) -> str:
+    """A persona runs on a bound model: the Model ``bound_to`` the Persona (a no-op once recorded)."""
+    persona_node = graph.add_node(NodeKind.PERSONA, persona, name=persona)
+    graph.add_edge(node_id(NodeKind.MODEL, model_id), persona_node, EdgeKind.BOUND_TO, role=role)
+    return persona_node
+
+
+def record_decided_by_model(graph: KnowledgeGraph, node: str, model_id: str) -> None:
+    """A decision or tool call a registered model made: ``decided_by`` its Model node (when recorded)."""
+    model_node = node_id(NodeKind.MODEL, model_id)
+    if graph.has_node(node) and graph.has_node(model_node):
+        graph.add_edge(node, model_node, EdgeKind.DECIDED_BY)
+
+
 # -- the recipe search --------------------------------------------------------------------------
 
 def record_probe(graph: KnowledgeGraph, key: str, *, run_id: str, stage: str, step_node: str,

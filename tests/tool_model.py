@@ -35,7 +35,7 @@ def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
     return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
 
 
-def _tokenizer(texts: list[str]):
+def _tokenizer(texts: list[str], vocab_size: int = 600):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -43,7 +43,7 @@ def _tokenizer(texts: list[str]):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     special = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=special,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<|im_end|>",
@@ -54,7 +54,7 @@ def _tokenizer(texts: list[str]):
 
 
 def train_tool_model(folder: Path, examples: list[tuple[list[dict], list[dict] | None, str]], *,
-                     steps: int = 100, lr: float = 3e-3, seed: int = 0) -> Path:
+                     steps: int = 100, lr: float = 3e-3, vocab_size: int = 600, seed: int = 0) -> Path:
     """Train a fresh tiny Llama on ``(messages, tools, answer)`` examples (loss on the answer and its
     <|im_end|>) and save it with its tokenizer to ``folder``."""
     import torch
@@ -64,7 +64,7 @@ def train_tool_model(folder: Path, examples: list[tuple[list[dict], list[dict] |
 
     from trainteam.trainers.served_tools import template_messages
 
-    tok = _tokenizer([HERMES_TEMPLATE] + [json.dumps([m, t]) + a for m, t, a in examples])
+    tok = _tokenizer([HERMES_TEMPLATE] + [json.dumps([m, t]) + a for m, t, a in examples], vocab_size)
     prompts = [tok.apply_chat_template(template_messages(m), tools=t, tokenize=False, add_generation_prompt=True)
                for m, t, _ in examples]
     rows = []

@@ -3,7 +3,8 @@
 A registered model is identified by the content hash of its weights, config and
 tokenizer files, so registering the same checkpoint twice (a re-run step after a
 crash, a person repeating a command) returns the existing record instead of a
-duplicate. The registering step records the Model node in the knowledge graph. A role ("eval_judge", "chat", ...) points to at most one model through
+duplicate. The registering step records the Model node in the knowledge graph. A role ("eval_judge", "chat",
+"persona:training_engineer", ...) points to at most one model through
 a unique tag ``role:<name>``; binding moves the tag, so there is never any doubt
 which model a persona gets.
 
@@ -61,7 +62,9 @@ _IDENTITY_FILES = (
     "chat_template.jinja",
     "adapter_config.json",
 )
-_ROLE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# A role is a name (``eval_judge``, ``chat``) or ``persona:<name>``, the role a persona's runtime
+# picks its model by (agents/bound_models.py).
+_ROLE_RE = re.compile(r"^(?:persona:)?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class ModelRecord(BaseModel):
@@ -99,7 +102,8 @@ def checkpoint_hash(path: Path) -> str:
 
 def _role_tag(role: str) -> str:
     if not _ROLE_RE.match(role or ""):
-        raise BadInput(f"role: {role!r} is not a valid role name (letters, digits, _ . -; at most 64)")
+        raise BadInput(f"role: {role!r} is not a valid role name (letters, digits, _ . -; at most 64; "
+                       "persona:NAME for a persona)")
     return f"role:{role}"
 
 

@@ -12,6 +12,7 @@ import typer
 from pathlib import Path
 
 from trainteam.commands.common import console, err_console, print_json, workspace
+from trainteam.core.errors import BadInput
 from trainteam.trainers.gguf_import import LOGITS_TOLERANCE, import_gguf
 
 models_app = typer.Typer(help="Registered models and the roles they serve.", no_args_is_help=True)
@@ -53,22 +54,39 @@ def show(model: str = typer.Argument(..., help="model id, unique id prefix or na
 
 
 @models_app.command("bind")
-def bind(role: str = typer.Argument(..., help="role name, e.g. eval_judge or chat"),
-         model: str = typer.Argument(..., help="model id, unique id prefix or name"),
+def bind(refs: list[str] = typer.Argument(..., help="MODEL with --role ROLE (or the older ROLE MODEL)"),
+         role: str = typer.Option(None, "--role", help="eval_judge, chat, ... or persona:NAME (the persona runs on it)"),
          as_json: bool = typer.Option(False, "--json")) -> None:
-    """Point a role at a model (moves the role if another model had it)."""
+    """Point a role at a model (moves the role if another model had it).
+
+    ``--role persona:training_engineer`` makes that persona run on the model, served on 127.0.0.1 by
+    the process that runs it, unless TRAINTEAM_MODEL_TRAINING_ENGINEER says otherwise.
+    """
     import getpass
 
-    rec = _registry().bind(role, model, by=getpass.getuser())
+    from trainteam.agents.bound_models import bind_role
+
+    if role is None and len(refs) == 2:
+        role, model = refs
+    elif role is not None and len(refs) == 1:
+        model = refs[0]
+    else:
+        raise BadInput("models bind: give MODEL --role ROLE (or ROLE MODEL)")
+    rec = bind_role(workspace(), role, model, by=getpass.getuser())
     if as_json:
         return print_json({"role": role, "model": rec.id})
     console.print(f"{role} -> {rec.id} ({rec.name})", highlight=False)
 
 
 @models_app.command("unbind")
-def unbind(role: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
-    """Free a role (the model stays registered)."""
-    was = _registry().unbind(role)
+def unbind(role: str = typer.Argument(..., help="the role to free, e.g. persona:training_engineer"),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Free a role (the model stays registered); a persona's role freed runs the offline policy again."""
+    import getpass
+
+    from trainteam.agents.bound_models import unbind_role
+
+    was = unbind_role(workspace(), role, by=getpass.getuser())
     if as_json:
         return print_json({"role": role, "was": was})
     console.print(f"{role} unbound (was {was})" if was else f"{role} was not bound", highlight=False)
