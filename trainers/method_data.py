@@ -16,6 +16,12 @@ from trainteam.curation.formats import PromptFormat, completion_text, prompt_for
 from trainteam.curation.packing import pack_token_stream
 from trainteam.curation.rows import read_rows
 
+# Tool calls' arguments and tool schemas differ from row to row: Arrow would merge them into one
+# struct and fill every key a row lacks with None (``"execute": null`` in a call that never had it,
+# ``"$defs": null`` in a schema), which the chat template then renders. ``use_json`` keeps such
+# columns as JSON values, each row's own (datasets' ``Json`` feature).
+MIXED = "use_json"
+
 REQUIRED = {
     "pretrain": [("text",), ("prompt", "completion"), ("messages",)],
     "sft": [("prompt", "completion"), ("messages",), ("text",)],
@@ -33,14 +39,14 @@ def load_data(data: Any, method: str, name: str = "data"):
         records = read_rows(Path(data))
         name = str(data)
         keys = list(dict.fromkeys(k for r in records for k in r))  # every row's columns (from_list takes the first's)
-        ds = Dataset.from_list([{k: r.get(k) for k in keys} for r in records]) if records else None
+        ds = Dataset.from_list([{k: r.get(k) for k in keys} for r in records], on_mixed_types=MIXED) if records else None
     elif isinstance(data, Dataset):
         ds = data
     elif isinstance(data, (list, tuple)):
         bad = next((i for i, r in enumerate(data) if not isinstance(r, dict)), None)
         if bad is not None:
             raise BadInput(f"{name}[{bad}]: expected a dict record, got {type(data[bad]).__name__}")
-        ds = Dataset.from_list(list(data)) if data else None
+        ds = Dataset.from_list(list(data), on_mixed_types=MIXED) if data else None
     else:
         raise BadInput(f"{name}: expected records, a data file or folder, or a datasets.Dataset, got {type(data).__name__}")
     if ds is None or len(ds) == 0:

@@ -32,24 +32,56 @@ def list_(run: Optional[str] = typer.Option(None, "--run", help="only this run")
         console.print("no transcripts")
 
 
+FORMATS = ("sft", "chat")
+STATUSES = ("completed", "all")
+
+
 @transcripts_app.command("export")
 def export(
-    fmt: str = typer.Option("sft", "--format", help="sft: prompt/completion conversations for SFTTrainer"),
+    fmt: str = typer.Option("sft", "--format", help="sft: prompt/completion conversations; chat: each persona turn "
+                            "as messages with tool calls and tools (TRL's conversational format)"),
     run: Optional[List[str]] = typer.Option(None, "--run", help="only these runs (repeatable); default all"),
+    persona: Optional[List[str]] = typer.Option(None, "--persona", help="chat: only these personas (repeatable)"),
+    step: Optional[List[str]] = typer.Option(None, "--step", help="chat: only these steps (repeatable)"),
+    status: str = typer.Option("completed", "--status", help="chat: completed (runs that completed with every "
+                               "gate passed) or all"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="JSONL file (default: stdout)"),
 ) -> None:
-    """Turn successful agent runs into SFT data (the self-training loop), via the curation builders."""
-    from trainteam.agents.replay import sft_examples
+    """Turn the team's agent runs into training data (the self-training loop)."""
+    if fmt not in FORMATS:
+        raise BadInput(f"--format: {fmt!r} is not supported ({', '.join(FORMATS)})")
+    if status not in STATUSES:
+        raise BadInput(f"--status: {status!r} is not one of {', '.join(STATUSES)}")
+    if fmt == "sft":
+        from trainteam.agents.replay import sft_examples
 
-    if fmt != "sft":
-        raise BadInput(f"--format: {fmt!r} is not supported (sft)")
-    examples = sft_examples(workspace(), list(run) if run else None)
+        examples = sft_examples(workspace(), list(run) if run else None)
+    else:
+        examples = _chat_rows(list(run or []), list(persona or []), list(step or []), status)
     lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in examples)
     if out is None:
         typer.echo(lines, nl=False)
     else:
         out.write_text(lines)
-        console.print(f"{len(examples)} SFT examples → {out}", highlight=False)
+        console.print(f"{len(examples)} {fmt} rows → {out}", highlight=False)
+
+
+def _chat_rows(runs: list[str], personas: list[str], steps: list[str], status: str) -> list[dict]:
+    """The chat rows of the chosen runs (by default those that completed with their gates passed)."""
+    from trainteam.agents.cards import PERSONAS
+    from trainteam.agents.chat_export import chat_rows, gates_passed
+    from trainteam.workflows.steps.catalog import STEPS
+    from trainteam.workflows.store import RunStore
+
+    bad = next((p for p in personas if p not in PERSONAS), None)
+    if bad is not None:
+        raise BadInput(f"--persona: unknown persona {bad!r} (known: {', '.join(PERSONAS)})")
+    ws = workspace()
+    ids = runs or sorted(p.name for p in ws.dir("transcripts").iterdir() if p.is_dir())
+    if status == "completed":
+        store = RunStore(ws.engine)
+        ids = [r for r in ids if (store.get(r) or {}).get("status") == "completed" and gates_passed(ws, r)]
+    return [r.model_dump(mode="json") for r in chat_rows(ws, ids, STEPS, personas=personas, steps=steps)]
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,168 @@
+"""Transcripts as chat data with tool calls: one row per persona turn, in TRL's conversational format.
+
+A persona turn is one agent segment of a step (``train#1``). Its row is::
+
+    {"id": "<run>/<segment>", "run_id", "persona", "step", "segment",
+     "messages": [system, user, assistant{tool_calls}, tool, ..., assistant{final answer}],
+     "tools": [{"type": "function", "function": {"name", "description", "parameters"}}]}
+
+- ``system`` is the persona's instructions (its card rendered for the step), ``user`` the step's prompt;
+- every model response that calls a step tool is an assistant turn with ``tool_calls``
+  (``{"type": "function", "id", "function": {"name", "arguments": {...}}}``), followed by one ``tool``
+  turn per result (``tool_call_id``, ``name``, the result as JSON text; a retry prompt is the tool's
+  answer too, as the model read it);
+- the final answer is the last assistant turn: the persona's report (summary, decision, reasons) as
+  JSON text. In the run it is pydantic-ai's output-tool call (``final_result``); as data it is the
+  answer the turn teaches, so the row checks, ``formats.example`` and TRL all see an answer;
+- ``tools`` are the JSON schemas of the step tools the persona was offered in that segment (the
+  transcript's ``tools`` names them), as pydantic-ai builds them for the Agent from the card and the
+  workflow's catalog.
+
+``run_id``, ``persona``, ``step`` and ``segment`` ride along as extra columns: the canonical reader keeps
+them, the trainers read only ``messages`` and ``tools``. Everything is redacted again on the way out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping
+
+from pydantic import BaseModel
+
+from trainteam.agents import transcripts
+from trainteam.agents.cards import load_card
+from trainteam.agents.redact import redact
+from trainteam.agents.runtime import _make_tool
+from trainteam.agents.toolbox import StepTool
+
+FINAL = "final_result"
+
+
+class ChatRow(BaseModel):
+    """One persona turn as a conversational SFT row."""
+
+    id: str
+    run_id: str
+    persona: str
+    step: str
+    segment: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+
+
+def tool_schemas(persona: str, names: Iterable[str], toolbox: Mapping[str, StepTool]) -> list[dict[str, Any]]:
+    """The OpenAI/TRL function schemas of the tools ``names`` of ``persona``'s card, as the runtime
+    registers them with the Agent (``runtime._make_tool``: the card's grant, the step tool's arguments)."""
+    card = load_card(persona)
+    out = []
+    for name in names:
+        grant = card.grant(name)
+        if grant is None or name not in toolbox:
+            continue
+        tdef = _make_tool(grant, toolbox[name]).tool_def
+        out.append({"type": "function", "function": {"name": tdef.name, "description": tdef.description or "",
+                                                     "parameters": tdef.parameters_json_schema}})
+    return out
+
+
+def _args(part: Mapping[str, Any]) -> Any:
+    args = part.get("args")
+    if isinstance(args, str):
+        try:
+            return json.loads(args)
+        except ValueError:
+            return args
+    return args or {}
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
+
+
+def _response(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A model response as assistant turns: its step-tool calls, or its final answer."""
+    text = "".join(str(p.get("content") or "") for p in parts if p.get("part_kind") == "text")
+    calls = [p for p in parts if p.get("part_kind") == "tool-call"]
+    steps = [p for p in calls if not str(p.get("tool_name", "")).startswith(FINAL)]
+    final = next((p for p in calls if str(p.get("tool_name", "")).startswith(FINAL)), None)
+    turns = []
+    if steps:
+        turns.append({"role": "assistant", "content": text, "tool_calls": [
+            {"type": "function", "id": p.get("tool_call_id"),
+             "function": {"name": p["tool_name"], "arguments": _args(p)}} for p in steps]})
+    if final is not None:
+        turns.append({"role": "assistant", "content": _text(_args(final))})
+    elif not steps and text:
+        turns.append({"role": "assistant", "content": text})
+    return turns
+
+
+def _request(parts: list[Mapping[str, Any]], answered: set[str]) -> list[dict[str, Any]]:
+    """A request's parts as user and tool turns (results of the output tool are pydantic-ai's, left out)."""
+    turns = []
+    for p in parts:
+        kind = p.get("part_kind")
+        if kind == "user-prompt":
+            turns.append({"role": "user", "content": _text(p.get("content"))})
+        elif kind in ("tool-return", "retry-prompt") and p.get("tool_call_id") in answered:
+            turns.append({"role": "tool", "tool_call_id": p["tool_call_id"], "name": p.get("tool_name") or "",
+                          "content": _text(p.get("content"))})
+        elif kind == "retry-prompt" and not p.get("tool_call_id"):
+            turns.append({"role": "user", "content": _text(p.get("content"))})
+    return turns
+
+
+def chat_messages(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A transcript's conversation as chat turns (system, user, assistant/tool ..., final answer)."""
+    msgs: list[dict[str, Any]] = []
+    if record.get("instructions"):
+        msgs.append({"role": "system", "content": record["instructions"]})
+    answered: set[str] = set()
+    for m in record.get("messages", []):
+        parts = m.get("parts", [])
+        if m.get("kind") == "response":
+            turns = _response(parts)
+            answered |= {c["id"] for t in turns for c in t.get("tool_calls", []) if c.get("id")}
+            msgs += turns
+        else:
+            msgs += _request(parts, answered)
+    return msgs
+
+
+def chat_row(record: Mapping[str, Any], toolbox: Mapping[str, StepTool]) -> ChatRow:
+    """One transcript (one persona turn) as a row, redacted."""
+    tools = record.get("tool_schemas") or tool_schemas(record["persona"], record.get("tools", []), toolbox)
+    row = {"id": f"{record['run_id']}/{record['segment']}", "run_id": record["run_id"],
+           "persona": record["persona"], "step": record["step"], "segment": record["segment"],
+           "messages": chat_messages(record), "tools": tools}
+    return ChatRow.model_validate(redact(row))
+
+
+def _finished(messages: list[dict[str, Any]]) -> bool:
+    return bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
+
+
+def chat_rows(ws, run_ids: Iterable[str], toolbox: Mapping[str, StepTool], *, personas: Iterable[str] = (),
+              steps: Iterable[str] = ()) -> list[ChatRow]:
+    """The completed persona turns of ``run_ids`` (in order), those of ``personas`` and ``steps`` when
+    given, each ending with its final answer."""
+    want_p, want_s = set(personas), set(steps)
+    rows = []
+    for rid in run_ids:
+        for rec in transcripts.read_run(ws, rid):
+            if rec.get("status") != "completed" or (want_p and rec["persona"] not in want_p) or (
+                    want_s and rec["step"] not in want_s):
+                continue
+            row = chat_row(rec, toolbox)
+            if _finished(row.messages):
+                rows.append(row)
+    return rows
+
+
+def gates_passed(ws, run_id: str) -> bool:
+    """Every gate step of the run passed at its last visit (a transcript whose tool is ``gate``)."""
+    last: dict[str, str | None] = {}
+    for rec in transcripts.read_run(ws, run_id):
+        if rec.get("tool") == "gate":
+            last[rec["step"]] = (rec.get("result") or {}).get("outcome")
+    return all(outcome == "passed" for outcome in last.values())
