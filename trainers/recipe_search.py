@@ -51,6 +51,7 @@ from trainteam.trainers.training import train
 REDUCTION = 3  # the best third of the probes go on from the first rung
 FIRST_RUNG = 9  # the first rung sits at a ninth of the top rung
 TOP_OF_RUN = 2  # the top rung sits at most at half the stage's run
+NEVER = 10_000_000  # a spike monitor's warm-up that outlasts any probe: it counts non-finite values only
 MIN_ROWS = 32  # fewer rows than this: nothing to probe on (8 validation rows, the rest too few to rank rates)
 
 
@@ -64,7 +65,7 @@ class Probe(BaseModel):
     values: dict[int, float] = Field(default_factory=dict, description="step -> the objective on the validation "
                                      "slice (SearchReport.objective; lower is better)")
     pruned: bool = False
-    unstable: bool = Field(default=False, description="a spike or a non-finite loss ended it")
+    unstable: bool = Field(default=False, description="a non-finite loss, grad norm or objective ended it")
     seconds: float = 0.0
     pace: float | None = Field(default=None, description="seconds per step from its first step to its last (no set-up)")
     checkpoint: str | None = Field(default=None, description="its checkpoint at the last rung it reached (kept for "
@@ -275,9 +276,15 @@ class Plateau:
 
 
 def _probe_config(cfg: TrainConfig, lr: float, out: Path) -> TrainConfig:
-    """The stage's own settings at ``lr``, in the probe's folder (resumed there from its last rung)."""
+    """The stage's own settings at ``lr``, in the probe's folder (resumed there from its last rung), with the
+    spike monitor watching for non-finite values only: a probe is judged by its objective at the rung, where
+    a jump that did not recover shows, and a jump that did costs nothing. Measured on 2-digit subtraction
+    towards 600 steps: the monitor stopped the lr 3e-3 probe at step ~238, out of the running; unmonitored,
+    the same probe scored 0.884 at step 300 against the other finalist's 0.924, and its run reached 71.5 %
+    exact match (the grid's best: 39 %). The stage's own run keeps the monitor and its gated restart."""
+    jumps_off = cfg.spike.model_copy(update={"warmup_steps": NEVER})
     return cfg.model_copy(update={"learning_rate": lr, "output_dir": out, "resume": "auto", "save_steps": None,
-                                  "tracker": "none"})
+                                  "tracker": "none", "spike": jumps_off})
 
 
 def _advance(probe: Probe, cfg: TrainConfig, rung: int, make_model, rows, score: Scorer, tokenizer, *,
