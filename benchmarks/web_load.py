@@ -1,18 +1,23 @@
 """The web console under load: does watching a run slow the run down?
 
 A tiny model trains (one torch thread) into a run's folder in a workspace served by a real
-`trainteam web` process. In the loaded rounds another process holds 20 browser-like clients, each
-loading the run page once a second, and 4 clients streaming the run's curves (Server-Sent Events,
-the run page's live chart); in the quiet rounds the console runs with no clients. Rounds are
-interleaved ABBA (quiet, loaded, loaded, quiet, ...) so drift in the machine's load hits both alike.
+`trainteam web` process. Another process holds 20 browser-like clients, each loading the run page
+once a second, and 4 clients streaming the run's curves (Server-Sent Events, the run page's live
+chart). While one long training run goes on, the clients are switched on and off in windows of a few
+seconds in ABBA blocks (quiet, loaded, loaded, quiet): switched off, they send nothing and hold no
+stream. Short windows inside one run cancel what made whole-run rounds unreadable on a shared
+machine: the neighbours' load drifts over tens of seconds, and each run's own set-up varies.
 
-Step time: the gaps between consecutive ``log`` events of the round's ``run-history.jsonl`` (one per
-step), the first steps left out (warm-up); each round's median, and the ratio of the loaded rounds'
-median to the quiet rounds'. Goal: ≤ 1.05. The 1-minute load average is printed per round, and the
-CPU the console process used during the round (in cores): on a shared machine the step-time ratio
-is noisy, the console's CPU share says what the clients cost.
+Step time: the gaps between consecutive ``log`` events of ``run-history.jsonl`` (one per step); a
+window's median over the steps that end in it, its first second left out (the switch settling).
+Each block gives one ratio (its loaded windows' median step over its quiet windows'); the estimate
+is the blocks' geometric mean, its 95 % interval the wider of a bootstrap over the blocks
+(percentile) and Student's t on the log ratios. Goal: ≤ 1.05. The output says whether the interval
+resolves it (met: its top ≤ 1.05; missed: its bottom > 1.05; else unresolved). The console's cost is
+also given directly, as the CPU seconds its process used per second of training, quiet and loaded
+(and the clients' process's, which shares the machine), with the 1-minute load average.
 
-    .venv/bin/python benchmarks/web_load.py [--rounds 8] [--steps 200]
+    .venv/bin/python benchmarks/web_load.py [--seconds 240] [--window 4]
 
 Ends with one line ``RESULT {json}``.
 """
@@ -22,9 +27,11 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -34,13 +41,35 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
+import numpy as np
 import psutil
+from scipy import stats
 
 RUN = "bench"
 POLLERS, STREAMERS, POLL_S, WARMUP = 20, 4, 1.0, 10
+SETTLE_S = 1.0  # left out at the start of each window
+GOAL, BLOCK, DRAWS = 1.05, ("quiet", "loaded", "loaded", "quiet"), 10_000
 
 
-# -- the clients (a process of their own: `web_load.py --clients PORT TOKEN`) -----------------------
+# -- the clients (a process of their own: `web_load.py --clients PORT TOKEN`; SIGUSR1 on, SIGUSR2 off) -------
+
+class Crowd:
+    """The clients' shared state: on or off, the open streams (closed when switched off), counters."""
+
+    def __init__(self, port: int, cookie: str):
+        self.port, self.cookie = port, cookie
+        self.on, self.stop = threading.Event(), threading.Event()
+        self.streams: list[http.client.HTTPConnection] = []
+        self.lock = threading.Lock()
+        self.stats = {"pages": 0, "events": 0, "errors": 0, "reconnects": 0, "page_s": []}
+
+    def switch_off(self) -> None:
+        self.on.clear()
+        with self.lock:
+            for conn in self.streams:
+                if conn.sock is not None:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+
 
 def _sign_in(port: int, token: str) -> str:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -57,49 +86,72 @@ def _sign_in(port: int, token: str) -> str:
     return session[0].split(";")[0]
 
 
-def _poll(port: int, cookie: str, stats: dict, stop: threading.Event) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    while not stop.is_set():
+def _poll(crowd: Crowd) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", crowd.port, timeout=30)
+    while not crowd.stop.is_set():
+        if not crowd.on.wait(0.2):
+            continue
         t0 = time.perf_counter()
-        conn.request("GET", f"/runs/{RUN}", headers={"Cookie": cookie})
-        res = conn.getresponse()
-        res.read()
-        stats["pages"] += 1
-        stats["errors"] += res.status != 200
-        stats["page_s"].append(time.perf_counter() - t0)
-        stop.wait(max(0.0, POLL_S - (time.perf_counter() - t0)))
+        try:
+            conn.request("GET", f"/runs/{RUN}", headers={"Cookie": crowd.cookie})
+            res = conn.getresponse()
+            res.read()
+        except (http.client.HTTPException, OSError):  # the server closed an idle keep-alive connection
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", crowd.port, timeout=30)
+            crowd.stats["reconnects"] += 1
+            continue
+        crowd.stats["pages"] += 1
+        crowd.stats["errors"] += res.status != 200
+        crowd.stats["page_s"].append(time.perf_counter() - t0)
+        crowd.stop.wait(max(0.0, POLL_S - (time.perf_counter() - t0)))
 
 
-def _stream(port: int, cookie: str, stats: dict, stop: threading.Event) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("GET", f"/api/runs/{RUN}/curves/stream", headers={"Cookie": cookie, "Accept": "text/event-stream"})
-    res = conn.getresponse()
-    stats["errors"] += res.status != 200
-    while not stop.is_set():
-        line = res.fp.readline()
-        if not line:
-            break
-        stats["events"] += line.startswith(b"event: curves")
+def _stream(crowd: Crowd) -> None:
+    """While on: one open stream of the run's curves, read line by line; off: none."""
+    while not crowd.stop.is_set():
+        if not crowd.on.wait(0.2):
+            continue
+        conn = http.client.HTTPConnection("127.0.0.1", crowd.port, timeout=60)
+        with crowd.lock:
+            crowd.streams.append(conn)
+        try:
+            conn.request("GET", f"/api/runs/{RUN}/curves/stream",
+                         headers={"Cookie": crowd.cookie, "Accept": "text/event-stream"})
+            res = conn.getresponse()
+            crowd.stats["errors"] += res.status != 200
+            while crowd.on.is_set() and not crowd.stop.is_set():
+                line = res.fp.readline()
+                if not line:
+                    break
+                crowd.stats["events"] += line.startswith(b"event: curves")
+        except OSError:
+            pass  # switched off: the socket was shut down under the read
+        finally:
+            with crowd.lock:
+                crowd.streams.remove(conn)
+            conn.close()
 
 
 def clients(port: int, token: str) -> None:
-    cookie = _sign_in(port, token)
-    stats = {"pages": 0, "events": 0, "errors": 0, "page_s": []}
-    stop = threading.Event()
-    threads = [threading.Thread(target=_poll, args=(port, cookie, stats, stop), daemon=True) for _ in range(POLLERS)]
-    threads += [threading.Thread(target=_stream, args=(port, cookie, stats, stop), daemon=True) for _ in range(STREAMERS)]
+    crowd = Crowd(port, _sign_in(port, token))
+    threads = [threading.Thread(target=_poll, args=(crowd,), daemon=True) for _ in range(POLLERS)]
+    threads += [threading.Thread(target=_stream, args=(crowd,), daemon=True) for _ in range(STREAMERS)]
     for t in threads:
         t.start()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: crowd.on.set())
+    signal.signal(signal.SIGUSR2, lambda *_: crowd.switch_off())
+    signal.signal(signal.SIGTERM, lambda *_: crowd.stop.set())
     print("ready", flush=True)
-    while not stop.is_set():
-        stop.wait(0.2)
+    while not crowd.stop.is_set():
+        crowd.stop.wait(0.2)
+    stats = crowd.stats
     page_s = sorted(stats.pop("page_s")) or [0.0]
     print(json.dumps({**stats, "page_p50_s": page_s[len(page_s) // 2], "page_p95_s": page_s[int(len(page_s) * .95)]}),
           flush=True)
 
 
-# -- the run and the rounds -----------------------------------------------------------------------
+# -- the run and the windows ----------------------------------------------------------------------
 
 def _console(ws: Path) -> tuple[subprocess.Popen, int, str]:
     cli = [sys.executable, "-m", "trainteam.cli", "-w", str(ws), "web"]
@@ -109,21 +161,22 @@ def _console(ws: Path) -> tuple[subprocess.Popen, int, str]:
     return server, port, token
 
 
-def _step_gaps(history: Path) -> list[float]:
+def _step_ends(history: Path) -> list[tuple[float, float]]:
+    """(when a step ended, how long it took), the warm-up steps left out."""
     times = [e["time"] for e in map(json.loads, history.read_text().splitlines())
              if e.get("event") == "log" and "loss" in e]
-    return [b - a for a, b in zip(times[WARMUP:], times[WARMUP + 1:])]
+    return [(b, b - a) for a, b in zip(times[WARMUP:], times[WARMUP + 1:])]
 
 
-def _round(ws: Path, k: int, steps: int, tok, data: Path) -> list[float]:
+def _train(ws: Path, name: str, steps: int, tok, data: Path) -> Path:
     from trainteam.trainers import ModelSpec, TrainConfig, build_model, train
 
-    out = ws / "checkpoints" / RUN / f"round-{k}"
-    cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_batch_size=8, learning_rate=3e-3, seq_len=32,
-                      logging_steps=1)
+    out = ws / "checkpoints" / RUN / name
+    cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_batch_size=8, learning_rate=1e-3, seq_len=32,
+                      logging_steps=1, save_steps=steps, spike={"enabled": False})  # a long run: no stop at a spike
     model = build_model(ModelSpec(hidden_size=64, num_layers=2, num_heads=2, max_position_embeddings=64), tok)
     train("pretrain", cfg, model, data, tokenizer=tok, progress=False)
-    return _step_gaps(out / "run-history.jsonl")
+    return out / "run-history.jsonl"
 
 
 def _setup(ws: Path):
@@ -145,47 +198,152 @@ def _setup(ws: Path):
     return load_tokenizer(tok_dir), data
 
 
-def main(rounds: int, steps: int) -> dict:
+def _cpu_s(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def _switch(crowd: subprocess.Popen, served: psutil.Process, window_s: float, done: threading.Event,
+            windows: list[dict]) -> None:
+    """Switch the clients on and off, window by window in ABBA blocks, until training is done;
+    each window's start, kind, the console's and the clients' CPU seconds and the load average."""
+    clients_proc, k = psutil.Process(crowd.pid), 0
+    while not done.is_set():
+        kind = BLOCK[k % len(BLOCK)]
+        crowd.send_signal(signal.SIGUSR1 if kind == "loaded" else signal.SIGUSR2)
+        windows.append({"kind": kind, "start": time.time(), "console_cpu": _cpu_s(served),
+                        "clients_cpu": _cpu_s(clients_proc), "load_1m": round(os.getloadavg()[0], 2)})
+        k += 1
+        done.wait(window_s)
+    windows.append({"kind": "end", "start": time.time(), "console_cpu": _cpu_s(served),
+                    "clients_cpu": _cpu_s(clients_proc), "load_1m": round(os.getloadavg()[0], 2)})
+
+
+def window_rows(windows: list[dict], steps: list[tuple[float, float]]) -> list[dict]:
+    """Each whole window's median step (of the steps ending in it after ``SETTLE_S``) and CPU per second."""
+    rows = []
+    for w, nxt in zip(windows, windows[1:]):
+        gaps = [g for t, g in steps if w["start"] + SETTLE_S <= t < nxt["start"]]
+        wall = nxt["start"] - w["start"]
+        if len(gaps) >= 5:
+            rows.append({"kind": w["kind"], "median_step_s": statistics.median(gaps), "steps": len(gaps),
+                         "console_cpu_per_train_s": (nxt["console_cpu"] - w["console_cpu"]) / wall,
+                         "clients_cpu_per_train_s": (nxt["clients_cpu"] - w["clients_cpu"]) / wall,
+                         "load_1m": w["load_1m"]})
+        else:
+            rows.append({"kind": w["kind"], "median_step_s": None})
+    return rows
+
+
+def block_ratios(rows: list[dict]) -> list[float]:
+    """One ratio per whole ABBA block with every window measured: loaded medians over quiet medians."""
+    ratios = []
+    for i in range(0, len(rows) - len(BLOCK) + 1, len(BLOCK)):
+        block = rows[i:i + len(BLOCK)]
+        if any(r["median_step_s"] is None for r in block):
+            continue
+        loaded = sum(r["median_step_s"] for r in block if r["kind"] == "loaded")
+        quiet = sum(r["median_step_s"] for r in block if r["kind"] == "quiet")
+        ratios.append(loaded / quiet)
+    return ratios
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def ratio_interval(ratios: list[float], seed: int = 0) -> tuple[float, float]:
+    """A 95 % interval of the blocks' geometric mean: the wider of scipy's percentile bootstrap over the
+    blocks and Student's t on their log ratios (with a handful of blocks the bootstrap alone is too narrow)."""
+    logs = np.log(ratios)
+    boot = stats.bootstrap((logs,), np.mean, confidence_level=0.95, n_resamples=DRAWS, method="percentile",
+                           random_state=np.random.default_rng(seed)).confidence_interval
+    half = stats.t.ppf(0.975, len(logs) - 1) * stats.sem(logs)
+    low, high = min(boot.low, logs.mean() - half), max(boot.high, logs.mean() + half)
+    return math.exp(low), math.exp(high)
+
+
+def verdict(low: float, high: float, goal: float = GOAL) -> str:
+    if high <= goal:
+        return "met"
+    if low > goal:
+        return "missed"
+    return "unresolved"
+
+
+def _median_of(rows: list[dict], kind: str, key: str) -> float | None:
+    values = [r[key] for r in rows if r["kind"] == kind and r.get(key) is not None]
+    return round(statistics.median(values), 4) if values else None
+
+
+def _measure(ws: Path, seconds: float, window_s: float, tok, data: Path) -> tuple[list[dict], list, dict]:
+    """The windows, the steps and the clients' counters of one training run of about ``seconds``."""
+    server, port, token = _console(ws)
+    crowd = subprocess.Popen([sys.executable, __file__, "--clients", str(port), token], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert crowd.stdout.readline().strip() == "ready"
+        pace = statistics.median(g for _, g in _step_ends(_train(ws, "warm-up", 60, tok, data)))
+        steps = int(seconds / pace) + WARMUP
+        print(f"pace {pace * 1000:.2f} ms a step: {steps} steps, windows of {window_s:g} s", flush=True)
+        windows, done = [], threading.Event()
+        switcher = threading.Thread(target=_switch, args=(crowd, psutil.Process(server.pid), window_s, done, windows))
+        switcher.start()
+        try:
+            history = _train(ws, "measured", steps, tok, data)
+            ended = [e for e in map(json.loads, history.read_text().splitlines()) if e.get("event") == "end"]
+            assert ended and ended[-1].get("reason") == "completed", ended[-1:]  # trained all its steps
+        finally:
+            done.set()
+            switcher.join()
+        crowd.send_signal(signal.SIGTERM)
+        counts = json.loads(crowd.communicate(timeout=30)[0].strip().splitlines()[-1])
+    finally:
+        crowd.kill()
+        server.terminate()
+        server.wait(timeout=30)
+    return windows, _step_ends(history), counts
+
+
+def main(seconds: float, window_s: float) -> dict:
     ws = Path(tempfile.mkdtemp(prefix="web-load-")) / "ws"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     tok, data = _setup(ws)
-    server, port, token = _console(ws)
-    order = [("quiet", "loaded", "loaded", "quiet")[i % 4] for i in range(rounds)]
-    medians: dict[str, list[float]] = {"quiet": [], "loaded": []}
-    client_stats, loads, server_cpu = [], [], {"quiet": [], "loaded": []}
-    served = psutil.Process(server.pid)
-    try:
-        _round(ws, -1, 30, tok, data)  # warm the process up (imports, first allocations): not counted
-        for k, kind in enumerate(order):
-            crowd = None
-            if kind == "loaded":
-                crowd = subprocess.Popen([sys.executable, __file__, "--clients", str(port), token],
-                                         stdout=subprocess.PIPE, text=True)
-                assert crowd.stdout.readline().strip() == "ready"
-                time.sleep(1.5)  # every client has made its first request
-            cpu0, t0 = sum(served.cpu_times()[:2]), time.perf_counter()
-            gaps = _round(ws, k, steps, tok, data)
-            server_cpu[kind].append((sum(served.cpu_times()[:2]) - cpu0) / (time.perf_counter() - t0))
-            if crowd is not None:
-                crowd.send_signal(signal.SIGTERM)
-                client_stats.append(json.loads(crowd.communicate(timeout=30)[0].strip().splitlines()[-1]))
-            medians[kind].append(statistics.median(gaps))
-            loads.append(round(os.getloadavg()[0], 2))
-            print(f"round {k} {kind:6s}: median step {medians[kind][-1] * 1000:.2f} ms over {len(gaps)} steps, "
-                  f"load {loads[-1]}, console {server_cpu[kind][-1]:.2f} cores" + (f", clients {client_stats[-1]}" if crowd is not None else ""), flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    quiet, loaded = statistics.median(medians["quiet"]), statistics.median(medians["loaded"])
-    return {"benchmark": "web_load", "rounds": rounds, "steps": steps, "pollers": POLLERS, "streamers": STREAMERS,
-            "quiet_step_ms": round(quiet * 1000, 3), "loaded_step_ms": round(loaded * 1000, 3),
-            "ratio": round(loaded / quiet, 4), "goal_ratio": 1.05, "met": loaded / quiet <= 1.05,
-            "round_medians_ms": {k: [round(v * 1000, 3) for v in vs] for k, vs in medians.items()},
-            "load_average_1m": loads, "cores": os.cpu_count(),
-            "console_cpu_cores": {k: [round(v, 3) for v in vs] for k, vs in server_cpu.items()},
-            "pages_per_round": [c["pages"] for c in client_stats], "sse_events_per_round": [c["events"] for c in client_stats],
-            "client_errors": sum(c["errors"] for c in client_stats),
-            "page_p50_s": max((c["page_p50_s"] for c in client_stats), default=None)}
+    windows, steps, counts = _measure(ws, seconds, window_s, tok, data)
+    rows = window_rows(windows, steps)
+    ratios = block_ratios(rows)
+    if len(ratios) < 2:
+        raise SystemExit(f"only {len(ratios)} whole ABBA block(s) measured: give more --seconds")
+    ratio, (low, high) = geometric_mean(ratios), ratio_interval(ratios)
+    per_kind = {k: [round(r["median_step_s"] * 1000, 3) for r in rows if r["kind"] == k and r["median_step_s"]]
+                for k in ("quiet", "loaded")}
+    loaded_s = sum(w2["start"] - w1["start"] for w1, w2 in zip(windows, windows[1:]) if w1["kind"] == "loaded")
+    return {"benchmark": "web_load", "seconds": seconds, "window_s": window_s, "windows": len(rows),
+            "blocks": len(ratios), "steps": len(steps), "pollers": POLLERS, "streamers": STREAMERS,
+            "quiet_step_ms": round(statistics.median(per_kind["quiet"]), 3),
+            "loaded_step_ms": round(statistics.median(per_kind["loaded"]), 3),
+            "ratio": round(ratio, 4), "ratio_95": [round(low, 4), round(high, 4)], "goal_ratio": GOAL,
+            "verdict": verdict(low, high), "met": verdict(low, high) == "met",
+            "block_ratios": [round(r, 4) for r in ratios], "window_medians_ms": per_kind,
+            "console_cpu_s_per_train_s": {k: _median_of(rows, k, "console_cpu_per_train_s") for k in ("quiet", "loaded")},
+            "clients_cpu_s_per_train_s": _median_of(rows, "loaded", "clients_cpu_per_train_s"),
+            "load_average_1m": [r["load_1m"] for r in rows if r.get("load_1m") is not None], "cores": os.cpu_count(),
+            "pages_per_loaded_s": round(counts["pages"] / loaded_s, 1) if loaded_s else None,
+            "sse_events": counts["events"], "client_errors": counts["errors"],
+            "page_p50_s": counts["page_p50_s"], "page_p95_s": counts["page_p95_s"]}
+
+
+def _summary(result: dict) -> str:
+    low, high = result["ratio_95"]
+    cpu = result["console_cpu_s_per_train_s"]
+    resolution = {"met": f"resolves the goal: the step time rises by at most {(high - 1) * 100:.1f} %",
+                  "missed": f"resolves the goal as missed: the step time rises by at least {(low - 1) * 100:.1f} %",
+                  "unresolved": f"does not resolve the {GOAL - 1:.0%} goal on this machine (more rounds, or a quieter "
+                                "machine)"}[result["verdict"]]
+    return (f"loaded/quiet step time {result['ratio']:.3f} (95 % interval {low:.3f}–{high:.3f} over "
+            f"{result['blocks']} ABBA blocks of {result['window_s']:g} s windows): the interval {resolution}. The console used {cpu['quiet']} CPU s "
+            f"per training second quiet, {cpu['loaded']} loaded (the clients {result['clients_cpu_s_per_train_s']}), "
+            f"on {result['cores']} cores.")
 
 
 if __name__ == "__main__":
@@ -193,8 +351,12 @@ if __name__ == "__main__":
         clients(int(sys.argv[2]), sys.argv[3])
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=240.0, help="how long the measured run trains")
+    parser.add_argument("--window", type=float, default=4.0, help="seconds the clients stay on or off")
     args = parser.parse_args()
-    result = main(args.rounds, args.steps)
+    if args.window < 2 * SETTLE_S or args.seconds < 8 * args.window:
+        parser.error(f"--seconds {args.seconds:g} / --window {args.window:g}: a window of at least {2 * SETTLE_S:g} s "
+                     "and at least two ABBA blocks of windows")
+    result = main(args.seconds, args.window)
+    print(_summary(result))
     print("RESULT " + json.dumps(result))
