@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.sources import canonical_split, pick_split, split_names
@@ -75,3 +76,24 @@ def held_out(n: int, fraction: float, seed: int, most: int = HELD_OUT_MAX) -> fr
         raise BadInput(f"{n} row{'s' if n != 1 else ''}: too few to hold any out for evaluation")
     k = min(most, max(1, round(n * fraction)), n - 1)
     return frozenset(random.Random(seed).sample(range(n), k))
+
+
+def held_out_groups(keys: Iterable[str], fraction: float, seed: int, where: str = "rows") -> frozenset[str]:
+    """The groups to hold out (e.g. runs): ``fraction`` of the distinct ``keys`` (at least 1, never
+    all), drawn with ``seed``; every row of a chosen group is held out, so no group is on both sides."""
+    groups = sorted(set(keys))
+    if len(groups) < 2:
+        raise BadInput(f"{where}: {len(groups)} group{'s' if len(groups) != 1 else ''} ({', '.join(groups)}): "
+                       "too few to hold one out with none of its rows in training")
+    k = min(max(1, round(len(groups) * fraction)), len(groups) - 1)
+    return frozenset(random.Random(seed).sample(groups, k))
+
+
+def split_by_group(rows: list[Mapping[str, Any]], by: str, fraction: float, seed: int,
+                   where: str = "rows") -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """``(training rows, held-out rows)``: whole groups of rows (same ``by`` field) held out."""
+    missing = next((k for k, r in enumerate(rows) if not isinstance(r.get(by), str) or not r[by]), None)
+    if missing is not None:
+        raise BadInput(f"{where}: row {missing + 1} has no {by!r} to split by")
+    held = held_out_groups((r[by] for r in rows), fraction, seed, where)
+    return [r for r in rows if r[by] not in held], [r for r in rows if r[by] in held]

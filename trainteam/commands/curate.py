@@ -25,12 +25,56 @@ def _eval_sets(specs: list[str]) -> dict[str, Path]:
     return out
 
 
-def _load_config(path: Optional[Path]):
+def _load_config(path: Optional[Path], kind: str = "text"):
     from trainteam.curation.pipeline import CurationConfig
+    from trainteam.workflows.steps.curate import default_config
 
+    defaults = default_config(kind)  # text: every stage; chat/pair/preference rows: the row checks instead
     if path is None:
-        return CurationConfig()
-    return load_config_file(path, CurationConfig, "--config")
+        return defaults
+    given = load_config_file(path, CurationConfig, "--config").model_dump(exclude_unset=True)
+    return CurationConfig.model_validate({**defaults.model_dump(), **given})  # what the file says, over them
+
+
+def _corpus_rows(corpus: Path):
+    """``(kind, what curate reads)``: a text corpus as it is; chat, pair or preference rows read as
+    canonical rows (``curation.rows``) into the records the row checks and dedup compare."""
+    from trainteam.curation.formats import row_kind
+    from trainteam.curation.row_checks import row_records
+    from trainteam.curation.rows import read_rows
+
+    try:
+        first = read_rows(corpus, limit=1)
+    except BadInput:
+        return "text", corpus  # not rows curation.rows reads: the text path says what is wrong
+    kind = row_kind(first[0]) if first else "text"
+    if kind == "text":
+        return kind, corpus
+    return kind, list(row_records(read_rows(corpus), corpus.name))
+
+
+def _check_split(kind: str, rows, by: str, fraction: float, seed: int, corpus: Path) -> None:
+    """The split is possible on the input (its field on every row, two groups at least), before anything is stored."""
+    from trainteam.curation.row_checks import row_of
+    from trainteam.curation.splits import split_by_group
+
+    if kind == "text":
+        raise BadInput(f"--heldout-by: splits chat, prompt/completion or preference rows; {corpus} holds text")
+    split_by_group([row_of(r) for r in rows], by, fraction, seed, where=f"--heldout-by {by}: {corpus}")
+
+
+def _split(report, by: str, fraction: float, seed: int) -> dict:
+    """The curated rows split by ``by`` (whole groups held out): train.jsonl and heldout.jsonl beside them."""
+    from trainteam.curation.jsonl import read_jsonl, write_jsonl
+    from trainteam.curation.row_checks import row_of
+    from trainteam.curation.splits import split_by_group
+
+    rows = [{"id": r["id"], **row_of(r)} for r in read_jsonl(Path(report.output))]
+    train, held = split_by_group(rows, by, fraction, seed, where=report.output)
+    folder = Path(report.output).parent
+    paths = {"train": write_jsonl(train, folder / "train.jsonl"), "heldout": write_jsonl(held, folder / "heldout.jsonl")}
+    return {"by": by, "fraction": fraction, "seed": seed, "train_rows": len(train), "heldout_rows": len(held),
+            "heldout_groups": sorted({r[by] for r in held}), **{k: str(v) for k, v in paths.items()}}
 
 
 @curate_app.command("run")
@@ -41,25 +85,41 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="output folder (default: workspace datasets/<version>)"),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip and count malformed lines instead of stopping"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    heldout_by: Optional[str] = typer.Option(None, "--heldout-by", help="hold out whole groups of rows by this "
+                                             "field (run_id: no run on both sides), after dedup: writes "
+                                             "train.jsonl and heldout.jsonl beside the curated rows"),
+    heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", min=0.0, max=1.0,
+                                           help="share of the groups held out (at least one, never all)"),
+    seed: int = typer.Option(0, "--seed", help="which groups are held out"),
 ) -> None:
-    """Run the whole chain and record the result as a DatasetVersion in the knowledge graph."""
+    """Run the whole chain and record the result as a DatasetVersion in the knowledge graph.
+    Text is filtered for quality; chat, prompt/completion and preference rows get the row checks (a
+    --config file sets fields over those defaults)."""
     from trainteam.curation.pipeline import planned_version
     from trainteam.workflows.steps.curate import curate_recorded
 
     if not corpus.exists():
         raise BadInput(f"corpus: {corpus}: no such file or folder")
-    cfg = _load_config(config)
+    kind, rows = _corpus_rows(corpus)
+    cfg = _load_config(config, kind)
+    if heldout_by:
+        _check_split(kind, rows, heldout_by, heldout_fraction, seed, corpus)
     if skip_bad:
         cfg = cfg.model_copy(update={"skip_bad": True})
     evals = _eval_sets(eval_)
     ws = workspace()
-    out_dir = out or ws.dir("datasets") / (planned_version(corpus, evals, cfg) or "curated")
-    report = curate_recorded(ws.graph, corpus, evals, cfg, out_dir, progress=not as_json)
+    out_dir = out or ws.dir("datasets") / (planned_version(rows, evals, cfg) or "curated")
+    report = curate_recorded(ws.graph, rows, evals, cfg, out_dir, progress=not as_json)
+    split = _split(report, heldout_by, heldout_fraction, seed) if heldout_by else None
     if as_json:
-        return print_json(report.model_dump(mode="json"))
+        return print_json({**report.model_dump(mode="json"), **({"split": split} if split else {})})
     console.print(report.summary(), highlight=False)
     if report.node_id:
         console.print(f"  graph node {report.node_id}", highlight=False)
+    if split:
+        console.print(f"  held out by {heldout_by}: {split['heldout_rows']} rows of {len(split['heldout_groups'])} "
+                      f"({', '.join(split['heldout_groups'])}) → {split['heldout']}; {split['train_rows']} → "
+                      f"{split['train']}", highlight=False)
 
 
 @curate_app.command("demo")

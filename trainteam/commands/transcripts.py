@@ -68,6 +68,7 @@ def export(
 
 def _chat_rows(runs: list[str], personas: list[str], steps: list[str], status: str) -> list[dict]:
     """The chat rows of the chosen runs (by default those that completed with their gates passed)."""
+    from trainteam.agents import transcripts
     from trainteam.agents.cards import PERSONAS
     from trainteam.agents.chat_export import chat_rows, gates_passed
     from trainteam.workflows.steps.catalog import STEPS
@@ -77,6 +78,9 @@ def _chat_rows(runs: list[str], personas: list[str], steps: list[str], status: s
     if bad is not None:
         raise BadInput(f"--persona: unknown persona {bad!r} (known: {', '.join(PERSONAS)})")
     ws = workspace()
+    missing = next((r for r in runs if not transcripts.run_dir(ws, r).is_dir()), None)  # run_dir checks the id
+    if missing is not None:
+        raise BadInput(f"--run: no transcripts for run {missing!r} in {ws.dir('transcripts')}")
     ids = runs or sorted(p.name for p in ws.dir("transcripts").iterdir() if p.is_dir())
     if status == "completed":
         store = RunStore(ws.engine)
