@@ -50,6 +50,23 @@ def prompt_format(tokenizer) -> PromptFormat:
     return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
 
 
+_PROBE_TOOL = "probe_tool_b7e1"
+
+
+def renders_tool_calls(tokenizer) -> bool:
+    """Whether the tokenizer's chat template writes an assistant turn's tool calls. A template
+    without them (SmolLM2-Instruct's, a plain model's ``bos + prompt``) renders such a turn as an
+    empty answer, which a model would then learn."""
+    if prompt_format(tokenizer) != "chat":
+        return False
+    probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": _PROBE_TOOL, "arguments": {}}}]}]
+    try:
+        return _PROBE_TOOL in tokenizer.apply_chat_template(probe, tokenize=False)
+    except Exception:  # a template that raises on tool calls (jinja errors, raise_exception) renders none
+        return False
+
+
 def folder_prompt_format(folder) -> PromptFormat:
     """The format of a saved model folder, read from its tokenizer files without loading them:
     ``"chat"`` when it carries a chat template (``chat_template.jinja``, or the template inside

@@ -114,9 +114,19 @@ def _expand(ds, fn):
     return ds.map(batch, batched=True, remove_columns=ds.column_names)
 
 
+def _calls_tools(ds) -> bool:
+    return "messages" in ds.column_names and any(
+        m.get("tool_calls") for turns in ds["messages"] for m in turns or [] if isinstance(m, dict))
+
+
 def sft_dataset(tokenizer, ds):
-    """Text, pair or chat rows as SFT rows (loss on the answers), formatted as ``formats.py`` says."""
+    """Text, pair or chat rows as SFT rows (loss on the answers), formatted as ``formats.py`` says.
+    Rows whose assistant turns call tools need a chat template that writes the calls."""
     fmt = prompt_format(tokenizer)
+    if _calls_tools(ds) and not F.renders_tool_calls(tokenizer):
+        raise BadInput("data: the rows' assistant turns call tools, and the model's chat template does not write "
+                       "tool calls (they would be learned as empty answers); give the model a chat template "
+                       "that renders tool calls and tools (chat_template.jinja in its folder)")
     return _expand(ds, lambda rec: _sft_rows(tokenizer, fmt, rec))
 
 

@@ -15,6 +15,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parents[1] / "spine"))
 from spine_helpers import TINY_TASK, cli  # noqa: E402
 
+from trainteam.core.errors import BadInput  # noqa: E402
+
 KEY = "sk-chatexport0123456789abcdef"  # a fake provider key: in the env and pasted into the task's text
 ENV = {"FAKE_SERVICE_API_KEY": KEY}
 # A small tool-calling chat template (the shape of Hermes/Qwen's): tools as JSON, calls in <tool_call> tags.
@@ -25,6 +27,8 @@ TEMPLATE = (
     '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}</tool_call>'
     "{% endfor %}{% endif %}<|end|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
 def _run(ws: Path, tmp: Path, run_id: str) -> subprocess.Popen:
@@ -155,6 +159,10 @@ def test_curated_rows_reach_the_chat_template_with_their_tools(runs):
     assert '"name": "gate"' in text and '{"name": "gate", "arguments": {"reason": "step gate runs gate"}}' in text
     assert "null" not in text.split("<|end|>")[0]  # the tool schemas as written
     assert min(row_lengths(tokenizer, ds)) > 0
+    # a template that drops tool calls (SmolLM2-Instruct's ChatML) would teach empty answers: refused by name
+    tokenizer.chat_template = CHATML
+    with pytest.raises(BadInput, match="chat template does not write tool calls"):
+        sft_dataset(tokenizer, load_data(path, "sft"))
 
 
 def test_the_final_answer_is_what_the_persona_runtime_takes_as_its_report(runs):

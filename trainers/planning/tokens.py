@@ -92,7 +92,7 @@ def _sft_lengths(tokenizer, rows: list[dict]) -> list[int]:
     from datasets import Dataset, disable_progress_bars
 
     disable_progress_bars()  # a sample's map is no progress a person waits for
-    return D.row_lengths(tokenizer, D.sft_dataset(tokenizer, Dataset.from_list(rows)))
+    return D.row_lengths(tokenizer, D.sft_dataset(tokenizer, Dataset.from_list(rows, on_mixed_types=D.MIXED)))
 
 
 def _preference_tokens(tokenizer, rec: dict, fmt: str) -> int:
