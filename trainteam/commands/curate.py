@@ -87,7 +87,8 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
     heldout_by: Optional[str] = typer.Option(None, "--heldout-by", help="hold out whole groups of rows by this "
                                              "field (run_id: no run on both sides), after dedup: writes "
-                                             "train.jsonl and heldout.jsonl beside the curated rows"),
+                                             "train.jsonl and heldout.jsonl beside the curated rows; for transcripts set "
+                                             "near_dedup: null, as one step's turns in two runs are near duplicates"),
     heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", min=0.0, max=1.0,
                                            help="share of the groups held out (at least one, never all)"),
     seed: int = typer.Option(0, "--seed", help="which groups are held out"),
