@@ -81,11 +81,17 @@ class ModelSpec(_Strict):
     max_position_embeddings: int = Field(default=256, gt=0, le=1 << 20)
     vocab_size: int | None = Field(default=None, gt=0, le=1 << 21, description="default: the tokenizer's")
     trust_remote_code: bool = Field(default=False, description="only a person turns this on")
+    chat_template: str | None = Field(default=None, max_length=4096, description=(
+        "a chat template for the model's tokenizer that writes tools and tool calls (trainers/chat_templates.py): "
+        "a template TRL ships by name (qwen2_5: ChatML, tools in the system turn, <tool_call> calls) or a .jinja "
+        "file; saved with the checkpoints"))
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelSpec":
         if self.path is None and self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.path is None and self.chat_template:
+            raise ValueError("chat_template: only a local model (model.path) takes a chat template")
         return self
 
 

@@ -124,7 +124,7 @@ def data_tokens(task, stage: str, method: str) -> DataTokens | None:
     task fine-tunes a local model (else bounded by bytes); None when the data cannot be read (the
     data checks report that with their own message)."""
     data = task.stage_data(stage)
-    tokenizer_path = str(task.model.path) if task.model.path is not None else None
+    tokenizer_path = (str(task.model.path), task.model.chat_template) if task.model.path is not None else None
     try:
         if data.demo:
             return _demo_tokens(data, method, tokenizer_path)
@@ -135,13 +135,13 @@ def data_tokens(task, stage: str, method: str) -> DataTokens | None:
         return None
 
 
-def _counted(rows: list[dict], method: str, tokenizer_path: str | None) -> RowTokens:
+def _counted(rows: list[dict], method: str, tokenizer_path: tuple[str, str | None] | None) -> RowTokens:
     if tokenizer_path is None:
         return bytes_bound(rows, method)
-    return count_tokens(model_tokenizer(tokenizer_path), rows, method)
+    return count_tokens(model_tokenizer(*tokenizer_path), rows, method)
 
 
-def _demo_tokens(data, method: str, tokenizer_path: str | None) -> DataTokens:
+def _demo_tokens(data, method: str, tokenizer_path: tuple[str, str | None] | None) -> DataTokens:
     rows, _ = generate_arithmetic(ArithmeticConfig(task=data.demo, max_operand=data.max_operand,
                                                    n_train=min(SAMPLE_ROWS, data.n_train), n_eval=0, seed=data.seed,
                                                    fixed_width=data.fixed_width))
@@ -156,7 +156,7 @@ def _stamp(path) -> tuple[int, int]:
 
 @lru_cache(maxsize=32)
 def _file_tokens(path: Path, eval_path: Path | None, split: str | None, eval_split: str | None,
-                 columns: tuple, eval_fraction: float, seed: int, method: str, tokenizer_path: str | None,
+                 columns: tuple, eval_fraction: float, seed: int, method: str, tokenizer_path: tuple[str, str | None] | None,
                  stamp: tuple[int, int]) -> DataTokens:
     parts = plan_splits(path, eval_path, split=split, eval_split=eval_split)
     n = sum(1 for _ in iter_items(parts.train.path, split=parts.train.split))
@@ -202,5 +202,5 @@ def _calibration(task, cfg, row_tokens: float | None, device: str, vocab: int | 
     tokens = calibration_tokens(cfg, row_tokens)
     if not measure:
         return lookup(task.model, cfg, tokens, device=device, vocab_size=vocab)
-    tok = model_tokenizer(str(task.model.path)) if task.model.path is not None else None
+    tok = model_tokenizer(str(task.model.path), task.model.chat_template) if task.model.path is not None else None
     return calibrate(task.model, cfg, tokens, device=device, tokenizer=tok, vocab_size=vocab)

@@ -22,6 +22,7 @@ from typing import Callable, Iterator, Literal
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import prompt_format
+from trainteam.trainers.chat_templates import apply_chat_template
 from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.tokens import model_tokenizer
 from trainteam.trainers.trainer_args import TRL_CONFIGS
@@ -82,13 +83,15 @@ def model_check(task: TrainTask, source: str) -> Check:
     weights = sorted(folder.glob("*.safetensors"))
     size = sum(w.stat().st_size for w in weights)
     try:
-        tok = model_tokenizer(str(folder))
+        tok = model_tokenizer(str(folder), spec.chat_template)
     except (BadInput, OSError, ValueError) as exc:
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise BadInput(f"{source}: model.path: {folder}: the tokenizer does not load ({why})") from None
     fmt = prompt_format(tok)
     template = "has a chat template: chat rows train and evaluate through it" if fmt == "chat" else \
         "no chat template: prompts are plain (bos + prompt)"
+    if spec.chat_template:  # stated, never silent: the run trains and serves with this template
+        template = apply_chat_template(tok, spec.chat_template)
     return Check("model", "ok", f"{folder.name}: {shape.arch}, {shape.num_params():,} parameters, {len(weights)} "
                  f"safetensors file{'s' if len(weights) != 1 else ''} ({size / 2**20:,.0f} MiB); tokenizer loads "
                  f"(vocab {len(tok):,}); {template}")

@@ -66,9 +66,15 @@ class RowTokens(BaseModel):
 
 
 @lru_cache(maxsize=4)
-def model_tokenizer(path: str):
-    """The tokenizer of a local model folder (loaded once per process)."""
-    return load_tokenizer(Path(path))
+def model_tokenizer(path: str, chat_template: str | None = None):
+    """The tokenizer of a local model folder (loaded once per process), with the task's
+    ``model.chat_template`` on it when given (trainers/chat_templates.py)."""
+    tok = load_tokenizer(Path(path))
+    if chat_template:
+        from trainteam.trainers.chat_templates import apply_chat_template
+
+        apply_chat_template(tok, chat_template)
+    return tok
 
 
 def count_tokens(tokenizer, rows: list[dict], method: str) -> RowTokens:

@@ -26,6 +26,7 @@ from trainteam.curation.pipeline import curate as run_curation
 from trainteam.curation.row_checks import RowChecksConfig, row_of, row_records
 from trainteam.graph import KnowledgeGraph, NodeKind, node_id
 from trainteam.graph.record import record_dataset, record_derived_from, recorded_dataset
+from trainteam.trainers.chat_templates import apply_chat_template
 from trainteam.trainers.tokenizer import load_tokenizer
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.steps.corpus import eval_sets
@@ -179,7 +180,12 @@ def _summary(report) -> str:
 def _tokenizer(task):
     """The task's tokenizer when it continues a local model; None when it trains its own (after
     curation: the over-length rule waits for the trainer then)."""
-    return load_tokenizer(task.model.path) if task.model.path is not None else None
+    if task.model.path is None:
+        return None
+    tok = load_tokenizer(task.model.path)
+    if task.model.chat_template:  # the template training uses (its tools count towards the rows' tokens)
+        apply_chat_template(tok, task.model.chat_template)
+    return tok
 
 
 def _splits(ctx: ToolContext) -> list[tuple[str, str | None, Any]]:

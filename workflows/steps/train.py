@@ -40,6 +40,7 @@ from trainteam.trainers.eval_battery import greedy_generations
 from trainteam.trainers.gates import accept_failed_gate, evaluate_gate
 from trainteam.trainers.models import build_model, load_model
 from trainteam.trainers.results import RestartProposal
+from trainteam.trainers.chat_templates import save_tokenizer_with_template
 from trainteam.trainers.tokenizer import load_tokenizer
 from trainteam.trainers.tokenizer import train_tokenizer as fit
 from trainteam.trainers.training import train as run_training
@@ -79,6 +80,16 @@ def train_tokenizer(ctx: ToolContext) -> StepResult:
                             path=str(out_dir), vocab_size=cfg.vocab_size, split_digits=cfg.split_digits)
     return StepResult(summary=f"tokenizer {key} (vocab {cfg.vocab_size})", artifacts={"tokenizer": str(out_dir)},
                       nodes={"tokenizer": node})
+
+
+def _templated_tokenizer(ctx: ToolContext, model_path: Path, template: str) -> tuple[Path, str]:
+    """The model's tokenizer with the task's ``model.chat_template`` (trainers/chat_templates.py), saved
+    in the workspace and recorded; every checkpoint then saves it."""
+    key = hashlib.sha256(f"{Path(model_path).resolve()}\0{template}".encode()).hexdigest()[:16]
+    out_dir, _ = save_tokenizer_with_template(Path(model_path), template, ctx.ws.dir("tokenizers") / key)
+    node = record_tokenizer(ctx.graph, key, sources=[], step_node=ctx.step_node, path=str(out_dir),
+                            vocab_size=len(load_tokenizer(out_dir)), split_digits=False)
+    return out_dir, node
 
 
 def _checkpoint_node(ctx: ToolContext, final_dir: Path, stage: str, data_node: str, tok_node: str | None,
@@ -285,6 +296,8 @@ def _tokenizer_source(ctx: ToolContext) -> tuple[Path, str | None]:
     tok_out = ctx.outputs.get("train_tokenizer") or {}
     if tok_out.get("outcome") not in (None, "skipped"):
         return Path(tok_out["artifacts"]["tokenizer"]), tok_out["nodes"]["tokenizer"]
+    if ctx.task.model.path is not None and ctx.task.model.chat_template:
+        return _templated_tokenizer(ctx, ctx.task.model.path, ctx.task.model.chat_template)
     if ctx.task.model.path is not None:
         return ctx.task.model.path, None
     raise LookupError("train: no tokenizer (add the pretrain stage, or give model.path)")
