@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=25)
     ap.add_argument("--low", type=float, default=0.5)
     ap.add_argument("--high", type=float, default=0.97)
-    ap.add_argument("--grpo-steps", type=int, default=200)
+    ap.add_argument("--grpo-steps", type=int, default=None, help="default: the demo task's GRPO max_steps")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
 
@@ -70,6 +70,7 @@ def main() -> None:
             print("RESULT " + json.dumps(result))
             return
         ckpt, sft_em = start
+        a.grpo_steps = a.grpo_steps or task.train_config("grpo").max_steps
         grpo_cfg = task.train_config("grpo").model_copy(update={
             "output_dir": work / "grpo", "max_steps": a.grpo_steps, "save_steps": None, "resume": "never", "seed": a.seed})
         t0 = time.time()

@@ -51,7 +51,7 @@ DEMO_REQUEST = (
     "checkpoint every 100 steps; "
     "then SFT for 1500 steps at batch 64, sequence length 64, learning rate 0.0005, warm up over 100 steps, "
     "checkpoint every 100 steps; "
-    "then GRPO for 200 steps at batch 32, sequence length 64, learning rate 0.00001, 8 generations per prompt, "
+    "then GRPO for 400 steps at batch 128, sequence length 64, learning rate 0.00001, 8 generations per prompt, "
     "sampling temperature 0.5, "
     "completions of at most "
     "6 tokens, checkpoint every 100 steps. "
