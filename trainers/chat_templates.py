@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 
 from trainteam.core.errors import BadInput
+from trainteam.curation.formats import renders_tool_calls
+from trainteam.trainers.tokenizer import load_tokenizer
 
 # The TRL-shipped templates that write tools and tool calls on a ChatML vocabulary.
 CHATML_TOOL_TEMPLATES = ("qwen2_5", "qwen3", "qwen3_instruct_2507")
@@ -50,8 +52,6 @@ def template_text(value: str) -> tuple[str, str]:
 def apply_chat_template(tokenizer, value: str) -> str:
     """Put the template on ``tokenizer`` (in place) and say so in one line; a template whose special tokens
     the vocabulary lacks, or that does not write tool calls, is refused by name."""
-    from trainteam.curation.formats import renders_tool_calls
-
     text, label = template_text(value)
     vocab = tokenizer.get_vocab()
     missing = sorted({t for t in _SPECIAL.findall(text) if t not in vocab})
@@ -78,8 +78,6 @@ def _add_response_parser(tokenizer) -> None:
 
 def save_tokenizer_with_template(src: Path, value: str, out_dir: Path) -> tuple[Path, str]:
     """``src``'s tokenizer with the template applied, saved to ``out_dir`` (chat_template.jinja included)."""
-    from trainteam.trainers.tokenizer import load_tokenizer
-
     tok = load_tokenizer(src)
     note = apply_chat_template(tok, value)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ from trainteam.core.errors import BadInput
 from trainteam.curation import formats as F
 from trainteam.curation.rows import read_rows
 from trainteam.trainers import method_data as D
+from trainteam.trainers.chat_templates import apply_chat_template
 from trainteam.trainers.tokenizer import load_tokenizer
 
 SAMPLE_ROWS = 256
@@ -71,8 +72,6 @@ def model_tokenizer(path: str, chat_template: str | None = None):
     ``model.chat_template`` on it when given (trainers/chat_templates.py)."""
     tok = load_tokenizer(Path(path))
     if chat_template:
-        from trainteam.trainers.chat_templates import apply_chat_template
-
         apply_chat_template(tok, chat_template)
     return tok
 
