@@ -99,3 +99,8 @@ def test_a_spike_approval_shows_the_curve_around_the_spike_and_a_budget_one_the_
         "where": "training pretrain", "step": 120, "overrun_s": 4.5, "allowed_minutes": 30.0,
         "budget": {"max_wall_minutes": 30.0}}))  # stopped by the ceiling inside training
     assert inside.budget.spent_seconds == 1804.5 and inside.budget.where == "training pretrain"
+    console = Console(width=150, record=True, color_system=None)
+    render_approval(console, inside)
+    text = console.export_text()  # the budget section says each figure once
+    assert "over by 4 s" in text or "over by 5 s" in text
+    assert text.count("overrun_s") == 0 and text.count("training pretrain") <= 1

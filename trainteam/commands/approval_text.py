@@ -101,6 +101,8 @@ def render_approval(console, view) -> None:
         if section is not None:
             show(console, section)
     typed = {"register_model", "curve", "monitor", "spent", "budget", "allowed_minutes"}
+    if view.budget is not None:  # the budget section printed these already
+        typed |= {"where", "overrun_s"}
     for key, value in view.evidence.items():
         if key not in typed:
             console.print(f"[bold]{_e(key)}[/bold] {_e(value if isinstance(value, str) else json.dumps(value, default=str))}",
