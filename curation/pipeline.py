@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 import time
+import uuid
 from array import array
 from itertools import islice
 from pathlib import Path
@@ -347,7 +349,10 @@ def curate(
     work = Path(out_dir) if out_dir is not None else Path(tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     final = work / "data.jsonl"
-    spill = work / ".stage1.jsonl"
+    # Two runs of one workspace may build the same version at once: each writes its own files and
+    # moves the (identical) result into place, so neither finds the other's half-written ones.
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    spill, staged = work / f".stage1-{tag}.jsonl", work / f".data-{tag}.jsonl"
     stream_hash = RecordsFingerprint() if corpus_fp is None else None
     records = iter_records(
         corpus, text_field=config.text_field, skip_bad=config.skip_bad, skipped=skipped,
@@ -355,9 +360,11 @@ def curate(
     )
     try:
         near = _first_pass(run, records, spill, stream_hash, progress)
-        near_pairs = _second_pass(spill, final, near, run, config.max_listed)
+        near_pairs = _second_pass(spill, staged, near, run, config.max_listed)
+        staged.replace(final)
     finally:
         spill.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
     run.counts["skipped_bad"] = skipped.count
     fp = corpus_fp or stream_hash.hexdigest()
     report = _report(run, _key(fp, eval_fps, params), near, near_pairs, skipped)
@@ -375,7 +382,9 @@ def curate(
             inputs=[(fp, source_name(corpus))], checked_against=[(efp, f"eval:{n}") for n, efp in eval_fps.items()],
             report=str(report_path),
         )
-        report_path.write_text(report.model_dump_json(indent=1))
+        staged_report = work / f".report-{tag}.json"
+        staged_report.write_text(report.model_dump_json(indent=1))
+        staged_report.replace(report_path)
     return report
 
 

@@ -160,3 +160,22 @@ def test_builders_are_versioned_once(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["-w", str(tmp_path / "ws"), "curate", "build", "preference", str(src)])
     assert done.value.code == 0 and "(reused)" in capsys.readouterr().out  # same input and options as above
+
+
+def test_two_processes_building_the_same_version_in_one_folder_both_succeed(tmp_path):
+    """Two runs of one workspace may curate the same data at once (seen: the second failed renaming the
+    first's half-written `.stage1.jsonl`); both finish, with the one output, and leave no staging files."""
+    rows = [{"id": str(i), "text": f"Record number {i} says the cat and the dog sat with the bird. " * 6}
+            for i in range(3000)]
+    corpus = tmp_path / "corpus.jsonl"
+    write_jsonl(rows + rows[:500], corpus)
+    script = ("import sys; from trainteam.curation.pipeline import CurationConfig, curate; "
+              "r = curate(sys.argv[1], config=CurationConfig(quality=None), out_dir=sys.argv[2], progress=False); "
+              "print(r.counts['output'])")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(corpus), str(tmp_path / "v")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert [out.strip() for out, _ in outs] == ["3000", "3000"]
+    assert len(read_jsonl(tmp_path / "v" / "data.jsonl")) == 3000
+    assert sorted(p.name for p in (tmp_path / "v").iterdir()) == ["data.jsonl", "report.json"]
