@@ -146,6 +146,24 @@ def record_tokenizer(graph: KnowledgeGraph, key: str, *, sources: Sequence[str],
     return graph.link(NodeKind.TOKENIZER, key, edges, path=path, vocab_size=vocab_size, split_digits=split_digits)
 
 
+def record_fitted_tokenizer(graph: KnowledgeGraph, key: str, *, inputs: Iterable[tuple[str, str]], path: str,
+                            vocab_size: int, split_digits: bool) -> str:
+    """A tokenizer fitted outside a run (MCP ``train_tokenizer``): derived_from what it read, ``(fingerprint,
+    name)`` each, the DatasetVersion with that content, else a Corpus."""
+    edges = [(EdgeKind.DERIVED_FROM, _input_node(graph, fp, name)) for fp, name in inputs]
+    return graph.link(NodeKind.TOKENIZER, key, edges, path=path, vocab_size=vocab_size, split_digits=split_digits)
+
+
+def record_merged_checkpoint(graph: KnowledgeGraph, key: str, *, path: str, adapters: Sequence[str],
+                             combination: str, density: float, weights: Sequence[float]) -> str:
+    """Adapters merged into their base (``key``: the merged weights' hash): a Checkpoint derived_from
+    each adapter's recorded Checkpoint (found by its path)."""
+    by_path = {str(n.get("path")): n["id"] for n in graph.nodes(NodeKind.CHECKPOINT)}
+    edges = [(EdgeKind.DERIVED_FROM, by_path[a]) for a in adapters if a in by_path]
+    return graph.link(NodeKind.CHECKPOINT, key, edges, path=path, stage="merge", method=combination,
+                      adapter=False, adapters=list(adapters), density=density, weights=list(weights))
+
+
 def record_checkpoint(graph: KnowledgeGraph, key: str, *, run_id: str, step_node: str, trained_on: str,
                       tokenizer: str | None, derived_from: str | None, path: str, stage: str,
                       metrics: Mapping[str, Any], adapter: bool, method: str | None = None,

@@ -16,9 +16,11 @@ import anyio
 from mcp import Client, StdioServerParameters
 from spine_helpers import TINY_TASK, _env, cli
 
-TOOLS = {"curate_corpus", "dedup_corpus", "decontaminate_corpus", "execute_workflow", "list_runs", "show_run",
-         "list_approvals", "show_approval", "lineage", "graph_nodes"}
-PLAN_FIRST = {"curate_corpus", "dedup_corpus", "decontaminate_corpus", "execute_workflow"}
+TRAIN = {"pretrain_model", "train_sft", "train_dpo", "train_grpo"}
+PLAN_FIRST = {"curate_corpus", "dedup_corpus", "decontaminate_corpus", "execute_workflow", "build_training_dataset",
+              "train_tokenizer", "merge_adapters_ties"} | TRAIN
+TOOLS = PLAN_FIRST | {"list_runs", "show_run", "list_approvals", "show_approval", "lineage", "graph_nodes",
+                      "dataset_lineage", "compose_reward"}
 ROWS = ["the cat sat on the mat and looked at the dog", "the cat sat on the mat and looked at the dog",
         "a completely different sentence about training models", "yet another line of text for the corpus here"]
 
@@ -119,8 +121,10 @@ def test_over_http_a_tiny_workflow_run_comes_back_waiting_for_a_person(tmp_path,
             assert "overrides: stage 'sft' is not in the task's stages" in refused
             assert "task: give either" in await _refused(client, "execute_workflow", {"execute": True})
 
-            run = _data(await client.call_tool("execute_workflow", {"task": task, "execute": True, "run_id": "m1",
-                                                                    "wait_seconds": 180}, read_timeout_seconds=200))
+            # a training tool is a run like any other: its task written from the tool's arguments
+            fields = {k: task[k] for k in ("name", "model", "data", "budget", "training", "gates")}
+            run = _data(await client.call_tool("pretrain_model", {**fields, "execute": True, "run_id": "m1",
+                                                                  "wait_seconds": 180}, read_timeout_seconds=200))
             assert (run["run_id"], run["status"]) == ("m1", "waiting_approval"), run
             (waiting,) = run["pending_approvals"]
             assert waiting["action"] == "register_model"
@@ -158,3 +162,84 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path):
                                str(port)], capture_output=True, text=True, timeout=60, env=_env())
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: --http: cannot listen on 127.0.0.1:{port} (Address already in use)"]
+
+
+def _two_adapters(folder: Path) -> list[Path]:
+    """Two LoRA adapters (random, non-zero deltas) of one tiny local Llama."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    base = folder / "base"
+    LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=2, vocab_size=64)).save_pretrained(base)
+    out = []
+    for i in range(2):
+        torch.manual_seed(i)
+        model = get_peft_model(LlamaForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj"]))
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.data.normal_()
+        model.save_pretrained(folder / f"adapter{i}")
+        out.append(folder / f"adapter{i}")
+    return out
+
+
+def test_training_tools_plan_a_run_and_artifact_tools_record_what_they_make(tmp_path, ws):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"{t} {i}"}) + "\n" for i, t in enumerate(ROWS)))
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("".join(json.dumps(r) + "\n" for r in [{"prompt": "1+1=", "completion": "2", "ok": True},
+                                                               {"prompt": "2+2=", "completion": "5", "ok": False}]))
+    adapters = _two_adapters(tmp_path)
+    fields = {k: TINY_TASK[k] for k in ("name", "model", "data", "budget", "training", "gates")}
+
+    async def session() -> None:
+        async with _stdio(ws) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            for name in TRAIN:
+                props = tools[name].input_schema["properties"]
+                assert {"model", "data", "budget", "training", "execute"} <= set(props), name
+            plan = _data(await client.call_tool("pretrain_model", fields))
+            assert (plan["executed"], plan["tool"]) == (False, "pretrain_model")
+            assert list(plan["plan"]["stages"]) == ["pretrain"] and plan["plan"]["stages"]["pretrain"]["max_steps"] == 6
+            # the task's own rules speak: sft needs a trained model
+            assert "give model.path, or pretrain first" in await _refused(client, "train_sft", fields)
+            grpo = _data(await client.call_tool("train_grpo", {**fields, "before": ["pretrain", "sft"]}))
+            assert list(grpo["plan"]["stages"]) == ["pretrain", "sft", "grpo"]
+            assert _data(await client.call_tool("list_runs", {}))["runs"] == []  # plans start nothing
+
+            scored = _data(await client.call_tool("compose_reward", {"samples": [
+                {"completion": " 42 ", "reference": "42"}, {"completion": "41", "reference": "42"},
+                {"completion": "42", "reference": "42", "ended_with_eos": False}]}))
+            assert [s["grpo"]["total"] for s in scored["samples"]] == [1.2, 0.2, 1.0] and scored["correct"] == 2
+
+            tok_plan = _data(await client.call_tool("train_tokenizer", {"corpus": str(corpus), "config": {"vocab_size": 280}}))
+            assert not Path(tok_plan["plan"]["out"]).exists()
+            tok = _data(await client.call_tool("train_tokenizer", {"corpus": str(corpus), "config": {"vocab_size": 280},
+                                                                   "execute": True}))
+            assert (Path(tok["path"]) / "tokenizer.json").is_file() and tok["path"] == tok_plan["plan"]["out"]
+            tok_lineage = _data(await client.call_tool("lineage", {"node": tok["node_id"]}))
+            assert [n["source"] for n in tok_lineage["nodes"] if n["kind"] == "Corpus"] == [str(corpus)]
+
+            built_plan = _data(await client.call_tool("build_training_dataset", {"kind": "sft", "source": str(traces)}))
+            built = _data(await client.call_tool("build_training_dataset", {"kind": "sft", "source": str(traces),
+                                                                            "execute": True}))
+            assert (built["version"], built["rows"], built["reused"]) == (built_plan["plan"]["version"], 1, False)
+            lineage = _data(await client.call_tool("dataset_lineage", {"version": built["version"]}))
+            assert {n["kind"] for n in lineage["nodes"]} == {"DatasetVersion", "Corpus"}
+            assert "no dataset version 'nope'" in await _refused(client, "dataset_lineage", {"version": "nope"})
+
+            paths = [str(a) for a in adapters]
+            assert "weights: 1 weights for 2 adapters" in await _refused(
+                client, "merge_adapters_ties", {"adapters": paths, "weights": [1.0]})
+            merge_plan = _data(await client.call_tool("merge_adapters_ties", {"adapters": paths}))
+            assert not Path(merge_plan["plan"]["out"]).exists()
+            merged = _data(await client.call_tool("merge_adapters_ties", {"adapters": paths, "execute": True},
+                                                  read_timeout_seconds=120))
+            assert (Path(merged["path"]) / "model.safetensors").is_file()
+            node = next(n for n in _data(await client.call_tool("graph_nodes", {"kind": "Checkpoint"}))["nodes"]
+                        if n["id"] == merged["node_id"])
+            assert (node["method"], node["adapters"]) == ("ties", [str(a.resolve()) for a in adapters])
+
+    anyio.run(session)

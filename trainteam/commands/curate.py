@@ -166,32 +166,14 @@ def build(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets)"),
 ) -> None:
     """Build an SFT / preference / GRPO dataset, recorded as a DatasetVersion (built once per input and options)."""
-    from functools import partial
+    from trainteam.workflows.built_datasets import BuildOptions, build_recorded, planned_build
 
-    from trainteam.curation.builders import build_grpo_groups, build_preference_pairs, build_sft_examples
-    from trainteam.curation.jsonl import read_jsonl
-    from trainteam.curation.lineage import materialize
-    from trainteam.graph.record import recorded_dataset
-    from trainteam.workflows.steps.curate import record_built
-
-    builders = {
-        "sft": (lambda recs: build_sft_examples(recs, min_reward=min_reward), {"min_reward": min_reward}),
-        "preference": (lambda recs: build_preference_pairs(recs, min_margin=min_margin), {"min_margin": min_margin}),
-        "grpo": (build_grpo_groups, {}),
-    }
-    if kind not in builders:
-        raise BadInput(f"kind: unknown dataset kind {kind!r} ({', '.join(builders)})")
-    if not source.is_file():
-        raise BadInput(f"source: {source}: no such file")
-    fn, params = builders[kind]
+    opts = BuildOptions(min_reward=min_reward, min_margin=min_margin)
+    planned_build(kind, source, opts)  # a bad kind or a missing source: one line, before the workspace opens
     ws = workspace()
-    version, path, built = materialize(kind, {"source": source}, params, lambda: fn(read_jsonl(source)),
-                                       out or ws.dir("datasets"), recorded=partial(recorded_dataset, ws.graph))
-    if built is not None:
-        record_built(ws.graph, built)
-    reused = built is None
-    n = sum(1 for _ in path.open("rb"))
-    console.print(f"{kind} dataset {version}: {n} rows in {path}" + (" (reused)" if reused else ""), highlight=False)
+    built = build_recorded(ws.graph, kind, source, opts, out or ws.dir("datasets"))
+    console.print(f"{kind} dataset {built.version}: {built.rows} rows in {built.path}" + (" (reused)" if built.reused else ""),
+                  highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -22,7 +22,9 @@ from pydantic import BaseModel, Field, ValidationError
 from trainteam.agents.redact import redact
 from trainteam.core.errors import TrainteamError, format_validation_error
 from trainteam.core.listening import bound_socket
+from trainteam.mcp_server import artifact_tools as a
 from trainteam.mcp_server import mcp_tools as t
+from trainteam.mcp_server.train_tools import TRAIN_TOOLS
 from trainteam.workspace import Workspace
 
 INSTRUCTIONS = ("trainteam's data and training tools. Curation and training tools are plan-first: a call "
@@ -46,12 +48,18 @@ class Tools:
 
     def table(self) -> list[tuple[str, type[BaseModel], Callable[[BaseModel], dict], ToolAnnotations]]:
         w = lambda fn: (lambda args: fn(self.ws, args))  # noqa: E731
+        run = lambda fn: (lambda args: fn(self.ws.root, lambda: self.ws, args))  # noqa: E731
         return [
             ("curate_corpus", t.CurateCorpusArgs, w(t.curate_corpus), PLAN_FIRST),
             ("dedup_corpus", t.DedupCorpusArgs, w(t.dedup_corpus), PLAN_FIRST),
             ("decontaminate_corpus", t.DecontaminateCorpusArgs, w(t.decontaminate_corpus), PLAN_FIRST),
-            ("execute_workflow", t.ExecuteWorkflowArgs,
-             lambda args: t.execute_workflow(self.ws.root, lambda: self.ws, args), PLAN_FIRST),
+            ("build_training_dataset", a.BuildTrainingDatasetArgs, w(a.build_training_dataset), PLAN_FIRST),
+            ("train_tokenizer", a.TrainTokenizerArgs, w(a.train_tokenizer), PLAN_FIRST),
+            ("execute_workflow", t.ExecuteWorkflowArgs, run(t.execute_workflow), PLAN_FIRST),
+            *((name, model, run(fn), PLAN_FIRST) for name, model, fn in TRAIN_TOOLS),
+            ("merge_adapters_ties", a.MergeAdaptersArgs, w(a.merge_adapters_ties), PLAN_FIRST),
+            ("compose_reward", a.ComposeRewardArgs, a.compose_reward, READ_ONLY),
+            ("dataset_lineage", a.DatasetLineageArgs, w(a.dataset_lineage), READ_ONLY),
             ("list_runs", t.ListRunsArgs, w(t.list_runs), READ_ONLY),
             ("show_run", t.RunRef, w(t.show_run), READ_ONLY),
             ("list_approvals", t.ListApprovalsArgs, w(t.list_approvals), READ_ONLY),

@@ -6,6 +6,8 @@
   execute-workflow`` in a process of its own), so the task's budget, the personas' gated tools and
   ``require_approval`` hold as for any run; the call returns the run's id and status once it ends,
   waits for a person, or ``wait_seconds`` pass — it never waits on an approval;
+- one tool per training method (``train_tools.py``) and per artifact (``artifact_tools.py``:
+  tokenizer, adapter merge, training dataset, reward check, dataset lineage);
 - reading (``list_runs``, ``show_run``, ``list_approvals``, ``show_approval``, ``lineage``,
   ``graph_nodes``): read-only views.
 
@@ -200,8 +202,10 @@ def _task(args: ExecuteWorkflowArgs) -> TrainTask:
 
 
 def _training_plan(task: TrainTask, spec) -> dict[str, Any]:
+    curriculum = curriculum_from_task(task)
+    planned = [*curriculum.training_stages(), *filter(None, [curriculum.align_stage()])]
     stages = {s.name: plan_stage(task, s.name, task.train_config(s.name)).model_dump(mode="json", exclude={"stage"})
-              for s in curriculum_from_task(task).training_stages()}
+              for s in planned}
     return {"workflow": spec.name, "task": task.name, "steps": spec.describe_steps(task.stages), "stages": stages,
             "est_minutes": round(sum(v["est_minutes"] for v in stages.values()), 3),
             "budget": task.budget.model_dump(mode="json"), "require_approval": task.require_approval,
