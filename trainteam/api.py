@@ -12,7 +12,7 @@ from typing import Any
 from trainteam.core.errors import BadInput
 from trainteam.workflows.approvals import approval_public, decide
 from trainteam.workflows.requests import parse_request
-from trainteam.workflows.runner import prepare_run, resume_foreground, run_foreground
+from trainteam.workflows.runner import enqueue_run, prepare_run, resume_foreground, run_foreground
 from trainteam.workflows.store import ApprovalStore
 from trainteam.workflows.task import TrainTask, load_task_file, parse_task
 from trainteam.workflows.views import run_public
@@ -32,12 +32,16 @@ def _task(task: Any, source: str = "task"):
 
 
 def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=None, run_id: str | None = None,
-                     progress: bool = True) -> dict[str, Any]:
-    """Run a workflow to its end (or until it fails) in this process; returns the run view."""
+                     progress: bool = True, detach: bool = False) -> dict[str, Any]:
+    """Run a workflow to its end (or until it fails) in this process; returns the run view.
+    ``detach``: put it on the run queue for `trainteam worker` processes and return at once."""
     if task is None:
         raise BadInput("task: required (a TrainTask, a mapping, or a task YAML path)")
     new = prepare_run(name, _task(task), "task", run_id, "run_id", lambda: _ws(workspace))
-    run_foreground(new.ws, new.spec, new.task, new.run_id, progress=progress)
+    if detach:
+        enqueue_run(new)
+    else:
+        run_foreground(new.ws, new.spec, new.task, new.run_id, progress=progress)
     return run_public(new.ws, new.run_id)
 
 

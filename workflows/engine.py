@@ -21,6 +21,8 @@ from collections import Counter
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
+from dbos._dbos import _get_dbos_instance
+from dbos._utils import GlobalParams
 from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSWorkflowCancelledError
 from rich.console import Console
 from rich.markup import escape
@@ -34,7 +36,7 @@ from trainteam.trainers import budget
 from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
 from trainteam.workflows import approvals
 from trainteam.workflows.evidence import with_spike_curve
-from trainteam.workflows.executors import executor_alive, new_executor_id
+from trainteam.workflows.executors import APP_NAME, RUN_QUEUE, WORKFLOW_NAME, Lease, new_executor_id
 from trainteam.workflows.spec import WorkflowSpec
 from trainteam.workflows.steps import STEPS
 from trainteam.workflows.steps.train import over_budget
@@ -42,8 +44,6 @@ from trainteam.workflows.store import RunStore
 from trainteam.workflows.task import TrainTask
 from trainteam.workflows.views import short_id
 
-APP_NAME = "trainteam"
-WORKFLOW_NAME = "trainteam.run"
 
 # The name of a step's re-run after a person approved, by how it resumes (DBOS step names).
 RERUN_NAMES = {"restart": "restart", "accept_stage_gate": "accepted", "keep_spiked": "kept",
@@ -59,8 +59,11 @@ class _Process:
 
     ws = None
     executor_id: str | None = None
+    lease: Lease | None = None
     progress: bool = True
+    prefix: bool = False  # a worker: each line of a run's output starts with its run id
     launched: bool = False
+    logs: dict[str, Console] = {}  # run id -> its log file (logs/runs/<run_id>.log)
     cpu_mark: tuple[float, float, float] | None = None  # CPU counters at launch: the neighbours' load since
 
 
@@ -75,15 +78,19 @@ def dbos_config(ws, executor_id: str) -> dict[str, Any]:
     }
 
 
-def launch(ws, progress: bool = True) -> str:
+def launch(ws, progress: bool = True, worker: bool = False) -> str:
+    """Launch DBOS in this process. Only a ``worker`` takes runs from the run queue; any launched
+    process holds the lease on its executor id (``executors.Lease``) until it ends."""
     ws.check_dbos_database()  # a damaged dbos.sqlite is one line, before DBOS opens it
     if _Process.launched:
         raise RuntimeError("the workflow engine is already launched in this process")
     _Process.cpu_mark = cpu_sample()
     executor_id = new_executor_id()
+    _Process.lease = Lease.hold(ws.engine, executor_id)  # before any run records this id
     DBOS(config=dbos_config(ws, executor_id))
+    DBOS.listen_queues([RUN_QUEUE] if worker else [])
     _quiet_cancellations()
-    _Process.ws, _Process.executor_id, _Process.progress = ws, executor_id, progress
+    _Process.ws, _Process.executor_id, _Process.progress, _Process.prefix = ws, executor_id, progress, worker
     DBOS.launch()
     _Process.launched = True
     return executor_id
@@ -110,12 +117,34 @@ def shutdown() -> None:
         DBOS.destroy()
         _Process.launched = False
         _Process.ws = None
+    if _Process.lease is not None:
+        _Process.lease.release()
+        _Process.lease = None
+    for log in _Process.logs.values():
+        log.file.close()
+    _Process.logs.clear()
 
 
 # --------------------------------------------------------------------------- steps
 def _say(text: str) -> None:
+    """A line of the run's output: to its log file, and (with progress) to stderr, prefixed by
+    the run id in a worker, where several runs' lines meet."""
+    run_id = DBOS.workflow_id
+    if run_id is not None and _Process.ws is not None:
+        _run_log(run_id).print(text)
     if _Process.progress:
-        console.print(text)
+        console.print(f"{escape('[' + run_id + ']')} {text}" if _Process.prefix and run_id else text)
+
+
+def _run_log(run_id: str) -> Console:
+    log = _Process.logs.get(run_id)
+    if log is None:
+        folder = _Process.ws.dir("logs") / "runs"
+        folder.mkdir(exist_ok=True)
+        log = Console(file=open(folder / f"{run_id}.log", "a", encoding="utf-8"), soft_wrap=True,
+                      color_system=None, force_terminal=False, width=200)
+        _Process.logs[run_id] = log
+    return log
 
 
 def _mark_started(run_id: str, workflow: str, task_data: dict) -> None:
@@ -455,21 +484,41 @@ def resume(ws, run_id: str, force: bool = False):
         raise NotFound(f"run {run_id!r} not found in the workflow engine")
     if status.status in ("SUCCESS", "ERROR", "CANCELLED"):
         return DBOS.retrieve_workflow(run_id)
-    if status.status == "PENDING":
-        alive = executor_alive(status.executor_id)
-        if alive and status.executor_id != _Process.executor_id:
-            raise Conflict(f"run {run_id} is being executed by live process {status.executor_id}")
-        if alive is None and not force:
-            raise Conflict(f"run {run_id} belongs to executor {status.executor_id} on another host; "
-                           "resume there, or pass --force if that machine is gone")
+    if status.status == "ENQUEUED":
+        raise Conflict(f"run {run_id} is queued: a `trainteam worker` will run it")
+    if status.status == "PENDING" and status.executor_id != _Process.executor_id and not force \
+            and RunStore(ws.engine).executor_alive(status.executor_id):
+        raise Conflict(f"run {run_id} is being executed by live process {status.executor_id}")
     return DBOS.resume_workflow(run_id)
 
 
-def recover_orphans(ws) -> list[str]:
-    """Resume every pending run whose executor process on this host is gone (worker start)."""
-    resumed = []
-    for st in DBOS.list_workflows(status="PENDING", name=WORKFLOW_NAME, load_input=False, load_output=False):
-        if st.executor_id != _Process.executor_id and executor_alive(st.executor_id) is False:
-            DBOS.resume_workflow(st.workflow_id)
-            resumed.append(st.workflow_id)
-    return resumed
+def register_queue(worker_concurrency: int | None, global_concurrency: int | None, poll_s: float):
+    """The run queue, its limits stored in the system database (the last worker started sets them)."""
+    return DBOS.register_queue(RUN_QUEUE, worker_concurrency=worker_concurrency,
+                               global_concurrency=global_concurrency, polling_interval_sec=poll_s,
+                               on_conflict="always_update")
+
+
+def recover_dead(ws) -> list[str]:
+    """Hand the pending runs of every executor whose lease is free (its process died, on any host)
+    back to the run queue, where DBOS gives each to one live worker (its atomic ENQUEUED ->
+    PENDING claim). What ``DBOS._recover_pending_workflows`` does, with the run queue (and its
+    limits) instead of DBOS's internal queue, which every launched process takes from."""
+    runs, sys_db = RunStore(ws.engine), _get_dbos_instance()._sys_db
+    pending = DBOS.list_workflows(status="PENDING", name=WORKFLOW_NAME, load_input=False, load_output=False)
+    dead = {st.executor_id for st in pending if st.executor_id != _Process.executor_id
+            and not runs.executor_alive(st.executor_id)}
+    recovered = []
+    for executor_id in sorted(dead):
+        for wf in sys_db.get_pending_workflows(executor_id, GlobalParams.app_version):
+            if sys_db.reenqueue_for_recovery(wf.workflow_id, [executor_id], RUN_QUEUE):
+                recovered.append(wf.workflow_id)
+    return recovered
+
+
+def queue_busy() -> bool:
+    """Runs waiting on the run queue, or running in this process."""
+    queued = DBOS.list_workflows(status="ENQUEUED", queue_name=RUN_QUEUE, load_input=False, load_output=False)
+    mine = DBOS.list_workflows(status="PENDING", executor_id=_Process.executor_id, load_input=False,
+                               load_output=False)
+    return bool(queued or mine)

@@ -11,10 +11,12 @@ The column lists mirror the tables in ``store.py`` (a test checks they match).
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from trainteam.core.dbread import fetch
 from trainteam.core.ids import check_ref, prefix_allowed
+from trainteam.workflows.executors import alive_sqlite
 
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired")
 RUN_COLUMNS = ("run_id", "workflow", "task_name", "task", "status", "current_step", "error", "metrics",
@@ -69,6 +71,10 @@ class RunReader:
 
     def steps_summary(self, run_id: str) -> list[dict[str, Any]]:
         return summarize_attempts(self.attempts(run_id))
+
+    def executor_alive(self, executor_id: str | None) -> bool:
+        path = self.conn.execute("PRAGMA database_list").fetchone()[2]
+        return alive_sqlite(Path(path) if path else None, executor_id)
 
 
 class ApprovalReader:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from trainteam.agents.redact import redact_text
+from trainteam.agents.redact import redact_text, redacted_task
 from trainteam.core.errors import BadInput, RunStopped
 from trainteam.core.ids import check_run_id
+from trainteam.workflows.executors import APP_NAME, RUN_QUEUE, WORKFLOW_NAME
 from trainteam.workflows.preflight import preflight
 from trainteam.workflows.spec import WorkflowSpec, load_builtin
 from trainteam.workflows.store import RunStore
@@ -116,24 +117,60 @@ def resume_foreground(ws, run_id: str, force: bool = False, progress: bool = Tru
         engine.shutdown()
 
 
-def serve(ws, once: bool = False, poll_s: float = 5.0, progress: bool = True) -> None:
-    """A worker: resumes runs whose process died, at start and then every ``poll_s``.
-    With ``once`` it waits for the runs it resumed and returns."""
-    from dbos import DBOS
+@dataclass(frozen=True)
+class WorkerLimits:
+    """How many runs a worker takes at once (``worker_concurrency``: one, since a run trains
+    with every core it is given and the engine's process state is one run's), and how many all
+    workers together (``global_concurrency``: no limit unless given). Stored with the queue in
+    the system database: the last worker started sets them for all. ``poll_s``: how often a
+    worker looks at the queue, and for runs of dead processes."""
 
+    worker_concurrency: int = 1
+    global_concurrency: int | None = None
+    poll_s: float = 1.0
+
+
+def enqueue_run(new: NewRun) -> None:
+    """Put a checked run on the run queue for workers, without launching the engine here (a
+    short command: DBOS's client writes the queued row; ``DBOS.migrate`` creates DBOS's
+    tables in a new workspace)."""
+    from dbos import DBOS, DBOSClient
+
+    task_data = redacted_task(new.task.model_dump(mode="json"))
+    RunStore(new.ws.engine).create(new.run_id, new.spec.name, task_data)
+    DBOS.migrate(new.ws.dbos_database_url)
+    client = DBOSClient(system_database_url=new.ws.dbos_database_url, application_name=APP_NAME)
+    try:
+        client.enqueue({"workflow_name": WORKFLOW_NAME, "queue_name": RUN_QUEUE, "workflow_id": new.run_id,
+                        "app_version": new.ws.settings.app_version, "application_name": APP_NAME},
+                       new.run_id, new.spec.model_dump(mode="json", by_alias=True), task_data)
+    finally:
+        client.destroy()
+
+
+def serve(ws, once: bool = False, limits: WorkerLimits = WorkerLimits(), progress: bool = True) -> None:
+    """A worker: takes runs from the run queue (DBOS dequeues them under ``limits``) and, every
+    ``limits.poll_s``, hands runs whose process died back to the queue (``engine.recover_dead``).
+    With ``once`` it returns when the queue is empty and its own runs have ended."""
     from trainteam.workflows import engine
 
-    engine.launch(ws, progress)
+    engine.launch(ws, progress, worker=True)
     try:
-        resumed = engine.recover_orphans(ws)
-        if resumed:
-            engine.console.print(f"resuming {len(resumed)} run(s): {', '.join(resumed)}")
-        if once:
-            for run_id in resumed:
-                _result(DBOS.retrieve_workflow(run_id), run_id)
-            return
+        engine.register_queue(limits.worker_concurrency, limits.global_concurrency, limits.poll_s)
+        engine.console.print(f"worker {engine._Process.executor_id}: taking runs from queue {RUN_QUEUE} "
+                             f"({limits.worker_concurrency} at a time here"
+                             + (f", {limits.global_concurrency} in all" if limits.global_concurrency else "") + ")",
+                             highlight=False)
+        idle = 0
         while True:
-            time.sleep(poll_s)
-            engine.recover_orphans(ws)
+            resumed = engine.recover_dead(ws)
+            if resumed:
+                engine.console.print(f"resuming {len(resumed)} run(s) of dead processes: {', '.join(resumed)}",
+                                     highlight=False)
+            time.sleep(limits.poll_s)
+            # two quiet looks in a row: a run just claimed is PENDING here before the next look
+            idle = idle + 1 if once and not engine.queue_busy() else 0
+            if idle >= 2:
+                return
     finally:
         engine.shutdown()

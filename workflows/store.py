@@ -8,6 +8,7 @@ only say what happened, for humans and reports.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Column, Integer, String, Table, Text, func, select, update
@@ -16,6 +17,7 @@ from sqlalchemy.engine import Engine
 from trainteam.agents.redact import redact, redact_text
 from trainteam.core.db import JSONText, metadata, utcnow
 from trainteam.core.ids import check_ref, prefix_allowed
+from trainteam.workflows.executors import PG_ALIVE_SQL, alive_sqlite, pg_objid
 from trainteam.workflows.readonly import summarize_attempts
 
 RUN_STATUSES = ("pending", "running", "waiting_approval", "completed", "failed", "cancelled")
@@ -81,6 +83,16 @@ def _masked_error(values: dict[str, Any]) -> dict[str, Any]:
 class RunStore:
     def __init__(self, engine: Engine):
         self.engine = engine
+
+    def executor_alive(self, executor_id: str | None) -> bool:
+        """Whether the process behind ``executor_id`` still holds its lease (workflows/executors.py)."""
+        if not executor_id:
+            return False
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.connect() as conn:
+                return bool(conn.exec_driver_sql(PG_ALIVE_SQL, (pg_objid(executor_id),)).scalar())
+        db = self.engine.url.database
+        return alive_sqlite(Path(db) if db else None, executor_id)
 
     def create(self, run_id: str, workflow: str, task: dict[str, Any]) -> None:
         now, task = utcnow(), redact(task)  # a key pasted into the task's text is never stored

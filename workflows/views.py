@@ -12,7 +12,6 @@ from typing import Any
 
 from trainteam.core.errors import NotFound
 from trainteam.core.ids import MIN_PREFIX, check_ref, check_run_id
-from trainteam.workflows.executors import executor_alive
 
 ACTIVE = ("pending", "running", "waiting_approval")
 SHORT_ID = 8  # hex digits of an approval's short id: unique among millions, shorter than any run id
@@ -35,7 +34,7 @@ def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
     row = runs.get(check_run_id(run_id))
     if row is None:
         raise NotFound(f"run {run_id!r} not found (see `trainteam runs list`)")
-    view = _summary(row)
+    view = _summary(row, runs)
     view["task"] = row["task"]
     view["steps"] = runs.steps_summary(run_id)
     view["approvals"] = [
@@ -49,13 +48,13 @@ def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
 def runs_view(runs, limit: int = 50) -> list[dict[str, Any]]:
     out = []
     for row in runs.list(limit):
-        view = _summary(row)
+        view = _summary(row, runs)
         view["steps"] = runs.steps_summary(row["run_id"])
         out.append(view)
     return out
 
 
-def _summary(row: dict[str, Any]) -> dict[str, Any]:
+def _summary(row: dict[str, Any], runs) -> dict[str, Any]:
     view = {
         "run_id": row["run_id"], "workflow": row["workflow"], "task_name": row["task_name"],
         "status": row["status"], "current_step": row["current_step"], "error": row["error"],
@@ -65,7 +64,8 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
     # A run marked active whose process is gone is waiting for `runs resume` (or a worker): a
     # running one says so. (A run waiting for a person keeps saying that: the decision is kept
     # and reaches it when it resumes.)
-    view["process_alive"] = executor_alive(row["executor_id"]) if row["status"] in ACTIVE else None
+    # Alive: the run's executor process still holds its lease (workflows/executors.py), on any host.
+    view["process_alive"] = runs.executor_alive(row["executor_id"]) if row["status"] in ACTIVE else None
     if view["process_alive"] is False and row["status"] == "running":
         view["status"] = "interrupted"
     return view

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from trainteam.commands.common import console, err_console, print_json, workspace
+from trainteam.core.errors import BadInput
 from trainteam.workflows.views import run_public
 
 
@@ -53,9 +54,10 @@ class PreApprover:
 
 
 def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool, as_json: bool,
-            yes: bool = False, report: bool = False) -> int:
-    """Run ``task`` (a TrainTask, or a task file path) to its end in this process."""
-    from trainteam.workflows.runner import prepare_run, run_foreground
+            yes: bool = False, report: bool = False, detach: bool = False) -> int:
+    """Run ``task`` (a TrainTask, or a task file path) to its end in this process, or with
+    ``detach`` put it on the run queue for `trainteam worker` processes."""
+    from trainteam.workflows.runner import enqueue_run, prepare_run, run_foreground
     from trainteam.workflows.task import load_task_file
 
     if isinstance(task, (str, Path)):
@@ -63,6 +65,14 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
     # the workspace is opened only after the task is known to be good: a bad file changes nothing
     new = prepare_run(workflow, task, source, run_id, "--run-id", workspace)
     ws, spec, task, run_id = new.ws, new.spec, new.task, new.run_id
+    if detach:
+        enqueue_run(new)
+        if as_json:
+            print_json(run_public(ws, run_id))
+        else:
+            console.print(f"run {run_id}: queued for `trainteam worker` (follow it with `trainteam runs show "
+                          f"{run_id}`; its output: {ws.dir('logs') / 'runs' / (run_id + '.log')})", highlight=False)
+        return 0
     if not quiet:
         err_console.print(f"run [bold]{run_id}[/bold]: workflow {spec.name}, task {task.name} "
                           f"(workspace {ws.root})", highlight=False)
@@ -101,21 +111,32 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
         as_json: bool = typer.Option(False, "--json", help="print the finished run as JSON"),
         yes: bool = typer.Option(False, "--yes", "-y", help="approve this run's gated actions up front, as you"),
+        detach: bool = typer.Option(False, "--detach", "-d", help="put the run on the queue for `trainteam worker` "
+                                    "processes and return at once"),
     ) -> None:
         """Run a workflow on a task in this process, durably: if the process dies,
-        `trainteam runs resume RUN` continues where it stopped."""
-        raise typer.Exit(execute(workflow, task, str(task), run_id, quiet, as_json, yes))
+        `trainteam runs resume RUN` continues where it stopped. With --detach, a worker runs it."""
+        if detach and yes:
+            raise BadInput("--yes: not with --detach (a queued run's approvals are decided with `trainteam approvals`)")
+        raise typer.Exit(execute(workflow, task, str(task), run_id, quiet, as_json, yes, detach=detach))
 
     @app.command("worker")
     def worker(
-        once: bool = typer.Option(False, "--once", help="resume orphaned runs, wait for them, then exit"),
-        poll: float = typer.Option(5.0, help="seconds between checks for orphaned runs"),
+        once: bool = typer.Option(False, "--once", help="exit when the queue is empty and this worker's runs ended"),
+        concurrency: int = typer.Option(1, "--concurrency", min=1, help="runs this worker takes at once "
+                                        "(the queue's limit per worker)"),
+        global_concurrency: Optional[int] = typer.Option(None, "--global-concurrency", min=1,
+                                                         help="runs all workers take at once (default: no limit)"),
+        poll: float = typer.Option(1.0, min=0.05, help="seconds between looks at the queue and for runs of dead processes"),
     ) -> None:
-        """Serve runs: resumes runs whose process died (at start and then every poll)."""
-        from trainteam.workflows.runner import serve
+        """Serve runs: takes queued runs (`execute-workflow --detach`) and resumes runs whose process died,
+        on any host sharing the workspace database. Each run's output goes to logs/runs/RUN.log."""
+        from trainteam.workflows.runner import WorkerLimits, serve
 
+        if global_concurrency is not None and global_concurrency < concurrency:
+            raise BadInput(f"--global-concurrency: {global_concurrency} is less than --concurrency {concurrency}")
         try:
-            serve(workspace(), once=once, poll_s=poll)
+            serve(workspace(), once=once, limits=WorkerLimits(concurrency, global_concurrency, poll))
         except KeyboardInterrupt:
             os._exit(130)
 
