@@ -29,6 +29,17 @@ class DecisionView(BaseModel):
     at: str
 
 
+class StepApproval(BaseModel):
+    """An approval on a step's line: what was asked, where it stands, who decided it."""
+
+    id: str
+    action: str
+    status: str
+    decided_by: str | None = None
+    decided_at: str | None = None
+    note: str | None = None
+
+
 class StepView(BaseModel):
     name: str
     visit: int
@@ -40,7 +51,7 @@ class StepView(BaseModel):
     error: str | None
     summary: str = ""
     decisions: list[DecisionView] = []
-    approvals: list[dict[str, Any]] = []
+    approvals: list[StepApproval] = []
 
 
 class RunRow(BaseModel):
@@ -131,7 +142,7 @@ def _steps(runs: RunStore, approvals: list[dict[str, Any]], decisions: list[Deci
             started_at=s.get("started_at"), seconds=s.get("seconds"), error=s.get("error"),
             summary=str(out.get("summary") or "") if isinstance(out, dict) else "",
             decisions=[d for d in decisions if d.step == s["name"]],
-            approvals=[a for a in approvals if a["step"] == s["name"]]))
+            approvals=[StepApproval.model_validate(a) for a in approvals if a["step"] == s["name"]]))
     return steps
 
 
