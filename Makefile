@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo test test-all bench clean
+.PHONY: setup browser postgres demo test test-all bench clean
 
 setup: $(STAMP)
 
@@ -24,13 +24,20 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
+# Debian's PostgreSQL server for the tests that run on Postgres too (tests/pg_server.py starts a
+# throwaway cluster on 127.0.0.1, as the postgres user when run as root). Skipped when initdb is found.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+		--no-install-recommends postgresql >/dev/null; }
+
 demo: setup
 	$(VENV)/bin/trainteam demo --yes
 
-test: setup browser
+test: setup browser postgres
 	$(PY) -m pytest -q
 
-test-all: setup browser
+test-all: setup browser postgres
 	$(PY) -m pytest -q -m "slow or not slow"
 
 bench: setup

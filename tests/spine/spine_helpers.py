@@ -66,7 +66,7 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.05, what: str =
 
 def pending_approvals(ws: Path) -> list[dict]:
     """Read the queue in-process (cheap to poll); decisions still go through the CLI."""
-    if not (ws / "trainteam.db").exists():
+    if not os.environ.get("TRAINTEAM_DATABASE_URL") and not (ws / "trainteam.db").exists():
         return []
     from trainteam.workflows.store import ApprovalStore
     from trainteam.workspace import Workspace

@@ -1,4 +1,6 @@
-"""The approval queue across processes: a run waits durably until a person decides."""
+"""The approval queue across processes: a run waits durably until a person decides.
+
+The tests taking ``database`` run twice: on SQLite and on a real PostgreSQL server (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ def _start_gated_run(tmp_path, ws, run_id):
     return spawn(ws, "execute-workflow", SPEC, "--task", str(task), "--run-id", run_id)
 
 
-def test_approve_from_another_process_resumes_the_run(tmp_path, ws):
+def test_approve_from_another_process_resumes_the_run(tmp_path, ws, database):
     run = _start_gated_run(tmp_path, ws, "r-approve")
     wait_for(lambda: pending_approvals(ws), what="a pending approval")
     pending = json.loads(cli(ws, "approvals", "list", "--json", check=True).stdout)
@@ -53,7 +55,7 @@ def test_reject_stops_the_run_with_the_reason(tmp_path, ws):
     assert view["steps"] == []
 
 
-def test_decision_while_no_process_lives_is_delivered_at_resume(tmp_path, ws):
+def test_decision_while_no_process_lives_is_delivered_at_resume(tmp_path, ws, database):
     run = _start_gated_run(tmp_path, ws, "r-crash")
     pending = wait_for(lambda: pending_approvals(ws), what="a pending approval")
     os.kill(run.pid, signal.SIGKILL)

@@ -27,7 +27,7 @@
    finished, and the run shown as interrupted (or still waiting for the decision). Nothing
    in the product is a test hook.
 
-2. Ten processes decide one pending approval at once (five approve, five reject; a file
+2. Ten processes decide one pending approval at once (on SQLite and on a real PostgreSQL server) (five approve, five reject; a file
    barrier releases them after each has imported the CLI): exactly one wins, nine fail with
    one line on stderr and no traceback, the graph holds the winner's decision only, and the
    run completes or stops as the winner decided.
@@ -459,7 +459,7 @@ trainteam.cli.main(argv)
 """
 
 
-def test_ten_processes_decide_one_approval_and_exactly_one_wins(tmp_path, ws, background):
+def test_ten_processes_decide_one_approval_and_exactly_one_wins(tmp_path, ws, background, database):
     task = write_task(tmp_path, workflow="prep_only", require_approval=["prepare_corpus"])
     run = spawn(ws, "execute-workflow", str(DATA / "prep_only.yaml"), "--task", str(task), "--run-id", "race")
     background.append(run)
@@ -497,7 +497,7 @@ def test_ten_processes_decide_one_approval_and_exactly_one_wins(tmp_path, ws, ba
         assert err.startswith("error: ") and f"already {status} by {who}" in err, (loser, err)
 
     # the queue and the graph hold the winner's decision only
-    row = next(a for a in approvals(ws, "race") if a["id"] == approval_id)
+    row = next(a for a in run_view(ws, "race")["approvals"] if a["id"] == approval_id)  # SQLite or Postgres
     assert (row["status"], row["decided_by"]) == (status, who)
     people = json.loads(cli(ws, "graph", "nodes", "--kind", "Person", "--json", check=True).stdout)
     assert [p["id"] for p in people] == [f"Person:{who}"], people

@@ -10,7 +10,7 @@ import sys
 from spine_helpers import DATA, TINY_TASK, cli, pending_approvals, run_view, spawn, wait_for, write_task
 
 
-def test_worker_resumes_a_run_whose_process_died(tmp_path, ws):
+def test_worker_resumes_a_run_whose_process_died(tmp_path, ws, database):
     task = write_task(tmp_path, workflow="prep_only", require_approval=["prepare_corpus"])
     run = spawn(ws, "execute-workflow", str(DATA / "prep_only.yaml"), "--task", str(task), "--run-id", "orphan")
     pending = wait_for(lambda: pending_approvals(ws), what="a pending approval")

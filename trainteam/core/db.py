@@ -62,6 +62,8 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]  # psycopg 3 is installed (with DBOS), not psycopg2
     return create_engine(url, pool_pre_ping=True)
 
 
