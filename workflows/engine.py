@@ -170,7 +170,8 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     task = TrainTask.model_validate(task_data)
     step = spec.step(name)
     runs = RunStore(ws.engine)
-    runs.set_status(run_id, "running", current_step=name)
+    # the executor too: a run a worker recovered has a new owner
+    runs.set_status(run_id, "running", current_step=name, executor_id=_Process.executor_id)
     attempt = runs.start_attempt(run_id, name, visit, step.persona, _Process.executor_id)
     record_step(ws.graph, run_id, name, visit, persona=step.persona, tool=step.tool)
     t0 = time.monotonic()
@@ -287,7 +288,8 @@ def await_approval(run_id: str, name: str, visit: int, action: str, proposed: di
         decision = DBOS.run_step({"name": f"decision:{approval_id}:{deadline_checks}"}, _read_decision, approval_id)
         if msg is None and decision["status"] == "pending":
             return {**decision, "status": "expired"}
-    DBOS.run_step({"name": f"resume:{approval_id}"}, RunStore(_Process.ws.engine).set_status, run_id, "running")
+    DBOS.run_step({"name": f"resume:{approval_id}"}, RunStore(_Process.ws.engine).set_status, run_id, "running",
+                  executor_id=_Process.executor_id)
     return decision
 
 

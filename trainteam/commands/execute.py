@@ -127,7 +127,8 @@ def register(app: typer.Typer) -> None:
                                         "(the queue's limit per worker)"),
         global_concurrency: Optional[int] = typer.Option(None, "--global-concurrency", min=1,
                                                          help="runs all workers take at once (default: no limit)"),
-        poll: float = typer.Option(1.0, min=0.05, help="seconds between looks at the queue and for runs of dead processes"),
+        poll: float = typer.Option(1.0, min=0.05,
+                                   help="seconds between looks at the queue and for runs of dead processes"),
     ) -> None:
         """Serve runs: takes queued runs (`execute-workflow --detach`) and resumes runs whose process died,
         on any host sharing the workspace database. Each run's output goes to logs/runs/RUN.log."""
