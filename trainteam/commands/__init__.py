@@ -15,7 +15,7 @@ COMMANDS = {
     "serve": ("serve", "Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."),
     "execute-workflow": ("execute", "Run a workflow on a task in this process, durably: if the process dies, "
                                     "`trainteam runs resume RUN` continues where it stopped."),
-    "worker": ("execute", "Serve runs: resumes runs whose process died (at start and then every poll)."),
+    "worker": ("execute", "Serve runs: takes queued runs and resumes runs whose process died, on any host."),
     "demo": ("execute", "The team at work on the bundled demo request, submitted in natural language."),
     "plan": ("plan", "Plan a run: tokens, memory per device, time and cost, and why; refuse what cannot work."),
     "validate": ("validate", "Check a task completely (task, model, data, tokens, trl, plan) without starting a "

@@ -115,7 +115,9 @@ def register(app: typer.Typer) -> None:
                                     "processes and return at once"),
     ) -> None:
         """Run a workflow on a task in this process, durably: if the process dies,
-        `trainteam runs resume RUN` continues where it stopped. With --detach, a worker runs it."""
+        `trainteam runs resume RUN` continues where it stopped.
+
+        With --detach the run goes on the queue and a `trainteam worker` runs it."""
         if detach and yes:
             raise BadInput("--yes: not with --detach (a queued run's approvals are decided with `trainteam approvals`)")
         raise typer.Exit(execute(workflow, task, str(task), run_id, quiet, as_json, yes, detach=detach))
@@ -130,8 +132,10 @@ def register(app: typer.Typer) -> None:
         poll: float = typer.Option(1.0, min=0.05,
                                    help="seconds between looks at the queue and for runs of dead processes"),
     ) -> None:
-        """Serve runs: takes queued runs (`execute-workflow --detach`) and resumes runs whose process died,
-        on any host sharing the workspace database. Each run's output goes to logs/runs/RUN.log."""
+        """Serve runs: takes queued runs and resumes runs whose process died, on any host.
+
+        Queued runs come from `execute-workflow --detach`; a dead process is told by its lease on the
+        workspace database. Each run's output goes to logs/runs/RUN.log."""
         from trainteam.workflows.runner import WorkerLimits, serve
 
         if global_concurrency is not None and global_concurrency < concurrency:
