@@ -52,7 +52,7 @@ def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @runs_app.command("resume")
-def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resume a run owned by another host"),
+def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resume even if its process still holds its lease (a machine cut off from the database)"),
            quiet: bool = typer.Option(False, "--quiet", "-q"),
            yes: bool = typer.Option(False, "--yes", "-y", help="approve the run's gated actions up front, as you")) -> None:
     """Continue a run whose process died; finished steps are not run again."""
