@@ -161,6 +161,50 @@ class SpikeOptions(_Strict):
                               "(or asks a person, with on_gate_failure: ask)")
 
 
+class DistributedSpec(_Strict):
+    """A task's ``distributed:`` block: the train and align steps launch every stage as
+    ``accelerate launch`` (or ``torchrun``) child processes with the generated config
+    (``trainers/launch.py``) and supervise them (``trainers/launched.py``). On a CPU, DDP runs
+    over gloo; FSDP and DeepSpeed need CUDA devices (the planner refuses them on a CPU)."""
+
+    strategy: Literal["ddp", "fsdp", "deepspeed"]
+    num_processes: int = Field(ge=2, le=65536, description="processes over all machines (accelerate's count)")
+    num_machines: int = Field(default=1, gt=0, le=4096)
+    machine_rank: int = Field(default=0, ge=0, description="this machine's rank; only machine 0 runs the workflow "
+                              "(the others run their node's command from launch/node<R>.sh)")
+    main_process_ip: str | None = Field(default=None, max_length=253, pattern=r"^[A-Za-z0-9.:_-]+$",
+                                        description="required with num_machines > 1")
+    main_process_port: int | None = Field(default=None, ge=1024, le=65535, description="default: a free port on one "
+                                          "machine, 29500 over many")
+    launcher: Literal["accelerate", "torchrun"] = "accelerate"
+    zero_stage: Literal[2, 3] = Field(default=2, description="DeepSpeed ZeRO stage (strategy deepspeed)")
+    max_restarts: int = Field(default=1, ge=0, le=100, description="launches after a rank dies, each resuming from "
+                              "the newest complete checkpoint; then the step fails")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DistributedSpec":
+        if self.num_processes % self.num_machines:
+            raise ValueError(f"num_processes: {self.num_processes} processes do not split evenly over "
+                             f"{self.num_machines} machines")
+        if self.machine_rank >= self.num_machines:
+            raise ValueError(f"machine_rank: {self.machine_rank} is not below num_machines ({self.num_machines})")
+        if self.num_machines > 1 and not self.main_process_ip:
+            raise ValueError("main_process_ip: required for a run over more than one machine")
+        if self.launcher == "torchrun" and self.strategy != "ddp":
+            raise ValueError(f"launcher: torchrun carries no {self.strategy} settings; use accelerate")
+        return self
+
+    @property
+    def train_strategy(self) -> Strategy:
+        """The TrainConfig strategy (the planner's and the accelerate config's name for it)."""
+        return f"zero{self.zero_stage}" if self.strategy == "deepspeed" else self.strategy  # type: ignore[return-value]
+
+    def train_fields(self) -> dict[str, Any]:
+        """What the block sets in every stage's TrainConfig."""
+        return {"strategy": self.train_strategy, "num_nodes": self.num_machines,
+                "devices_per_node": self.num_processes // self.num_machines}
+
+
 class TrainConfig(_Strict):
     """A stage's training settings. TRL/transformers/Axolotl key names are accepted as aliases
     (``recipe_keys``); a dump holds only these names (and no max_steps with num_train_epochs)."""

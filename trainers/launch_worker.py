@@ -5,6 +5,12 @@ same job file, trains through ``trainteam.trainers.train`` (the Trainer joins th
 into one process group), and writes ``rank<R>.json`` with the world size it actually saw.
 That file is the evidence a run was distributed: a launcher that silently starts one
 process (``accelerate launch --cpu --num_processes 2``) shows up as world size 1.
+
+A job launched by a workflow step (``trainers/launched.py``) also carries what the step's own
+``train()`` call would get: the model as a folder, an approved restart proposal, the answer
+rule GRPO's rewards check, and the seconds the run's budget leaves. Each rank writes
+``rank<R>.pid`` when it starts (the supervisor watches those processes); rank 0 writes its
+whole ``TrainReport`` to ``report.json`` (the run's telemetry, curves and spike evidence).
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainteam.core.errors import BadInput, format_validation_error
+from trainteam.curation.answers import AnswerSpec
+from trainteam.curation.rewards import default_rewards
+from trainteam.trainers import budget
 from trainteam.trainers.config import ModelSpec, TrainConfig
 from trainteam.trainers.models import build_model
+from trainteam.trainers.results import RestartProposal
 from trainteam.trainers.tokenizer import load_tokenizer
 from trainteam.trainers.training import train
 
@@ -36,6 +46,11 @@ class WorkerJob(BaseModel):
     data: Path
     eval_data: Path | None = None
     results_dir: Path
+    model_path: Path | None = Field(default=None, description="a model folder to train (instead of building model)")
+    apply_proposal: RestartProposal | None = None
+    answer: AnswerSpec | None = Field(default=None, description="GRPO: the rule its default rewards check")
+    budget_left_s: float | None = Field(default=None, description="seconds the run may still spend (None: no ceiling)")
+    budget_allowed_s: float = 0.0
 
     @classmethod
     def load(cls, path: Path) -> "WorkerJob":
@@ -58,14 +73,21 @@ def run_job(job: WorkerJob) -> dict:
     """Train this rank's share of the job and record what the rank saw; returns that record."""
     import torch.distributed as dist
 
+    rank_env = int(os.environ.get("RANK", "0"))
+    job.results_dir.mkdir(parents=True, exist_ok=True)
+    (job.results_dir / f"rank{rank_env}.pid").write_text(str(os.getpid()))
     config = job.config
     if os.environ.get("FSDP_ACTIVATION_CHECKPOINTING", "").lower() == "true":
         # FSDP checkpoints activations itself; transformers refuses both switches at once.
         config = config.model_copy(update={"gradient_checkpointing": False})
     tok = load_tokenizer(job.tokenizer)
-    model = build_model(job.model, tok, attn_implementation=config.attn_implementation, seed=config.seed)
-    report = train(job.method, config, model, str(job.data), tokenizer=tok,
-                   eval_data=str(job.eval_data) if job.eval_data else None, progress=False)
+    model = job.model_path if job.model_path is not None else \
+        build_model(job.model, tok, attn_implementation=config.attn_implementation, seed=config.seed)
+    rewards = default_rewards(tok, job.answer) if job.method == "grpo" and job.answer is not None else None
+    with budget.ceiling(job.budget_left_s, job.budget_allowed_s):
+        report = train(job.method, config, model, str(job.data), tokenizer=tok,
+                       eval_data=str(job.eval_data) if job.eval_data else None, progress=False,
+                       apply_proposal=job.apply_proposal, reward_funcs=rewards)
     if dist.is_available() and dist.is_initialized():
         rank, world, backend = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
     else:
@@ -77,7 +99,8 @@ def run_job(job: WorkerJob) -> dict:
         "final_loss": report.losses[-1][1] if report.losses else None,
         "eval_loss": report.metrics.get("eval_loss"), "final_dir": str(report.final_dir),
     }
-    job.results_dir.mkdir(parents=True, exist_ok=True)
+    if rank == 0:  # written before the rank's record: a finished rank's report is there to read
+        (job.results_dir / "report.json").write_text(report.model_dump_json())
     (job.results_dir / f"rank{rank}.json").write_text(json.dumps(record))
     return record
 

@@ -408,3 +408,20 @@ class GracefulStop(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+class RankAgreement(TrainerCallback):
+    """In a launched run every rank stops (and saves) at the same step end: a signal or the budget's
+    ceiling seen by one rank only would leave the others waiting in the next all-reduce. Registered
+    after the callbacks that decide; one all-reduce of two flags per step."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        import torch
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return control
+        flags = torch.tensor([int(control.should_training_stop), int(control.should_save)], device=args.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        control.should_training_stop, control.should_save = bool(flags[0]), bool(flags[1])
+        return control

@@ -10,6 +10,7 @@ imported where the run is set up, so importing this module stays light.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -191,7 +192,7 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
     """Telemetry, the spike monitor, the stop signal and the budget guard, with the callbacks in order."""
     from trainteam.trainers.progress import RichProgress
     from trainteam.trainers.spike import SpikeMonitor
-    from trainteam.trainers.telemetry import GracefulStop, Telemetry
+    from trainteam.trainers.telemetry import GracefulStop, RankAgreement, Telemetry
 
     telemetry = Telemetry(model, config.seq_len, wall_start, history)
     spike = SpikeMonitor(config.spike, method) if config.spike.enabled else None
@@ -200,6 +201,8 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
     guard = budget.budget_guard(limit) if limit is not None else None
     # A caller's callbacks come before the monitor, so a metric they add to the logs can be watched.
     cbs = restart_cbs + [telemetry, stop] + list(callbacks or []) + ([spike] if spike else []) + ([guard] if guard else [])
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        cbs.append(RankAgreement())  # after every callback that may stop or save the run
     if progress:
         cbs.append(RichProgress(f"{method}"))
     cbs.append(manifest_callback())  # last: each checkpoint's manifest is written after everything else

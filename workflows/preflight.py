@@ -30,7 +30,7 @@ from trainteam.trainers.trainer_args import trl_args
 from trainteam.trainers.tracking import install_hint, installed
 from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.spec import PERSONAS
-from trainteam.workflows.stageplan import plan_stage, this_machine
+from trainteam.workflows.stageplan import plan_stage, task_machine
 from trainteam.workflows.task import DataSpec, TrainTask
 
 
@@ -75,9 +75,13 @@ def _trackers(task: TrainTask, source: str) -> None:
 
 def _plans(task: TrainTask, source: str) -> None:
     """The planner's refusals a stage cannot be repaired from (the engineer applies repairs)."""
-    hw = this_machine()
+    hw = task_machine(task)
     for stage in task.stage_names():
         cfg = task.train_config(stage)
+        if task.distributed is None and (cfg.strategy != "single" or cfg.devices_per_node > 1 or cfg.num_nodes > 1):
+            raise BadInput(f"{source}: training.{stage}.strategy: {cfg.strategy} over {cfg.num_nodes * cfg.devices_per_node} "
+                           "processes is launched by the task's distributed block (distributed: {strategy: ddp, "
+                           "num_processes: 2}); remove strategy, devices_per_node and num_nodes here")
         data = task.stage_data(stage)
         batch = cfg.per_device_batch_size * cfg.grad_accum
         if data.demo is not None and cfg.method in ("pretrain", "sft") and batch > data.n_train:

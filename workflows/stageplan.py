@@ -58,15 +58,27 @@ class StageVerdict(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-@lru_cache(maxsize=1)
-def this_machine():
-    return detect_hardware()
+@lru_cache(maxsize=8)
+def this_machine(processes: int | None = None):
+    return detect_hardware(processes=processes)
+
+
+def task_machine(task):
+    """This machine as the task's stages train on it: with a ``distributed:`` block on a CPU, each
+    launched process is a device with its share of RAM and cores; over many machines, as many nodes."""
+    dist = getattr(task, "distributed", None)
+    if dist is None:
+        return this_machine()
+    hw = this_machine(dist.num_processes // dist.num_machines)
+    if dist.num_machines > 1:
+        hw = hw.model_copy(update={"nodes": dist.num_machines, "fabric": "ethernet"})
+    return hw
 
 
 def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -> StageVerdict:
     """Plan ``cfg`` (the stage's TrainConfig) for ``task`` on ``hardware`` (default: this machine).
     ``measure``: calibrate the throughput now when no measurement is stored (loads the model)."""
-    hw = hardware or this_machine()
+    hw = hardware or task_machine(task)
     vocab = task.model.vocab_size or task.tokenizer.vocab_size
     counted = data_tokens(task, stage, cfg.method)
 
@@ -89,6 +101,8 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
                 rec = None
             if rec is not None:
                 fixes.update({k: getattr(rec, k) for k in FIXABLE if getattr(rec, k) != getattr(cfg, k)})
+            if getattr(task, "distributed", None) is not None:
+                fixes.pop("strategy", None)  # the task's distributed block says how to launch; not the planner
         if not fixes:
             return StageVerdict(stage=stage, runnable=False, refusals=refusals)
         try:

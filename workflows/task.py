@@ -32,7 +32,7 @@ from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
 from trainteam.curation.rows import check_columns
 from trainteam.trainers import recipe_keys
-from trainteam.trainers.config import Method, ModelSpec, TokenizerConfig, TrainConfig
+from trainteam.trainers.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.eval_battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.gates import GateRule, check_metric
 from trainteam.workflows.search_spec import SearchSpec, align_default_lr, searched_settings
@@ -248,6 +248,9 @@ class TrainTask(_Strict):
                                       "stage before leaves at most this much of its gate metric to gain (1 - exact "
                                       "match); 0: only a perfect score skips it")
     precheck: PrecheckSpec = Field(default_factory=PrecheckSpec, description="the ladder pre-check of data.path")
+    distributed: DistributedSpec | None = Field(default=None, description="launch every training stage as "
+                                                "accelerate/torchrun processes: strategy ddp | fsdp | deepspeed, "
+                                                "num_processes, num_machines, machine_rank, main_process_ip, ...")
 
     @field_validator("search", mode="before")
     @classmethod
@@ -300,6 +303,7 @@ class TrainTask(_Strict):
                         if s.training is not None})
         for where, cfg in configs.items():
             _run_owned(cfg, where)
+            _launch_owned(cfg, where, self.distributed)
         self._recipe_left_open()
         return self
 
@@ -344,6 +348,8 @@ class TrainTask(_Strict):
             cfg = (self.training.get(stage) or TrainConfig(method=stage)).model_copy(update={"method": stage})
         if cfg.threads is None and self.threads is not None:
             cfg = cfg.model_copy(update={"threads": self.threads})
+        if self.distributed is not None:
+            cfg = cfg.model_copy(update=self.distributed.train_fields())
         return cfg
 
     def stage_data(self, stage: str) -> DataSpec:
@@ -369,6 +375,17 @@ def _run_owned(cfg: TrainConfig, where: str) -> None:
     if cfg.resume != "auto":
         raise ValueError(f"{where}.resume: a run resumes from its own newest complete checkpoint "
                          "(`trainteam runs resume RUN`); remove it")
+
+
+def _launch_owned(cfg: TrainConfig, where: str, dist: DistributedSpec | None) -> None:
+    """With a ``distributed:`` block the block sets every stage's strategy and process counts; a stage
+    that says otherwise is refused rather than overruled."""
+    if dist is None:
+        return
+    for field, value in dist.train_fields().items():
+        given = getattr(cfg, field)
+        if given != value and given != TrainConfig.model_fields[field].default:
+            raise ValueError(f"{where}.{field}: the task's distributed block sets it ({value}); remove it")
 
 
 def check_curriculum(task: TrainTask) -> list[str]:

@@ -38,6 +38,7 @@ from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
 from trainteam.curation.formats import example, folder_prompt_format, query, row_kind
 from trainteam.trainers.eval_battery import greedy_generations
 from trainteam.trainers.gates import accept_failed_gate, evaluate_gate
+from trainteam.trainers.launched import train_launched
 from trainteam.trainers.models import build_model, load_model
 from trainteam.trainers.results import RestartProposal
 from trainteam.trainers.chat_templates import save_tokenizer_with_template
@@ -169,9 +170,13 @@ class _Stage:
             warm_start: Path | None = None):
         ctx = self.ctx
         cfg, proposal = self._config(stage, model, warm_start)
-        report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
-                              apply_proposal=proposal, reward_funcs=default_rewards(self.tokenizer, ctx.task.answer),
-                              callbacks=callbacks)
+        if ctx.task.distributed is not None:  # the same training, in launched processes (trainers/launched.py)
+            report = train_launched(cfg.method, cfg, model, data, tokenizer=self.tokenizer, dist=ctx.task.distributed,
+                                    apply_proposal=proposal, answer=ctx.task.answer)
+        else:
+            report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
+                                  apply_proposal=proposal, reward_funcs=default_rewards(self.tokenizer, ctx.task.answer),
+                                  callbacks=callbacks)
         new = [list(x) for x in report.losses]
         if new:  # points from before the rollback stay; the resumed run's points follow them
             self.curves[stage] = [p for p in self.curves.get(stage, []) if p[0] < new[0][0]] + new
