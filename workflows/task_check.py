@@ -59,8 +59,20 @@ def check_task(path: Path, *, measure: bool = True) -> Iterator[Check]:
     _run("preflight", lambda: check_runnable(load_builtin(task.workflow), task, source))
     yield Check("preflight", "ok", "workflow steps, secrets, model settings, trackers, trl blocks, every data row "
                 "and column, and the planner's refusals")
+    if task.distributed is not None:
+        yield distributed_check(task)
     for stage in task.stage_names():
         yield from stage_checks(task, stage, source, measure)
+
+
+def distributed_check(task: TrainTask) -> Check:
+    """How the training stages will be launched (``distributed:``)."""
+    d = task.distributed
+    per = d.num_processes // d.num_machines
+    where = (f"{d.num_machines} machines x {per} processes (this is machine {d.machine_rank}; the others run "
+             "launch/node<R>.sh)" if d.num_machines > 1 else f"{per} processes on this machine")
+    return Check("distributed", "ok", f"{d.strategy} over {where}, started by {d.launcher}; a dead rank: the "
+                 f"stage launches again from its newest complete checkpoint (up to {d.max_restarts} times)")
 
 
 def _run(name: str, fn: Callable):

@@ -50,6 +50,9 @@ def test_bad_distributed_blocks_are_refused_naming_the_field(tmp_path):
         _refusal(tmp_path, training={"pretrain": {"max_steps": 4, "strategy": "ddp", "devices_per_node": 2}})
     assert "training.pretrain.devices_per_node: the task's distributed block sets it (2)" in \
         _refusal(tmp_path, distributed=DDP, training={"pretrain": {"max_steps": 4, "devices_per_node": 4}})
+    good = write_task(tmp_path, "good.yaml", distributed=DDP)
+    shown = cli(tmp_path / "ws", "validate", str(good), "--no-measure", check=True).stdout
+    assert "✓ distributed: ddp over 2 processes on this machine, started by accelerate" in shown
     ok = parse_task({**TINY_TASK, "distributed": DDP}, "task.yaml", tmp_path)
     assert ok.train_config("pretrain").model_dump(include={"strategy", "devices_per_node", "num_nodes"}) == \
         {"strategy": "ddp", "devices_per_node": 2, "num_nodes": 1}
