@@ -60,10 +60,13 @@ def _record_model(g, rec: ModelRecord) -> None:
                  content_hash=rec.content_hash, run_id=rec.lineage.get("run_id"))
 
 
-def bind_role(ws, role: str, model: str, *, by: str | None) -> ModelRecord:
-    """``models bind``: point ``role`` at ``model``; a persona's binding is recorded in the graph."""
+def bind_role(ws, role: str, model: str, *, by: str | None, prompt: str = "full") -> ModelRecord:
+    """``models bind``: point ``role`` at ``model``; a persona's binding is recorded in the graph.
+    ``prompt`` compact: the persona asks it with the compact prompt (``agents/compact.py``)."""
     persona = _persona_of(role)
-    rec = ModelRegistry.of(ws).bind(role, model, by=by)
+    if prompt != "full" and persona is None:
+        raise BadInput(f"--prompt: {prompt} applies to a persona:NAME role, not {role!r}")
+    rec = ModelRegistry.of(ws).bind(role, model, by=by, prompt=prompt)
     if persona is not None:
         _record_model(ws.graph, rec)
         record_binding(ws.graph, rec.id, persona=persona, role=role, action="bind", by=by, at=utcnow())
@@ -88,6 +91,7 @@ class BoundModel:
     name: str
     base_url: str
     api_key: str
+    prompt: str = "full"  # how the persona asks it: full, or compact (agents/compact.py)
 
     @property
     def choice(self) -> ModelChoice:
@@ -117,7 +121,7 @@ def _explicit(persona: str, env: Mapping[str, str]) -> bool:
     return bool(env.get(f"TRAINTEAM_MODEL_{persona.upper()}"))
 
 
-def serve_bound(persona: str, rec: ModelRecord) -> BoundModel:
+def serve_bound(persona: str, rec: ModelRecord, prompt: str = "full") -> BoundModel:
     """The bound model's local server: started once per process, then reused."""
     with _LOCK:
         if rec.id not in _SERVERS:
@@ -126,7 +130,8 @@ def serve_bound(persona: str, rec: ModelRecord) -> BoundModel:
             server = ChatServer(ChatModel(rec.path, rec.id, max_new_tokens=256), port=0, api_key=key).start()
             _SERVERS[rec.id] = (server, key)
         server, key = _SERVERS[rec.id]
-    return BoundModel(persona=persona, model_id=rec.id, name=rec.name, base_url=server.base_url, api_key=key)
+    return BoundModel(persona=persona, model_id=rec.id, name=rec.name, base_url=server.base_url, api_key=key,
+                      prompt=prompt)
 
 
 def bound_model(ws, persona: str) -> BoundModel | None:
@@ -139,7 +144,7 @@ def bound_model(ws, persona: str) -> BoundModel | None:
         return None
     _record_model(ws.graph, rec)
     record_bound_use(ws.graph, rec.id, persona=persona, role=persona_role(persona))
-    return serve_bound(persona, rec)
+    return serve_bound(persona, rec, registry.role_prompt(persona_role(persona)))
 
 
 def persona_model(ws, persona: str, environ: Mapping[str, str] | None = None) -> PersonaModel:

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from pydantic import BaseModel
 
-from trainteam.agents import transcripts
+from trainteam.agents import compact, transcripts
 from trainteam.agents.cards import load_card
 from trainteam.agents.redact import redact
 from trainteam.agents.runtime import _make_tool
@@ -65,6 +65,16 @@ def tool_schemas(persona: str, names: Iterable[str], toolbox: Mapping[str, StepT
     return out
 
 
+def compact_tools(persona: str, tool: str, toolbox: Mapping[str, StepTool]) -> list[dict[str, Any]]:
+    """The tools a compact run offers (``agents/compact.py``): the step's tool and the report."""
+    from trainteam.agents.runtime import PersonaReport
+
+    step = tool_schemas(persona, [tool], toolbox)
+    fns = [compact.compact_tool(t["function"]["name"], t["function"]["description"], t["function"]["parameters"])
+           for t in step]
+    return fns + [compact.final_tool(PersonaReport.model_json_schema())]
+
+
 def _args(part: Mapping[str, Any]) -> Any:
     args = part.get("args")
     if isinstance(args, str):
@@ -79,8 +89,9 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
 
 
-def _response(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A model response as assistant turns: its step-tool calls, or its final answer."""
+def _response(parts: list[Mapping[str, Any]], final_call: bool = False) -> list[dict[str, Any]]:
+    """A model response as assistant turns: its step-tool calls, or its final answer (as text, or as the
+    ``final_result`` call a compact run makes when ``final_call``)."""
     text = "".join(str(p.get("content") or "") for p in parts if p.get("part_kind") == "text")
     calls = [p for p in parts if p.get("part_kind") == "tool-call"]
     steps = [p for p in calls if not str(p.get("tool_name", "")).startswith(FINAL)]
@@ -90,15 +101,32 @@ def _response(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         turns.append({"role": "assistant", "content": text, "tool_calls": [
             {"type": "function", "id": p.get("tool_call_id"),
              "function": {"name": p["tool_name"], "arguments": _args(p)}} for p in steps]})
-    if final is not None:
+    if final is not None and final_call:
+        turns.append({"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "id": final.get("tool_call_id"),
+             "function": {"name": compact.FINAL, "arguments": _args(final)}}]})
+    elif final is not None:
         turns.append({"role": "assistant", "content": _text(_args(final))})
     elif not steps and text:
         turns.append({"role": "assistant", "content": text})
     return turns
 
 
-def _request(parts: list[Mapping[str, Any]], answered: set[str]) -> list[dict[str, Any]]:
-    """A request's parts as user and tool turns (results of the output tool are pydantic-ai's, left out)."""
+def _as_sent(p: Mapping[str, Any]) -> str:
+    """A tool result's text exactly as pydantic-ai sends it to an OpenAI-style model in a compact run
+    (``compact.result_view``)."""
+    from pydantic_ai.messages import RetryPromptPart, ToolReturnPart
+
+    if p.get("part_kind") == "retry-prompt":
+        return RetryPromptPart(content=p.get("content"), tool_name=p.get("tool_name"),
+                               tool_call_id=p["tool_call_id"]).model_response()
+    return ToolReturnPart(tool_name=p.get("tool_name") or "", content=compact.result_view(p.get("content")),
+                          tool_call_id=p["tool_call_id"]).model_response_str()
+
+
+def _request(parts: list[Mapping[str, Any]], answered: set[str], exact: bool = False) -> list[dict[str, Any]]:
+    """A request's parts as user and tool turns (results of the output tool are pydantic-ai's, left out);
+    ``exact``: tool results in pydantic-ai's own JSON text (key order and spacing as the model read them)."""
     turns = []
     for p in parts:
         kind = p.get("part_kind")
@@ -106,46 +134,57 @@ def _request(parts: list[Mapping[str, Any]], answered: set[str]) -> list[dict[st
             turns.append({"role": "user", "content": _text(p.get("content"))})
         elif kind in ("tool-return", "retry-prompt") and p.get("tool_call_id") in answered:
             turns.append({"role": "tool", "tool_call_id": p["tool_call_id"], "name": p.get("tool_name") or "",
-                          "content": _text(p.get("content"))})
+                          "content": _as_sent(p) if exact else _text(p.get("content"))})
         elif kind == "retry-prompt" and not p.get("tool_call_id"):
             turns.append({"role": "user", "content": _text(p.get("content"))})
     return turns
 
 
-def chat_messages(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A transcript's conversation as chat turns (system, user, assistant/tool ..., final answer)."""
+def chat_messages(record: Mapping[str, Any], style: str = "full") -> list[dict[str, Any]]:
+    """A transcript's conversation as chat turns (system, user, assistant/tool ..., final answer); with
+    ``style`` compact, the compact system turn and the final answer as a ``final_result`` call."""
     msgs: list[dict[str, Any]] = []
-    if record.get("instructions"):
+    if style == "compact":
+        msgs.append({"role": "system", "content": compact.instructions(load_card(record["persona"]), record["tool"])})
+    elif record.get("instructions"):
         msgs.append({"role": "system", "content": record["instructions"]})
     answered: set[str] = set()
     for m in record.get("messages", []):
         parts = m.get("parts", [])
         if m.get("kind") == "response":
-            turns = _response(parts)
-            answered |= {c["id"] for t in turns for c in t.get("tool_calls", []) if c.get("id")}
+            turns = _response(parts, final_call=style == "compact")
+            answered |= {c["id"] for t in turns for c in t.get("tool_calls", [])
+                         if c.get("id") and c["function"]["name"] != compact.FINAL}
             msgs += turns
         else:
-            msgs += _request(parts, answered)
+            msgs += _request(parts, answered, exact=style == "compact")
     return msgs
 
 
-def chat_row(record: Mapping[str, Any], toolbox: Mapping[str, StepTool]) -> ChatRow:
-    """One transcript (one persona turn) as a row, redacted."""
-    tools = record.get("tool_schemas") or tool_schemas(record["persona"], record.get("tools", []), toolbox)
+def chat_row(record: Mapping[str, Any], toolbox: Mapping[str, StepTool], style: str = "full") -> ChatRow:
+    """One transcript (one persona turn) as a row, redacted; ``style`` compact: as a compact run sees it."""
+    if style == "compact":
+        tools = compact_tools(record["persona"], record["tool"], toolbox)
+    else:
+        tools = record.get("tool_schemas") or tool_schemas(record["persona"], record.get("tools", []), toolbox)
     row = {"id": f"{record['run_id']}/{record['segment']}", "run_id": record["run_id"],
            "persona": record["persona"], "step": record["step"], "segment": record["segment"],
-           "messages": chat_messages(record), "tools": tools}
+           "messages": chat_messages(record, style), "tools": tools}
     return ChatRow.model_validate(redact(row))
 
 
 def _finished(messages: list[dict[str, Any]]) -> bool:
-    return bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
+    """The turn ends with the persona's report (its text, or a compact run's ``final_result`` call)."""
+    if not messages or messages[-1]["role"] != "assistant":
+        return False
+    calls = messages[-1].get("tool_calls") or []
+    return not calls or calls[-1]["function"]["name"] == compact.FINAL
 
 
 def chat_rows(ws, run_ids: Iterable[str], toolbox: Mapping[str, StepTool], *, personas: Iterable[str] = (),
-              steps: Iterable[str] = ()) -> list[ChatRow]:
+              steps: Iterable[str] = (), style: str = "full") -> list[ChatRow]:
     """The completed persona turns of ``run_ids`` (in order), those of ``personas`` and ``steps`` when
-    given, each ending with its final answer."""
+    given, each ending with its final answer; ``style``: the prompt they are written with (``agents/compact``)."""
     want_p, want_s = set(personas), set(steps)
     rows = []
     for rid in run_ids:
@@ -153,7 +192,7 @@ def chat_rows(ws, run_ids: Iterable[str], toolbox: Mapping[str, StepTool], *, pe
             if rec.get("status") != "completed" or (want_p and rec["persona"] not in want_p) or (
                     want_s and rec["step"] not in want_s):
                 continue
-            row = chat_row(rec, toolbox)
+            row = chat_row(rec, toolbox, style)
             if _finished(row.messages):
                 rows.append(row)
     return rows

@@ -33,6 +33,10 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 
+# The metrics a persona's report names (by the last part of their key); agents/compact.py shows only these.
+REPORTED_METRICS = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")
+
+
 @dataclass
 class StepFacts:
     """What the policy knows besides the conversation: the step and, for the judge, the gate rule."""
@@ -169,9 +173,8 @@ class OfflinePolicy:
             return self._finish(messages, info, summary, "stop",
                                 ["the data pre-check failed: a person decides whether training goes on"])
         metrics = result.get("metrics") or {}
-        keep = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")
         reasons = [f"{k}={v:.4g}" for k, v in sorted(metrics.items())
-                   if isinstance(v, (int, float)) and k.rsplit(".", 1)[-1] in keep][:8]
+                   if isinstance(v, (int, float)) and k.rsplit(".", 1)[-1] in REPORTED_METRICS][:8]
         return self._finish(messages, info, summary, "proceed", reasons)
 
     def _judge(self, messages, info, result: dict[str, Any]) -> ModelResponse:

@@ -40,7 +40,7 @@ from pydantic_ai import (
 )
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
-from trainteam.agents import briefing, transcripts
+from trainteam.agents import briefing, compact, transcripts
 from trainteam.agents.cards import PersonaCard, load_card
 from trainteam.agents.hooks import ensure_step_node, graph_hooks, log_tool_call
 from trainteam.agents.policy import StepFacts, offline_model
@@ -84,6 +84,7 @@ class PersonaDeps:
     segment: str = ""  # transcript name of this agent run (``train#1``); keys its graph facts
     model: str = ""  # what decides: "offline", a provider's model, or a bound model's registered id
     model_id: str | None = None  # the registered model id when the persona runs on a bound model
+    prompt: str = "full"  # full, or compact (agents/compact.py): the brief, tools and results it reads
     results: dict[str, StepResult] = field(default_factory=dict)
     plans: dict[str, dict] = field(default_factory=dict)
 
@@ -119,6 +120,12 @@ def plan_of(ctx: ToolContext, name: str) -> dict[str, Any]:
             "will": f"run {name} for step {ctx.step} of run {ctx.run_id}"}
 
 
+def _shown(deps: "PersonaDeps", view: dict[str, Any]) -> dict[str, Any]:
+    """What the model reads of a tool's answer: keys sorted (as transcripts store it); compact for a
+    model bound with the compact prompt (``compact.result_view``)."""
+    return compact.result_view(view) if deps.prompt == "compact" else compact.sorted_keys(view)
+
+
 def _make_tool(grant, step_tool: StepTool) -> Tool:
     name = grant.name
     args_cls = step_tool.args or (PlanFirstArgs if grant.plan_first else RunArgs)
@@ -128,14 +135,14 @@ def _make_tool(grant, step_tool: StepTool) -> Tool:
         ctx = deps.ctx if step_tool.prepare is None else step_tool.prepare(deps.ctx, args)
         if grant.plan_first and not getattr(args, "execute", False):
             deps.plans[name] = plan_of(ctx, name)
-            return {"executed": False, "plan": deps.plans[name],
-                    "next": f"call {name} again with execute=true to run it"}
+            return _shown(deps, {"executed": False, "plan": deps.plans[name],
+                                 "next": f"call {name} again with execute=true to run it"})
         if grant.requires_approval and not rc.tool_call_approved:
             raise ApprovalRequired(metadata={"action": name, "step": ctx.step, "persona": deps.card.name,
                                              "plan": plan_of(ctx, name)})
         result = step_tool.run(ctx)
         deps.results[name] = result
-        return tool_view(result)
+        return _shown(deps, tool_view(result))
 
     call.__annotations__ = {"rc": RunContext[PersonaDeps], "args": args_cls, "return": dict[str, Any]}
     call.__name__ = name
@@ -172,30 +179,38 @@ def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
 class _Session:
     """One agent run of one step (possibly resumed): builds, runs, records, maps the result."""
 
-    def __init__(self, ctx: ToolContext, tool: str, segment: str | None = None, model: Any = None):
+    def __init__(self, ctx: ToolContext, tool: str, segment: str | None = None, model: Any = None,
+                 prompt: str | None = None):
         self.ctx, self.tool = ctx, tool
         self.card = load_card(ctx.persona)
         ensure_step_node(ctx)  # the engine makes it; a persona run outside the engine needs it too
         self.segment = segment or transcripts.choose_segment(ctx.ws, ctx.run_id, ctx.step, ctx.visit)
-        self.choice, bound_id = None, None
+        self.choice, bound_id, style = None, None, "full"
         if model is not None:
             self.model, self.model_desc = model, f"given:{getattr(model, 'model_name', type(model).__name__)}"
         else:  # settings, the persona's role binding, or the offline policy (agents/bound_models.py)
             chosen = persona_model(ctx.ws, ctx.persona)
             self.choice, bound_id = chosen.choice, chosen.bound.model_id if chosen.bound else None
+            style = chosen.bound.prompt if chosen.bound else "full"
             self.model = chosen.model if chosen.model is not None else offline_model(_facts(ctx, self.card, tool))
             self.model_desc = chosen.label
-        self.instructions = briefing.instructions(ctx, self.card, tool)
+        style = prompt or style
+        # a model bound with --prompt compact reads the compact brief and only the step's tool (agents/compact.py)
+        capabilities = [graph_hooks()] + ([compact.CompactTools(tool)] if style == "compact" else [])
+        self.instructions = (compact.instructions(self.card, tool) if style == "compact"
+                             else briefing.instructions(ctx, self.card, tool))
         self.allowed = [n for n in self.card.tool_names if n in ctx.toolbox]  # exactly what the Agent registers
+        if style == "compact":
+            self.allowed = [n for n in self.allowed if n == tool]
         self.deps = PersonaDeps(ctx=ctx, card=self.card, step_tool=tool, segment=self.segment,
-                                model=self.model_desc, model_id=bound_id)
+                                model=self.model_desc, model_id=bound_id, prompt=style)
         self.agent = build_agent(self.card, self.model, ctx.toolbox, instructions=self.instructions,
-                                 capabilities=[graph_hooks()])
+                                 capabilities=capabilities)
         self.record: dict[str, Any] = {
             "run_id": ctx.run_id, "step": ctx.step, "visit": ctx.visit, "segment": self.segment,
             "persona": self.card.name, "tool": tool, "model": self.model_desc, "instructions": self.instructions,
             "prompt": briefing.step_prompt(ctx, tool), "skills": briefing.loaded_skills(ctx, self.card),
-            "tools": self.allowed,
+            "tools": self.allowed, "prompt_style": style,
             "task": ctx.task.model_dump(mode="json"),
             "inputs": {k: v for k, v in ctx.inputs.items()}, "decided": ctx.decided.model_dump(mode="json"),
             "approvals": [],
@@ -295,18 +310,18 @@ class _Session:
         return transcripts.write(self.ctx.ws, rec)
 
 
-def run_persona_step(ctx: ToolContext, tool_name: str, *, model: Any = None) -> StepResult:
+def run_persona_step(ctx: ToolContext, tool_name: str, *, model: Any = None, prompt: str | None = None) -> StepResult:
     """Run ``tool_name`` for this step as ``ctx.persona`` (model: settings, or the offline policy).
 
-    ``model`` overrides the settings (tests, replay). A tool outside the persona's card is
-    refused before any model is asked.
+    ``model`` overrides the settings (tests, replay), ``prompt`` the binding's prompt style (full or
+    compact). A tool outside the persona's card is refused before any model is asked.
     """
     card = load_card(ctx.persona)
     if card.grant(tool_name) is None or tool_name not in ctx.toolbox:
         allowed = ", ".join(n for n in card.tool_names if n in ctx.toolbox)
         why = "is not a known tool" if tool_name not in ctx.toolbox else f"is not one of {ctx.persona}'s tools"
         return _error(f"{tool_name!r} {why} (its tools: {allowed})", persona=ctx.persona)
-    session = _Session(ctx, tool_name, model=model)
+    session = _Session(ctx, tool_name, model=model, prompt=prompt)
     return session.run(user_prompt=session.record["prompt"])
 
 

@@ -156,6 +156,15 @@ def row_of(record: Mapping[str, Any]) -> dict:
 
 # -- structure -----------------------------------------------------------------------------------
 
+# An output tool: calling it IS the answer (pydantic-ai's structured output, as compact persona rows end).
+ANSWER_TOOLS = ("final_result",)
+
+
+def _answers(calls: Sequence[Mapping[str, Any]]) -> bool:
+    fn = (calls[-1] or {}).get("function") or {}
+    return fn.get("name") in ANSWER_TOOLS and bool(fn.get("arguments"))
+
+
 def _answer_problem(turns: Sequence[Mapping[str, Any]], what: str) -> tuple[str, str] | None:
     """The rule a conversation (or a chat preference side) breaks at its end, if any."""
     if not turns:
@@ -165,6 +174,8 @@ def _answer_problem(turns: Sequence[Mapping[str, Any]], what: str) -> tuple[str,
     if role != "assistant":
         return "truncated", f"{what} ends on a {role} turn (turn {len(turns)}), before the answer"
     if last.get("tool_calls") and _blank(last.get("content")):
+        if _answers(last["tool_calls"]):
+            return None
         return "truncated", f"{what} ends on an assistant tool call (turn {len(turns)}), before the answer"
     if _blank(last.get("content")):
         return "empty_answer", f"{what}: the last assistant reply (turn {len(turns)}) is blank"

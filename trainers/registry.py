@@ -51,6 +51,14 @@ tags_table = Table(
     Column("bound_at", String(40), nullable=False),
 )
 
+# How a bound role's model is prompted (``agents/compact.py``: "full" or "compact"); a role without a row: "full".
+role_prompts_table = Table(
+    "registry_role_prompts",
+    metadata,
+    Column("role", String(128), primary_key=True),
+    Column("prompt", String(32), nullable=False),
+)
+
 # Files that define what a checkpoint computes. Trainer state (optimizer, rng,
 # trainer_state.json) is left out: it changes nothing about the model.
 _IDENTITY_FILES = (
@@ -157,14 +165,24 @@ class ModelRegistry:
             raise
         return self.get(model_id)
 
-    def bind(self, role: str, model: str, *, by: str | None = None) -> ModelRecord:
-        """Point ``role`` at ``model`` (id, unique id prefix or name); moves the role if bound."""
+    def bind(self, role: str, model: str, *, by: str | None = None, prompt: str = "full") -> ModelRecord:
+        """Point ``role`` at ``model`` (id, unique id prefix or name); moves the role if bound. ``prompt``:
+        how the role's model is asked (``full``, or ``compact`` for a small model trained on compact rows)."""
         tag = _role_tag(role)
         rec = self.get(model)
         with self.engine.begin() as conn:
             conn.execute(delete(tags_table).where(tags_table.c.tag == tag))
             conn.execute(tags_table.insert().values(tag=tag, model_id=rec.id, bound_by=by, bound_at=utcnow()))
+            conn.execute(delete(role_prompts_table).where(role_prompts_table.c.role == role))
+            if prompt != "full":
+                conn.execute(role_prompts_table.insert().values(role=role, prompt=prompt))
         return self.get(rec.id)
+
+    def role_prompt(self, role: str) -> str:
+        """How ``role``'s bound model is prompted: ``full`` unless it was bound with another."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(role_prompts_table.c.prompt).where(role_prompts_table.c.role == role)).first()
+        return row[0] if row else "full"
 
     def unbind(self, role: str) -> str | None:
         """Free ``role``; returns the model id it was bound to (None when it was free)."""
@@ -172,6 +190,7 @@ class ModelRegistry:
         with self.engine.begin() as conn:
             row = conn.execute(select(tags_table.c.model_id).where(tags_table.c.tag == tag)).first()
             conn.execute(delete(tags_table).where(tags_table.c.tag == tag))
+            conn.execute(delete(role_prompts_table).where(role_prompts_table.c.role == role))
         return row[0] if row else None
 
     # -- reading -------------------------------------------------------------

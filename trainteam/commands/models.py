@@ -56,6 +56,9 @@ def show(model: str = typer.Argument(..., help="model id, unique id prefix or na
 @models_app.command("bind")
 def bind(refs: list[str] = typer.Argument(..., help="MODEL with --role ROLE (or the older ROLE MODEL)"),
          role: str = typer.Option(None, "--role", help="eval_judge, chat, ... or persona:NAME (the persona runs on it)"),
+         prompt: str = typer.Option("full", "--prompt", help="persona roles: full (the persona's brief and every "
+                                    "card tool) or compact (a small model trained on `transcripts export --prompt "
+                                    "compact` rows: a short brief, the step's tool only)"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Point a role at a model (moves the role if another model had it).
 
@@ -66,16 +69,19 @@ def bind(refs: list[str] = typer.Argument(..., help="MODEL with --role ROLE (or 
 
     from trainteam.agents.bound_models import bind_role
 
+    if prompt not in ("full", "compact"):
+        raise BadInput(f"--prompt: {prompt!r} is not one of full, compact")
     if role is None and len(refs) == 2:
         role, model = refs
     elif role is not None and len(refs) == 1:
         model = refs[0]
     else:
         raise BadInput("models bind: give MODEL --role ROLE (or ROLE MODEL)")
-    rec = bind_role(workspace(), role, model, by=getpass.getuser())
+    rec = bind_role(workspace(), role, model, by=getpass.getuser(), prompt=prompt)
     if as_json:
-        return print_json({"role": role, "model": rec.id})
-    console.print(f"{role} -> {rec.id} ({rec.name})", highlight=False)
+        return print_json({"role": role, "model": rec.id, **({"prompt": prompt} if prompt != "full" else {})})
+    console.print(f"{role} -> {rec.id} ({rec.name})" + (f", prompt {prompt}" if prompt != "full" else ""),
+                  highlight=False)
 
 
 @models_app.command("unbind")
