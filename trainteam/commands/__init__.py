@@ -33,6 +33,9 @@ COMMANDS = {
     "mcp": ("mcp_command", "Serve the team's curation and training tools, runs, approvals and lineage over MCP "
                            "(stdio, or --http PORT)."),
     "web": ("web", "Serve the web console (runs, live curves, approvals, lineage) until interrupted."),
+    "self-improve": ("self_improve", "The team trains the model that runs the team: its runs' transcripts → "
+                                     "tool-calling SFT → measured against the offline policy on held-out runs → "
+                                     "gated → bound to the personas."),
 }
 
 COMMAND_MODULES = list(dict.fromkeys(module for module, _ in COMMANDS.values()))

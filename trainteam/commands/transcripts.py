@@ -46,8 +46,12 @@ def export(
     status: str = typer.Option("completed", "--status", help="chat: completed (runs that completed with every "
                                "gate passed) or all"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="JSONL file (default: stdout)"),
+    prompt: str = typer.Option("full", "--prompt", help="chat: full (the persona's brief and card tools, as the "
+                               "run had them) or compact (what a small model bound with --prompt compact reads)"),
 ) -> None:
     """Turn the team's agent runs into training data (the self-training loop)."""
+    if prompt not in ("full", "compact"):
+        raise BadInput(f"--prompt: {prompt!r} is not one of full, compact")
     if fmt not in FORMATS:
         raise BadInput(f"--format: {fmt!r} is not supported ({', '.join(FORMATS)})")
     if status not in STATUSES:
@@ -57,35 +61,16 @@ def export(
 
         examples = sft_examples(workspace(), list(run) if run else None)
     else:
-        examples = _chat_rows(list(run or []), list(persona or []), list(step or []), status)
+        from trainteam.workflows.self_improve import gather_rows
+
+        rows = gather_rows(workspace(), list(run or []), list(persona or []), list(step or []), status, prompt)
+        examples = [r.model_dump(mode="json") for r in rows]
     lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in examples)
     if out is None:
         typer.echo(lines, nl=False)
     else:
         out.write_text(lines)
         console.print(f"{len(examples)} {fmt} rows → {out}", highlight=False)
-
-
-def _chat_rows(runs: list[str], personas: list[str], steps: list[str], status: str) -> list[dict]:
-    """The chat rows of the chosen runs (by default those that completed with their gates passed)."""
-    from trainteam.agents import transcripts
-    from trainteam.agents.cards import PERSONAS
-    from trainteam.agents.chat_export import chat_rows, gates_passed
-    from trainteam.workflows.steps.catalog import STEPS
-    from trainteam.workflows.store import RunStore
-
-    bad = next((p for p in personas if p not in PERSONAS), None)
-    if bad is not None:
-        raise BadInput(f"--persona: unknown persona {bad!r} (known: {', '.join(PERSONAS)})")
-    ws = workspace()
-    missing = next((r for r in runs if not transcripts.run_dir(ws, r).is_dir()), None)  # run_dir checks the id
-    if missing is not None:
-        raise BadInput(f"--run: no transcripts for run {missing!r} in {ws.dir('transcripts')}")
-    ids = runs or sorted(p.name for p in ws.dir("transcripts").iterdir() if p.is_dir())
-    if status == "completed":
-        store = RunStore(ws.engine)
-        ids = [r for r in ids if (store.get(r) or {}).get("status") == "completed" and gates_passed(ws, r)]
-    return [r.model_dump(mode="json") for r in chat_rows(ws, ids, STEPS, personas=personas, steps=steps)]
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,93 @@
+"""`trainteam self-improve`: two real tiny offline runs in a workspace → their compact chat rows,
+curated with a whole run held out → LoRA SFT of a tiny ChatML model through a real `train_model` run
+(qwen2_5 template) → tool-call agreement on the held-out run's steps → the gate → register → bind with
+the compact prompt. The model is too small to agree (that is benchmarks/self_improve.py's question):
+the gate is set to fail once and to pass once, and each outcome is checked in the registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "spine"))
+from spine_helpers import TINY_TASK  # noqa: E402
+from tool_model import _tokenizer  # noqa: E402
+
+from trainteam.trainers.registry import ModelRegistry  # noqa: E402
+from trainteam.workspace import Workspace  # noqa: E402
+
+CLI = [sys.executable, "-m", "trainteam.cli"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINTEAM_THREADS": "1", "PYDANTIC_AI_NO_BANNER": "1"}
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+ROLE = "persona:training_engineer"
+
+
+def _cli(ws: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + ["-w", str(ws), *args], env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> tuple[Path, Path]:
+    """A workspace with two completed offline runs, and a tiny random-init ChatML model."""
+    from trainteam.trainers.config import ModelSpec
+    from trainteam.trainers.models import build_model
+
+    tmp = tmp_path_factory.mktemp("self-improve")
+    ws = tmp / "ws"
+    (tmp / "tiny.yaml").write_text(yaml.safe_dump(TINY_TASK))
+    for rid in ("r1", "r2"):
+        out = _cli(ws, "execute-workflow", "train_model", "--task", str(tmp / "tiny.yaml"), "--run-id", rid, "--yes", "-q")
+        assert out.returncode == 0, out.stderr[-2000:]
+    model = tmp / "chatml"
+    tok = _tokenizer([Path(__file__).read_text(), yaml.safe_dump(TINY_TASK)], vocab_size=500)
+    tok.chat_template = CHATML
+    build_model(ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=2048), tok,
+                seed=0).save_pretrained(str(model))
+    tok.save_pretrained(str(model))
+    return ws, model
+
+
+def _loop(ws: Path, model: Path, *extra: str) -> tuple[int, dict]:
+    out = _cli(ws, "self-improve", "--model", str(model), "--steps", "2", "--max-length", "256",
+               "--heldout-fraction", "0.5", "--yes", "--json", *extra)
+    assert out.returncode in (0, 1), out.stderr[-3000:]
+    return out.returncode, json.loads(out.stdout[out.stdout.index("{"):])
+
+
+def test_the_loop_trains_measures_gates_registers_and_binds(setup):
+    ws, model = setup
+    code, failed = _loop(ws, model, "--min-agreement", "1.0", "--run-id", "si-strict")
+    assert code == 1 and failed["status"] == "gate_failed", failed
+    assert failed["train"]["status"] == "completed" and failed["data"]["heldout_runs"] in (["r1"], ["r2"])
+    assert failed["data"]["train_rows"] > 0 and failed["data"]["heldout_rows"] > 0
+    turns = failed["agreement"]["turns"]
+    assert turns >= 3 and failed["agreement"]["agreement"] < 1.0  # train_tokenizer, train (plan, execute), merge
+    registry = ModelRegistry.of(Workspace.open(ws))
+    assert registry.get(failed["model"]).lineage["run_id"] == "si-strict"  # registered by the train_model run
+    assert ROLE not in registry.roles()  # a failed gate binds nothing
+
+    # the same two runs again (by default the loop learns from every completed run, si-strict's too)
+    code, passed = _loop(ws, model, "--min-agreement", "0", "--run-id", "si-lenient", "--run", "r1", "--run", "r2")
+    assert code == 0 and passed["status"] == "bound" and passed["roles"] == [ROLE], passed
+    assert registry.roles()[ROLE] == passed["model"] and registry.role_prompt(ROLE) == "compact"
+    # the rows it trained on are the compact ones: the short brief, the step's tool and the report only
+    rows = [json.loads(line) for line in Path(passed["data"]["train"]).read_text().splitlines()]
+    assert all(len(r["tools"]) <= 2 and r["tools"][-1]["function"]["name"] == "final_result" for r in rows)
+    assert all(len(r["messages"][0]["content"]) < 400 for r in rows)
+
+
+def test_bad_input_is_one_line_before_anything_runs(setup, tmp_path):
+    ws, model = setup
+    out = _cli(ws, "self-improve", "--model", str(tmp_path / "none"))
+    assert out.returncode == 2 and out.stderr.strip().startswith("error: --model:"), out.stderr
+    out = _cli(ws, "self-improve", "--model", str(model), "--bind", "nobody")
+    assert out.returncode == 2 and "unknown persona 'nobody'" in out.stderr, out.stderr
+    out = _cli(tmp_path / "empty", "self-improve", "--model", str(model))
+    assert out.returncode == 2 and "needs two at least" in out.stderr, out.stderr

@@ -1,0 +1,167 @@
+"""The self-training loop (issue 15): the team's runs → chat data → tool-calling SFT → measured → bound.
+
+``trainteam self-improve`` chains these, each a function here (``benchmarks/self_improve.py`` calls the
+same ones):
+
+1. ``gather_rows``: the chat rows of the workspace's runs (by default those that completed with every
+   gate passed), written with the compact prompt (``agents/compact.py``) unless told otherwise;
+2. ``build_data``: curated as ``curate run --heldout-by run_id`` does (row checks, exact dedup, no near
+   dedup: one step's turns in two runs are near duplicates), whole runs held out;
+3. ``sft_task``: the ``train_model`` task that LoRA-tunes the base model on the training rows with a
+   chat template that writes tools (the command runs it through the normal workflow, whose
+   ``register_model`` waits for a person unless ``--yes``);
+4. ``evaluate``: tool-call agreement on the held-out runs' steps (``agents/tool_agreement.py``);
+5. ``gate``: the agreement against ``min_agreement``; only then ``bind`` the personas (with the prompt
+   the model was trained on).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainteam.agents import transcripts
+from trainteam.agents.bound_models import bind_role, persona_role
+from trainteam.agents.cards import PERSONAS
+from trainteam.agents.tool_agreement import agreement_of, call_turns, read_rows
+from trainteam.core.errors import BadInput
+from trainteam.curation.jsonl import read_jsonl, write_jsonl
+from trainteam.curation.row_checks import row_of, row_records
+from trainteam.curation.splits import split_by_group
+from trainteam.trainers.registry import ModelRegistry
+from trainteam.workflows.steps.catalog import STEPS
+from trainteam.workflows.steps.curate import curate_recorded, default_config
+from trainteam.workflows.store import RunStore
+
+
+EVAL_ROWS = 1
+
+
+class SelfImproveOptions(BaseModel):
+    """What ``trainteam self-improve`` is told (every field has the command's default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path = Field(description="the base model folder (a local instruct model)")
+    chat_template: str = "qwen2_5"
+    prompt: str = "compact"
+    runs: list[str] = Field(default_factory=list)
+    personas: list[str] = Field(default_factory=list, description="rows of these personas (default: all)")
+    bind: list[str] = Field(default_factory=lambda: ["training_engineer"])
+    heldout_fraction: float = Field(0.34, gt=0, lt=1)
+    seed: int = 0
+    steps: int = Field(100, gt=0)
+    learning_rate: float = Field(1e-3, gt=0, lt=1)
+    max_length: int = Field(1024, gt=0)
+    lora_r: int = Field(8, gt=0)
+    grad_accum: int = Field(1, gt=0)
+    gradient_checkpointing: bool = False
+    min_agreement: float = Field(0.95, ge=0, le=1)
+    max_new_tokens: int = Field(96, gt=0)
+    max_wall_minutes: float = Field(60, gt=0)
+
+
+class DataSplit(BaseModel):
+    train: Path
+    heldout: Path
+    train_rows: int
+    heldout_rows: int
+    heldout_runs: list[str]
+    eval: Path  # the workflow's own eval: the shortest held-out rows (its battery is not what the loop gates on)
+    version: str | None = None
+
+
+def gather_rows(ws, runs: list[str], personas: Iterable[str] = (), steps: Iterable[str] = (),
+                status: str = "completed", style: str = "full") -> list:
+    """The chat rows of ``runs`` (default: every run with transcripts; with ``status`` completed only
+    those that completed with every gate passed), as ``transcripts export --format chat`` writes them."""
+    from trainteam.agents.chat_export import chat_rows, gates_passed
+
+    personas, steps = list(personas), list(steps)
+    bad = next((p for p in personas if p not in PERSONAS), None)
+    if bad is not None:
+        raise BadInput(f"--persona: unknown persona {bad!r} (known: {', '.join(PERSONAS)})")
+    missing = next((r for r in runs if not transcripts.run_dir(ws, r).is_dir()), None)  # run_dir checks the id
+    if missing is not None:
+        raise BadInput(f"--run: no transcripts for run {missing!r} in {ws.dir('transcripts')}")
+    ids = runs or sorted(p.name for p in ws.dir("transcripts").iterdir() if p.is_dir())
+    if status == "completed":
+        store = RunStore(ws.engine)
+        ids = [r for r in ids if (store.get(r) or {}).get("status") == "completed" and gates_passed(ws, r)]
+    return chat_rows(ws, ids, STEPS, personas=personas, steps=steps, style=style)
+
+
+def build_data(ws, rows: list[dict], folder: Path, fraction: float, seed: int) -> DataSplit:
+    """Curate ``rows`` (chat rows) and hold out whole runs: ``train.jsonl`` and ``heldout.jsonl`` in ``folder``."""
+
+    if len({r["run_id"] for r in rows}) < 2:
+        raise BadInput(f"runs: {len({r['run_id'] for r in rows})} run(s) with usable transcripts; the loop holds "
+                       "out whole runs and needs two at least (run train_model on a task again)")
+    records = list(row_records(rows, "transcripts"))
+    split_by_group([row_of(r) for r in records], "run_id", fraction, seed, where="runs")  # checked before storing
+    cfg = default_config("chat").model_copy(update={"near_dedup": None})
+    report = curate_recorded(ws.graph, records, {}, cfg, folder, progress=False)
+    curated = [{"id": r["id"], **row_of(r)} for r in read_jsonl(Path(report.output))]
+    train, held = split_by_group(curated, "run_id", fraction, seed, where=str(report.output))
+    shortest = sorted(held, key=lambda r: len(json.dumps(r, default=str)))[:EVAL_ROWS]
+    return DataSplit(train=write_jsonl(train, folder / "train.jsonl"), heldout=write_jsonl(held, folder / "heldout.jsonl"),
+                     eval=write_jsonl(shortest, folder / "eval.jsonl"),
+                     train_rows=len(train), heldout_rows=len(held), heldout_runs=sorted({r["run_id"] for r in held}),
+                     version=report.version)
+
+
+def sft_task(opts: SelfImproveOptions, data: DataSplit, name: str = "self-improve") -> dict[str, Any]:
+    """The ``train_model`` task: LoRA SFT of ``opts.model`` on the training rows, loss on the assistant
+    turns, each pair cut to ``max_length`` from its start (TRL's ``keep_end``: the call stays)."""
+    return {
+        "name": name, "model": {"path": str(opts.model), "chat_template": opts.chat_template},
+        "data": {"path": str(data.train), "eval_path": str(data.eval)}, "stages": ["sft"],
+        "training": {"sft": {"max_steps": opts.steps, "per_device_train_batch_size": 1,
+                             "gradient_accumulation_steps": opts.grad_accum, "learning_rate": opts.learning_rate,
+                             "max_length": opts.max_length, "use_peft": True, "lora_r": opts.lora_r,
+                             "lora_alpha": 2 * opts.lora_r, "logging_steps": 1, "warmup_ratio": 0.1,
+                             "gradient_checkpointing": opts.gradient_checkpointing,
+                             "trl": {"truncation_mode": "keep_end"}}},
+        "gates": {"sft": {"metric": "exact_match", "min": 0.0}},  # the loop's own gate is the agreement
+        "eval": {"max_new_tokens": 8, "batch_size": 1},
+        # held-out runs are other runs of the same steps: their turns share long n-grams with the training
+        # runs' by design, and decontamination would drop the training turns of every step held out
+        "curation": {"near_dedup": None, "decontam": None, "rows": {"max_tokens": None}},
+        "budget": {"max_wall_minutes": opts.max_wall_minutes},
+    }
+
+
+def registered_by(ws, run_id: str):
+    """The model the run ``run_id`` registered (its ``register_model`` step's; a checkpoint registered
+    before by another run is that run's record), None when it registered none."""
+    for attempt in reversed(RunStore(ws.engine).attempts(run_id)):
+        output = attempt.get("output") or {}
+        model_id = (output.get("details") or {}).get("model_id") if isinstance(output, dict) else None
+        if attempt["step"] == "register_model" and model_id:
+            return ModelRegistry.of(ws).get(model_id)
+    return None
+
+
+def evaluate(folder: Path, heldout: Path, personas: Iterable[str], max_new_tokens: int):
+    """Tool-call agreement of the model in ``folder`` on the held-out steps of ``personas``."""
+    turns = call_turns(read_rows(heldout), personas)
+    if not turns:
+        raise BadInput(f"--bind: the held-out runs have no tool calls of {', '.join(personas)}")
+    return agreement_of(folder, turns, max_new_tokens)
+
+
+def gate(agreement: float, min_agreement: float) -> tuple[bool, str]:
+    ok = agreement >= min_agreement
+    return ok, f"tool-call agreement {agreement:.3f} {'>=' if ok else '<'} {min_agreement:.3f}"
+
+
+def bind(ws, model_id: str, personas: Iterable[str], prompt: str, by: str) -> list[str]:
+    """Bind each persona's role to the model, with the prompt it was trained on."""
+
+    roles = [persona_role(p) for p in personas]
+    for role in roles:
+        bind_role(ws, role, model_id, by=by, prompt=prompt)
+    return roles
