@@ -75,15 +75,15 @@ def train_launched(method: str, config: TrainConfig, model: Any, data: Any, *, t
     ranks = ldir / "ranks"
     config = config.model_copy(update={"method": method, **dist.train_fields()})
     model_path = _model_folder(model, tokenizer, ldir)
-    c = budget.current()
     job = WorkerJob(method=method, config=config, model=ModelSpec(path=model_path), tokenizer=_tokenizer_folder(tokenizer, ldir),
                     data=_data_file(data, ldir / "data.jsonl"), results_dir=ranks, model_path=model_path,
                     eval_data=_data_file(eval_data, ldir / "eval.jsonl") if eval_data is not None else None,
-                    apply_proposal=apply_proposal, answer=answer,
-                    budget_left_s=c.left_s() if c is not None else None, budget_allowed_s=c.allowed_s if c else 0.0)
-    job_file = job.save(ldir / "job.json")
+                    apply_proposal=apply_proposal, answer=answer)
     failures: list[dict] = []
     for attempt in range(1, dist.max_restarts + 2):
+        c = budget.current()  # what the run may still spend, as each launch starts
+        job_file = job.model_copy(update={"budget_left_s": c.left_s() if c is not None else None,
+                                          "budget_allowed_s": c.allowed_s if c is not None else 0.0}).save(ldir / "job.json")
         spec = _spec(config, model_path, dist, ldir, job_file)
         if attempt == 1:
             _write_other_nodes(spec, dist, ldir)
