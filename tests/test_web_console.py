@@ -374,3 +374,29 @@ def test_short_ids_name_approvals_in_the_page_and_its_urls(judged):
     assert (row["status"], row["decided_by"], row["note"]) == ("rejected", "carol", "no")
     notice = client.get(done.headers["location"]).text
     assert f"Decision recorded for {short} ({approval['id']})." in notice
+
+
+def test_the_run_page_is_built_once_per_half_second_for_all_its_viewers():
+    from trainteam.web.page_cache import ShortLived
+
+    now = [0.0]
+    builds: list[int] = []
+    pages = ShortLived(ttl_s=0.5, clock=lambda: now[0])
+
+    def build() -> int:
+        builds.append(1)
+        return len(builds)
+
+    assert [pages.get("r1", build) for _ in range(20)] == [1] * 20  # twenty viewers, one build
+    now[0] = 0.6
+    assert pages.get("r1", build) == 2 and pages.get("r2", build) == 3
+    pages.clear()  # a decision made in the console
+    assert pages.get("r1", build) == 4
+
+    def broken() -> int:
+        raise RuntimeError("database went away")
+
+    now[0] = 2.0
+    with pytest.raises(RuntimeError):
+        pages.get("r3", broken)
+    assert pages.get("r3", build) == 5  # a failed build is not kept

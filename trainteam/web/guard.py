@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Form, Request
 
 from trainteam.web.access import SESSION_COOKIE, Session, Sessions, csrf_ok
 from trainteam.web.curves import CurveReader
+from trainteam.web.page_cache import ShortLived
 from trainteam.workspace import Workspace
 
 
@@ -27,6 +28,7 @@ class Console:
     sessions: Sessions
     curves: CurveReader
     poll_s: float = 1.0
+    run_pages: ShortLived = field(default_factory=ShortLived)  # run page data, shared by its viewers
 
 
 def console(request: Request) -> Console:

@@ -43,7 +43,8 @@ def runs(request: Request, who: Session = Depends(person)):
 @router.get("/runs/{run_id}")
 def run(request: Request, run_id: str, who: Session = Depends(person)):
     try:
-        page = views.run_page(console(request).ws, run_id)
+        c = console(request)
+        page = c.run_pages.get(run_id, lambda: views.run_page(c.ws, run_id))
     except (NotFound, BadInput) as exc:
         return _missing(request, who, str(exc))
     return _page(request, "run.html", who, page=page)
@@ -119,6 +120,8 @@ def decide_approval(request: Request, ref: str, decision: str = Form(""), note: 
         return _approvals_page(request, who, 409, error=str(exc))
     except (BadInput, NotFound) as exc:
         return _approvals_page(request, who, 404 if isinstance(exc, NotFound) else 400, error=str(exc))
+    finally:
+        console(request).run_pages.clear()  # the person who decided sees it on the run's page at once
     return RedirectResponse(f"/approvals?decided={row['short_id']}", status_code=303)
 
 
