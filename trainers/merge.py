@@ -18,6 +18,25 @@ def _base_of(adapter: Path) -> Path:
     return Path(base)
 
 
+def check_adapters(adapters: Sequence[Path], weights: Sequence[float] | None = None) -> list[dict[str, Any]]:
+    """The adapters' PEFT configs, once each is an adapter folder, all of one base, with one weight
+    each (what a merge needs, checked without loading a model)."""
+    if len(adapters) < 2:
+        raise BadInput("adapters: TIES merging needs at least two adapters")
+    configs = []
+    for a in adapters:
+        if not (Path(a) / "adapter_config.json").is_file():
+            raise BadInput(f"adapters: {a} is not a PEFT adapter folder (no adapter_config.json)")
+        configs.append(json.loads((Path(a) / "adapter_config.json").read_text()))
+    bases = {str(c.get("base_model_name_or_path")) for c in configs}
+    if len(bases) > 1:  # e.g. an align adapter trained on base + SFT beside the SFT adapter itself
+        raise BadInput(f"adapters: trained on different bases ({', '.join(sorted(bases))}); averaging them "
+                       "mixes deltas of different models — merge each onto its own base, in order")
+    if weights is not None and len(weights) != len(adapters):
+        raise BadInput(f"weights: {len(weights)} weights for {len(adapters)} adapters")
+    return configs
+
+
 def merge_adapters(
     adapters: Sequence[Path],
     out_dir: Path,
@@ -40,17 +59,7 @@ def merge_adapters(
 
     quiet_libraries()
     adapters = [Path(a) for a in adapters]
-    if len(adapters) < 2:
-        raise BadInput("adapters: TIES merging needs at least two adapters")
-    for a in adapters:
-        if not (a / "adapter_config.json").is_file():
-            raise BadInput(f"adapters: {a} is not a PEFT adapter folder (no adapter_config.json)")
-    bases = {str(json.loads((a / "adapter_config.json").read_text()).get("base_model_name_or_path")) for a in adapters}
-    if len(bases) > 1:  # e.g. an align adapter trained on base + SFT beside the SFT adapter itself
-        raise BadInput(f"adapters: trained on different bases ({', '.join(sorted(bases))}); averaging them "
-                       "mixes deltas of different models — merge each onto its own base, in order")
-    if weights is not None and len(weights) != len(adapters):
-        raise BadInput(f"weights: {len(weights)} weights for {len(adapters)} adapters")
+    check_adapters(adapters, weights)
     if not 0 < density <= 1:
         raise BadInput(f"density: {density} is outside (0, 1]")
     base_model = load_model(_base_of(adapters[0])) if base is None else (load_model(Path(base)) if isinstance(base, (str, Path)) else base)

@@ -11,7 +11,6 @@ where it would go) and stores nothing. ``compose_reward`` only scores the sample
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
@@ -28,7 +27,7 @@ from trainteam.graph import NodeKind, node_id
 from trainteam.graph.knowledge import UnknownNode
 from trainteam.graph.record import record_fitted_tokenizer, record_merged_checkpoint
 from trainteam.trainers.config import TokenizerConfig
-from trainteam.trainers.merge import merge_adapters
+from trainteam.trainers.merge import check_adapters, merge_adapters
 from trainteam.trainers.tokenizer import load_tokenizer
 from trainteam.trainers.tokenizer import train_tokenizer as fit
 from trainteam.workflows.built_datasets import BuildKind, BuildOptions, build_recorded, planned_build
@@ -103,19 +102,9 @@ class MergeAdaptersArgs(PlanFirstArgs):
 
 
 def _adapter_plan(args: MergeAdaptersArgs) -> list[dict[str, Any]]:
-    rows = []
-    for i, a in enumerate(args.adapters):
-        cfg = _existing(a, f"adapters[{i}]") / "adapter_config.json"
-        if not cfg.is_file():
-            raise BadInput(f"adapters[{i}]: {a} is not a PEFT adapter folder (no adapter_config.json)")
-        data = json.loads(cfg.read_text())
-        rows.append({"path": str(Path(a).expanduser().resolve()), "base": data.get("base_model_name_or_path"),
-                     "r": data.get("r")})
-    if len({str(r["base"]) for r in rows}) > 1:
-        raise BadInput(f"adapters: trained on different bases ({', '.join(sorted({str(r['base']) for r in rows}))})")
-    if args.weights is not None and len(args.weights) != len(rows):
-        raise BadInput(f"weights: {len(args.weights)} weights for {len(rows)} adapters")
-    return rows
+    paths = [_existing(a, f"adapters[{i}]").resolve() for i, a in enumerate(args.adapters)]
+    configs = check_adapters(paths, args.weights)
+    return [{"path": str(p), "base": c.get("base_model_name_or_path"), "r": c.get("r")} for p, c in zip(paths, configs)]
 
 
 def merge_adapters_ties(ws, args: MergeAdaptersArgs) -> dict[str, Any]:
