@@ -10,14 +10,20 @@ A job launched by a workflow step (``trainers/launched.py``) also carries what t
 ``train()`` call would get: the model as a folder, an approved restart proposal, the answer
 rule GRPO's rewards check, and the seconds the run's budget leaves. Each rank writes
 ``rank<R>.pid`` when it starts (the supervisor watches those processes); rank 0 writes its
-whole ``TrainReport`` to ``report.json`` (the run's telemetry, curves and spike evidence).
+whole ``TrainReport`` to ``report.json`` (the run's telemetry, curves and spike evidence). A rank
+that raises writes ``rank<R>.error.json`` (the exception, the time) as it dies: a rank killed by a
+signal writes none, which is how the supervisor tells it from the peers that die of losing it. A
+rank gets SIGTERM if the launcher's agent dies (``PR_SET_PDEATHSIG``): no rank outlives its launch.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -110,12 +116,39 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m trainteam.trainers.launch_worker JOB.json", file=sys.stderr)
         return 2
+    _die_with_parent()
     try:
-        run_job(WorkerJob.load(Path(argv[0])))
+        job = WorkerJob.load(Path(argv[0]))
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        run_job(job)
+    except BaseException as exc:  # what this rank died of, for the supervisor (a signal leaves none)
+        _record_error(job.results_dir, exc)
+        raise
     return 0
+
+
+def _die_with_parent() -> None:
+    """SIGTERM this rank if the launcher's agent dies (its own stop of the ranks cannot run then): the
+    rank saves at the next step end and stops, like one the agent stopped (``GracefulStop``)."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (AttributeError, OSError):
+        return
+    if os.getppid() == 1:  # the agent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _record_error(results_dir: Path, exc: BaseException) -> None:
+    rank = os.environ.get("RANK", "0")
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        (results_dir / f"rank{rank}.error.json").write_text(json.dumps(
+            {"rank": int(rank), "pid": os.getpid(), "time": time.time(), "error": f"{type(exc).__name__}: {exc}"[:2000]}))
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from pydantic import BaseModel, Field
 
 from trainteam.core.errors import TrainteamError
 from trainteam.curation.answers import AnswerSpec
@@ -47,8 +48,12 @@ from trainteam.trainers.planning import detect_hardware, plan
 from trainteam.trainers.results import RestartProposal, TrainReport
 
 log = logging.getLogger("trainteam.launched")
-POLL_S = 0.2
+POLL_S = 0.05  # how often the supervisor looks at the ranks: often enough to see which died first
 STOP_GRACE_S = 5.0
+# torch elastic's words: its summary ("exitcode  : -9 (pid: 123)") and "failed (exitcode: -9) local_rank: 1
+# (pid: 123)"; and the ranks its agent found alive and stopped ("Sending process 123 closing signal SIGTERM")
+_EXIT_RE = re.compile(r"exitcode\s*:\s*(-?\d+)\)?\s*(?:\(pid:|local_rank:\s*\d+\s*\(pid:)\s*(\d+)\)")
+_CLOSING_RE = re.compile(r"Sending process (\d+) closing signal")
 
 # Run by this interpreter in front of the launcher: SIGTERM the launcher when its parent dies.
 _SHIM = ("import ctypes, os, signal, sys\n"
@@ -154,22 +159,26 @@ def _attempt(spec: LaunchSpec, dist: DistributedSpec, ranks: Path, ldir: Path, a
     for stale in [*ranks.glob("rank*.pid"), *ranks.glob("rank*.json"), ranks / "report.json"]:
         stale.unlink(missing_ok=True)
     per_node = dist.num_processes // dist.num_machines
-    local = [dist.machine_rank * per_node + i for i in range(per_node)]
+    watch = _Watch(ranks, [dist.machine_rank * per_node + i for i in range(per_node)])
     log_path = ldir / f"attempt{attempt}.log"
     t0 = time.monotonic()
     with open(log_path, "w") as log_fh:
         proc = _start(spec, dist.machine_rank, log_fh)
-        dead = _supervise(proc, ranks, local)
+        try:
+            alive_at_stop = _supervise(proc, watch)
+        except BaseException:  # this thread interrupted: the launch does not outlive it
+            _stop_all(proc, watch.processes())
+            raise
     rc = proc.returncode
-    seen = _pids(ranks, local)
-    finished = all((ranks / f"rank{r}.json").is_file() for r in local)
+    lost = _rank_ends(watch, alive_at_stop, log_path)
+    dead = _first_dead(lost)
+    finished = all(watch.finished(r) for r in watch.local)
     ok = dead is None and rc == 0 and finished and (dist.machine_rank != 0 or (ranks / "report.json").is_file())
     why = None
     if not ok:
-        who = f"rank {dead} (pid {seen.get(dead)}) died before it finished" if dead is not None else \
-            f"the launcher exited {rc} before every rank finished"
-        why = who + _exit_note(log_path)
-    return {"attempt": attempt, "ok": ok, "launcher_exit": rc, "dead_rank": dead, "pids": seen,
+        why = _why(dead, rc, log_path)
+    return {"attempt": attempt, "ok": ok, "launcher_exit": rc, "dead_rank": dead.rank if dead else None,
+            "pids": watch.pids, "lost_ranks": [e.model_dump() for e in lost],
             "seconds": round(time.monotonic() - t0, 2), "log": str(log_path), "why": why,
             "command": spec.shell(dist.machine_rank)}
 
@@ -184,29 +193,109 @@ def _start(spec: LaunchSpec, machine_rank: int, log_fh) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def _supervise(proc: subprocess.Popen, ranks: Path, local: list[int]) -> int | None:
-    """Wait for the launch; the first local rank found dead without its record stops it all
-    (returned). None: the launcher ended by itself."""
-    known: dict[int, psutil.Process] = {}
-    while proc.poll() is None:
-        for rank, pid in _pids(ranks, local).items():
-            if rank not in known:
+class RankEnd(BaseModel):
+    """How one local rank of a launch ended without its record, as far as this machine can tell."""
+
+    rank: int
+    pid: int | None = None
+    dead_at: float | None = Field(default=None, description="wall time the supervisor first saw it dead")
+    stopped: bool = Field(default=False, description="alive when the launcher's agent or the supervisor "
+                                                     "began stopping the launch: not what ended it")
+    error: str | None = Field(default=None, description="the exception it recorded as it died; None: it "
+                                                        "died without raising (a signal, a crash)")
+    error_at: float | None = None
+    launcher_exit: int | None = Field(default=None, description="its exit code in the launcher's failure "
+                                                                "summary (negative: the signal)")
+
+
+class _Watch:
+    """The local ranks' processes as the supervisor sees them, and when each was first seen dead."""
+
+    def __init__(self, ranks: Path, local: list[int]):
+        self.ranks, self.local = ranks, local
+        self.pids: dict[int, int] = {}
+        self.procs: dict[int, psutil.Process | None] = {}
+        self.dead_at: dict[int, float] = {}
+
+    def finished(self, rank: int) -> bool:
+        return (self.ranks / f"rank{rank}.json").is_file()
+
+    def look(self) -> list[int]:
+        """The ranks dead without their record, as of now; the first sighting of each is noted."""
+        for rank, pid in _pids(self.ranks, self.local).items():
+            if rank not in self.procs:
+                self.pids[rank] = pid
                 try:
-                    known[rank] = psutil.Process(pid)
+                    self.procs[rank] = psutil.Process(pid)
                 except psutil.NoSuchProcess:
-                    known[rank] = None  # type: ignore[assignment]
-            if not _alive(known[rank]) and not (ranks / f"rank{rank}.json").is_file():
-                time.sleep(POLL_S)  # its record may be on its way
-                if not (ranks / f"rank{rank}.json").is_file():
-                    try:  # the launcher's own agent notices too: it stops the others and says how the rank died
-                        proc.wait(timeout=STOP_GRACE_S)
-                    except subprocess.TimeoutExpired:
-                        pass
-                    _stop_all(proc, [p for p in known.values() if p is not None])
-                    return rank
+                    self.procs[rank] = None
+            if rank not in self.dead_at and not _alive(self.procs[rank]):
+                self.dead_at[rank] = time.time()
+        return [r for r in self.dead_at if not self.finished(r)]
+
+    def alive(self) -> set[int]:
+        return {r for r, p in self.procs.items() if _alive(p)}
+
+    def processes(self) -> list[psutil.Process]:
+        return [p for p in self.procs.values() if p is not None]
+
+
+def _supervise(proc: subprocess.Popen, watch: _Watch) -> set[int]:
+    """Wait for the launch to end. A local rank dead without its record ends it: the launcher's agent
+    has STOP_GRACE_S to notice and stop the rest (its report names each rank's exit code), then what is
+    left is stopped here. Ranks are looked at every POLL_S throughout, so the order of deaths is seen.
+    Returns the ranks still alive when this supervisor began stopping the launch."""
+    while proc.poll() is None and not watch.look():
         time.sleep(POLL_S)
-    _stop_all(proc, [p for p in known.values() if p is not None])  # stragglers of a launcher that ended
-    return None
+    deadline = time.monotonic() + STOP_GRACE_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        watch.look()
+    watch.look()
+    alive = watch.alive()
+    _stop_all(proc, watch.processes())  # the rest of a failed launch, or stragglers of one that ended
+    return alive
+
+
+def _rank_ends(watch: _Watch, alive_at_stop: set[int], log_path: Path) -> list[RankEnd]:
+    """What is known of each local rank that ended without its record: when it was seen dead, the
+    exception it recorded (launch_worker writes ``rank<R>.error.json``), and the launcher's words."""
+    text = _log_tail(log_path)
+    codes = {int(pid): int(code) for code, pid in _EXIT_RE.findall(text)}
+    signalled = {int(pid) for pid in _CLOSING_RE.findall(text)}  # the agent's own stop, sent to live ranks
+    ends = []
+    for rank in watch.look():
+        pid = watch.pids.get(rank)
+        end = RankEnd(rank=rank, pid=pid, dead_at=watch.dead_at.get(rank), launcher_exit=codes.get(pid),
+                      stopped=rank in alive_at_stop or pid in signalled)
+        try:
+            err = json.loads((watch.ranks / f"rank{rank}.error.json").read_text())
+            end = end.model_copy(update={"error": str(err.get("error"))[:500], "error_at": err.get("time")})
+        except (OSError, ValueError):
+            pass
+        ends.append(end)
+    return ends
+
+
+def _first_dead(ends: list[RankEnd]) -> RankEnd | None:
+    """The rank whose death ended the launch. Its peers die of it (gloo: connection reset) or are
+    stopped by the agent, so: not a rank that was stopped while alive; then one that died without
+    raising (killed by a signal, out of memory, a crash) over one that raised; then the earliest."""
+    if not ends:
+        return None
+    return min(ends, key=lambda e: (e.stopped, e.error is not None,
+                                    (e.error_at if e.error is not None else e.dead_at) or float("inf"), e.rank))
+
+
+def _why(dead: RankEnd | None, rc: int | None, log_path: Path) -> str:
+    if dead is None:
+        return f"the launcher exited {rc} before every rank finished" + _exit_note(log_path)
+    who = f"rank {dead.rank} (pid {dead.pid}) died before it finished"
+    if dead.launcher_exit is not None:
+        return who + f"; the launcher saw exit code {dead.launcher_exit}{_signal_name(dead.launcher_exit)}"
+    if dead.error is not None:
+        return who + f"; it raised {dead.error[:300]}"
+    return who + _exit_note(log_path)
 
 
 def _alive(p) -> bool:
@@ -254,16 +343,23 @@ def _pids(ranks: Path, local: list[int]) -> dict[int, int]:
     return out
 
 
-def _exit_note(log_path: Path) -> str:
-    """The launcher's own words on the failure (torch elastic's summary), if it wrote any."""
+def _log_tail(log_path: Path) -> str:
     try:
-        text = log_path.read_text(errors="replace")[-20000:]
+        return log_path.read_text(errors="replace")[-40000:]
     except OSError:
         return ""
+
+
+def _signal_name(code: int) -> str:
+    return f" ({signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else ""
+
+
+def _exit_note(log_path: Path) -> str:
+    """The launcher's own words on the failure (torch elastic's summary), if it wrote any."""
+    text = _log_tail(log_path)
     m = re.search(r"exitcode\s*:\s*(-?\d+)", text)
     if m:
         code = int(m.group(1))
-        name = f" ({signal.Signals(-code).name})" if code < 0 and -code in signal.valid_signals() else ""
-        return f"; the launcher saw exit code {code}{name}"
+        return f"; the launcher saw exit code {code}{_signal_name(code)}"
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return f"; last output: {lines[-1][:300]}" if lines else ""

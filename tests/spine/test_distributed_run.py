@@ -1,7 +1,9 @@
 """A task's ``distributed:`` block through the real CLI: checked at validate time (one line naming
 the field, exit 2), and a DDP run of 2 gloo processes launched by the train step through
 ``accelerate launch``, with one rank SIGKILLed mid-training: the attempt fails, the other rank is
-stopped, and the next launch resumes from the newest complete checkpoint to the end of the run."""
+stopped, and the next launch resumes from the newest complete checkpoint to the end of the run; the
+supervisor names the killed rank, not the one that died of losing it. A workflow process stopped
+with SIGTERM (a person cancels, a worker stops) leaves no launcher and no rank behind."""
 
 from __future__ import annotations
 
@@ -83,10 +85,12 @@ def test_ddp_run_loses_a_rank_and_resumes_to_completion(tmp_path, background):
 
     attempts = [json.loads(line) for line in (stage / "launch" / "attempts.jsonl").read_text().splitlines()]
     first, second = attempts
-    # the attempt failed on a dead rank; which one the supervisor names first is a race under load (seen:
-    # rank 0, dead of its lost peer, found before the SIGKILLed rank 1 in one pass) — not yet told apart
-    assert not first["ok"] and first["dead_rank"] in (0, 1) and first["pids"]["1"] == killed
-    assert "rank" in first["why"] and ("SIGKILL" in first["why"] or "died" in first["why"])
+    # the attempt failed naming the SIGKILLed rank, not rank 0 that died of (or was stopped for) its lost peer
+    assert not first["ok"] and first["dead_rank"] == 1 and first["pids"]["1"] == killed, first
+    assert first["why"].startswith(f"rank 1 (pid {killed}) died before it finished"), first["why"]
+    lost = {e["rank"]: e for e in first["lost_ranks"]}
+    assert lost[1]["error"] is None and not lost[1]["stopped"]  # it raised nothing: a signal ended it
+    assert lost[1]["launcher_exit"] in (None, -9) and ("SIGKILL" in first["why"]) == (lost[1]["launcher_exit"] == -9)
     assert second["ok"] and second["launcher_exit"] == 0
     for pid in (killed, other):  # the killed rank and the one stopped with it: gone, not zombies
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -107,3 +111,34 @@ def test_ddp_run_loses_a_rank_and_resumes_to_completion(tmp_path, background):
     assert view["metrics"]["train.pretrain.steps"] == 300.0
     assert view["metrics"]["train.pretrain.steps_this_attempt"] < 300  # resumed, not trained again from 0
     assert view["metrics"]["train.pretrain.interruptions"] == 1.0  # rank 0's telemetry counts the lost attempt
+
+
+def test_a_sigterm_to_the_workflow_process_stops_and_reaps_the_launch(tmp_path, background):
+    ws = tmp_path / "ws"
+    long = {"pretrain": {**TRAINING["pretrain"], "max_steps": 20000, "save_steps": 5000}}  # still training when stopped
+    task = write_task(tmp_path, distributed=DDP, training=long)
+    proc = spawn(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "ddp2", "--json", "--yes")
+    background.append(proc)
+    stage = _stage_dir(ws)
+    ranks = stage / "launch" / "ranks"
+    # training under way in both ranks (rank 0 logged a step), then the workflow process is told to stop
+    wait_for(lambda: (ranks / "rank1.pid").is_file() and (stage / "run-history.jsonl").is_file()
+             and '"step"' in (stage / "run-history.jsonl").read_text(), timeout=180, interval=0.05,
+             what="the launched ranks training")
+    launch = psutil.Process(proc.pid).children(recursive=True)
+    rank_pids = [int((ranks / f"rank{r}.pid").read_text()) for r in (0, 1)]
+    assert set(rank_pids) <= {p.pid for p in launch}
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+
+    def gone(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE and pid not in rank_pids
+        except psutil.NoSuchProcess:
+            return True
+
+    # the launcher (told by the kernel as its parent died) stopped the ranks and reaped them
+    wait_for(lambda: all(gone(p.pid) for p in launch), timeout=60, interval=0.1, what="the launch stopped")
+    for pid in rank_pids:
+        assert not psutil.pid_exists(pid)
