@@ -167,10 +167,34 @@ def chat_row(record: Mapping[str, Any], toolbox: Mapping[str, StepTool], style: 
         tools = compact_tools(record["persona"], record["tool"], toolbox)
     else:
         tools = record.get("tool_schemas") or tool_schemas(record["persona"], record.get("tools", []), toolbox)
+    # the order the runtime declares each call's fields in (a stored schema's keys are sorted, as transcripts are)
+    live = tools if style == "compact" else tool_schemas(record["persona"], record.get("tools", []), toolbox)
     row = {"id": f"{record['run_id']}/{record['segment']}", "run_id": record["run_id"],
            "persona": record["persona"], "step": record["step"], "segment": record["segment"],
-           "messages": chat_messages(record, style), "tools": tools}
+           "messages": in_schema_order(chat_messages(record, style), live + tools), "tools": tools}
     return ChatRow.model_validate(redact(row))
+
+
+def in_schema_order(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each call's arguments in the order its tool's schema declares them, not the sorted order transcripts
+    store: a model writes a call left to right, so the order decides what each value is conditioned on.
+    Measured (benchmarks/self_improve.py): with ``execute`` before ``reason`` the trained model wrote the
+    right reason and the wrong ``execute`` on first calls; the schema puts ``reason`` first."""
+    order: dict[str, list[str]] = {}
+    for t in tools:  # the first schema of a name decides
+        order.setdefault(t["function"]["name"], list((t["function"].get("parameters") or {}).get("properties") or {}))
+
+    def ordered(call: dict[str, Any]) -> dict[str, Any]:
+        fn, keys = call["function"], order.get(call["function"]["name"], [])
+        args = fn.get("arguments")
+        if not isinstance(args, dict) or not keys:
+            return call
+        rank = {k: i for i, k in enumerate(keys)}
+        args = dict(sorted(args.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+        return {**call, "function": {**fn, "arguments": args}}
+
+    return [{**m, "tool_calls": [ordered(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
+            for m in messages]
 
 
 def _finished(messages: list[dict[str, Any]]) -> bool:

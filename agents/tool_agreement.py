@@ -42,7 +42,7 @@ class Agreement(BaseModel):
     final_decision_agreement: float | None = None  # the report's decision, when rows end with final_result
     final_agreement: float | None = None  # the whole report equal
     by_persona: dict[str, float] = Field(default_factory=dict)
-    samples: list[dict[str, Any]] = Field(default_factory=list)
+    samples: list[dict[str, Any]] = Field(default_factory=list)  # the first step-tool calls that disagreed
     wall_s: float = 0.0
 
 
@@ -94,7 +94,7 @@ def _ratio(hits: int, n: int) -> float:
     return round(hits / n, 4) if n else 0.0
 
 
-def measure(chat, turns: list[CallTurn], samples: int = 3) -> Agreement:
+def measure(chat, turns: list[CallTurn], samples: int = 8) -> Agreement:
     """Ask ``chat`` (a ``serving.ChatModel``) every turn; count what agrees."""
     t0 = time.perf_counter()
     step_hits = names = finals = final_hits = decisions = 0
@@ -113,7 +113,7 @@ def measure(chat, turns: list[CallTurn], samples: int = 3) -> Agreement:
         step_hits += hit
         names += bool(got) and got["name"] == turn.want["name"]
         per.setdefault(turn.persona, []).append(int(hit))
-        if len(out.samples) < samples:
+        if not hit and len(out.samples) < samples:  # the misses are what says what to fix
             content = reply["choices"][0]["message"].get("content") or ""
             out.samples.append({"step": turn.step, "want": turn.want, "got": got if got else content[:160]})
     n = len(turns) - finals

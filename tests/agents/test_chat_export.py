@@ -70,6 +70,9 @@ def test_each_persona_turn_is_a_conversation_with_tool_calls_and_tool_schemas(ru
     calls = [c for m in train["messages"] for c in m.get("tool_calls", [])]
     assert [c["function"]["name"] for c in calls] == ["train", "train"]  # plan-first: the plan, then execute
     assert [c["function"]["arguments"]["execute"] for c in calls] == [False, True]
+    # each call's arguments in the order the runtime declares them (reason first), not the sorted order
+    # transcripts store (a model writes a call left to right: the reason is written before execute)
+    assert [list(c["function"]["arguments"]) for c in calls] == [["reason", "execute"]] * 2
     assert all(c["type"] == "function" and c["id"] for c in calls)
     results = [m for m in train["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in results] == [c["id"] for c in calls]

@@ -65,7 +65,8 @@ def export(
 
         rows = gather_rows(workspace(), list(run or []), list(persona or []), list(step or []), status, prompt)
         examples = [r.model_dump(mode="json") for r in rows]
-    lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in examples)
+    # keys as the rows hold them: a tool call's arguments are in its schema's order (chat_export.in_schema_order)
+    lines = "".join(json.dumps(e) + "\n" for e in examples)
     if out is None:
         typer.echo(lines, nl=False)
     else:
