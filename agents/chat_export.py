@@ -222,10 +222,15 @@ def chat_rows(ws, run_ids: Iterable[str], toolbox: Mapping[str, StepTool], *, pe
     return rows
 
 
-def gates_passed(ws, run_id: str) -> bool:
-    """Every gate step of the run passed at its last visit (a transcript whose tool is ``gate``)."""
+def gate_outcomes(ws, run_id: str) -> dict[str, str | None]:
+    """Each gate step's outcome at its last visit (the transcripts whose tool is ``gate``)."""
     last: dict[str, str | None] = {}
     for rec in transcripts.read_run(ws, run_id):
         if rec.get("tool") == "gate":
             last[rec["step"]] = (rec.get("result") or {}).get("outcome")
-    return all(outcome == "passed" for outcome in last.values())
+    return last
+
+
+def gates_passed(ws, run_id: str) -> bool:
+    """Every gate step of the run passed at its last visit."""
+    return all(outcome == "passed" for outcome in gate_outcomes(ws, run_id).values())

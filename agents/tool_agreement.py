@@ -3,8 +3,12 @@
 For every assistant turn of held-out chat rows (``agents/chat_export.py``) that calls a tool, the model
 gets the turns before it and the row's tools (the OpenAI request a persona's run sends, through
 ``trainers/serving.ChatModel``, greedy) and agrees when its first tool call has the recorded call's
-name and arguments. Step-tool calls are what is gated; the persona's report (``final_result``, in
-compact rows) is counted apart, its ``decision`` field too — a gate's verdict rides on it.
+name and arguments, both as the tool receives them: an argument left out is its schema's default
+(``{"reason": "r"}`` is ``{"reason": "r", "execute": false}`` to a plan-first tool, measured: the
+trained model leaves the default out). ``agreement`` counts every argument, the free-text ``reason``
+too; ``action_agreement`` all but ``reason`` (why the persona calls, recorded with the call, not acted
+on). Step-tool calls are what is gated; the persona's report (``final_result``, in compact rows) is
+counted apart, its ``decision`` field too — a gate's verdict rides on it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ class CallTurn(BaseModel):
 
 class Agreement(BaseModel):
     turns: int = 0
-    agreement: float = 0.0  # step-tool calls with the same name and arguments
+    agreement: float = 0.0  # step-tool calls with the same name and arguments (defaults filled in)
+    action_agreement: float = 0.0  # the same, but for the free-text ``reason``
     name_agreement: float = 0.0
     final_turns: int = 0
     final_decision_agreement: float | None = None  # the report's decision, when rows end with final_result
@@ -90,6 +95,22 @@ def _first_call(message: dict) -> dict | None:
         return {"name": fn["name"], "arguments": fn["arguments"]}
 
 
+def as_received(call: dict | None, tools: list[dict[str, Any]]) -> dict | None:
+    """The call with each argument it left out set to its schema's default (top-level properties)."""
+    if not call or not isinstance(call.get("arguments"), dict):
+        return call
+    schema = next((t["function"].get("parameters") or {} for t in tools if t["function"]["name"] == call["name"]), {})
+    defaults = {k: v["default"] for k, v in (schema.get("properties") or {}).items()
+                if isinstance(v, dict) and "default" in v}
+    return {"name": call["name"], "arguments": {**defaults, **call["arguments"]}}
+
+
+def _without_reason(call: dict | None) -> dict | None:
+    if not call or not isinstance(call.get("arguments"), dict):
+        return call
+    return {"name": call["name"], "arguments": {k: v for k, v in call["arguments"].items() if k != "reason"}}
+
+
 def _ratio(hits: int, n: int) -> float:
     return round(hits / n, 4) if n else 0.0
 
@@ -97,20 +118,22 @@ def _ratio(hits: int, n: int) -> float:
 def measure(chat, turns: list[CallTurn], samples: int = 8) -> Agreement:
     """Ask ``chat`` (a ``serving.ChatModel``) every turn; count what agrees."""
     t0 = time.perf_counter()
-    step_hits = names = finals = final_hits = decisions = 0
+    step_hits = actions = names = finals = final_hits = decisions = 0
     per: dict[str, list[int]] = {}
     out = Agreement()
     for turn in turns:
         reply = chat.complete({"messages": turn.messages, "tools": turn.tools, "temperature": 0})
-        got = _first_call(reply["choices"][0]["message"])
+        got = as_received(_first_call(reply["choices"][0]["message"]), turn.tools)
+        want = as_received(turn.want, turn.tools)
         if turn.want["name"] == FINAL:
             finals += 1
-            final_hits += got == turn.want
+            final_hits += got == want
             decisions += bool(got) and isinstance(got["arguments"], dict) and (
-                got["arguments"].get("decision", "proceed") == turn.want["arguments"].get("decision", "proceed"))
+                got["arguments"].get("decision", "proceed") == want["arguments"].get("decision", "proceed"))
             continue
-        hit = got == turn.want
+        hit = got == want
         step_hits += hit
+        actions += _without_reason(got) == _without_reason(want)
         names += bool(got) and got["name"] == turn.want["name"]
         per.setdefault(turn.persona, []).append(int(hit))
         if not hit and len(out.samples) < samples:  # the misses are what says what to fix
@@ -118,7 +141,8 @@ def measure(chat, turns: list[CallTurn], samples: int = 8) -> Agreement:
             out.samples.append({"step": turn.step, "want": turn.want, "got": got if got else content[:160]})
     n = len(turns) - finals
     return out.model_copy(update={
-        "turns": n, "agreement": _ratio(step_hits, n), "name_agreement": _ratio(names, n), "final_turns": finals,
+        "turns": n, "agreement": _ratio(step_hits, n), "action_agreement": _ratio(actions, n),
+        "name_agreement": _ratio(names, n), "final_turns": finals,
         "final_agreement": _ratio(final_hits, finals) if finals else None,
         "final_decision_agreement": _ratio(decisions, finals) if finals else None,
         "by_persona": {p: _ratio(sum(v), len(v)) for p, v in sorted(per.items())},

@@ -87,8 +87,81 @@ def loop(work: Path, ws: Path, model: Path, args) -> dict:
            "--run-id", "self-improve"] + [a for p in PERSONAS for a in ("--bind", p)]
     if args.gradient_checkpointing:
         cmd.append("--gradient-checkpointing")
-    out = _cli(cmd, work, threads=args.threads, ok=(0, 1))
-    return json.loads(out[out.index("{"):])
+    proc = subprocess.Popen(CLI + cmd, cwd=work, env=_env(args.threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    rss = RssWatch(proc.pid).start()
+    stdout, stderr = proc.communicate(timeout=7200)
+    rss.stop()
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"trainteam self-improve exited {proc.returncode}: {stderr[-3000:]}")
+    return {**json.loads(stdout[stdout.index("{"):]), "rss": rss.summary()}
+
+
+class RssWatch:
+    """The resident memory of a process and its children, sampled twice a second: the peak, when it
+    came (seconds from the start) and the peak of each minute, to tell training from evaluation."""
+
+    def __init__(self, pid: int):
+        import threading
+
+        self.pid, self.samples, self.t0 = pid, [], time.perf_counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "RssWatch":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(0.5):
+            try:
+                root = psutil.Process(self.pid)
+                mb = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+            except psutil.Error:
+                continue
+            self.samples.append((time.perf_counter() - self.t0, mb))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        if not self.samples:
+            return {}
+        at, peak = max(self.samples, key=lambda s: s[1])
+        minutes: dict[int, float] = {}
+        for t, mb in self.samples:
+            minutes[int(t // 60)] = max(minutes.get(int(t // 60), 0.0), mb)
+        return {"peak_mb": round(peak), "peak_at_s": round(at), "per_minute_mb": [round(minutes[m]) for m in sorted(minutes)]}
+
+
+def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str) -> dict[str, Any]:
+    """A full ``train_model`` run on the demo task with ``bind`` on the trained model (bound now with the
+    compact prompt when the loop's gate refused to): its status and gate outcomes against ``reference``'s
+    (an offline run), and which personas' turns the bound model decided."""
+    from trainteam.agents import transcripts
+    from trainteam.agents.chat_export import gate_outcomes
+    from trainteam.workspace import Workspace
+
+    if out.get("status") != "bound":
+        for persona in bind:
+            _cli(["-w", str(ws), "models", "bind", out["model"], "--role", f"persona:{persona}", "--prompt", "compact"],
+                 work)
+    rid = "bound-" + "-".join(p.split("_")[0] for p in bind)
+    t0 = time.perf_counter()
+    proc = subprocess.run(CLI + ["-w", str(ws), "execute-workflow", "train_model", "--task", str(work / "tiny.yaml"),
+                                 "--run-id", rid, "--yes", "-q"], cwd=work, env=_env(2), capture_output=True, text=True,
+                          timeout=3600)
+    wall = round(time.perf_counter() - t0, 1)
+    w = Workspace.open(ws)
+    recs = list(transcripts.read_run(w, rid))
+    by_model = sorted({r["persona"] for r in recs if r.get("model") == out["model"] or out["model"] in str(r.get("model"))})
+    want, got = gate_outcomes(w, reference), gate_outcomes(w, rid)
+    return {"personas": bind, "exit": proc.returncode, "same_gate_outcomes": want == got and proc.returncode == 0,
+            "gates": got, "reference_gates": want, "decided_by_model": by_model, "wall_s": wall,
+            "error": proc.stderr.strip().splitlines()[-1][:300] if proc.returncode and proc.stderr.strip() else None}
 
 
 def base_folder(work: Path, model: Path) -> Path:
@@ -134,6 +207,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--bound-check", nargs="*", default=["training_engineer"], metavar="PERSONA",
+                    help="after the loop, one train_model run per persona bound to the trained model (bound now "
+                         "if the gate refused), its gate outcomes against an offline run's")
     args = ap.parse_args()
     import torch
 
@@ -165,11 +241,18 @@ def main() -> None:
     after = out.get("agreement") or {}
     turns = call_turns(read_rows(Path(out["data"]["heldout"])), PERSONAS)
     base = agreement_of(base_folder(work, model), turns, args.max_new_tokens).model_dump()
-    lap("eval_base", t)
+    t = lap("eval_base", t)
+    loop_wall = round(time.perf_counter() - t0, 1)
+    bound = [bound_run(work, ws, out, [p], runs[0]) for p in args.bound_check] if out.get("model") else []
+    for b in bound:
+        print("bound run:", json.dumps(b), flush=True)
+    if bound:
+        lap("bound_runs", t)
     print("base samples:", json.dumps(base["samples"])[:800])
     print("trained samples:", json.dumps(after.get("samples"))[:1500])
     result = {
         "tool_call_agreement_base": base["agreement"], "tool_call_agreement_trained": after.get("agreement"),
+        "tool_action_agreement_base": base["action_agreement"], "tool_action_agreement_trained": after.get("action_agreement"),
         "tool_name_agreement_base": base["name_agreement"], "tool_name_agreement_trained": after.get("name_agreement"),
         "final_decision_agreement_base": base["final_decision_agreement"],
         "final_decision_agreement_trained": after.get("final_decision_agreement"),
@@ -179,7 +262,8 @@ def main() -> None:
         "tokens_full": tokens["full"], "tokens_compact": tokens["compact"], "prompt": args.prompt,
         "sft_steps": args.steps, "lr": args.lr, "max_length": args.max_length, "grad_accum": args.grad_accum,
         "gradient_checkpointing": args.gradient_checkpointing, "runs": args.runs, "sft_step_s": _step_time(Path(out["model_path"])) if out.get("model_path") else None,
-        "loop_wall_s": round(time.perf_counter() - t0, 1), "walls_s": walls, "peak_rss_mb": peak_rss_mb(),
+        "bound_runs": bound, "bound_same_gate_outcomes": all(b["same_gate_outcomes"] for b in bound) if bound else None,
+        "loop_wall_s": loop_wall, "walls_s": walls, "peak_rss_mb": peak_rss_mb(), "self_improve_rss": out.get("rss"),
         "threads": args.threads, "load_avg": os.getloadavg()[0], "work": str(work),
     }
     print("RESULT " + json.dumps(result))
