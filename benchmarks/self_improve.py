@@ -138,18 +138,20 @@ class RssWatch:
 
 
 def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str) -> dict[str, Any]:
-    """A full ``train_model`` run on the demo task with ``bind`` on the trained model (bound now with the
-    compact prompt when the loop's gate refused to): its status and gate outcomes against ``reference``'s
+    """A full ``train_model`` run on the demo task with the personas ``bind`` (only those) on the trained
+    model with the compact prompt, bound here whether or not the loop's gate bound them: its status and gate outcomes against ``reference``'s
     (an offline run), and which personas' turns the bound model decided."""
     from trainteam.agents import transcripts
     from trainteam.agents.chat_export import gate_outcomes
     from trainteam.workspace import Workspace
 
-    if out.get("status") != "bound":
-        for persona in bind:
+    for persona in PERSONAS:  # exactly ``bind`` on the model (the loop binds only what its gate passed)
+        if persona in bind:
             _cli(["-w", str(ws), "models", "bind", out["model"], "--role", f"persona:{persona}", "--prompt", "compact"],
                  work)
-    rid = "bound-" + "-".join(p.split("_")[0] for p in bind)
+        else:
+            _cli(["-w", str(ws), "models", "unbind", f"persona:{persona}"], work, ok=(0, 1, 2))
+    rid = "bound-" + ("all" if set(bind) == set(PERSONAS) else "-".join(p.split("_")[0] for p in bind))
     t0 = time.perf_counter()
     proc = subprocess.run(CLI + ["-w", str(ws), "execute-workflow", "train_model", "--task", str(work / "tiny.yaml"),
                                  "--run-id", rid, "--yes", "-q"], cwd=work, env=_env(2), capture_output=True, text=True,
@@ -207,9 +209,10 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None)
-    ap.add_argument("--bound-check", nargs="*", default=["training_engineer"], metavar="PERSONA",
-                    help="after the loop, one train_model run per persona bound to the trained model (bound now "
-                         "if the gate refused), its gate outcomes against an offline run's")
+    ap.add_argument("--bound-check", nargs="*", default=["training_engineer", "all"], metavar="PERSONAS",
+                    help="after the loop, one train_model run per item with those personas (comma-separated, or "
+                         "all) bound to the trained model (bound now if the gate refused), its gate outcomes "
+                         "against an offline run's")
     args = ap.parse_args()
     import torch
 
@@ -243,7 +246,8 @@ def main() -> None:
     base = agreement_of(base_folder(work, model), turns, args.max_new_tokens).model_dump()
     t = lap("eval_base", t)
     loop_wall = round(time.perf_counter() - t0, 1)
-    bound = [bound_run(work, ws, out, [p], runs[0]) for p in args.bound_check] if out.get("model") else []
+    sets = [PERSONAS if b == "all" else b.split(",") for b in args.bound_check]
+    bound = [bound_run(work, ws, out, list(personas), runs[0]) for personas in sets] if out.get("model") else []
     for b in bound:
         print("bound run:", json.dumps(b), flush=True)
     if bound:

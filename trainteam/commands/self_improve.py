@@ -128,7 +128,8 @@ def register(app: typer.Typer) -> None:
         else:
             a = out.get("agreement") or {}
             console.print(f"self-improve: {out['status']}" + (f" — {out['gate']['why']}" if "gate" in out else "")
-                          + (f" (names {a.get('name_agreement')}, {a.get('turns')} held-out calls)" if a else ""),
+                          + (f" (names {a.get('name_agreement')}, all but the reason {a.get('action_agreement')}, "
+                             f"{a.get('turns')} held-out calls)" if a else ""),
                           highlight=False)
             if out.get("bind"):
                 console.print(f"bind (a person's call): {out['bind']}", highlight=False)
