@@ -9,7 +9,10 @@ LoRA SFT of a real instruct model through ``train_model`` → tool-call agreemen
    (tests/real_model.py's fixture, ``--model`` another folder) with ``model.chat_template: qwen2_5``
    through ``train_model``, agreement on the held-out steps of every persona, gate, register, bind;
 3. the base model is asked the same held-out turns (its weights beside the templated tokenizer), with
-   the product's ``agents/tool_agreement.py``, so base and trained are measured the same way.
+   the product's ``agents/tool_agreement.py``, so base and trained are measured the same way;
+4. bound runs (``--bound-check``, default the training_engineer, then all four personas): a full
+   ``train_model`` run on the same task with those personas on the trained model, its gate outcomes
+   against the first offline run's (``bound_same_gate_outcomes``).
 
 Agreement: for every held-out assistant turn that called a step tool, the model gets the turns before
 it and the tools (the OpenAI request, through serving's ``ChatModel``, greedy) and agrees when its first
@@ -139,8 +142,8 @@ class RssWatch:
 
 def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str) -> dict[str, Any]:
     """A full ``train_model`` run on the demo task with the personas ``bind`` (only those) on the trained
-    model with the compact prompt, bound here whether or not the loop's gate bound them: its status and gate outcomes against ``reference``'s
-    (an offline run), and which personas' turns the bound model decided."""
+    model with the compact prompt, bound here whether or not the loop's gate bound them: its status and
+    gate outcomes against ``reference``'s (an offline run), and which personas' turns the model decided."""
     from trainteam.agents import transcripts
     from trainteam.agents.chat_export import gate_outcomes
     from trainteam.workspace import Workspace
