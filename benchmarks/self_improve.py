@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -60,7 +61,9 @@ def gather(work: Path, ws: Path, runs: int) -> list[str]:
 
     task = work / "tiny.yaml"
     task.write_text(yaml.safe_dump(TINY_TASK))
-    ids = [f"run{i}" for i in range(runs)]
+    # ids as the product makes them (a name, a stamp, hex): a numbered run0..runN taught the model to write
+    # the held-out run's number where the training runs' had none (measured: "step train runs train3")
+    ids = [f"tiny-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}" for _ in range(runs)]
     for rid in ids:
         _cli(["-w", str(ws), "execute-workflow", "train_model", "--task", str(task), "--run-id", rid, "--yes", "-q"],
              work)
