@@ -91,8 +91,8 @@ def loop(work: Path, ws: Path, model: Path, args) -> dict:
            "--lr", str(args.lr), "--max-length", str(args.max_length), "--grad-accum", str(args.grad_accum),
            "--heldout-fraction", str(args.heldout_fraction), "--min-agreement", "0.95", "--yes", "--json",
            "--run-id", "self-improve"] + [a for p in PERSONAS for a in ("--bind", p)]
-    if args.gradient_checkpointing:
-        cmd.append("--gradient-checkpointing")
+    cmd += ["--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing",
+            "--precision", args.precision, "--max-memory-gib", str(args.max_memory_gib)]
     proc = subprocess.Popen(CLI + cmd, cwd=work, env=_env(args.threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     rss = RssWatch(proc.pid).start()
@@ -204,14 +204,16 @@ def peak_rss_mb() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="default: the tests' SmolLM2-135M-Instruct")
-    ap.add_argument("--runs", type=int, default=3, help="offline runs gathered (whole runs held out)")
+    ap.add_argument("--runs", type=int, default=6, help="offline runs gathered (whole runs held out)")
     ap.add_argument("--heldout-fraction", type=float, default=0.34)
     ap.add_argument("--prompt", default="compact", choices=("compact", "full"))
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--max-length", type=int, default=1024, help="tokens kept per pair, from the end")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--grad-accum", type=int, default=1)
-    ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    ap.add_argument("--max-memory-gib", type=float, default=4.0, help="the SFT run's memory budget (the issue's goal)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None)
@@ -225,6 +227,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from real_model import ensure_real_model
     from trainteam.agents.tool_agreement import agreement_of, call_turns, read_rows
+    from trainteam.workflows.self_improve import training_precision
 
     model = (args.model or ensure_real_model()).resolve()
     work = args.work or Path(tempfile.mkdtemp(prefix="self-improve-"))
@@ -271,7 +274,9 @@ def main() -> None:
         "train_rows": out["data"]["train_rows"], "heldout_runs": out["data"]["heldout_runs"],
         "tokens_full": tokens["full"], "tokens_compact": tokens["compact"], "prompt": args.prompt,
         "sft_steps": args.steps, "lr": args.lr, "max_length": args.max_length, "grad_accum": args.grad_accum,
-        "gradient_checkpointing": args.gradient_checkpointing, "runs": args.runs, "sft_step_s": _step_time(Path(out["model_path"])) if out.get("model_path") else None,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "precision": training_precision(args.precision),
+        "max_memory_gib": args.max_memory_gib, "runs": args.runs, "sft_step_s": _step_time(Path(out["model_path"])) if out.get("model_path") else None,
         "bound_runs": bound, "bound_same_gate_outcomes": all(b["same_gate_outcomes"] for b in bound) if bound else None,
         "loop_wall_s": loop_wall, "walls_s": walls, "peak_rss_mb": peak_rss_mb(), "self_improve_rss": out.get("rss"),
         "threads": args.threads, "load_avg": os.getloadavg()[0], "work": str(work),

@@ -39,7 +39,7 @@ from trainteam.trainers.config import TrainConfig
 from trainteam.workflows.request_rules import (Filled, Reading, read_request, request_refusal, stated_budget,
                                               stated_numbers)
 from trainteam.workflows.search_spec import SEARCHABLE, SEARCHED_METHODS
-from trainteam.workflows.stageplan import plan_stage, this_machine
+from trainteam.workflows.stageplan import plan_stage, task_machine
 from trainteam.workflows.task import TrainTask, resolve_paths
 
 DEMO_REQUEST = (
@@ -298,7 +298,7 @@ def plan_request(task, hardware=None, steps: list[str] | None = None, *, request
     ``defaults`` states what the task fills in that ``request`` (the person's words, when the
     task came from them) does not say; without it, only what the task itself leaves open.
     """
-    hw = hardware or this_machine()
+    hw = hardware or task_machine(task)
     if task.budget.cost_per_hour_usd:
         hw = hw.model_copy(update={"price_per_device_hour": task.budget.cost_per_hour_usd})
     stages, notes = [], []

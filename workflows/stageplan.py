@@ -65,13 +65,15 @@ def this_machine(processes: int | None = None):
 
 def task_machine(task):
     """This machine as the task's stages train on it: with a ``distributed:`` block on a CPU, each
-    launched process is a device with its share of RAM and cores; over many machines, as many nodes."""
+    launched process is a device with its share of RAM and cores; over many machines, as many nodes;
+    with ``budget.max_memory_gib``, each device has at most that much memory."""
     dist = getattr(task, "distributed", None)
-    if dist is None:
-        return this_machine()
-    hw = this_machine(dist.num_processes // dist.num_machines)
-    if dist.num_machines > 1:
+    hw = this_machine() if dist is None else this_machine(dist.num_processes // dist.num_machines)
+    if dist is not None and dist.num_machines > 1:
         hw = hw.model_copy(update={"nodes": dist.num_machines, "fabric": "ethernet"})
+    cap = getattr(getattr(task, "budget", None), "max_memory_gib", None)
+    if cap is not None and cap < hw.device_memory_gib:
+        hw = hw.model_copy(update={"device_memory_gib": cap, "memory_budget": True})
     return hw
 
 

@@ -105,6 +105,10 @@ class BudgetSpec(_Strict):
     cost_per_hour_usd: float = Field(default=0.0, ge=0, le=100_000, description="price of the machine; 0 for a local CPU")
     extension_minutes: float | None = Field(default=None, gt=0, le=MAX_WALL_MINUTES, description="what one approved exceed_budget "
                                             "adds to the ceiling; default half of max_wall_minutes")
+    max_memory_gib: float | None = Field(default=None, gt=0, le=1 << 20, description="the memory one training "
+                                         "process may use (RAM on a CPU, device memory on a GPU; default all of it): "
+                                         "the planner fits each stage within it (gradient checkpointing is kept, "
+                                         "not dropped as wasteful, when the stage needs it to fit)")
 
     def allowed_s(self) -> float:
         """Seconds the run may spend: the wall ceiling, or less where the cost ceiling comes first."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from spine_helpers import TINY_TASK, cli, pending_approvals, run_view, spawn, wait_for, write_task
@@ -222,8 +223,10 @@ def test_adapters_of_different_bases_are_never_averaged(tmp_path, ws):
 # ------------------------------------------------------------------------------- statuses
 def test_failed_and_rejected_runs_end_in_error_cancelled_in_cancelled_completed_in_success(tmp_path, ws, background):
     failing = write_task(tmp_path, "fail.yaml", gates={"pretrain": {"metric": "exact_match", "min": 1.0}})
-    assert cli(ws, "execute-workflow", "train_model", "--task", str(failing), "--run-id", "f1", "-q",
-               timeout=300).returncode == 1
+    failed = cli(ws, "execute-workflow", "train_model", "--task", str(failing), "--run-id", "f1", "-q", timeout=300)
+    assert failed.returncode == 1
+    # quiet hides the progress, not why the run stopped: one line on stderr names the run, its status and the gate
+    assert re.search(r"run f1: failed — .*exact_match", failed.stderr), failed.stderr[-2000:]
     ok = write_task(tmp_path, "ok.yaml")
     assert cli(ws, "execute-workflow", "train_model", "--task", str(ok), "--run-id", "ok1", "-q", "--yes",
                timeout=300).returncode == 0

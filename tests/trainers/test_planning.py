@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -169,6 +170,35 @@ def test_each_refusal_names_its_field_and_reason(kw, model, hw, field, kind, wor
     assert hits, err.value.refusals
     assert hits[0].kind == kind and words in hits[0].reason
     assert isinstance(err.value, BadInput) and f"{field}: " in str(err.value)
+
+
+def test_checkpointing_is_kept_under_a_persons_memory_budget():
+    """Without a budget the planner drops checkpointing a run fits without (above); under budget.max_memory_gib
+    it stays, because the estimate is a model (measured: 1.74 GiB estimated, 4.3 GiB peak for SmolLM2 LoRA SFT)."""
+    cfg = TrainConfig(gradient_checkpointing=True, per_device_batch_size=2)
+    with pytest.raises(PlanRefused):
+        plan(cfg, SPEC, CPU1)
+    budget = CPU1.model_copy(update={"device_memory_gib": 4.0, "memory_budget": True})
+    kept = plan(cfg, SPEC, budget)
+    assert kept.config.gradient_checkpointing and kept.memory.device_memory_gib == 4.0
+
+
+def test_the_task_memory_budget_caps_the_machine_the_stages_are_planned_on():
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "spine"))
+    from spine_helpers import TINY_TASK
+
+    from trainteam.workflows.stageplan import task_machine, this_machine
+    from trainteam.workflows.task import TrainTask
+
+    task = TrainTask.model_validate(yaml.safe_load(yaml.safe_dump(TINY_TASK)))
+    assert task_machine(task) == this_machine() and not this_machine().memory_budget
+    capped = task.model_copy(update={"budget": task.budget.model_copy(update={"max_memory_gib": 0.5})})
+    hw = task_machine(capped)
+    assert (hw.device_memory_gib, hw.memory_budget) == (0.5, True)
+    with pytest.raises(ValidationError, match="max_memory_gib"):
+        TrainTask.model_validate({**TINY_TASK, "budget": {**TINY_TASK["budget"], "max_memory_gib": -1}})
 
 
 def test_every_problem_is_reported_at_once_and_wasteful_ones_can_be_waived():

@@ -41,6 +41,8 @@ class HardwareSpec(BaseModel):
     device_memory_gib: float = Field(default=8.0, gt=0)
     bf16: bool = Field(default=False, description="native bf16 math (Ampere+ GPUs; CPUs with AMX/AVX512-BF16)")
     fabric: Fabric = "none"
+    memory_budget: bool = Field(default=False, description="device_memory_gib is a person's budget "
+                                "(budget.max_memory_gib), less than the device has")
     price_per_device_hour: float = Field(default=0.0, ge=0, description="currency units per device-hour")
     peak_tflops: float | None = Field(default=None, gt=0, description="per device, in the training precision")
     assumed_mfu: float | None = Field(default=None, gt=0, le=1,

@@ -90,6 +90,9 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
         os._exit(130)  # DBOS threads parked in recv ignore SIGINT
     if as_json:
         print_json(run_public(ws, run_id))
+    elif quiet and result["status"] != "completed":  # quiet hides progress, never why a run did not complete
+        err_console.print(f"run {run_id}: {result['status']}" + (f" — {result['error']}" if result.get("error") else "")
+                          + f" (`trainteam runs show {run_id}`)", highlight=False)
     elif not quiet:
         console.print(f"run {run_id}: [bold]{result['status']}[/bold]" +
                       (f" — {result['error']}" if result.get("error") else ""), highlight=False)
