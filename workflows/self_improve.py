@@ -58,9 +58,10 @@ class SelfImproveOptions(BaseModel):
     max_length: int = Field(1024, gt=0)
     lora_r: int = Field(8, gt=0)
     grad_accum: int = Field(1, gt=0)
-    # measured on this 2-core AMD EPYC (avx512_bf16), SmolLM2-135M, 1,024-token pairs, batch 1: fp32 5.2 s/step
-    # and 4.3 GB peak; bf16 autocast 3.1 s/step, 3.9 GB; bf16 with checkpointing 3.6 s/step, 2.9 GB (fp32 with
-    # checkpointing 7.8 s/step): the loop's defaults are the last
+    # measured in this loop on a 2-core AMD EPYC (avx512_bf16), SmolLM2-135M, pairs up to 1,024 tokens, batch 1:
+    # fp32 5.2 s/step, 4.3-4.5 GB peak; bf16 3.2 s/step, ~4.3 GB; bf16 + checkpointing 3.6 s/step, 3.2 GB (fp32 +
+    # checkpointing 7.8 s/step). The planner drops checkpointing where the run fits the machine twice over by its
+    # estimate, unless ``max_memory_gib`` is set (benchmarks/self_improve.py sets 4)
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 mixed precision where the "
                                                        "CPU computes bf16 natively (avx512_bf16, amx_bf16) or on CUDA, "
                                                        "fp32 elsewhere")
