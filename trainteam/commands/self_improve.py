@@ -109,8 +109,8 @@ def register(app: typer.Typer) -> None:
         max_length: int = typer.Option(1024, "--max-length", help="tokens kept per pair, from its end"),
         grad_accum: int = typer.Option(1, "--grad-accum"),
         gradient_checkpointing: bool = typer.Option(True, "--gradient-checkpointing/--no-gradient-checkpointing",
-                                                    help="recompute activations (less memory; ~15 %% slower steps "
-                                                    "in bf16, ~70 %% in fp32): kept under --max-memory-gib, dropped "
+                                                    help="recompute activations (less memory; ~15 % slower steps "
+                                                    "in bf16, ~70 % in fp32): kept under --max-memory-gib, dropped "
                                                     "by the planner where the run fits the machine without it"),
         max_memory_gib: Optional[float] = typer.Option(None, "--max-memory-gib", help="the training run's memory "
                                                        "budget: the planner keeps gradient checkpointing where it "
