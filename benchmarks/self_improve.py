@@ -12,7 +12,9 @@ LoRA SFT of a real instruct model through ``train_model`` → tool-call agreemen
    the product's ``agents/tool_agreement.py``, so base and trained are measured the same way;
 4. bound runs (``--bound-check``, default the training_engineer, then all four personas): a full
    ``train_model`` run on the same task with those personas on the trained model, its gate outcomes
-   against the first offline run's (``bound_same_gate_outcomes``).
+   against the first offline run's (``bound_same_gate_outcomes``), each run's id as the product makes
+   one; then (``--picked-bound-id``) the training_engineer once more with a hand-picked id. ``--picked-ids``
+   gives every other gathered run a hand-picked id (a workspace of a person's own run names).
 
 Agreement: for every held-out assistant turn that called a step tool, the model gets the turns before
 it and the tools (the OpenAI request, through serving's ``ChatModel``, greedy) and agrees when its first
@@ -55,7 +57,14 @@ def _cli(args: list[str], cwd: Path, threads: int = 1, timeout: int = 3600, ok=(
     return proc.stdout
 
 
-def gather(work: Path, ws: Path, runs: int) -> list[str]:
+PICKED = ("baseline", "lr-sweep-2", "exp7", "try_again", "final-run", "ablation-b", "v2", "smoke")
+
+
+def product_id() -> str:
+    return f"tiny-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def gather(work: Path, ws: Path, runs: int, picked: bool = False) -> list[str]:
     import yaml
     from spine_helpers import TINY_TASK
 
@@ -63,7 +72,8 @@ def gather(work: Path, ws: Path, runs: int) -> list[str]:
     task.write_text(yaml.safe_dump(TINY_TASK))
     # ids as the product makes them (a name, a stamp, hex): a numbered run0..runN taught the model to write
     # the held-out run's number where the training runs' had none (measured: "step train runs train3")
-    ids = [f"tiny-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}" for _ in range(runs)]
+    # ``picked``: every other run gets a hand-picked name, as a person's --run-id would be
+    ids = [PICKED[i // 2 % len(PICKED)] if picked and i % 2 else product_id() for i in range(runs)]
     for rid in ids:
         _cli(["-w", str(ws), "execute-workflow", "train_model", "--task", str(task), "--run-id", rid, "--yes", "-q"],
              work)
@@ -143,7 +153,7 @@ class RssWatch:
         return {"peak_mb": round(peak), "peak_at_s": round(at), "per_minute_mb": [round(minutes[m]) for m in sorted(minutes)]}
 
 
-def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str) -> dict[str, Any]:
+def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str, rid: str | None = None) -> dict[str, Any]:
     """A full ``train_model`` run on the demo task with the personas ``bind`` (only those) on the trained
     model with the compact prompt, bound here whether or not the loop's gate bound them: its status and
     gate outcomes against ``reference``'s (an offline run), and which personas' turns the model decided."""
@@ -159,7 +169,7 @@ def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str) 
             _cli(["-w", str(ws), "models", "unbind", f"persona:{persona}"], work, ok=(0, 1, 2))
     # an id as the product makes one (name-stamp-hex), like the gathered runs': with a hand-picked id
     # ("bound-training") the trained model put the report's fields into the train call (measured, 2 of 3 loops)
-    rid = f"tiny-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    rid = rid or product_id()
     t0 = time.perf_counter()
     proc = subprocess.run(CLI + ["-w", str(ws), "execute-workflow", "train_model", "--task", str(work / "tiny.yaml"),
                                  "--run-id", rid, "--yes", "-q"], cwd=work, env=_env(2), capture_output=True, text=True,
@@ -219,6 +229,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--picked-ids", action="store_true", help="every other gathered run gets a hand-picked id")
+    ap.add_argument("--picked-bound-id", default="bound-training", help="one more bound run (training_engineer) "
+                    "with this hand-picked id ('' for none)")
     ap.add_argument("--bound-check", nargs="*", default=["training_engineer", "all"], metavar="PERSONAS",
                     help="after the loop, one train_model run per item with those personas (comma-separated, or "
                          "all) bound to the trained model (bound now if the gate refused), its gate outcomes "
@@ -244,7 +257,7 @@ def main() -> None:
         return time.perf_counter()
 
     t = time.perf_counter()
-    runs = gather(work, ws, args.runs)
+    runs = gather(work, ws, args.runs, args.picked_ids)
     t = lap("gather", t)
     tokens = token_counts(model, ws, work, runs[0])
     print("tokens per pair:", tokens, flush=True)
@@ -259,6 +272,9 @@ def main() -> None:
     loop_wall = round(time.perf_counter() - t0, 1)
     sets = [PERSONAS if b == "all" else b.split(",") for b in args.bound_check]
     bound = [bound_run(work, ws, out, list(personas), runs[0]) for personas in sets] if out.get("model") else []
+    if out.get("model") and args.picked_bound_id:  # a person's own id, unlike the product's
+        bound.append({**bound_run(work, ws, out, ["training_engineer"], runs[0], args.picked_bound_id),
+                      "run_id": args.picked_bound_id})
     for b in bound:
         print("bound run:", json.dumps(b), flush=True)
     if bound:
@@ -278,7 +294,7 @@ def main() -> None:
         "sft_steps": args.steps, "lr": args.lr, "max_length": args.max_length, "grad_accum": args.grad_accum,
         "gradient_checkpointing": args.gradient_checkpointing,
         "precision": training_precision(args.precision),
-        "max_memory_gib": args.max_memory_gib, "runs": args.runs, "sft_step_s": _step_time(Path(out["model_path"])) if out.get("model_path") else None,
+        "max_memory_gib": args.max_memory_gib, "picked_ids": args.picked_ids, "runs": args.runs, "sft_step_s": _step_time(Path(out["model_path"])) if out.get("model_path") else None,
         "bound_runs": bound, "bound_same_gate_outcomes": all(b["same_gate_outcomes"] for b in bound) if bound else None,
         "loop_wall_s": loop_wall, "walls_s": walls, "peak_rss_mb": peak_rss_mb(), "self_improve_rss": out.get("rss"),
         "threads": args.threads, "load_avg": os.getloadavg()[0], "work": str(work),
