@@ -124,17 +124,13 @@ def build_data(ws, rows: list[dict], folder: Path, fraction: float, seed: int) -
 
 
 def training_precision(asked: str) -> str:
-    """``auto``: bf16 where this machine computes it natively (a CUDA device with bf16, a CPU with
-    avx512_bf16 or amx_bf16: faster and smaller there), else fp32 (bf16 emulated is slower than fp32)."""
+    """``auto``: bf16 where this machine computes it natively (the planner's ``detect_hardware``: a CUDA
+    device with bf16, a CPU with avx512_bf16 or amx_bf16: faster and smaller there), else fp32."""
     if asked != "auto":
         return asked
-    import torch
+    from trainteam.trainers.planning import detect_hardware
 
-    from trainteam.trainers.telemetry import cpu_flags  # imports transformers: only when training
-
-    if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_flags() & {"avx512_bf16", "amx_bf16"} else "fp32"
+    return "bf16" if detect_hardware().bf16 else "fp32"
 
 
 def sft_task(opts: SelfImproveOptions, data: DataSplit, name: str = "self-improve") -> dict[str, Any]:

@@ -101,13 +101,13 @@ def test_auto_precision_is_bf16_only_where_the_machine_computes_bf16(monkeypatch
     emulated, it is slower, so ``auto`` picks it only from the CPU's flags (or a CUDA device with bf16)."""
     import torch
 
-    from trainteam.trainers import telemetry
+    from trainteam.trainers.planning import hardware
     from trainteam.workflows.self_improve import SelfImproveOptions, training_precision
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(telemetry, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(hardware, "_cpu_bf16", lambda: True)
     assert training_precision("auto") == "bf16"
-    monkeypatch.setattr(telemetry, "cpu_flags", lambda: {"avx2", "avx512f"})
+    monkeypatch.setattr(hardware, "_cpu_bf16", lambda: False)
     assert training_precision("auto") == "fp32"
     assert training_precision("bf16") == "bf16" and training_precision("fp32") == "fp32"
     opts = SelfImproveOptions(model=Path("m"))
