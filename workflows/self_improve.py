@@ -31,6 +31,7 @@ from trainteam.core.errors import BadInput
 from trainteam.curation.jsonl import read_jsonl, write_jsonl
 from trainteam.curation.row_checks import row_of, row_records
 from trainteam.curation.splits import split_by_group
+from trainteam.trainers.planning import detect_hardware
 from trainteam.trainers.registry import ModelRegistry
 from trainteam.workflows.steps.catalog import STEPS
 from trainteam.workflows.steps.curate import curate_recorded, default_config
@@ -128,8 +129,6 @@ def training_precision(asked: str) -> str:
     device with bf16, a CPU with avx512_bf16 or amx_bf16: faster and smaller there), else fp32."""
     if asked != "auto":
         return asked
-    from trainteam.trainers.planning import detect_hardware
-
     return "bf16" if detect_hardware().bf16 else "fp32"
 
 
