@@ -14,7 +14,10 @@ LoRA SFT of a real instruct model through ``train_model`` → tool-call agreemen
    ``train_model`` run on the same task with those personas on the trained model, its gate outcomes
    against the first offline run's (``bound_same_gate_outcomes``), each run's id as the product makes
    one; then (``--picked-bound-id``) the training_engineer once more with a hand-picked id. ``--picked-ids``
-   gives every other gathered run a hand-picked id (a workspace of a person's own run names).
+   gives every other gathered run a hand-picked id (a workspace of a person's own run names);
+5. renamed (``tool_call_agreement_trained_renamed``): the trained model on the held-out turns with each
+   held-out run renamed as a person might name it (``RENAMED``, names the loop's ``vary_run_ids`` never
+   gives): the run id is in every compact prompt, and a model that keyed on its form fails here.
 
 Agreement: for every held-out assistant turn that called a step tool, the model gets the turns before
 it and the tools (the OpenAI request, through serving's ``ChatModel``, greedy) and agrees when its first
@@ -58,6 +61,19 @@ def _cli(args: list[str], cwd: Path, threads: int = 1, timeout: int = 3600, ok=(
 
 
 PICKED = ("baseline", "lr-sweep-2", "exp7", "try_again", "final-run", "ablation-b", "v2", "smoke")
+# names for the held-out runs in the renamed measure: none is a name ``vary_run_ids`` gives training runs
+RENAMED = ("bound-training", "kitten", "dec3_demo", "ablation-b", "my.model", "q4")
+
+
+def renamed_turns(heldout: Path) -> list:
+    """The held-out turns with each held-out run named as a person might (``RENAMED``), everywhere its
+    conversation says it: does the trained model still call what the policy called?"""
+    from trainteam.agents.tool_agreement import call_turns, read_rows
+    from trainteam.workflows.self_improve import rename_run
+
+    rows = read_rows(heldout)
+    names = {run: RENAMED[i % len(RENAMED)] for i, run in enumerate(sorted({r["run_id"] for r in rows}))}
+    return call_turns([rename_run(r, r["run_id"], names[r["run_id"]]) for r in rows], PERSONAS)
 
 
 def product_id() -> str:
@@ -269,6 +285,9 @@ def main() -> None:
     turns = call_turns(read_rows(Path(out["data"]["heldout"])), PERSONAS)
     base = agreement_of(base_folder(work, model), turns, args.max_new_tokens).model_dump()
     t = lap("eval_base", t)
+    renamed = agreement_of(Path(out["model_path"]), renamed_turns(Path(out["data"]["heldout"])),
+                           args.max_new_tokens).model_dump() if out.get("model_path") else {}
+    t = lap("eval_renamed", t)
     loop_wall = round(time.perf_counter() - t0, 1)
     sets = [PERSONAS if b == "all" else b.split(",") for b in args.bound_check]
     bound = [bound_run(work, ws, out, list(personas), runs[0]) for personas in sets] if out.get("model") else []
@@ -281,10 +300,12 @@ def main() -> None:
         lap("bound_runs", t)
     print("base samples:", json.dumps(base["samples"])[:800])
     print("trained samples:", json.dumps(after.get("samples"))[:1500])
+    print("renamed samples:", json.dumps(renamed.get("samples"))[:1500])
     result = {
         "tool_call_agreement_base": base["agreement"], "tool_call_agreement_trained": after.get("agreement"),
         "tool_action_agreement_base": base["action_agreement"], "tool_action_agreement_trained": after.get("action_agreement"),
         "tool_name_agreement_base": base["name_agreement"], "tool_name_agreement_trained": after.get("name_agreement"),
+        "tool_call_agreement_trained_renamed": renamed.get("agreement"),
         "final_decision_agreement_base": base["final_decision_agreement"],
         "final_decision_agreement_trained": after.get("final_decision_agreement"),
         "final_agreement_trained": after.get("final_agreement"), "by_persona_trained": after.get("by_persona"),

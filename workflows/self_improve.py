@@ -6,7 +6,8 @@ same ones):
 1. ``gather_rows``: the chat rows of the workspace's runs (by default those that completed with every
    gate passed), written with the compact prompt (``agents/compact.py``) unless told otherwise;
 2. ``build_data``: curated as ``curate run --heldout-by run_id`` does (row checks, exact dedup, no near
-   dedup: one step's turns in two runs are near duplicates), whole runs held out;
+   dedup: one step's turns in two runs are near duplicates), whole runs held out; every other training
+   run's id renamed in its conversations (``vary_run_ids``);
 3. ``sft_task``: the ``train_model`` task that LoRA-tunes the base model on the training rows with a
    chat template that writes tools (the command runs it through the normal workflow, whose
    ``register_model`` waits for a person unless ``--yes``);
@@ -18,6 +19,8 @@ same ones):
 from __future__ import annotations
 
 import json
+import random
+import re
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -39,6 +42,11 @@ from trainteam.workflows.store import RunStore
 
 
 EVAL_ROWS = 1
+# words of the names ``vary_run_ids`` gives training runs (benchmarks/self_improve.py checks the trained model
+# on held-out runs renamed with words not among these)
+PRODUCT_ID = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # runner.new_run_id's form
+ID_WORDS = ("sft", "lora", "sweep", "trial", "nightly", "quick", "retry", "mine", "check", "tune", "small",
+            "long", "alpha", "beta", "test", "first", "run", "job", "team", "new")
 
 
 class SelfImproveOptions(BaseModel):
@@ -117,6 +125,7 @@ def build_data(ws, rows: list[dict], folder: Path, fraction: float, seed: int) -
     report = curate_recorded(ws.graph, records, {}, cfg, folder, progress=False)
     curated = [{"id": r["id"], **row_of(r)} for r in read_jsonl(Path(report.output))]
     train, held = split_by_group(curated, "run_id", fraction, seed, where=str(report.output))
+    train = vary_run_ids(train, seed)
     shortest = sorted(held, key=lambda r: len(json.dumps(r, default=str)))[:EVAL_ROWS]
     return DataSplit(train=write_jsonl(train, folder / "train.jsonl"), heldout=write_jsonl(held, folder / "heldout.jsonl"),
                      eval=write_jsonl(shortest, folder / "eval.jsonl"),
@@ -153,6 +162,33 @@ def sft_task(opts: SelfImproveOptions, data: DataSplit, name: str = "self-improv
         "budget": {"max_wall_minutes": opts.max_wall_minutes,
                    **({"max_memory_gib": opts.max_memory_gib} if opts.max_memory_gib else {})},
     }
+
+
+def vary_run_ids(rows: list[dict], seed: int) -> list[dict]:
+    """``rows`` with every other product-made run id (``<task>-<stamp>-<hex>``, sorted) replaced in its conversations by a name of a
+    person's kind (``sweep-3``, ``nightly_tune``, ``lora7``); the ``id`` and ``run_id`` columns keep the real
+    run, so lineage and the held-out split are untouched.
+
+    Why: the compact prompt names the run ("Run <id>, step ..."). With every training run named as the
+    product names them (``tiny-<stamp>-<hex>``), 2 of 3 trained models measured took a run with a hand-picked
+    id (``bound-training``) for another task: the training_engineer put its report's fields into ``train``
+    (benchmarks/self_improve.py, session 14). With half the runs hand-named, the same loop trained a model
+    that ran that id through. Ids a person gave are kept: they are that variety already."""
+    rng = random.Random(seed)
+    runs = sorted(r for r in {r["run_id"] for r in rows} if PRODUCT_ID.search(r))
+    names = {run: renamed_id(rng) for run in runs[1::2]}
+    return [rename_run(r, r["run_id"], names[r["run_id"]]) if r["run_id"] in names else r for r in rows]
+
+
+def renamed_id(rng: random.Random, words: tuple[str, ...] = ID_WORDS) -> str:
+    """A run name as a person might give one."""
+    a, b, n = rng.choice(words), rng.choice(words), rng.randint(1, 99)
+    return rng.choice((f"{a}-{n}", f"{a}_{b}", f"{a}{n}", f"{a}-{b}-{n}", f"v{n}-{a}", a))
+
+
+def rename_run(row: dict, old: str, new: str) -> dict:
+    """``row`` with ``old`` replaced by ``new`` wherever its conversation says it (prompt, tool results, paths)."""
+    return {**row, "messages": json.loads(json.dumps(row["messages"]).replace(old, new))}
 
 
 def registered_by(ws, run_id: str):

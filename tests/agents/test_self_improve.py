@@ -112,3 +112,34 @@ def test_auto_precision_is_bf16_only_where_the_machine_computes_bf16(monkeypatch
     assert training_precision("bf16") == "bf16" and training_precision("fp32") == "fp32"
     opts = SelfImproveOptions(model=Path("m"))
     assert opts.precision == "auto" and opts.gradient_checkpointing and opts.steps == 150
+
+
+def test_every_other_product_named_training_run_is_renamed_in_its_conversations(tmp_path):
+    """A model trained only on runs named ``tiny-<stamp>-<hex>`` took a run a person named for another task
+    (workflows/self_improve.vary_run_ids): half the product-named runs reach the trainer under a person's kind
+    of name, everywhere their conversation says it; the columns keep the real run; a person's names stay."""
+    from trainteam.core.ids import check_run_id
+    from trainteam.workflows.self_improve import PRODUCT_ID, gather_rows, rename_run, vary_run_ids
+
+    ws = tmp_path / "ws"
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY_TASK))
+    first = "tiny-20261203-101010-ab10"
+    out = _cli(ws, "execute-workflow", "train_model", "--task", str(tmp_path / "tiny.yaml"), "--run-id", first, "--yes", "-q")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [r.model_dump(mode="json") for r in gather_rows(Workspace.open(ws), [first], style="compact")]
+    assert rows and all(first in json.dumps(r["messages"]) for r in rows)  # the prompt names the run
+    ids = [first, "tiny-20261203-101011-ab11", "tiny-20261203-101012-ab12", "tiny-20261203-101013-ab13", "baseline"]
+    every = [{**rename_run(r, first, rid), "run_id": rid, "id": r["id"].replace(first, rid)} for rid in ids for r in rows]
+
+    varied = vary_run_ids(every, seed=0)
+    assert [r["run_id"] for r in varied] == [r["run_id"] for r in every]  # columns and order kept
+    assert [r["id"] for r in varied] == [r["id"] for r in every]
+    renamed = {r["run_id"] for r, v in zip(every, varied) if v["messages"] != r["messages"]}
+    assert renamed == {ids[1], ids[3]}, renamed  # every other product-named run, sorted; "baseline" kept
+    for rid in renamed:
+        texts = [json.dumps(v["messages"]) for v in varied if v["run_id"] == rid]
+        assert not any(rid in t for t in texts)
+        name = texts[0].split("Run ", 1)[1].split(",", 1)[0]
+        assert check_run_id(name) == name and not PRODUCT_ID.search(name)
+        assert all(f"Run {name}," in t for t in texts)  # one name for the whole run
+    assert vary_run_ids(every, seed=0) == varied  # the seed decides
