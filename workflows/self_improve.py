@@ -44,6 +44,12 @@ from trainteam.workflows.store import RunStore
 EVAL_ROWS = 1
 # words of the names ``vary_run_ids`` gives training runs (benchmarks/self_improve.py checks the trained model
 # on held-out runs renamed with words not among these)
+# Each pair padded to a multiple of this many tokens. Measured (bare TRL SFT, SmolLM2-135M LoRA, bf16 on a CPU,
+# batch 1, pairs of 400-1,024 tokens): RSS after a step grew ~20 MB a step for every new sequence length
+# (per-shape caches below torch: half of it oneDNN's primitive cache), 1,140 -> 1,717 MB in 30 steps and 4.9 GB
+# at the peak of a 150-step loop; padded to multiples of 128 it stayed 1,140 -> 1,205 MB over 33 steps, at the
+# same 3.3 s/step (LIBRARY-NOTES, session 15)
+PAD_TO = 128
 PRODUCT_ID = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # runner.new_run_id's form
 ID_WORDS = ("sft", "lora", "sweep", "trial", "nightly", "quick", "retry", "mine", "check", "tune", "small",
             "long", "alpha", "beta", "test", "first", "run", "job", "team", "new")
@@ -153,7 +159,7 @@ def sft_task(opts: SelfImproveOptions, data: DataSplit, name: str = "self-improv
                              "lora_alpha": 2 * opts.lora_r, "logging_steps": 1, "warmup_ratio": 0.1,
                              "gradient_checkpointing": opts.gradient_checkpointing,
                              "precision": training_precision(opts.precision),
-                             "trl": {"truncation_mode": "keep_end"}}},
+                             "trl": {"truncation_mode": "keep_end", "pad_to_multiple_of": PAD_TO}}},
         "gates": {"sft": {"metric": "exact_match", "min": 0.0}},  # the loop's own gate is the agreement
         "eval": {"max_new_tokens": 8, "batch_size": 1},
         # held-out runs are other runs of the same steps: their turns share long n-grams with the training
