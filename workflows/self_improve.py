@@ -42,15 +42,15 @@ from trainteam.workflows.store import RunStore
 
 
 EVAL_ROWS = 1
-# words of the names ``vary_run_ids`` gives training runs (benchmarks/self_improve.py checks the trained model
-# on held-out runs renamed with words not among these)
 # Each pair padded to a multiple of this many tokens. Measured (bare TRL SFT, SmolLM2-135M LoRA, bf16 on a CPU,
 # batch 1, pairs of 400-1,024 tokens): RSS after a step grew ~20 MB a step for every new sequence length
 # (per-shape caches below torch: half of it oneDNN's primitive cache), 1,140 -> 1,717 MB in 30 steps and 4.9 GB
 # at the peak of a 150-step loop; padded to multiples of 128 it stayed 1,140 -> 1,205 MB over 33 steps, at the
-# same 3.3 s/step (LIBRARY-NOTES, session 15)
+# same 3.3 s/step (ARCHITECTURE.md, the self-training loop)
 PAD_TO = 128
 PRODUCT_ID = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # runner.new_run_id's form
+# words of the names ``vary_run_ids`` gives training runs (benchmarks/self_improve.py checks the trained model
+# on held-out runs renamed with words not among these)
 ID_WORDS = ("sft", "lora", "sweep", "trial", "nightly", "quick", "retry", "mine", "check", "tune", "small",
             "long", "alpha", "beta", "test", "first", "run", "job", "team", "new")
 
@@ -171,8 +171,8 @@ def sft_task(opts: SelfImproveOptions, data: DataSplit, name: str = "self-improv
 
 
 def vary_run_ids(rows: list[dict], seed: int) -> list[dict]:
-    """``rows`` with every other product-made run id (``<task>-<stamp>-<hex>``, sorted) replaced in its conversations by a name of a
-    person's kind (``sweep-3``, ``nightly_tune``, ``lora7``); the ``id`` and ``run_id`` columns keep the real
+    """``rows`` with every other product-made run id (``<task>-<stamp>-<hex>``, sorted) replaced in its
+    conversations by a name of a person's kind (``sweep-3``, ``nightly_tune``, ``lora7``); the ``id`` and ``run_id`` columns keep the real
     run, so lineage and the held-out split are untouched.
 
     Why: the compact prompt names the run ("Run <id>, step ..."). With every training run named as the
