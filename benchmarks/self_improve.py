@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import resource
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -77,7 +76,9 @@ def renamed_turns(heldout: Path) -> list:
 
 
 def product_id() -> str:
-    return f"tiny-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    from trainteam.workflows.runner import new_run_id
+
+    return new_run_id("tiny")
 
 
 def gather(work: Path, ws: Path, runs: int, picked: bool = False) -> list[str]:

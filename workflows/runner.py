@@ -8,6 +8,7 @@ imported only when a run starts: short commands that only check stay fast.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ from trainteam.workflows.preflight import preflight
 from trainteam.workflows.spec import WorkflowSpec, load_builtin
 from trainteam.workflows.store import RunStore
 from trainteam.workflows.task import TrainTask
+
+
+GENERATED_RUN_ID = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # the end of every id ``new_run_id`` makes
 
 
 def new_run_id(task_name: str) -> str:

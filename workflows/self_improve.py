@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -36,6 +35,7 @@ from trainteam.curation.row_checks import row_of, row_records
 from trainteam.curation.splits import split_by_group
 from trainteam.trainers.planning import detect_hardware
 from trainteam.trainers.registry import ModelRegistry
+from trainteam.workflows.runner import GENERATED_RUN_ID
 from trainteam.workflows.steps.catalog import STEPS
 from trainteam.workflows.steps.curate import curate_recorded, default_config
 from trainteam.workflows.store import RunStore
@@ -48,7 +48,6 @@ EVAL_ROWS = 1
 # at the peak of a 150-step loop; padded to multiples of 128 it stayed 1,140 -> 1,205 MB over 33 steps, at the
 # same 3.3 s/step (ARCHITECTURE.md, the self-training loop)
 PAD_TO = 128
-PRODUCT_ID = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # runner.new_run_id's form
 # words of the names ``vary_run_ids`` gives training runs (benchmarks/self_improve.py checks the trained model
 # on held-out runs renamed with words not among these)
 ID_WORDS = ("sft", "lora", "sweep", "trial", "nightly", "quick", "retry", "mine", "check", "tune", "small",
@@ -172,8 +171,8 @@ def sft_task(opts: SelfImproveOptions, data: DataSplit, name: str = "self-improv
 
 def vary_run_ids(rows: list[dict], seed: int) -> list[dict]:
     """``rows`` with every other product-made run id (``<task>-<stamp>-<hex>``, sorted) replaced in its
-    conversations by a name of a person's kind (``sweep-3``, ``nightly_tune``, ``lora7``); the ``id`` and ``run_id`` columns keep the real
-    run, so lineage and the held-out split are untouched.
+    conversations by a name of a person's kind (``sweep-3``, ``nightly_tune``, ``lora7``); the ``id`` and
+    ``run_id`` columns keep the real run, so lineage and the held-out split are untouched.
 
     Why: the compact prompt names the run ("Run <id>, step ..."). With every training run named as the
     product names them (``tiny-<stamp>-<hex>``), 2 of 3 trained models measured took a run with a hand-picked
@@ -181,7 +180,7 @@ def vary_run_ids(rows: list[dict], seed: int) -> list[dict]:
     (benchmarks/self_improve.py, session 14). With half the runs hand-named, the same loop trained a model
     that ran that id through. Ids a person gave are kept: they are that variety already."""
     rng = random.Random(seed)
-    runs = sorted(r for r in {r["run_id"] for r in rows} if PRODUCT_ID.search(r))
+    runs = sorted(r for r in {r["run_id"] for r in rows} if GENERATED_RUN_ID.search(r))
     names = {run: renamed_id(rng) for run in runs[1::2]}
     return [rename_run(r, r["run_id"], names[r["run_id"]]) if r["run_id"] in names else r for r in rows]
 

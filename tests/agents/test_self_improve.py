@@ -119,7 +119,8 @@ def test_every_other_product_named_training_run_is_renamed_in_its_conversations(
     (workflows/self_improve.vary_run_ids): half the product-named runs reach the trainer under a person's kind
     of name, everywhere their conversation says it; the columns keep the real run; a person's names stay."""
     from trainteam.core.ids import check_run_id
-    from trainteam.workflows.self_improve import PRODUCT_ID, gather_rows, rename_run, vary_run_ids
+    from trainteam.workflows.runner import GENERATED_RUN_ID
+    from trainteam.workflows.self_improve import gather_rows, rename_run, vary_run_ids
 
     ws = tmp_path / "ws"
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY_TASK))
@@ -140,6 +141,6 @@ def test_every_other_product_named_training_run_is_renamed_in_its_conversations(
         texts = [json.dumps(v["messages"]) for v in varied if v["run_id"] == rid]
         assert not any(rid in t for t in texts)
         name = texts[0].split("Run ", 1)[1].split(",", 1)[0]
-        assert check_run_id(name) == name and not PRODUCT_ID.search(name)
+        assert check_run_id(name) == name and not GENERATED_RUN_ID.search(name)
         assert all(f"Run {name}," in t for t in texts)  # one name for the whole run
     assert vary_run_ids(every, seed=0) == varied  # the seed decides
