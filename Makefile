@@ -34,11 +34,17 @@ postgres:
 demo: setup
 	$(VENV)/bin/trainteam demo --yes
 
+# The suite on both cores (pytest-xdist: a file's tests stay on one worker, so a module's fixtures are built
+# once; tests/conftest.py starts the longest files first), then the 15 slowest tests: every run shows where
+# the time goes. PYTEST_JOBS=0 runs it in one process.
+PYTEST_JOBS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(PYTEST_JOBS) --dist loadfile --durations=15
+
 test: setup browser postgres
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-all: setup browser postgres
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PYTEST) -m "slow or not slow"
 
 bench: setup
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done

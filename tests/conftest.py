@@ -8,6 +8,12 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRAINTEAM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The planner's throughput measurements (trainers/planning/calibrate.py) are cached outside any workspace;
+# each test process gets its own empty cache, so a measurement taken under one test's load never plans
+# another test's run (nor a person's run after the suite).
+import tempfile  # noqa: E402
+
+os.environ["TRAINTEAM_CACHE_DIR"] = tempfile.mkdtemp(prefix="trainteam-test-cache-")
 
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -48,3 +54,23 @@ def database(request, monkeypatch) -> str:
     monkeypatch.setenv("TRAINTEAM_DATABASE_URL", url)
     monkeypatch.setenv("TRAINTEAM_DBOS_DATABASE_URL", url)
     return url
+
+
+# The files that take a minute or more (their shared fixtures included), measured on the 2-core machine with
+# --durations: started first, so the two xdist workers (Makefile `test`, --dist loadfile) end together
+# instead of one of them starting a two-minute file when everything else is done.
+LONGEST_FIRST = ("tests/real/test_real_model_runs.py", "tests/spine/test_trustworthy_runs.py",
+                 "tests/spine/test_hostile_inputs.py", "tests/spine/test_durability.py",
+                 "tests/spine/test_model_decisions.py", "tests/spine/test_curriculum_run.py",
+                 "tests/agents/test_self_improve.py", "tests/spine/test_validate.py",
+                 "tests/spine/test_distributed_run.py", "tests/spine/test_precheck.py", "tests/spine/test_slice.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # xdist would sort files by test count; keep the order above

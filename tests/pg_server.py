@@ -72,7 +72,7 @@ class PgServer:
         cmd = [str(self.bindir / tool), *args]
         if self.user is not None:
             cmd = ["runuser", "-u", self.user, "--", *cmd]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.root)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=self.root)
         if proc.returncode != 0:
             log = self.root / "server.log"
             tail = log.read_text()[-1500:] if log.exists() else ""

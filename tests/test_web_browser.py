@@ -84,7 +84,7 @@ def processes():
 
 def _console(ws: Path, processes) -> str:
     token = subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), "web", "--new-token"],
-                           capture_output=True, text=True, timeout=60, env=_env(), check=True).stdout.strip()
+                           capture_output=True, text=True, timeout=600, env=_env(), check=True).stdout.strip()
     server = _spawn(ws, "web", "--port", "0")
     processes.append(server)
     line = server.stdout.readline()
@@ -156,7 +156,7 @@ def test_a_person_approves_a_waiting_run_and_watches_it_train(tmp_path, artifact
         section.locator("textarea[name=note]").fill("exact match 0: not this one")
         section.locator("button.reject").click()
         expect(alice.locator(f'section.decided[data-approval="{second["id"]}"] .verdict')).to_have_text("rejected")
-        assert run.wait(timeout=60) == 1  # a rejected registration fails the run
+        assert run.wait(timeout=600) == 1  # a rejected registration fails the run
 
         alice.goto(base + "/runs/web1")
         expect(alice.locator("#run-status")).to_have_text("failed")

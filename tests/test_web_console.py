@@ -29,7 +29,7 @@ from trainteam.workspace import Workspace
 
 def _cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -292,7 +292,7 @@ def judged(tmp_path_factory):
     for run_id in ("r2", "r3", "r4"):
         runs.create(run_id, "train_model", {"name": "tiny"})
     waiting = subprocess.run([sys.executable, "-c", _WAITING_RUNS, str(root), "r2", "r3", "r4"], capture_output=True,
-                             text=True, timeout=60)
+                             text=True, timeout=600)
     assert waiting.returncode == 0, waiting.stderr
     ask = {"visit": 1, "requested_by": "ml_orchestrator"}
     request_approval(ws, run_id="r2", step="register_model", action="register_model", proposed={"name": "tiny"},

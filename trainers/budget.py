@@ -15,23 +15,23 @@ function between the engine and the loop has to pass a deadline it does not use.
 from __future__ import annotations
 
 import contextlib
-import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator
 
+from trainteam.core import clock
 from trainteam.core.errors import TrainteamError
 
 
 @dataclass(frozen=True)
 class Ceiling:
-    """``deadline``: a ``time.monotonic()`` instant; ``allowed_s``: what the run may spend in all."""
+    """``deadline``: an instant of ``core.clock``; ``allowed_s``: what the run may spend in all."""
 
     deadline: float
     allowed_s: float
 
     def left_s(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.deadline - clock.now()
 
 
 class BudgetExceeded(TrainteamError):
@@ -51,7 +51,7 @@ _current: ContextVar[Ceiling | None] = ContextVar("trainteam_budget_ceiling", de
 @contextlib.contextmanager
 def ceiling(left_s: float | None, allowed_s: float = 0.0) -> Iterator[Ceiling | None]:
     """Work inside may spend ``left_s`` more seconds (None: no ceiling)."""
-    value = None if left_s is None else Ceiling(time.monotonic() + left_s, allowed_s)
+    value = None if left_s is None else Ceiling(clock.now() + left_s, allowed_s)
     token = _current.set(value)
     try:
         yield value
@@ -94,3 +94,18 @@ def budget_guard(limit: Ceiling):
             return self._check(state, control)
 
     return BudgetGuard()
+
+
+def step_clock_callback():
+    """A Trainer callback that moves the step clock (``core.clock``) at every step end; None on the wall clock.
+    It goes before every callback that reads the clock (the budget guard, the search's deadline)."""
+    if clock.step_seconds() is None:
+        return None
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.tick()
+            return control
+
+    return StepClock()

@@ -37,12 +37,12 @@ from __future__ import annotations
 import math
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from trainteam.core import clock
 from trainteam.curation.formats import row_kind
 from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.eval_battery import exact_match, heldout_loss
@@ -220,7 +220,7 @@ class _StopAt:
             first: tuple[int, float] | None = None
 
             def on_step_end(self, args, state, control, model=None, **kwargs):
-                step, now = state.global_step, time.monotonic()
+                step, now = state.global_step, clock.now()
                 probe.steps = step
                 if self.first is None:
                     self.first = (step, now)
@@ -291,13 +291,13 @@ def _advance(probe: Probe, cfg: TrainConfig, rung: int, make_model, rows, score:
              work_dir: Path, deadline: float, reward_funcs) -> None:
     """Train ``probe`` on from its last rung to ``rung`` (a real ``train()``, resumed from its checkpoint)."""
     out = work_dir / f"probe-{probe.trial}"
-    began = time.monotonic()
+    began = clock.now()
     try:
         result = train(cfg.method, _probe_config(cfg, probe.learning_rate, out), make_model(), rows,
                        tokenizer=tokenizer, progress=False, reward_funcs=reward_funcs,
                        callbacks=[_StopAt(probe, rung, score, deadline)])
     finally:
-        probe.seconds = round(probe.seconds + time.monotonic() - began, 2)
+        probe.seconds = round(probe.seconds + clock.now() - began, 2)
     if result.stopped_reason == "spike":
         probe.unstable = True
     saved = out / f"checkpoint-{rung}"
@@ -324,7 +324,7 @@ def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.GridSampler(
         {"learning_rate": report.space}, seed=seed))
-    start = time.monotonic()
+    start = clock.now()
     deadline = start + report.budget_s
     first, top = report.rungs[0], report.rungs[-1]
     batch = cfg.per_device_batch_size
@@ -352,9 +352,9 @@ def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], 
                  reward_funcs=reward_funcs)
         if p.checkpoint is None:
             _drop(p, work_dir)
-    if time.monotonic() > deadline:
+    if clock.now() > deadline:
         report.reasons.append(f"the search's {report.budget_s:.0f} s were spent after {len(report.probes)} probes")
-    report.spent_s = round(time.monotonic() - start, 2)
+    report.spent_s = round(clock.now() - start, 2)
 
 
 def _affordable_top(report: SearchReport, on: list[Probe], first: int, top: int, deadline: float) -> int:
@@ -364,7 +364,7 @@ def _affordable_top(report: SearchReport, on: list[Probe], first: int, top: int,
     costs = sorted(p.seconds / p.steps for p in on if p.steps)
     if costs:
         per_step = costs[len(costs) // 2]
-        top = min(top, first + int(0.9 * (deadline - time.monotonic()) / (len(on) * per_step)))
+        top = min(top, first + int(0.9 * (deadline - clock.now()) / (len(on) * per_step)))
     top = max(first, top)
     if top != report.rungs[-1]:
         report.reasons.append(f"the top rung moved to step {top}: what the search's time left affords")
@@ -430,7 +430,7 @@ class _Pace:
 
         class Pace(TrainerCallback):
             def on_step_end(self, args, state, control, **kwargs):
-                times.append(time.monotonic())
+                times.append(clock.now())
                 return control
 
         return Pace()
@@ -441,7 +441,7 @@ def measure_pace(cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dic
     """(set-up seconds, seconds per step) of this stage on this machine now: a ``steps``-step run at ``lr``
     before the probes, so their length fits the budget under whatever load the machine has."""
     out, times = work_dir / "pace", []
-    began = time.monotonic()
+    began = clock.now()
     try:
         short = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None, "per_device_batch_size": batch,
                                        "warmup_steps": 1, "warmup_ratio": None})
@@ -450,7 +450,7 @@ def measure_pace(cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dic
     finally:
         shutil.rmtree(out, ignore_errors=True)
     if len(times) < 2:
-        return time.monotonic() - began, time.monotonic() - began
+        return clock.now() - began, clock.now() - began
     return times[0] - began, (times[-1] - times[0]) / (len(times) - 1)
 
 

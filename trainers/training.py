@@ -200,7 +200,9 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
     limit = budget.current()
     guard = budget.budget_guard(limit) if limit is not None else None
     # A caller's callbacks come before the monitor, so a metric they add to the logs can be watched.
-    cbs = restart_cbs + [telemetry, stop] + list(callbacks or []) + ([spike] if spike else []) + ([guard] if guard else [])
+    ticks = budget.step_clock_callback()  # first: everything after it reads the clock this step moved
+    cbs = ([ticks] if ticks else []) + restart_cbs + [telemetry, stop] + list(callbacks or []) + \
+        ([spike] if spike else []) + ([guard] if guard else [])
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         cbs.append(RankAgreement())  # after every callback that may stop or save the run
     if progress:

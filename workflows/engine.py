@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import traceback
 from collections import Counter
 from typing import Any
@@ -30,6 +29,7 @@ from rich.markup import escape
 from trainteam.agents.redact import redact_text, redacted_task
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
 from trainteam.agents.toolbox import NeedsPerson, Resume, StepInputs, StepResult, ToolContext
+from trainteam.core import clock
 from trainteam.core.errors import Conflict, NotFound, RunStopped, TrainteamError
 from trainteam.graph.record import record_run, record_step
 from trainteam.trainers import budget
@@ -174,7 +174,7 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     runs.set_status(run_id, "running", current_step=name, executor_id=_Process.executor_id)
     attempt = runs.start_attempt(run_id, name, visit, step.persona, _Process.executor_id)
     record_step(ws.graph, run_id, name, visit, persona=step.persona, tool=step.tool)
-    t0 = time.monotonic()
+    t0 = clock.now()
     if not spec.applies(step, task.stages):
         out = StepResult(outcome="skipped", summary=f"stage {'/'.join(step.stage)} not in the task").model_dump(mode="json")
         runs.finish_attempt(attempt, "skipped", 0.0, out)
@@ -190,8 +190,8 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     try:
         result = _run_persona(ctx, step.tool, decision)
     except Exception as exc:  # the run fails with the reason; the traceback stays in the log
-        return _step_failed(runs, attempt, name, exc, time.monotonic() - t0)
-    return _step_done(runs, attempt, run_id, name, result, time.monotonic() - t0)
+        return _step_failed(runs, attempt, name, exc, clock.now() - t0)
+    return _step_done(runs, attempt, run_id, name, result, clock.now() - t0)
 
 
 def _run_persona(ctx: ToolContext, tool: str, decision: dict | None) -> StepResult:

@@ -75,7 +75,7 @@ def workspace_text(ws: Workspace) -> str:
     return "\n".join(chunks)
 
 
-def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), **(env or {})}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=full)
     if proc.returncode != 0:
@@ -83,7 +83,7 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 120
     return proc
 
 
-def cli(ws: Path, *args: str, input: str | None = None, timeout: float = 120,
+def cli(ws: Path, *args: str, input: str | None = None, timeout: float = 600,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args], capture_output=True,
                           text=True, timeout=timeout, input=input, env={**os.environ, **(env or {})})

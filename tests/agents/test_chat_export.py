@@ -46,7 +46,7 @@ def runs(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("chat")
     procs = {rid: _run(tmp / rid, tmp, rid) for rid in ("r1", "r2")}
     for rid, proc in procs.items():
-        _, err = proc.communicate(timeout=240)
+        _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"run {rid}: {err[-2000:]}"
     with (tmp / "all.jsonl").open("w") as fh:
         for rid in procs:

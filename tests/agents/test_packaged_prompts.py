@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_wheel_carries_every_card_template_and_skill(tmp_path):
     out = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=600)
     wheel = next(out.glob("trainteam-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder, package in (("prompts", "trainteam/prompts"), ("skills", "trainteam/skills")):
@@ -32,6 +32,6 @@ def test_wheel_carries_every_card_template_and_skill(tmp_path):
         "    cards.template_env().get_template(c.template)\n"
         "print(cards.render('request.md.j2', workflow='train_model').split()[3])\n"
     )
-    proc = subprocess.run([sys.executable, "-c", probe, str(site)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", probe, str(site)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "**ml_orchestrator**"

@@ -1,10 +1,10 @@
 """The redaction pass: the shapes it masks (assignments, key shapes, remembered and keyring values), the
-ordinary text it leaves alone, and its speed on a 1 MB string (it runs on every stored string)."""
+ordinary text it leaves alone, and a 1 MB string (it runs on every stored string; its speed against the JSON
+encoding every stored string gets anyway is measured by benchmarks/redaction.py, not asserted here)."""
 
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -99,15 +99,11 @@ def _megabyte() -> str:
     return " ".join(parts)[:1_000_000]
 
 
-def test_a_megabyte_is_redacted_in_well_under_a_second():
+def test_a_megabyte_is_redacted_whole():
     text = _megabyte()
-    secrets = R.secret_values()
-    t0 = time.perf_counter()
-    out = redact_text(text, secrets)
-    seconds = time.perf_counter() - t0
+    out = redact_text(text, R.secret_values())
     assert "q0123456789abcdef" not in out and "tiny-20261201-101010-ab12" in out
-    print(f"redact_text: 1 MB in {seconds * 1000:.1f} ms")
-    assert seconds < 0.5  # ~40 ms here; generous for a shared 2-core machine
+    assert out.count("api_key=[REDACTED]") == text.count("api_key=q0123456789abcdef") > 1000
 
 
 def test_a_dict_value_under_a_secret_name_is_masked_whole():

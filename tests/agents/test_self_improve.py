@@ -29,7 +29,7 @@ CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['con
 ROLE = "persona:training_engineer"
 
 
-def _cli(ws: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def _cli(ws: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(CLI + ["-w", str(ws), *args], env=ENV, capture_output=True, text=True, timeout=timeout)
 
 

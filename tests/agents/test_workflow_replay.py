@@ -42,13 +42,13 @@ def test_team_runs_the_workflow_waits_for_registration_and_replays_identically(t
         assert pending, f"no approval requested; run ended with {proc.poll()}: {proc.stderr.read() if proc.poll() else ''}"
         assert pending[0]["action"] == "register_model" and pending[0]["requested_by"] == "ml_orchestrator"
         assert cli(ws, "approvals", "approve", pending[0]["id"], "--by", "tester").returncode == 0
-        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+        assert proc.wait(timeout=600) == 0, proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
     shown = cli(ws, "replay", "team-1")
     assert "train#1 training_engineer" in shown.stdout and "register_model approved by a person" in shown.stdout
-    replay = cli(ws, "replay", "team-1", "--execute", "--into", str(tmp_path / "again"), "--json", timeout=240,
+    replay = cli(ws, "replay", "team-1", "--execute", "--into", str(tmp_path / "again"), "--json", timeout=600,
                  env={"TRAINTEAM_THREADS": "2"})
     assert replay.returncode == 0, replay.stdout + replay.stderr
     report = json.loads(replay.stdout)

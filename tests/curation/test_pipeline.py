@@ -118,7 +118,7 @@ def test_cli_demo_then_curate(tmp_path, capsys):
     run = subprocess.run(  # a real process, as a person runs it
         [sys.executable, "-m", "trainteam.cli", "-w", str(ws), "curate", "run", str(folder / "corpus.jsonl"),
          "--eval", f"passages={folder / 'eval_passages.jsonl'}", "--eval", f"addition={folder / 'eval_addition.jsonl'}", "--json"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=600,
     )
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
@@ -174,7 +174,7 @@ def test_two_processes_building_the_same_version_in_one_folder_both_succeed(tmp_
               "print(r.counts['output'])")
     procs = [subprocess.Popen([sys.executable, "-c", script, str(corpus), str(tmp_path / "v")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
+    outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     assert [out.strip() for out, _ in outs] == ["3000", "3000"]
     assert len(read_jsonl(tmp_path / "v" / "data.jsonl")) == 3000

@@ -18,7 +18,7 @@ CLI = [sys.executable, "-m", "trainteam.cli"]
 
 
 def tt(ws: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, "-w", str(ws), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*CLI, "-w", str(ws), *args], capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture()
@@ -75,7 +75,7 @@ def test_serve_command_answers_over_http(registered):
         line = proc.stdout.readline()
         url = re.search(r"at (http://127\.0\.0\.1:\d+/v1)", line)
         assert url, f"no URL in {line!r}"
-        client = OpenAI(base_url=url.group(1), api_key="k1", max_retries=0, timeout=30)
+        client = OpenAI(base_url=url.group(1), api_key="k1", max_retries=0, timeout=600)
         assert [m.id for m in client.models.list().data] == [rec.id]
         resp = client.chat.completions.create(model=rec.id, messages=[{"role": "user", "content": "3+4="}],
                                               temperature=0, max_tokens=4)

@@ -16,7 +16,7 @@ def server(tiny_checkpoint):
 def _client(server, key="k-test"):
     from openai import OpenAI
 
-    return OpenAI(base_url=server.base_url, api_key=key, max_retries=0, timeout=30)
+    return OpenAI(base_url=server.base_url, api_key=key, max_retries=0, timeout=600)
 
 
 def test_chat_completion_answers_like_the_model(server, tiny_checkpoint, addition_data):

@@ -33,7 +33,7 @@ def write_task(folder: Path, name: str = "task.yaml", **changes) -> Path:
     return path
 
 
-def cli(ws: Path, *args: str, timeout: float = 120, check: bool = False,
+def cli(ws: Path, *args: str, timeout: float = 600, check: bool = False,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args],
                           capture_output=True, text=True, timeout=timeout, env={**_env(), **(env or {})})
@@ -42,9 +42,9 @@ def cli(ws: Path, *args: str, timeout: float = 120, check: bool = False,
     return proc
 
 
-def spawn(ws: Path, *args: str) -> subprocess.Popen:
+def spawn(ws: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**_env(), **(env or {})})
 
 
 def _env() -> dict[str, str]:
@@ -54,7 +54,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def wait_for(predicate, timeout: float = 60, interval: float = 0.05, what: str = "condition"):
+def wait_for(predicate, timeout: float = 600, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

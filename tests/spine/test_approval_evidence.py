@@ -21,7 +21,7 @@ WIDE = {"COLUMNS": "150"}
 def test_register_model_approval_carries_what_a_person_needs_and_its_short_id_decides_it(tmp_path, ws, background):
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(write_task(tmp_path)), "--run-id", "ev1")
     background.append(run)
-    (pending,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the register_model approval")
+    (pending,) = wait_for(lambda: pending_approvals(ws), timeout=600, what="the register_model approval")
     assert pending["action"] == "register_model"
 
     listed = json.loads(cli(ws, "approvals", "list", "--json", check=True).stdout)
@@ -60,7 +60,7 @@ def test_register_model_approval_carries_what_a_person_needs_and_its_short_id_de
     assert too_short.returncode == 2 and "not found" in too_short.stderr
     decided = json.loads(cli(ws, "approvals", "approve", short[:6], "--by", "ada", "--json", check=True).stdout)
     assert decided["id"] == pending["id"] and decided["status"] == "approved" and decided["short_id"] == short
-    assert run.wait(timeout=120) == 0
+    assert run.wait(timeout=600) == 0
     assert f"`trainteam approvals show {short}`" in run.stderr.read()  # the run says where the evidence is
     again = cli(ws, "approvals", "reject", short)
     assert again.returncode == 2 and "already approved by ada" in again.stderr

@@ -29,7 +29,7 @@ def test_approve_from_another_process_resumes_the_run(tmp_path, ws, database):
     assert shown["steps"] == []  # nothing ran before the person decided
 
     cli(ws, "approvals", "approve", pending[0]["id"], "--by", "alice", "--note", "go", check=True)
-    assert run.wait(timeout=60) == 0, run.stderr.read()
+    assert run.wait(timeout=600) == 0, run.stderr.read()
     view = json.loads(cli(ws, "runs", "show", "r-approve", "--json", check=True).stdout)
     assert view["status"] == "completed"
     assert [(s["name"], s["status"], s["attempts"]) for s in view["steps"]] == [("prepare_corpus", "completed", 1)]
@@ -48,7 +48,7 @@ def test_reject_stops_the_run_with_the_reason(tmp_path, ws):
     run = _start_gated_run(tmp_path, ws, "r-reject")
     pending = wait_for(lambda: pending_approvals(ws), what="a pending approval")
     cli(ws, "approvals", "reject", pending[0]["id"], "--by", "bob", "--note", "not today", check=True)
-    assert run.wait(timeout=60) == 1
+    assert run.wait(timeout=600) == 1
     view = run_view(ws, "r-reject")
     assert view["status"] == "failed"
     assert "rejected by bob" in view["error"] and "not today" in view["error"]
@@ -63,7 +63,7 @@ def test_decision_while_no_process_lives_is_delivered_at_resume(tmp_path, ws, da
     cli(ws, "approvals", "approve", pending[0]["id"], "--by", "carol", check=True)
     view = run_view(ws, "r-crash")
     assert view["process_alive"] is False  # shown as resumable, nothing ran yet
-    resumed = cli(ws, "runs", "resume", "r-crash", timeout=120)
+    resumed = cli(ws, "runs", "resume", "r-crash", timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     view = run_view(ws, "r-crash")
     assert view["status"] == "completed"
@@ -81,7 +81,7 @@ def test_cancel_stops_a_waiting_run_and_expires_its_approval(tmp_path, ws):
     pending = wait_for(lambda: pending_approvals(ws), what="a pending approval")
     proc = cli(ws, "runs", "cancel", "r-cancel", check=True)
     assert "1 open approval(s) expired" in proc.stdout
-    assert run.wait(timeout=60) == 1
+    assert run.wait(timeout=600) == 1
     assert "Traceback" not in run.stderr.read()
     view = run_view(ws, "r-cancel")
     assert view["status"] == "cancelled" and view["steps"] == []

@@ -27,7 +27,7 @@ def _spec(**step) -> str:
 
 def _refused(ws, *args: str, expected: str) -> str:
     start = time.monotonic()
-    proc = cli(ws, *args, timeout=30)
+    proc = cli(ws, *args, timeout=600)
     took = time.monotonic() - start
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -22,7 +22,7 @@ PROBE = ("import sys\n"
 
 
 def _modules(*args: str, env: dict | None = None) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60,
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=600,
                          env={**os.environ, **(env or {})})
     assert out.returncode == 0, out.stderr
     line = out.stdout.strip().splitlines()[-1]
@@ -67,7 +67,7 @@ def test_read_only_path_prints_what_the_sqlalchemy_path_prints(tmp_path, ws):
             (approval, "pending", "prepare_corpus")]
 
         cli(ws, "approvals", "approve", approval, "--by", "erin", "--note", "fine", check=True)
-        assert run.wait(timeout=60) == 0, run.stderr.read()
+        assert run.wait(timeout=600) == 0, run.stderr.read()
         _same_output_on_both_paths(ws, approval)  # finished: steps with attempts and seconds, metrics, a decision
         view = json.loads(cli(ws, "runs", "show", "r-read", "--json").stdout)
         assert view["status"] == "completed" and view["steps"][0]["attempts"] == 1 and view["metrics"]
@@ -154,7 +154,7 @@ def test_top_level_help_lists_every_command_without_importing_any(tmp_path):
         assert COMMANDS[name][1] == own.strip(), name
 
     out = subprocess.run([sys.executable, "-m", "trainteam.cli", "--help"], capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "COLUMNS": "200"})
+                         timeout=600, env={**os.environ, "COLUMNS": "200"})
     assert out.returncode == 0, out.stderr
     for name, (_, line) in COMMANDS.items():
         assert f" {name} " in out.stdout and line[:60] in out.stdout, name

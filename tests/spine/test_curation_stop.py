@@ -44,7 +44,7 @@ def _attempt_outputs(ws, run_id):
 def test_curation_over_the_limit_waits_for_a_person_and_approved_goes_on(tmp_path, ws, background):
     run = _start(tmp_path, ws, "r-cur-ok")
     background.append(run)
-    pending = wait_for(lambda: pending_approvals(ws), timeout=120, what="the curation approval")
+    pending = wait_for(lambda: pending_approvals(ws), timeout=600, what="the curation approval")
     assert [(a["step"], a["action"]) for a in pending] == [("curate", "accept_curation")]
     train = pending[0]["evidence"]["splits"]["train"]
     assert train["rules"] == {"exact_duplicates": 100, "rows.empty_answer": 10}
@@ -60,7 +60,7 @@ def test_curation_over_the_limit_waits_for_a_person_and_approved_goes_on(tmp_pat
     assert status == "too_much_dropped" and output["details"]["persona"]["decision"] == "stop"
 
     cli(ws, "approvals", "approve", pending[0]["id"], "--by", "alice", "--note", "40 is enough to try", check=True)
-    assert run.wait(timeout=120) == 0, run.stderr.read()
+    assert run.wait(timeout=600) == 0, run.stderr.read()
     view = run_view(ws, "r-cur-ok")
     assert view["status"] == "completed"
     assert view["metrics"]["curate.curation.output"] == 40 and view["metrics"]["curate.curation.input"] == 150
@@ -74,9 +74,9 @@ def test_curation_over_the_limit_waits_for_a_person_and_approved_goes_on(tmp_pat
 def test_rejected_curation_stops_the_run_with_the_reason(tmp_path, ws, background):
     run = _start(tmp_path, ws, "r-cur-no")
     background.append(run)
-    pending = wait_for(lambda: pending_approvals(ws), timeout=120, what="the curation approval")
+    pending = wait_for(lambda: pending_approvals(ws), timeout=600, what="the curation approval")
     cli(ws, "approvals", "reject", pending[0]["id"], "--by", "bob", "--note", "fix the export first", check=True)
-    assert run.wait(timeout=120) == 1
+    assert run.wait(timeout=600) == 1
     view = run_view(ws, "r-cur-no")
     assert view["status"] == "failed"
     assert "training on what curation left rejected by bob: fix the export first" in view["error"]
@@ -85,13 +85,13 @@ def test_rejected_curation_stops_the_run_with_the_reason(tmp_path, ws, backgroun
 
 def test_a_task_may_allow_more_and_nothing_left_is_an_error_naming_the_rules(tmp_path, ws):
     task = write_task(tmp_path, workflow="curate_only", data=_user_data(tmp_path), curation={"max_drop_fraction": 0.8})
-    proc = cli(ws, "execute-workflow", SPEC, "--task", str(task), "--run-id", "r-cur-more", "-q", timeout=180)
+    proc = cli(ws, "execute-workflow", SPEC, "--task", str(task), "--run-id", "r-cur-more", "-q", timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert run_view(ws, "r-cur-more")["metrics"]["curate.curation.output"] == 40
 
     empty = write_task(tmp_path, name="empty.yaml", workflow="curate_only",
                        data=_user_data(tmp_path, blank=150, unique=0, copies=0))
-    proc = cli(ws, "execute-workflow", SPEC, "--task", str(empty), "--run-id", "r-cur-empty", "-q", timeout=180)
+    proc = cli(ws, "execute-workflow", SPEC, "--task", str(empty), "--run-id", "r-cur-empty", "-q", timeout=600)
     assert proc.returncode == 1
     error = run_view(ws, "r-cur-empty")["error"]
     assert "no training record is left of 150 (rows.empty_answer 150)" in error
@@ -113,7 +113,7 @@ def test_rows_longer_than_the_sft_seq_len_are_dropped_with_the_models_tokenizer(
     assert min(n) > 64
     task = write_task(tmp_path, workflow="curate_only", data=data, model={"path": str(real_model)}, stages=["sft"],
                       training={"sft": {"max_steps": 1, "seq_len": 64}}, gates={}, tokenizer={})
-    proc = cli(ws, "execute-workflow", SPEC, "--task", str(task), "--run-id", "r-cur-long", "-q", timeout=180)
+    proc = cli(ws, "execute-workflow", SPEC, "--task", str(task), "--run-id", "r-cur-long", "-q", timeout=600)
     assert proc.returncode == 0, proc.stderr
     view = run_view(ws, "r-cur-long")
     assert view["metrics"]["curate.curation.input"] == 150 and view["metrics"]["curate.curation.output"] == 140

@@ -20,7 +20,7 @@ ORDER = ["pretrain", "mid_train", "long_context", "sft"]
 def run(tmp_path_factory):
     ws = tmp_path_factory.mktemp("curriculum") / "ws"
     proc = cli(ws, "execute-workflow", "train_model", "--task", str(EXAMPLE), "--run-id", "c1", "--json", "--yes",
-               timeout=400)
+               timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     from trainteam.workspace import Workspace
 
@@ -145,7 +145,7 @@ def test_a_failed_stage_gate_stops_the_run_with_its_reason(tmp_path, ws):
     from spine_helpers import run_view
 
     task = _strict_task(tmp_path)
-    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "g1", "-q", timeout=300)
+    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "g1", "-q", timeout=600)
     assert proc.returncode == 1, proc.stderr[-2000:]
     view = run_view(ws, "g1")
     assert view["status"] == "failed"
@@ -163,7 +163,7 @@ def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_pat
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(_strict_task(tmp_path, on_gate_failure="ask")),
                 "--run-id", "a1", "-q")
     background.append(run)
-    (pending,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the stage gate's approval")
+    (pending,) = wait_for(lambda: pending_approvals(ws), timeout=600, what="the stage gate's approval")
     assert pending["step"] == "train" and pending["action"] == "accept_failed_gate_mid_train"
     assert pending["proposed"]["stage"] == "mid_train"
     assert any("heldout_loss" in r and "> max 0.01" in r for r in pending["evidence"]["reasons"])
@@ -172,10 +172,10 @@ def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_pat
     before = {p.name: p.stat().st_mtime_ns for p in mid_final.glob("*.safetensors")}
 
     cli(ws, "approvals", "approve", pending["id"], "--by", "dana", "--note", "loss bar too strict", check=True)
-    (register,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the register_model approval")
+    (register,) = wait_for(lambda: pending_approvals(ws), timeout=600, what="the register_model approval")
     assert register["step"] == "register_model"  # the run went on: sft, evaluate, gate, final eval
     cli(ws, "approvals", "approve", register["id"], "--by", "dana", check=True)
-    assert run.wait(timeout=120) == 0, run.stderr.read()[-3000:]
+    assert run.wait(timeout=600) == 0, run.stderr.read()[-3000:]
     view = run_view(ws, "a1")
     assert view["status"] == "completed"
     assert view["metrics"]["train.sft.steps"] == 4  # the stage after the accepted one trained
@@ -198,9 +198,9 @@ def test_a_rejected_stage_gate_stops_the_run(tmp_path, ws, background):
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(_strict_task(tmp_path, on_gate_failure="ask")),
                 "--run-id", "a2", "-q")
     background.append(run)
-    (pending,) = wait_for(lambda: pending_approvals(ws), timeout=240, what="the stage gate's approval")
+    (pending,) = wait_for(lambda: pending_approvals(ws), timeout=600, what="the stage gate's approval")
     cli(ws, "approvals", "reject", pending["id"], "--by", "eve", "--note", "retrain it", check=True)
-    assert run.wait(timeout=120) == 1
+    assert run.wait(timeout=600) == 1
     view = run_view(ws, "a2")
     assert view["status"] == "failed"
     assert "gate mid_train: failed" in view["error"] and "rejected by eve: retrain it" in view["error"]

@@ -93,7 +93,7 @@ def test_a_damaged_database_is_one_line_naming_it(name, how, used, tmp_path):
     before = _snapshot(ws)
     commands = _commands(run_id, task, tmp_path / "graph.json")
     for command in CASES[(name, how)]:
-        proc = cli(ws, *commands[command], timeout=60)
+        proc = cli(ws, *commands[command], timeout=600)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (command, proc.stderr[-3000:])
         assert lines[0].startswith(f"error: workspace database {ws / name} is damaged ("), (command, lines[0])
@@ -127,7 +127,7 @@ def _drop_write_override() -> None:
 def _nobody_can_run_python() -> bool:
     try:
         return subprocess.run([sys.executable, "-c", "import trainteam.cli"], user="nobody", capture_output=True,
-                              env=_env(), timeout=60, cwd="/").returncode == 0
+                              env=_env(), timeout=600, cwd="/").returncode == 0
     except (OSError, KeyError, subprocess.SubprocessError):
         return False
 
@@ -150,7 +150,7 @@ def _read_only_copy(src: Path, parent: Path) -> tuple[Path, dict, str]:
 
 def _run(ws: Path, args: list[str], kwargs: dict, home: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args], capture_output=True,
-                          text=True, timeout=60, env={**_env(), "HOME": str(home)}, cwd="/", **kwargs)
+                          text=True, timeout=600, env={**_env(), "HOME": str(home)}, cwd="/", **kwargs)
 
 
 def test_a_read_only_workspace_is_refused_at_open_and_still_read(used, capsys):

@@ -61,7 +61,7 @@ def test_bad_distributed_blocks_are_refused_naming_the_field(tmp_path):
 
 
 def _stage_dir(ws: Path) -> Path:
-    found = wait_for(lambda: list(ws.glob("checkpoints/*/pretrain-v1")), timeout=120, what="the stage folder")
+    found = wait_for(lambda: list(ws.glob("checkpoints/*/pretrain-v1")), timeout=600, what="the stage folder")
     return found[0]
 
 
@@ -74,11 +74,11 @@ def test_ddp_run_loses_a_rank_and_resumes_to_completion(tmp_path, background):
     ranks = stage / "launch" / "ranks"
     # mid-training: a complete checkpoint exists, the final weights do not; then rank 1 is SIGKILLed
     wait_for(lambda: any(stage.glob("checkpoint-*/trainteam-manifest.json")) and not (stage / "final").exists()
-             and (ranks / "rank1.pid").is_file(), timeout=180, interval=0.02, what="a checkpoint of the launched run")
+             and (ranks / "rank1.pid").is_file(), timeout=600, interval=0.02, what="a checkpoint of the launched run")
     killed = int((ranks / "rank1.pid").read_text())
     other = int((ranks / "rank0.pid").read_text())
     os.kill(killed, signal.SIGKILL)
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     result = json.loads(out)
     assert result["status"] == "completed", result
@@ -123,13 +123,13 @@ def test_a_sigterm_to_the_workflow_process_stops_and_reaps_the_launch(tmp_path, 
     ranks = stage / "launch" / "ranks"
     # training under way in both ranks (rank 0 logged a step), then the workflow process is told to stop
     wait_for(lambda: (ranks / "rank1.pid").is_file() and (stage / "run-history.jsonl").is_file()
-             and '"step"' in (stage / "run-history.jsonl").read_text(), timeout=180, interval=0.05,
+             and '"step"' in (stage / "run-history.jsonl").read_text(), timeout=600, interval=0.05,
              what="the launched ranks training")
     launch = psutil.Process(proc.pid).children(recursive=True)
     rank_pids = [int((ranks / f"rank{r}.pid").read_text()) for r in (0, 1)]
     assert set(rank_pids) <= {p.pid for p in launch}
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGTERM
 
     def gone(pid: int) -> bool:
@@ -139,6 +139,6 @@ def test_a_sigterm_to_the_workflow_process_stops_and_reaps_the_launch(tmp_path, 
             return True
 
     # the launcher (told by the kernel as its parent died) stopped the ranks and reaped them
-    wait_for(lambda: all(gone(p.pid) for p in launch), timeout=60, interval=0.1, what="the launch stopped")
+    wait_for(lambda: all(gone(p.pid) for p in launch), timeout=600, interval=0.1, what="the launch stopped")
     for pid in rank_pids:
         assert not psutil.pid_exists(pid)

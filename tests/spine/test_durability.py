@@ -356,7 +356,7 @@ def sweep(tmp_path_factory):
                     else ["runs", "resume", RUN]) + ["-q"] + (["--yes"] if point.yes else [])
             proc = Proc(ws, logs, f"{i:02d}-{point.label.split()[0]}", *args)
             started.append(proc)
-            seen = freeze_at(proc, point, ws, timeout=240)
+            seen = freeze_at(proc, point, ws, timeout=600)
             proc.kill()
             assert proc.popen.returncode == -signal.SIGKILL, f"{point.label}: exit {proc.popen.returncode}"
             # read again once the process is gone: the kill landed inside the step (its attempt
@@ -373,8 +373,8 @@ def sweep(tmp_path_factory):
 
         final = Proc(ws, logs, "final-resume", "runs", "resume", RUN, "-q", "--yes")
         started.append(final)
-        assert final.popen.wait(timeout=300) == 0, final.stderr_tail()
-        assert reference.popen.wait(timeout=300) == 0, reference.stderr_tail()
+        assert final.popen.wait(timeout=600) == 0, final.stderr_tail()
+        assert reference.popen.wait(timeout=600) == 0, reference.stderr_tail()
     finally:
         for p in started:
             if p.popen.poll() is None:
@@ -463,7 +463,7 @@ def test_ten_processes_decide_one_approval_and_exactly_one_wins(tmp_path, ws, ba
     task = write_task(tmp_path, workflow="prep_only", require_approval=["prepare_corpus"])
     run = spawn(ws, "execute-workflow", str(DATA / "prep_only.yaml"), "--task", str(task), "--run-id", "race")
     background.append(run)
-    pending = wait_for(lambda: pending_approvals(ws), timeout=120, what="a pending approval")
+    pending = wait_for(lambda: pending_approvals(ws), timeout=600, what="a pending approval")
     approval_id = pending[0]["id"]
     barrier = tmp_path / "barrier"
     barrier.mkdir()
@@ -477,11 +477,11 @@ def test_ten_processes_decide_one_approval_and_exactly_one_wins(tmp_path, ws, ba
         background.append(racer)
         racers.append((f"p{i}", verb, racer))
     wait_for(lambda: all((barrier / f"ready{i}").exists() for i in range(10)) or
-             any(p.poll() is not None for _, _, p in racers), timeout=120, what="ten racers ready")
+             any(p.poll() is not None for _, _, p in racers), timeout=600, what="ten racers ready")
     go.touch()
     results = []
     for who, verb, p in racers:
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=600)
         results.append((who, verb, p.returncode, out, err))
 
     winners = [r for r in results if r[2] == 0]
@@ -506,7 +506,7 @@ def test_ten_processes_decide_one_approval_and_exactly_one_wins(tmp_path, ws, ba
     assert [(d.get("by"), d.get("status")) for d in decisions] == [(who, status)], decisions
 
     # the run goes on, or stops, as the winner decided
-    rc = run.wait(timeout=120)
+    rc = run.wait(timeout=600)
     view = run_view(ws, "race")
     if status == "approved":
         assert rc == 0 and view["status"] == "completed", (rc, view["status"], view["error"], run.stderr.read()[-2000:])

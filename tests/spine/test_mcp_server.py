@@ -159,7 +159,7 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(tmp_path / "ws"), "mcp", "--http",
-                               str(port)], capture_output=True, text=True, timeout=60, env=_env())
+                               str(port)], capture_output=True, text=True, timeout=600, env=_env())
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: --http: cannot listen on 127.0.0.1:{port} (Address already in use)"]
 

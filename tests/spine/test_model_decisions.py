@@ -53,7 +53,7 @@ def engineer():
 def _run(tmp_path: Path, task: dict, env: dict[str, str]) -> tuple[Workspace, dict, str]:
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(task))
     proc = cli(tmp_path / "ws", "execute-workflow", "train_model", "--task", str(tmp_path / "task.yaml"), "--yes",
-               "--json", timeout=300, env=env)
+               "--json", timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     view = json.loads(proc.stdout)
     assert view["status"] == "completed"

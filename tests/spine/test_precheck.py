@@ -59,7 +59,7 @@ def _precheck_outputs(ws, run_id):
 
 def test_learnable_data_passes_the_precheck_when_the_task_says_always(tmp_path, ws):
     spec, task = _task(tmp_path, _larger(tmp_path), {"mode": "always"})
-    proc = cli(ws, "execute-workflow", spec, "--task", task, "--run-id", "r-pre-ok", "-q", timeout=180)
+    proc = cli(ws, "execute-workflow", spec, "--task", task, "--run-id", "r-pre-ok", "-q", timeout=600)
     assert proc.returncode == 0, proc.stderr
     [out] = _precheck_outputs(ws, "r-pre-ok")
     verdict = out["details"]["precheck"]
@@ -78,7 +78,7 @@ def test_random_answers_are_unlearnable_and_wait_for_a_person(tmp_path, ws, back
     run_id = f"r-pre-{'yes' if approve else 'no'}"
     run = spawn(ws, "execute-workflow", spec, "--task", task, "--run-id", run_id)
     background.append(run)
-    pending = wait_for(lambda: pending_approvals(ws), timeout=120, what="the pre-check approval")
+    pending = wait_for(lambda: pending_approvals(ws), timeout=600, what="the pre-check approval")
     assert [(a["step"], a["action"]) for a in pending] == [("precheck_data", "accept_precheck")]
     evidence = pending[0]["evidence"]
     assert (evidence["verdict"], evidence["accept"]) == ("unlearnable", False) and evidence["ratio"] >= 0.97
@@ -86,7 +86,7 @@ def test_random_answers_are_unlearnable_and_wait_for_a_person(tmp_path, ws, back
     assert "the answers may not follow from the prompts" in evidence["reasons"][-1]
     if approve:
         cli(ws, "approvals", "approve", pending[0]["id"], "--by", "alice", "--note", "noisy on purpose", check=True)
-        assert run.wait(timeout=120) == 0, run.stderr.read()
+        assert run.wait(timeout=600) == 0, run.stderr.read()
         first, rerun = _precheck_outputs(ws, run_id)
         assert first["outcome"] == "failed" and rerun["outcome"] == "ok"
         assert rerun["details"]["accepted_by"]["decided_by"] == "alice"
@@ -94,7 +94,7 @@ def test_random_answers_are_unlearnable_and_wait_for_a_person(tmp_path, ws, back
         assert rerun["summary"].endswith("accepted by alice")
     else:
         cli(ws, "approvals", "reject", pending[0]["id"], "--by", "bob", "--note", "fix the labels", check=True)
-        assert run.wait(timeout=120) == 1
+        assert run.wait(timeout=600) == 1
         view = run_view(ws, run_id)
         assert view["status"] == "failed" and "pre-check (learnability): unlearnable" in view["error"]
         assert "training on data the pre-check failed rejected by bob: fix the labels" in view["error"]
@@ -102,7 +102,7 @@ def test_random_answers_are_unlearnable_and_wait_for_a_person(tmp_path, ws, back
 
 def test_auto_skips_a_small_run_saying_why(tmp_path, ws):
     spec, task = _task(tmp_path, _larger(tmp_path))
-    proc = cli(ws, "execute-workflow", spec, "--task", task, "--run-id", "r-pre-auto", "-q", timeout=180)
+    proc = cli(ws, "execute-workflow", spec, "--task", task, "--run-id", "r-pre-auto", "-q", timeout=600)
     assert proc.returncode == 0, proc.stderr
     [out] = _precheck_outputs(ws, "r-pre-auto")
     assert out["outcome"] == "skipped" and out["summary"].startswith("pre-check skipped: the planner estimates ")

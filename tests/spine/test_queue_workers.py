@@ -51,7 +51,7 @@ def test_two_workers_share_the_queue_and_a_killed_workers_run_completes_once(tmp
     logs.mkdir()
     workers = {name: _worker(ws, logs, name) for name in ("a", "b")}
     try:
-        pending = wait_for(lambda: pending_approvals(ws), timeout=120, what="q0's approval")
+        pending = wait_for(lambda: pending_approvals(ws), timeout=600, what="q0's approval")
         owner = run_view(ws, "q0")["executor_id"]
         killed = next(n for n, p in workers.items() if owner.split(":")[1] == str(p.pid))
         os.killpg(workers[killed].pid, signal.SIGKILL)
@@ -63,7 +63,7 @@ def test_two_workers_share_the_queue_and_a_killed_workers_run_completes_once(tmp
             assert not [v for v in views.values() if v["status"] in ("failed", "cancelled")], views
             return views if all(v["status"] == "completed" for v in views.values()) else None
 
-        views = wait_for(all_done, timeout=120, interval=0.2, what="every queued run completed")
+        views = wait_for(all_done, timeout=600, interval=0.2, what="every queued run completed")
     finally:
         for p in workers.values():
             if p.poll() is None:

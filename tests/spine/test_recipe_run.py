@@ -19,7 +19,7 @@ def _run(tmp_path, name: str) -> tuple[Workspace, dict, str]:
     ws_dir = tmp_path / name
     task = tmp_path / f"{name}.yaml"
     task.write_text(yaml.safe_dump(SEARCHED))
-    proc = cli(ws_dir, "execute-workflow", "train_model", "--task", str(task), "--yes", "--json", timeout=300)
+    proc = cli(ws_dir, "execute-workflow", "train_model", "--task", str(task), "--yes", "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     view = json.loads(proc.stdout)
     assert view["status"] == "completed"

@@ -15,7 +15,7 @@ def test_an_under_fit_stage_is_retrained_with_the_plans_steps_and_the_person_see
                       gates={"pretrain": {"metric": "exact_match", "min": 1.0}})
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r-retry", "-q")
     background.append(run)
-    pending = wait_for(lambda: pending_approvals(ws), timeout=90, what="the second failed gate's approval")
+    pending = wait_for(lambda: pending_approvals(ws), timeout=600, what="the second failed gate's approval")
     assert [(a["step"], a["action"]) for a in pending] == [("gate", "accept_failed_gate")]
     evidence = pending[0]["evidence"]
     assert evidence["diagnosis"]["kind"] == "under_fit" and evidence["diagnosis"]["evidence"]["steps"] == 24
@@ -23,7 +23,7 @@ def test_an_under_fit_stage_is_retrained_with_the_plans_steps_and_the_person_see
                                 "changes": {"max_steps": 96, "num_train_epochs": None, "learning_rate": None,
                                             "warmup_steps": None}}
     cli(ws, "approvals", "reject", pending[0]["id"], "--by", "ana", check=True)
-    assert run.wait(timeout=60) == 1
+    assert run.wait(timeout=600) == 1
 
     from trainteam.workflows.report import write_run_report
     from trainteam.workflows.store import RunStore

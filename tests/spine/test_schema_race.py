@@ -44,7 +44,7 @@ def test_eight_processes_create_one_new_workspace_at_once(tmp_path, database):
         while not all(f.exists() for f in ready) and time.monotonic() < deadline:
             time.sleep(0.05)
         go.touch()
-        results = [p.communicate(timeout=120) for p in procs]
+        results = [p.communicate(timeout=600) for p in procs]
         failures = [_error_line(err) for (_, err), p in zip(results, procs) if p.returncode]
         assert not failures, f"trial {trial}: {failures}"
         assert [out.strip() for out, _ in results] == ["0"] * 8

@@ -22,7 +22,7 @@ def _dbos_steps(ws, run_id):
 def test_slice_end_to_end_with_lineage(tmp_path, ws):
     task = write_task(tmp_path)
     proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r1", "--json", "--yes",
-               timeout=300)
+               timeout=600)
     assert proc.returncode == 0, proc.stderr
     view = json.loads(proc.stdout)
     assert view["status"] == "completed"
@@ -67,7 +67,7 @@ def test_slice_end_to_end_with_lineage(tmp_path, ws):
 
 def test_failed_gate_stops_the_run_with_its_reason(tmp_path, ws):
     task = write_task(tmp_path, gates={"pretrain": {"metric": "exact_match", "min": 1.0}})
-    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r2", "-q", timeout=300)
+    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r2", "-q", timeout=600)
     assert proc.returncode == 1
     view = run_view(ws, "r2")
     assert view["status"] == "failed"
@@ -81,7 +81,7 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r3", "-q")
     ckpt_dir = ws / "checkpoints" / "r3" / "pretrain-v1"
     wait_for(lambda: ckpt_dir.exists() and any(p.name.startswith("checkpoint-") for p in ckpt_dir.iterdir()),
-             timeout=180, interval=0.2, what="a first checkpoint")
+             timeout=600, interval=0.2, what="a first checkpoint")
     os.kill(run.pid, signal.SIGKILL)
     run.wait(timeout=10)
     before = run_view(ws, "r3")

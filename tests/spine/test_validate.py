@@ -16,7 +16,7 @@ from instruction_rows import as_chat, instruction_rows
 from spine_helpers import TINY_TASK, _env
 
 
-def validate(cwd, *args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+def validate(cwd, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run from ``cwd`` with no -w: the default workspace would be ``cwd/.trainteam``."""
     return subprocess.run([sys.executable, "-m", "trainteam.cli", "validate", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env={**_env(), **(env or {})})
@@ -146,7 +146,7 @@ def test_validate_measures_then_the_run_report_sets_the_plan_beside_the_run(tmp_
     assert checked.returncode == 0, checked.stderr[-2000:]
     assert "(measured)" in checked.stdout.strip().splitlines()[-1]
     run = cli(ws, "execute-workflow", "train_model", "--task", str(tmp_path / name), "--run-id", "r1", "--json",
-              "--yes", timeout=300, env=env)
+              "--yes", timeout=600, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     metrics = json.loads(run.stdout)["metrics"]
     files = json.loads(cli(ws, "runs", "report", "r1", "--json", check=True, env=env).stdout)

@@ -38,7 +38,7 @@ def walk(tmp_path: Path) -> dict:
     task = tmp_path / "task.yaml"
     task.write_text(yaml.safe_dump(TASK))
     env = {**os.environ, "TRAINTEAM_HOME": str(tmp_path / "ws"), "OMP_NUM_THREADS": "1", "TRAINTEAM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(PROBE), str(task)], capture_output=True, text=True, timeout=300,
+    proc = subprocess.run([sys.executable, str(PROBE), str(task)], capture_output=True, text=True, timeout=600,
                           env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("WALK ")]
     if proc.returncode != 0 or not lines:

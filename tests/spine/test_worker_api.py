@@ -19,7 +19,7 @@ def test_worker_resumes_a_run_whose_process_died(tmp_path, ws, database):
     import trainteam
 
     trainteam.approve(pending[0]["id"], by="dana", workspace=ws)  # the Python face of the human channel
-    proc = cli(ws, "worker", "--once", timeout=120)
+    proc = cli(ws, "worker", "--once", timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "orphan" in proc.stderr
     assert run_view(ws, "orphan")["status"] == "completed"
@@ -43,6 +43,6 @@ def test_short_commands_import_no_torch_and_no_dbos(ws, tmp_path):
              "print('HEAVY', sorted(m for m in ('torch', 'transformers', 'dbos', 'trl') if m in sys.modules))\n")
     for args in (["approvals", "list"], ["runs", "list"], ["workflows", "show", "train_model"], ["graph", "nodes"]):
         out = subprocess.run([sys.executable, "-c", probe, "-w", str(ws), *args], capture_output=True, text=True,
-                             timeout=60)
+                             timeout=600)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().splitlines()[-1] == "HEAVY []", (args, out.stdout[-300:])

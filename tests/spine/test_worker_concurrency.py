@@ -27,18 +27,18 @@ def test_a_worker_runs_two_queued_runs_at_once_and_not_three(tmp_path, ws, datab
                                    "--concurrency", "2"], stdout=subprocess.DEVNULL, stderr=err, env=_env(),
                                   start_new_session=True)
     try:
-        first = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(pending_approvals(ws)), timeout=120,
+        first = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(pending_approvals(ws)), timeout=600,
                          what="two runs waiting at once")
         waiting = {a["run_id"] for a in first}
         (queued,) = set(RUNS) - waiting
         assert len(pending_approvals(ws)) == 2 and run_view(ws, queued)["steps"] == []  # the limit holds
         for a in first:
             cli(ws, "approvals", "approve", a["id"], "--by", "erin", check=True)
-        third = wait_for(lambda: [a for a in pending_approvals(ws) if a["run_id"] == queued], timeout=120,
+        third = wait_for(lambda: [a for a in pending_approvals(ws) if a["run_id"] == queued], timeout=600,
                          what="the third run taken once a place freed")
         cli(ws, "approvals", "approve", third[0]["id"], "--by", "erin", check=True)
         views = wait_for(lambda: (lambda v: v if all(x["status"] == "completed" for x in v.values()) else None)(
-            {r: run_view(ws, r) for r in RUNS}), timeout=120, interval=0.2, what="every run completed")
+            {r: run_view(ws, r) for r in RUNS}), timeout=600, interval=0.2, what="every run completed")
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)

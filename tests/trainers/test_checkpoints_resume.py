@@ -102,7 +102,7 @@ def test_sigterm_saves_and_stops_cleanly(tmp_path, tok_dir, arith):
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-2000:]
     rep = TrainReport.model_validate_json(next(l for l in stdout.splitlines() if l.startswith("REPORT "))[7:])
     assert rep.stopped_reason == "interrupted" and 3 <= rep.steps_done < 500

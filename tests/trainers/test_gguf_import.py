@@ -47,7 +47,7 @@ def test_imported_folder_is_plain_safetensors_with_its_chat_template(real_model:
 def _import(tmp_path: Path, source: Path, out: Path) -> subprocess.CompletedProcess:
     """A real CLI process (exit code and stderr as a person sees them); it opens no workspace."""
     return subprocess.run([*CLI, "models", "import", str(source), "--out", str(out)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
 
 
 def _refused(done: subprocess.CompletedProcess, *needles: str, after_progress: bool = False) -> None:

@@ -123,7 +123,7 @@ def test_two_process_sft_through_the_generated_accelerate_command(tmp_path, tok_
     spec = prepare_distributed_run(p, model=SPEC, tokenizer=tok_dir, data=data, out_dir=tmp_path / "launch")
     assert validate_accelerate_config(spec.config_file)["num_processes"] == 2
     assert spec.commands[0][-3:] == ["-m", "trainteam.trainers.launch_worker", str(tmp_path / "launch" / "job.json")]
-    run_launch(spec, timeout=240)
+    run_launch(spec, timeout=600)
 
     ranks = [json.loads((tmp_path / "launch" / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["rank"] for r in ranks] == [0, 1]
@@ -158,7 +158,7 @@ def test_two_node_commands_rendezvous_on_one_machine(tmp_path, tok_dir, arith):
     assert [c[c.index("--machine_rank") + 1] for c in spec.commands] == ["0", "1"]
     procs = [start_launch(spec, machine_rank=r) for r in (0, 1)]
     for proc in procs:
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-2000:]
     ranks = [json.loads((tmp_path / "launch" / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert all(r["world_size"] == 2 for r in ranks) and {r["rank"] for r in ranks} == {0, 1}

@@ -11,7 +11,7 @@ import yaml
 
 def _cli(*args, cwd):
     return subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(cwd / "ws"), "plan", *args],
-                          capture_output=True, text=True, timeout=120, cwd=cwd)
+                          capture_output=True, text=True, timeout=600, cwd=cwd)
 
 
 def test_plan_recommends_and_prints_the_commands_of_every_node(tmp_path):

@@ -41,7 +41,7 @@ def server(tool_model):
 def _client(server):
     from openai import OpenAI
 
-    return OpenAI(base_url=server.base_url, api_key="local", max_retries=0, timeout=60)
+    return OpenAI(base_url=server.base_url, api_key="local", max_retries=0, timeout=600)
 
 
 def test_a_tools_request_gets_the_models_tool_call(server):
@@ -91,7 +91,7 @@ def _post(server, body: dict) -> tuple[int, dict]:
     req = urllib.request.Request(server.base_url + "/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
+        with urllib.request.urlopen(req, timeout=600) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())

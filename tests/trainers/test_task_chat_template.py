@@ -70,11 +70,11 @@ def run(chatml_model, tmp_path_factory) -> tuple[Path, dict]:
             "curation": {"near_dedup": None}, "budget": {"max_wall_minutes": 10}, "require_approval": []}
     (tmp / "task.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
     checked = subprocess.run(CLI + ["validate", "task.yaml"], cwd=tmp, env=ENV, capture_output=True, text=True,
-                             timeout=120)
+                             timeout=600)
     assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
     assert "TRL's qwen2_5 chat template replaces the model's own" in checked.stdout, checked.stdout
     proc = subprocess.run(CLI + ["execute-workflow", "train_model", "--task", "task.yaml", "--yes", "--json"], cwd=tmp,
-                          env=ENV, capture_output=True, text=True, timeout=300)
+                          env=ENV, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     return tmp, json.loads(proc.stdout[proc.stdout.index("{"):])
 
@@ -113,7 +113,7 @@ def test_the_checkpoint_carries_the_template_and_its_served_calls_parse(run):
     tmp, result = run
     assert result["status"] == "completed", result
     listed = subprocess.run(CLI + ["models", "list", "--json"], cwd=tmp, env=ENV, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=600)
     (record,) = json.loads(listed.stdout)
     folder = Path(record["path"])
     assert (folder / "chat_template.jinja").read_text() == template_text("qwen2_5")[0]
@@ -128,7 +128,7 @@ def test_the_checkpoint_carries_the_template_and_its_served_calls_parse(run):
     with ChatServer(ChatModel(folder, "m-ct", max_new_tokens=8), port=0) as srv:  # the served checkpoint answers
         from openai import OpenAI
 
-        client = OpenAI(base_url=srv.base_url, api_key="local", max_retries=0, timeout=60)
+        client = OpenAI(base_url=srv.base_url, api_key="local", max_retries=0, timeout=600)
         resp = client.chat.completions.create(model="m-ct", messages=_row("Oslo")["messages"][:2], tools=[WEATHER],
                                               temperature=0)
         assert resp.usage.prompt_tokens == len(tok(prefix, add_special_tokens=False)["input_ids"])

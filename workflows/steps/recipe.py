@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import math
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from trainteam.core import clock
 from trainteam.agents.decisions import decide
 from trainteam.agents.toolbox import ToolContext
 from trainteam.curation.demo import read_jsonl
@@ -194,17 +194,17 @@ def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int,
     less where the search's share is short), then the probes at that length."""
     task = ctx.task
     trials = task.search.trials
-    began = time.monotonic()
+    began = clock.now()
     setup, pace = measure_pace(cfg, make_model, train_rows, tokenizer, lr=report.space[len(report.space) // 2],
                                batch=batch, work_dir=work, reward_funcs=reward_funcs)
     setups = 2 * trials * setup  # a probe sets up once per rung
-    top = probe_length(probe_s - (time.monotonic() - began) - setups, pace, trials)
+    top = probe_length(probe_s - (clock.now() - began) - setups, pace, trials)
     waste_s = setups + wasted_tops(trials) * top * pace
-    steps = given_steps or final_steps(share_s - (time.monotonic() - began) - waste_s, pace, len(train_rows), batch,
+    steps = given_steps or final_steps(share_s - (clock.now() - began) - waste_s, pace, len(train_rows), batch,
                                        cfg.grad_accum, _epochs(task), FIRST_RUNG * TOP_OF_RUN)
     top = max(1, min(top, steps // TOP_OF_RUN))
     report.probe_steps, report.rungs, report.run_steps = top, rung_steps(top), steps
-    report.budget_s = round(probe_s - (time.monotonic() - began), 1)
+    report.budget_s = round(probe_s - (clock.now() - began), 1)
     report.reasons.append(f"measured {pace:.3g} s a step and {setup:.1f} s to set up: every probe trains towards the "
                           f"stage's {steps} steps, all to step {report.rungs[0]}, the best third to {top}; the chosen "
                           "one goes on from there")
