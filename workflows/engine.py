@@ -32,7 +32,7 @@ from trainteam.agents.toolbox import NeedsPerson, Resume, StepInputs, StepResult
 from trainteam.core import clock
 from trainteam.core.errors import Conflict, NotFound, RunStopped, TrainteamError
 from trainteam.graph.record import record_run, record_step
-from trainteam.trainers import budget
+from trainteam.trainers import budget, console_lines
 from trainteam.trainers.threads import cpu_sample, neighbours_since, threads_for
 from trainteam.workflows import approvals
 from trainteam.workflows.evidence import with_spike_curve
@@ -126,10 +126,10 @@ def shutdown() -> None:
 
 
 # --------------------------------------------------------------------------- steps
-def _say(text: str) -> None:
+def _say(text: str, run_id: str | None = None) -> None:
     """A line of the run's output: to its log file, and (with progress) to stderr, prefixed by
     the run id in a worker, where several runs' lines meet."""
-    run_id = DBOS.workflow_id
+    run_id = run_id or DBOS.workflow_id
     if run_id is not None and _Process.ws is not None:
         _run_log(run_id).print(text)
     if _Process.progress:
@@ -198,7 +198,8 @@ def _run_persona(ctx: ToolContext, tool: str, decision: dict | None) -> StepResu
     """The persona runs the step under the budget's ceiling; reaching it mid-way (an eval or a
     generation loop) is a question for a person, like a trainer that stopped at the ceiling."""
     try:
-        with budget.ceiling(ctx.allowed_s - ctx.spent_s, ctx.allowed_s):
+        with budget.ceiling(ctx.allowed_s - ctx.spent_s, ctx.allowed_s), \
+                console_lines.lines_to(lambda text: _say(text, ctx.run_id)):  # the work's own lines (steps, probes)
             if decision is None:
                 return run_persona_step(ctx, tool)
             return resume_persona_step(ctx, tool, decision["pending"], decision["status"] == "approved",

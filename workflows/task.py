@@ -514,7 +514,17 @@ def resolve_paths(task: TrainTask, base_dir: Path, source: str) -> TrainTask:
     return task.model_copy(update=update)
 
 
+def name_from_file(path: Path) -> str:
+    """A task's name when its file gives none: the file's stem, in the characters a name may hold
+    (``my task.yaml`` -> ``my-task``; nothing left -> ``task``)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(path).stem).lstrip("_.-")[:64].rstrip("-")
+    return name or "task"
+
+
 def load_task_file(path: Path) -> TrainTask:
-    """A task YAML file, read with bounds (size, depth, aliases; a regular UTF-8 file)."""
+    """A task YAML file, read with bounds (size, depth, aliases; a regular UTF-8 file). Without a
+    ``name`` the task is named after its file."""
     data = load_yaml_file(Path(path), "task file")
+    if isinstance(data, dict) and "name" not in data:
+        data = {"name": name_from_file(path), **data}
     return parse_task(data, str(path), Path(path).resolve().parent)
