@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic_ai
 from pydantic import BaseModel, Field
 from pydantic_ai import (
     Agent,
@@ -60,6 +61,7 @@ from trainteam.core.errors import BadInput
 from trainteam.core.hashing import artifact_hashes
 
 PENDING_VERSION = 1
+pydantic_ai.BANNER_ENABLED = False  # a run's output is the team's: no Logfire banner on a first agent run (issue 31)
 
 
 # --------------------------------------------------------------------- the Agent

@@ -32,6 +32,7 @@ from trainteam.trainers import budget
 from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
 from trainteam.trainers.models import load_model
 from trainteam.trainers.results import EvalResult
+from trainteam.trainers.step_lines import RowLines
 from trainteam.trainers.tokenizer import load_tokenizer
 
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
@@ -124,6 +125,7 @@ def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: 
     total, count = 0.0, 0
     pad = tokenizer.pad_token_id
     fmt = prompt_format(tokenizer)
+    lines = RowLines("evaluation (held-out loss)", len(records))
     for start in range(0, len(records), batch_size):
         budget.check("evaluation (held-out loss)")
         rows, labels = [], []
@@ -149,6 +151,7 @@ def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: 
                                                  ignore_index=-100, reduction="sum")
         total += float(loss)
         count += int((tgt != -100).sum())
+        lines.done(min(start + batch_size, len(records)))
     return total / max(count, 1)
 
 
@@ -166,6 +169,7 @@ def greedy_generations(model, tokenizer, prompts: Sequence[Prompt], *, max_new_t
     fmt = prompt_format(tokenizer)
     model.eval()  # dropout on would make "greedy" answers random
     out: list[dict] = []
+    lines = RowLines(what, len(prompts))
     try:
         for s in range(0, len(prompts), batch_size):
             budget.check(what)
@@ -179,6 +183,7 @@ def greedy_generations(model, tokenizer, prompts: Sequence[Prompt], *, max_new_t
                 ids = row[:stop] if stop is not None else row
                 out.append({"ids": ids, "eos": stop is not None,
                             "text": tokenizer.decode(ids, skip_special_tokens=True).strip()})
+            lines.done(len(out))
     finally:
         tokenizer.padding_side = side
     return out

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers import budget
+from trainteam.trainers import budget, console_lines
 from trainteam.trainers import method_data as D
 from trainteam.trainers.checkpoints import complete_checkpoints, resolve_resume
 from trainteam.trainers.config import TrainConfig
@@ -27,6 +27,7 @@ from trainteam.trainers.methods import BUILDERS
 from trainteam.trainers.models import load_model
 from trainteam.trainers.restart import lr_sync_callback, prepare_rollback
 from trainteam.trainers.results import RestartProposal, TrainReport
+from trainteam.trainers.step_lines import stderr_is_terminal
 from trainteam.trainers.threads import cpu_sample
 from trainteam.trainers.trainer_args import check_runtime, choose_threads, is_main_process, quantization_kwargs
 
@@ -85,7 +86,7 @@ def train(
     tokenizer,
     eval_data: Any = None,
     callbacks: list | None = None,
-    progress: bool = True,
+    progress: bool | str = True,
     apply_proposal: RestartProposal | None = None,
     reward_funcs: list | None = None,
 ) -> TrainReport:
@@ -95,6 +96,8 @@ def train(
     ``config.output_dir`` (an incomplete one is skipped with a warning), "never" starts
     fresh, a path resumes from that checkpoint. ``apply_proposal`` resumes from an
     approved spike proposal instead (rollback, skipped batches, scaled LR).
+    ``progress``: True shows a rich bar; False none; a string labels the run's step lines
+    (e.g. "probe 3 (lr 5e-4)") and shows no bar. The step lines follow ``console_lines.listening()``.
     """
     wall_start = time.perf_counter()
     config, out = _checked(method, config, tokenizer)
@@ -188,9 +191,13 @@ class _Watch:
 
 
 def _watch(method: str, config: TrainConfig, model, wall_start: float, history, restart_cbs: list,
-           callbacks: list | None, progress: bool) -> _Watch:
-    """Telemetry, the spike monitor, the stop signal and the budget guard, with the callbacks in order."""
-    from trainteam.trainers.progress import RichProgress
+           callbacks: list | None, progress: bool | str) -> _Watch:
+    """Telemetry, the spike monitor, the stop signal and the budget guard, with the callbacks in order.
+
+    What a person sees: ``progress=True`` a rich bar on a terminal (or wherever nobody listens to the
+    run's lines); the step lines (``progress.StepLines``) whenever ``console_lines.listening()``,
+    unless that bar is live on the terminal. A string is the lines' label (a probe's), with no bar."""
+    from trainteam.trainers.progress import RichProgress, StepLines
     from trainteam.trainers.spike import SpikeMonitor
     from trainteam.trainers.telemetry import GracefulStop, RankAgreement, Telemetry
 
@@ -205,8 +212,12 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
         ([spike] if spike else []) + ([guard] if guard else [])
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         cbs.append(RankAgreement())  # after every callback that may stop or save the run
-    if progress:
-        cbs.append(RichProgress(f"{method}"))
+    label = progress if isinstance(progress, str) and progress.strip() else method
+    bar = progress is True and (stderr_is_terminal() or not console_lines.listening())
+    if bar:
+        cbs.append(RichProgress(method))
+    if not (bar and stderr_is_terminal()):  # a live bar on a terminal says it all; a line would break it
+        cbs.append(StepLines(label))
     cbs.append(manifest_callback())  # last: each checkpoint's manifest is written after everything else
     return _Watch(telemetry, spike, stop, guard, cbs)
 
