@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainteam.core.errors import BadInput
 from trainteam.curation.sources import DATA_SUFFIXES
 from trainteam.trainers.planning.planner import model_shape
+from trainteam.workflows.model_names import (ModelChoice, ModelName, closed_refusal, distinct, find_names,
+                                             several_refusal, sizeless_refusal, unbuildable_refusal)
 from trainteam.workflows.task import MAX_WALL_MINUTES, DataSpec  # one ceiling for requests and task files (30 days)
 
 STAGE_WORDS = {
@@ -51,6 +55,10 @@ DEMOS = {
 # within 30 minutes" stays a refusal naming the model): it may be a person's own model to fine-tune.
 _DEMO_CUE = r"\b(?:built[- ]?in|bundled)\b"
 _SCRATCH = r"pre-?train\w*|from[- ]scratch|random init\w*"  # a model built from its config
+# A named model is built only when the text says from scratch: "continued pretraining" starts from its weights.
+_FROM_SCRATCH = (r"from[- ]scratch|random(?:ly)?[- ]init\w*|(?<!continued )(?<!continue )(?<!continual )"
+                 r"(?<!continuing )(?<!further )\bpre-?train\w*")
+_PRETRAINED = r"fine-?tun\w*|\bq?lora\b|\binstruct\b"  # a pretrained start: no tiny llama is filled in for it
 TINY_LLAMA = {"arch": "llama", "hidden_size": 128, "num_layers": 2, "num_heads": 4}
 ARCHS = {"llama": r"\bllama\b", "qwen2": r"\bqwen-?2?\b", "gpt2": r"\bgpt-?2\b"}
 SIZES = {"tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4},
@@ -110,58 +118,178 @@ class Filled:
 
 
 @dataclass
+class Said:
+    """A model, data or stage choice the text's own words make: the field, the words as written,
+    and what they set (the plan quotes them)."""
+
+    field: str
+    words: str
+    value: Any
+
+
+Resolve = Callable[[ModelName], ModelChoice]  # a named model -> its local folder, or BadInput
+
+
+@dataclass
 class Reading:
     """What the text says. ``missing`` names required fields it does not say; ``defaults`` what
-    the reader filled in because the text leaves it out and a safe default exists."""
+    the reader filled in because the text leaves it out and a safe default exists; ``said`` the
+    choices its words make; ``named``/``choice`` the model name it uses and where that was found;
+    ``ignored`` the model names it does not use."""
 
     fields: dict[str, Any] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     defaults: list[Filled] = field(default_factory=list)
+    said: list[Said] = field(default_factory=list)
+    named: ModelName | None = None
+    choice: ModelChoice | None = None
+    ignored: list[str] = field(default_factory=list)
 
 
 def _search(pattern: str, text: str) -> re.Match | None:
     return re.search(pattern, text, re.IGNORECASE)
 
 
-def _model(text: str, r: Reading) -> dict[str, Any] | None:
-    """The model the text describes (a local folder, or a shape to build), else None."""
-    if _search(r"hugging ?face|\bthe hub\b|download", text):
-        r.problems.append("model: nothing is downloaded; give a local model folder or describe a model "
-                          "to build (e.g. 'a tiny llama, hidden 128, 2 layers')")
-        return None
-    m = _search(r"(?:fine-?tune|start from|base model|model|checkpoint)\s+(?:at|in|from)?\s*" + _PATH, text) or \
-        _search(r"(?:model|checkpoint|folder)\s+(?:at|in)\s+([\w.\-/~]+)", text)
-    if m and not m.group(1).lower().endswith(DATA_SUFFIXES) and m.group(1).lower() not in ("scratch", "random"):
-        return {"path": m.group(1).rstrip(".,;")}
+_DOWNLOAD = r"\bdownload\w*|\bthe hub\b|hugging ?face hub"
+_FOLDER_FORMS = (r"(?:fine-?tune|start from|base model|model|checkpoint)\s+(?:at|in|from)?\s*" + _PATH,
+                 r"(?:model|checkpoint|folder)\s+(?:at|in)\s+([\w.\-/~]+)")
+_HUB_SHAPED = r"[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*"  # org/name: a folder here, else a hub id to look up
+_NAME_IT = r"(?:name it|call it|named|called)\s+[\"'`]?([A-Za-z0-9][\w.\-]*)"
+_SHAPE_FORMS = (("hidden_size", r"hidden(?:[ _]size)?(?:\s+of)?\s+(\d+)|(?<!\d)(\d+)[- ]hidden"),
+                ("num_layers", r"(?<!\d)(\d+)\s+(?:transformer\s+)?layers?\b|layers?\s*[:=]?\s*(\d+)"),
+                ("num_heads", r"(?<!\d)(\d+)\s+(?:attention\s+)?heads?\b|heads?\s*[:=]?\s*(\d+)"),
+                ("max_position_embeddings",
+                 r"context(?:\s+(?:length|window|of))?\s+(\d+)|(?<!\d)(\d+)[- ]token context"))
+
+
+def _folder(text: str) -> re.Match | None:
+    """A local folder the text names as the model ("the model in ./models/x", "model at base");
+    an org/name the names reader takes (it may be a hub id)."""
+    for form in _FOLDER_FORMS:
+        m = _search(form, text)
+        if m and not m.group(1).lower().endswith(DATA_SUFFIXES) and m.group(1).lower() not in ("scratch", "random"):
+            return None if re.fullmatch(_HUB_SHAPED, m.group(1).rstrip(".,;")) else m
+    return None
+
+
+def _quote(text: str, spans: list[tuple[int, int]]) -> str:
+    """The words at ``spans``, neighbours joined, the words between left out: "tiny llama … hidden 64"."""
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and (a <= merged[-1][1] or re.fullmatch(r"[\s(]*", text[merged[-1][1]:a])):
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return " … ".join(text[a:b] for a, b in merged)
+
+
+def _shape(text: str) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """The shape the text gives a model to build: a size word, a parameter count, hidden size,
+    layers, heads, context; with the spans of the words that said it."""
     spec: dict[str, Any] = {}
-    found = False
-    for arch, pat in ARCHS.items():
-        if _search(pat, text):
-            spec["arch"], found = arch, True
+    spans: list[tuple[int, int]] = []
     for word, dims in SIZES.items():
-        if _search(rf"\b{word}\b", text):
+        if m := _search(rf"\b{word}\b", text):
             spec.update(dims)
-            found = True
+            spans.append(m.span())
     m = _search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])(?:illion)?[- ]?param", text) or _search(
         r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])\b[- ](?:model|llama|qwen|gpt)", text)
     if m:
-        n = int(float(m.group(1)) * {"k": 1e3, "m": 1e6, "b": 1e9}[m.group(2).lower()])
-        shape, _ = model_shape(n)
-        found = True
-        if n >= 5e6:  # a tiny count keeps the size word's (or default) shape; big ones take the planner's
-            spec.update(hidden_size=shape.hidden_size, num_layers=shape.num_layers, num_heads=shape.num_heads)
-    for key, pat in (("hidden_size", r"hidden(?:[ _]size)?(?:\s+of)?\s+(\d+)|(?<!\d)(\d+)[- ]hidden"),
-                     ("num_layers", r"(?<!\d)(\d+)\s+(?:transformer\s+)?layers?\b|layers?\s*[:=]?\s*(\d+)"),
-                     ("num_heads", r"(?<!\d)(\d+)\s+(?:attention\s+)?heads?\b|heads?\s*[:=]?\s*(\d+)"),
-                     ("max_position_embeddings",
-                      r"context(?:\s+(?:length|window|of))?\s+(\d+)|(?<!\d)(\d+)[- ]token context")):
-        m = _search(pat, text)
-        if m:
+        spans.append(m.span())
+        spec["params"] = int(float(m.group(1)) * {"k": 1e3, "m": 1e6, "b": 1e9}[m.group(2).lower()])
+    for key, pat in _SHAPE_FORMS:
+        if m := _search(pat, text):
             spec[key] = int(next(g for g in m.groups() if g))
-            found = True
-    return spec if found else None
+            spans.append(m.span())
+    return spec, spans
+
+
+def _sized(spec: dict[str, Any], params: int | None) -> dict[str, Any]:
+    """A parameter count as the planner's shape for it (a tiny count keeps the size word's shape)."""
+    params = spec.pop("params", None) or params
+    if params and params >= 5e6:
+        shape, _ = model_shape(params)
+        spec.update(hidden_size=shape.hidden_size, num_layers=shape.num_layers, num_heads=shape.num_heads)
+    return spec
+
+
+def _built(text: str, r: Reading) -> dict[str, Any] | None:
+    """The model the text describes to build from a config (an architecture, a shape), else None."""
+    spec, spans = _shape(text)
+    for arch, pat in ARCHS.items():
+        if m := _search(pat, text):
+            spec["arch"] = arch
+            spans.append(m.span())
+    if not spans:
+        return None
+    r.said.append(Said("model", _quote(text, spans), "built"))
+    return _sized(spec, None)
+
+
+def _built_named(text: str, name: ModelName, r: Reading) -> dict[str, Any] | None:
+    """A named model to build from scratch: its family's architecture at the size the name (or the
+    text) gives; refused for a family trainteam cannot build, or without a size."""
+    if name.arch is None:
+        r.problems.append(unbuildable_refusal(name))
+        return None
+    spec, spans = _shape(text)
+    if not (name.params or spans):
+        r.problems.append(sizeless_refusal(name))
+        return None
+    r.said.append(Said("model", _quote(text, [(name.start, name.start + len(name.words)), *spans]), "built"))
+    return {**_sized(spec, name.params), "arch": name.arch}
+
+
+def _named(text: str, name: ModelName, r: Reading, resolve: Resolve | None) -> dict[str, Any] | None:
+    """The model a name means: built when the text says from scratch (or describes an architecture
+    word's shape, "a tiny llama"), else the local folder it resolves to; refused when it cannot be."""
+    if name.kind == "closed":
+        r.problems.append(closed_refusal(name))
+        return None
+    if name.kind == "name" and name.bare and (_shape(text)[1] or _search(_SCRATCH, text)):
+        return _built(text, r)
+    if name.kind == "name" and _search(_FROM_SCRATCH, text):
+        return _built_named(text, name, r)
+    r.named = name
+    if resolve is None:  # reading the words only: the name stands for its folder
+        r.said.append(Said("model", name.words, name.words))
+        return {"path": name.words}
+    try:
+        r.choice = resolve(name)
+    except BadInput as exc:
+        r.problems.append(str(exc))
+        return None
+    r.said.append(Said("model", name.words, str(r.choice.path)))
+    return {"path": str(r.choice.path)}
+
+
+def _model(text: str, r: Reading, resolve: Resolve | None) -> dict[str, Any] | None:
+    """The model the text names or describes: a local folder, a named model (resolved by
+    ``resolve``: a registered model, the local Hugging Face cache), a shape to build; else None.
+    Names beside the one used are listed in ``r.ignored``; two models, or one that cannot be
+    placed, are problems."""
+    if _search(_DOWNLOAD, text):
+        r.problems.append("model: nothing is downloaded; give a local model folder or describe a model "
+                          "to build (e.g. 'a tiny llama, hidden 128, 2 layers')")
+        return None
+    folder = _folder(text)
+    skip = [m.span() for m in re.finditer(_PATH, text) if m.group(1).lower().endswith(DATA_SUFFIXES)]
+    skip += [m.span() for m in [_search(_NAME_IT, text), folder] if m]
+    names = distinct(find_names(text, skip))
+    if folder is not None:
+        r.ignored += [f"'{n.words}': a model name; the model is the folder {folder.group(1)}" for n in names]
+        r.said.append(Said("model", folder.group(0), "folder"))
+        return {"path": folder.group(1).rstrip(".,;")}
+    used = [n for n in names if n.kind != "closed"] or names
+    if len(used) > 1:
+        r.problems.append(several_refusal(used))
+        return None
+    if not used:
+        return _built(text, r)
+    r.ignored += [f"'{n.words}': a model name; the model is '{used[0].words}'" for n in names if n is not used[0]]
+    return _named(text, used[0], r, resolve)
 
 
 def _filled_model(text: str, spec: dict[str, Any] | None, data: dict[str, Any] | None,
@@ -172,7 +300,8 @@ def _filled_model(text: str, spec: dict[str, Any] | None, data: dict[str, Any] |
     if spec is not None and "path" in spec:
         return spec
     if spec is None:
-        if not (data and "demo" in data and (_search(_DEMO_CUE, text) or _search(_SCRATCH, text))):
+        if not (data and "demo" in data and (_search(_DEMO_CUE, text) or _search(_SCRATCH, text))) or (
+                _search(_PRETRAINED, text) and not _search(_SCRATCH, text)):
             r.missing.append("model")
             return None
         r.defaults.append(Filled("model", dict(TINY_LLAMA), "model: none named; a tiny llama built from random "
@@ -188,9 +317,11 @@ def _filled_model(text: str, spec: dict[str, Any] | None, data: dict[str, Any] |
 def _demo(text: str, r: Reading) -> str | None:
     """The bundled demo the text names: the operation written first; "arithmetic" or the demo
     named as such ("the built-in demo") without an operation is addition, stated."""
-    hits = [(m.start(), demo) for demo, pat in DEMOS.items() if (m := _search(pat, text))]
+    hits = [(m.start(), demo, m.group(0)) for demo, pat in DEMOS.items() if (m := _search(pat, text))]
     if hits:
-        return min(hits)[1]
+        _, demo, words = min(hits)
+        r.said.append(Said("data", words, demo))
+        return demo
     said = _search(r"\barithmetic\b", text) or _search(r"\b(?:built[- ]?in|bundled)\b[^.;,]{0,40}?\bdemo\b|"
                                                       r"\bthe demo\b", text)
     if said is None:
@@ -211,10 +342,12 @@ def _data_path(text: str, r: Reading) -> dict[str, Any] | None:
         r.problems.append("data.path: the request names only an eval file; give the training file too")
         return None
     data: dict[str, Any] = {"path": train[0]}
+    r.said.append(Said("data", train[0], "path"))
     if eval_path is None and len(train) > 1:
         eval_path = train[1]
     if eval_path is not None:
         data["eval_path"] = eval_path
+        r.said.append(Said("data", eval_path, "eval_path"))
         return data
     m = _search(r"(?:hold(?:ing)?\s+out|held[- ]out|\beval\w*|\btest|validat\w*)\s+(?:split\s+|set\s+)?(?:of\s+)?"
                 + _NUM + r"\s*%", text) or _search(_NUM + r"\s*%\s+(?:of\s+(?:it|them|the\s+rows|the\s+data)\s+)?"
@@ -503,9 +636,11 @@ def _asks(text: str) -> list[str]:
                                    ("curate", r"before curat\w*")) if _search(pat, tail)]
 
 
-def read_request(text: str) -> Reading:
+def read_request(text: str, resolve: Resolve | None = None) -> Reading:
     """Extract TrainTask fields from ``text``; required fields it does not state go to ``missing``;
-    a request too long, or a number no field can hold, is a problem."""
+    a request too long, or a number no field can hold, is a problem. ``resolve`` finds the local
+    folder of a model the text names (``model_sources.resolver``); without it the name stands for
+    its folder as written, and nothing outside the text is read."""
     r = Reading()
     refusal = request_refusal(text) or _trust_problem(text[:MAX_REQUEST_CHARS])
     if refusal:
@@ -516,7 +651,7 @@ def read_request(text: str) -> Reading:
         r.missing += ["model", "data", "budget"]
         return r
     try:
-        r.fields = _read(text, r)
+        r.fields = _read(text, r, resolve)
     except _BadNumber as exc:
         r.problems.append(str(exc))
     r.missing.sort(key=("model", "data", "budget").index)
@@ -526,7 +661,9 @@ def read_request(text: str) -> Reading:
 def _stages(text: str, model: dict[str, Any] | None, data: dict[str, Any] | None, r: Reading) -> list[str]:
     """The stages the text names; what a model needs first (pretrain for one built from its config)
     and a method for a bare "align" (GRPO on a demo) are filled in and stated."""
-    stages = [s for s in STAGE_ORDER if _search(STAGE_WORDS[s], text)]
+    said = {s: m.group(0) for s in STAGE_ORDER if (m := _search(STAGE_WORDS[s], text))}
+    stages = list(said)
+    r.said += [Said("stages", words, s) for s, words in said.items()]
     if _search(_ALIGN, text) and not any(s in stages for s in ("dpo", "grpo")):
         if data is not None and "demo" in data:
             stages.append("grpo")
@@ -570,12 +707,12 @@ def _search_words(text: str) -> dict[str, Any] | None:
     return None
 
 
-def _read(text: str, r: Reading) -> dict[str, Any]:
+def _read(text: str, r: Reading, resolve: Resolve | None) -> dict[str, Any]:
     text = re.sub(r"\s*\b(?:percent|per cent|pct)\b", "%", text, flags=re.IGNORECASE).replace("≥", ">=")
     leaks = _search(r"\b(?:plant|inject|leak)\w*\s+" + _NUM + r"[^.;]*", text)
     if leaks:  # read first and cut out: its "20 held-out problems" must not count as the eval size
         text = text[:leaks.start()] + text[leaks.end():]
-    spec = _model(text, r)
+    spec = _model(text, r, resolve)
     data = _data(text, r)
     refused = spec is None and any(p.startswith("model") for p in r.problems)  # "download ...": said, refused
     model = None if refused else _filled_model(text, spec, data, r)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
+from pathlib import Path
 from typing import Any, Iterator
 
 from pydantic import BaseModel, Field, ValidationError
@@ -36,7 +38,8 @@ from trainteam.agents.policy import stream_of
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.trainers.config import TrainConfig
-from trainteam.workflows.request_rules import (Filled, Reading, read_request, request_refusal, stated_budget,
+from trainteam.workflows.model_sources import ModelSources, resolver
+from trainteam.workflows.request_rules import (Filled, Reading, Resolve, read_request, request_refusal, stated_budget,
                                               stated_numbers)
 from trainteam.workflows.search_spec import SEARCHABLE, SEARCHED_METHODS
 from trainteam.workflows.stageplan import plan_stage, task_machine
@@ -75,12 +78,13 @@ def _request_text(messages: list[ModelMessage]) -> str:
     return ""
 
 
-def _offline_reader(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """The offline ml_orchestrator: read the request with the rules, answer with a task or a refusal."""
+def _offline_reader(messages: list[ModelMessage], info: AgentInfo, resolve: Resolve | None = None) -> ModelResponse:
+    """The offline ml_orchestrator: read the request with the rules (a model it names found by
+    ``resolve``), answer with a task or a refusal."""
     tools = {t.name: t for t in info.output_tools}
     task_tool = next(n for n in tools if "Refusal" not in n)
     refuse_tool = next(n for n in tools if "Refusal" in n)
-    reading = read_request(_request_text(messages))
+    reading = read_request(_request_text(messages), resolve)
     if reading.missing or reading.problems:
         reason = "; ".join(reading.problems + [_MISSING[m] for m in reading.missing])
         call = ToolCallPart(refuse_tool, {"missing": reading.missing, "reason": reason}, tool_call_id="request-1")
@@ -100,47 +104,72 @@ def _offline_reader(messages: list[ModelMessage], info: AgentInfo) -> ModelRespo
 
 _MISSING = {
     "model": "model: say which model — describe one to build (e.g. 'a tiny llama, hidden 128, 2 layers'), "
-             "say it is built from scratch, or give a local model folder",
+             "say it is built from scratch, give a local model folder, or name a model registered in the workspace "
+             "or in your local Hugging Face cache (e.g. 'Qwen2.5-0.5B-Instruct'); fine-tuning starts from a "
+             "pretrained model, never from random init",
     "data": "data: name the bundled demo (addition, subtraction, multiplication) or give your data's path "
             "(JSONL, JSON, CSV/TSV, Parquet; a held-out file is optional); trainteam never guesses a data path",
     "budget": "budget: give a time limit (e.g. 'budget 20 minutes'); a run never starts without one",
 }
 
 
-def _agent(model: Any = None) -> Agent:
+def _agent(model: Any = None, resolve: Resolve | None = None) -> Agent:
     if model is None:
         choice = choose_model("ml_orchestrator")
-        model = (FunctionModel(_offline_reader, stream_function=stream_of(_offline_reader),
-                               model_name="offline-ml_orchestrator") if choice.offline else build_model(choice))
+        reader = partial(_offline_reader, resolve=resolve)
+        model = (FunctionModel(reader, stream_function=stream_of(reader), model_name="offline-ml_orchestrator")
+                 if choice.offline else build_model(choice))
     return Agent(model, name="ml_orchestrator", output_type=[TrainTask, RequestRefusal],
                  instructions=render("request.md.j2", workflow="train_model"), retries=2)
 
 
-def _grounded(task, text: str) -> None:
-    """Refuse what the text does not say, whatever the model answered."""
+def _grounded(task, text: str, resolve: Resolve | None = None):
+    """Refuse what the text does not say, whatever the model answered; the task, with a model the
+    request names (written as the request writes it) at the folder it resolved to."""
     if task.data.path is not None:
         for field, value in (("data.path", task.data.path), ("data.eval_path", task.data.eval_path)):
             if value is not None and str(value) not in text:
                 raise BadInput(f"{field}: {value} is not written in the request; give the path explicitly")
-    if task.model.path is not None and str(task.model.path) not in text:
-        raise BadInput(f"model.path: {task.model.path} is not written in the request; give the folder explicitly")
     if task.model.trust_remote_code:
         raise BadInput("model.trust_remote_code: a request cannot turn it on; only your own task file can "
                        "(model.trust_remote_code: true, run with execute-workflow --task)")
-    said = read_request(text)
+    said = read_request(text, resolve)
     if "budget" in said.missing:
         raise BadInput(_MISSING["budget"])
     if "model" in said.missing and task.model.path is None:  # no model named and no safe default for this data
         raise BadInput(_MISSING["model"])
-    refused = [p for p in said.problems if p.startswith(("budget", "model.trust_remote_code"))]
-    if refused:  # "no budget" (or "trust remote code") stays a refusal whatever a model answered
+    refused = [p for p in said.problems if p.startswith(("budget", "model"))]
+    if refused:  # "no budget", a closed or unknown model, "trust remote code": refused whatever a model answered
         raise BadInput(refused[0])
+    task = _grounded_model(task, text, said)
     _grounded_budget(task.budget, text, said)
     _grounded_settings(task, text, said)
     asked = [s for s in said.fields.get("require_approval", []) if s not in task.require_approval]
     if asked:
         raise BadInput(f"require_approval: the request asks to approve {', '.join(asked)} first; "
                        "the orchestrator's answer left it out")
+    return task
+
+
+def _grounded_model(task, text: str, said: Reading):
+    """The model the request names is the task's model: a named one at the folder it resolved to
+    (never built from random init instead), a described architecture kept, a path written."""
+    choice = said.choice
+    path = task.model.path
+    if choice is not None:
+        if path is None:
+            raise BadInput(f"model: the request names '{choice.words}' ({choice.detail}); the orchestrator's answer "
+                           f"builds a {task.model.arch} from random init instead")
+        if str(path) not in (choice.words, str(choice.path)):
+            raise BadInput(f"model.path: {path} is not the model the request names ('{choice.words}': {choice.path})")
+        return task.model_copy(update={"model": task.model.model_copy(update={"path": choice.path})})
+    if path is not None and str(path) not in text:
+        raise BadInput(f"model.path: {path} is not written in the request; give the folder explicitly")
+    arch = said.fields.get("model", {}).get("arch")
+    if path is None and arch is not None and any(s.field == "model" for s in said.said) and task.model.arch != arch:
+        raise BadInput(f"model.arch: {task.model.arch} is not the model the request names (a {arch}); "
+                       "a request's model is never swapped")
+    return task
 
 
 def _close(a: float, values) -> bool:
@@ -224,14 +253,16 @@ def _grounded_settings(task, text: str, said: Reading) -> None:
                            "(say it in the request, or use a task file)")
 
 
-def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bool = True):
+def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bool = True, workspace=None,
+                  sources: ModelSources | None = None):
     """A TrainTask from a sentence (paths resolved against ``base_dir``, default the cwd).
 
     Raises ``BadInput`` naming what is missing or impossible. ``check_plan`` also runs the
     run planner over every stage and refuses a task it cannot run or that exceeds its budget.
+    A model the request names is looked up in ``sources`` (default: folders under ``base_dir``,
+    the models registered in ``workspace`` (default TRAINTEAM_HOME or ./.trainteam), the local
+    Hugging Face cache), read only; one it cannot find is refused.
     """
-    from pathlib import Path
-
     from pydantic_ai.exceptions import UnexpectedModelBehavior
 
     if not isinstance(text, str) or not text.strip():
@@ -239,7 +270,10 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
     refusal = request_refusal(text)  # before any model sees it: bounded work, bounded tokens, plain text
     if refusal:
         raise BadInput(refusal)
-    agent = _agent(model)
+    base = Path(base_dir) if base_dir else Path.cwd()
+    sources = sources or ModelSources.find(base, workspace)
+    resolve = resolver(sources)
+    agent = _agent(model, resolve)
     try:
         result = agent.run_sync(text)
     except UnexpectedModelBehavior as exc:
@@ -252,11 +286,10 @@ def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bo
     out = result.output
     if isinstance(out, RequestRefusal):
         raise BadInput(out.reason if out.reason else f"request: missing {', '.join(out.missing)}")
-    task: TrainTask = out
-    _grounded(task, text)
-    task = resolve_paths(task, Path(base_dir) if base_dir else Path.cwd(), "request")
+    task: TrainTask = _grounded(out, text, resolve)
+    task = resolve_paths(task, base, "request")
     if check_plan:
-        plan_request(task, request=text)
+        plan_request(task, request=text, sources=sources)
     return task
 
 
@@ -271,6 +304,10 @@ class RequestPlan(BaseModel):
     est_minutes: float
     est_cost_usd: float
     gates: dict[str, str]
+    understood: list[str] = Field(default_factory=list, description="each model, data and stage choice the "
+                                  "request's own words make, quoting them")
+    ignored: list[str] = Field(default_factory=list, description="model names the request writes that the plan "
+                               "does not use, and why")
     defaults: list[str] = Field(default_factory=list, description="what the request left out and the plan fills "
                                 "in, one line each, stated before anything runs")
     notes: list[str] = Field(default_factory=list)
@@ -285,18 +322,23 @@ class RequestPlan(BaseModel):
                   f"  steps: {' → '.join(self.steps)}",
                   f"  estimate: ~{self.est_minutes:.1f} min of training, cost {self.est_cost_usd:.2f} USD "
                   f"(budget {self.budget_minutes:g} min, {self.budget_usd:g} USD)"]
+        lines += [f"  understood: {u}" for u in self.understood]
+        lines += [f"  ignored: {i}" for i in self.ignored]
         lines += [f"  default: {d}" for d in self.defaults]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def plan_request(task, hardware=None, steps: list[str] | None = None, *, request: str | None = None) -> RequestPlan:
+def plan_request(task, hardware=None, steps: list[str] | None = None, *, request: str | None = None,
+                 sources: ModelSources | None = None) -> RequestPlan:
     """Stages, model, data, budget and the planner's time and cost; BadInput if it cannot run.
 
     A stage the planner refuses but can repair (e.g. a sequence longer than the model's
     context) is shown with its fix — the training_engineer applies it — not refused.
     ``defaults`` states what the task fills in that ``request`` (the person's words, when the
     task came from them) does not say; without it, only what the task itself leaves open.
+    ``understood`` quotes the words each model, data and stage choice came from (a named model
+    found again in ``sources``, default as ``parse_request`` finds it).
     """
     hw = hardware or task_machine(task)
     if task.budget.cost_per_hour_usd:
@@ -323,11 +365,44 @@ def plan_request(task, hardware=None, steps: list[str] | None = None, *, request
     gates = {k: " and ".join(([f"{g.metric} ≥ {g.min:g}"] if g.min is not None else [])
                              + ([f"{g.metric} drop ≤ {g.max_regression:g}"] if g.max_regression is not None else []))
              or g.metric for k, g in task.gates.items()}
+    said = None if request is None else read_request(request, resolver(sources or ModelSources.find()))
     return RequestPlan(task=task.name, model=model_line(task), data=data_line(task), stages=stages,
                        steps=steps or [], budget_minutes=task.budget.max_wall_minutes,
                        budget_usd=task.budget.max_cost_usd, est_minutes=round(minutes, 3), est_cost_usd=round(cost, 4),
-                       gates=gates, defaults=request_defaults(task, None if request is None else read_request(request)),
-                       notes=notes)
+                       gates=gates, understood=request_understood(task, said), ignored=said.ignored if said else [],
+                       defaults=request_defaults(task, said), notes=notes)
+
+
+def _understood_model(task, said: Reading, words: str) -> str:
+    m = task.model
+    if said.choice is not None:
+        if m.path == said.choice.path:
+            return f"model: '{words}' → {said.choice.detail}, fine-tuned from its weights"
+    elif m.path is not None and said.fields.get("model", {}).get("path") is not None:
+        return f"model: '{words}' → {model_line(task)}"
+    elif m.path is None and "arch" in said.fields.get("model", {}):
+        return f"model: '{words}' → {model_line(task)}"
+    return f"model: '{words}' is in the request; the orchestrator's model chose {model_line(task)}"
+
+
+def request_understood(task, said: Reading | None) -> list[str]:
+    """The model, data and stage choices the person's words make, each quoting them (what the
+    words leave out is in ``request_defaults``)."""
+    if said is None:
+        return []
+    lines: list[str] = []
+    for s in said.said:
+        if s.field == "model":
+            lines.append(_understood_model(task, said, s.words))
+        elif s.field == "stages" and s.value in task.stages:
+            lines.append(f"stages: '{s.words}' → {s.value}")
+        elif s.field == "data" and s.value == "path" and task.data.path is not None:
+            lines.append(f"data: '{s.words}' → your data {task.data.path}")
+        elif s.field == "data" and s.value == "eval_path" and task.data.eval_path is not None:
+            lines.append(f"data: '{s.words}' → held out: {task.data.eval_path}")
+        elif s.field == "data" and s.value == task.data.demo:
+            lines.append(f"data: '{s.words}' → the bundled {s.value} demo")
+    return list(dict.fromkeys(lines))
 
 
 def _agrees(task, filled: Filled) -> bool:

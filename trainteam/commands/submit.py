@@ -1,10 +1,13 @@
 """`trainteam submit "..."`: a request in plain words → a validated task, its plan, and (once confirmed) the run.
 
-The plan shown first states every default the task fills in that the request leaves out
-("  default: ..." lines: a tiny llama for the bundled demo, the recipe search for missing
-hyper-parameters, where held-out rows come from). A refusal (missing model, data or budget; a
-task the planner cannot run; a request over 4,000 characters or with control characters) is
-one line and exit 2; nothing is written to the workspace before the person confirms.
+The plan shown first quotes the words each model, data and stage choice came from ("  understood:
+..." lines), lists the model names it does not use ("  ignored: ..."), and states every default the
+task fills in that the request leaves out ("  default: ..." lines: a tiny llama for the bundled demo,
+the recipe search for missing hyper-parameters, where held-out rows come from). A model the request
+names is a folder, a model registered in the workspace, or one in the local Hugging Face cache (read
+offline, never downloaded); one it cannot find, a closed model, two models, no budget, a task the
+planner cannot run, a request over 4,000 characters or with control characters: one line and exit
+2. Nothing is written to the workspace before the person confirms.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from trainteam.commands.common import console, err_console, print_json, workspace
+from trainteam.commands.common import STATE, console, err_console, print_json, workspace
 from trainteam.core.errors import BadInput
 
 
@@ -34,11 +37,14 @@ def submit_command(
     refusal = request_refusal(request)  # refused at once: before pydantic-ai is imported or any model sees it
     if refusal:
         raise BadInput(refusal)
+    from trainteam.workflows.model_sources import ModelSources
     from trainteam.workflows.requests import parse_request, plan_request
     from trainteam.workflows.spec import load_builtin
 
-    task = parse_request(request)
-    plan = plan_request(task, steps=load_builtin(task.workflow).describe_steps(task.stages), request=request)
+    sources = ModelSources.find(workspace=STATE.workspace)  # the workspace's registered models, read only
+    task = parse_request(request, sources=sources)
+    plan = plan_request(task, steps=load_builtin(task.workflow).describe_steps(task.stages), request=request,
+                        sources=sources)
     if as_json and plan_only:
         print_json({"task": task.model_dump(mode="json"), "plan": plan.model_dump(mode="json")})
         return
