@@ -14,6 +14,9 @@ spike monitor's spikes, the recipe search's probes — and names one cause:
   held-out loss that rose between attempts while the training loss fell → fewer steps;
 - ``ceiling``: the recipe search's probes ended at the same held-out loss whatever the learning
   rate (``FLAT``) and the full run got no further on a flat curve → stop;
+- ``measurement`` (named by the gate itself, ``trainers/stage_gate.py``): a checked answer metric read the
+  same for the input and the trained model while the held-out loss fell → stop: the instrument is blind,
+  and no retrain can fix what the judge cannot see;
 - ``under_fit``: the training loss was still falling at the end (``STILL_FALLING``) → more
   steps; or it barely moved over a run long enough to move it (``BARELY``, ``LONG_ENOUGH``) → a
   higher learning rate.
@@ -68,7 +71,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DiagnosisKind = Literal["under_fit", "over_fit", "instability", "data", "ceiling"]
+DiagnosisKind = Literal["under_fit", "over_fit", "instability", "data", "ceiling", "measurement"]
 Action = Literal["more_steps", "lower_lr", "higher_lr", "fewer_steps", "more_data", "stop"]
 
 STILL_FALLING = 0.02
@@ -272,6 +275,13 @@ def affordable_steps(ev: GateEvidence) -> int | None:
     return max(0, int((BUDGET_SHARE * ev.budget_left_s - ev.fixed_s) / ev.seconds_per_step))
 
 
+def blind(ev: GateEvidence, reason: str) -> Diagnosis:
+    """The gate's own verdict that its metric could not measure the stage: no retrain helps."""
+    return Diagnosis(kind="measurement", summary=reason[:500], evidence=measure(ev),
+                     plan=RetryPlan(action="stop", stage=ev.stage, reason="the metric must see the task before a "
+                                    "retrain can be judged: fix the answer check (eval.max_new_tokens, answer:)"))
+
+
 def diagnose(ev: GateEvidence) -> Diagnosis:
     """The offline judge: the first rule that holds names the cause, and its plan is bounded."""
     m = measure(ev)
@@ -449,7 +459,7 @@ def _no_budget(ev: GateEvidence, m: Measured) -> RetryPlan:
 def check_diagnosis(d: Diagnosis, ev: GateEvidence) -> str | None:
     """Why a proposed diagnosis is out of bounds (None: within them): a data or ceiling cause
     retrains nothing, and its plan keeps the bounds (``check_plan``)."""
-    if d.kind in ("data", "ceiling") and d.plan.retrains:
+    if d.kind in ("data", "ceiling", "measurement") and d.plan.retrains:
         return f"plan.action {d.plan.action}: a {d.kind} cause is not fixed by retraining on the same rows"
     return check_plan(d.plan, ev)
 

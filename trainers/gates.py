@@ -77,7 +77,7 @@ class GateRule(BaseModel):
 
 class GateCheck(BaseModel):
     metric: str
-    kind: Literal["min", "max", "regression"]
+    kind: Literal["min", "max", "regression", "measurement"]
     value: float | None
     threshold: float
     previous: float | None = None

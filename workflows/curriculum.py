@@ -53,6 +53,15 @@ class Curriculum(BaseModel):
         return next((s for s in self.stages if s.method in ALIGN_STAGES), None)
 
 
+def eval_settings(task: TrainTask) -> dict:
+    """The task's ``eval`` settings a battery takes: its batch, and its answer length when it sets one
+    (else the judge sizes it from the held-out answers: ``workflows/steps/eval_length.py``)."""
+    out: dict = {"batch_size": task.eval.batch_size}
+    if task.eval.max_new_tokens is not None:
+        out["max_new_tokens"] = task.eval.max_new_tokens
+    return out
+
+
 def curriculum_from_task(task: TrainTask) -> Curriculum:
     """The task's stages, filled in: a curriculum's own settings, or the plain
     ``stages``/``training``/``gates`` mapped onto the same shape. A stage without its own
@@ -65,8 +74,7 @@ def curriculum_from_task(task: TrainTask) -> Curriculum:
                    for name in task.stages]
     filled = []
     for s in written:
-        battery = s.battery or default_battery(s.kind).model_copy(
-            update={"max_new_tokens": task.eval.max_new_tokens, "batch_size": task.eval.batch_size})
+        battery = s.battery or default_battery(s.kind).model_copy(update=eval_settings(task))
         filled.append(s.model_copy(update={"training": s.train_config(), "battery": battery}))
     return Curriculum(stages=filled)
 

@@ -29,6 +29,7 @@ from trainteam.curation.splits import Part, held_out, plan_splits
 from trainteam.trainers.trainer_args import trl_args
 from trainteam.trainers.tracking import install_hint, installed
 from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.eval_plan import planned_length
 from trainteam.workflows.spec import PERSONAS
 from trainteam.workflows.stageplan import plan_stage, task_machine
 from trainteam.workflows.task import DataSpec, TrainTask
@@ -41,6 +42,7 @@ def preflight(task: TrainTask, source: str) -> None:
     trl_blocks(task, source)
     for field, data, uses in _data_uses(task):
         check_data(data, uses, source, field)
+    planned_length(task, source)  # a set eval.max_new_tokens shorter than a held-out answer is refused here
     _plans(task, source)
 
 

@@ -123,19 +123,23 @@ class BudgetSpec(_Strict):
 
 class GateSpec(_Strict):
     metric: str = "exact_match"
-    min: float | None = Field(default=None, description="absolute threshold")
-    max_regression: float | None = Field(default=None, ge=0, le=1e6, description="allowed drop against the previous stage")
+    min: float | None = Field(default=None, description="absolute lower bound (exact_match: at least this)")
+    max: float | None = Field(default=None, description="absolute upper bound (heldout_loss: at most this)")
+    max_regression: float | None = Field(default=None, ge=0, le=1e6, description="allowed drop against the previous "
+                                         "stage (the first stage: against the base model)")
 
     @model_validator(mode="after")
     def _measurable(self) -> "GateSpec":
-        if self.min is None and self.max_regression is None:
-            raise ValueError(f"gate on {self.metric!r}: give min or max_regression")
-        check_metric(self.metric, min=self.min)
+        if self.min is None and self.max is None and self.max_regression is None:
+            raise ValueError(f"gate on {self.metric!r}: give min, max or max_regression")
+        check_metric(self.metric, min=self.min, max=self.max)
         return self
 
 
 class EvalSpec(_Strict):
-    max_new_tokens: int = Field(default=8, gt=0, le=MAX_NEW_TOKENS)
+    max_new_tokens: int | None = Field(default=None, gt=0, le=MAX_NEW_TOKENS, description="tokens an answer check "
+                                       "generates; default: the longest held-out answer plus a margin "
+                                       "(trainers/answer_length.py)")
     batch_size: int = Field(default=64, gt=0, le=4096)
 
 

@@ -26,6 +26,7 @@ from trainteam.trainers.chat_templates import apply_chat_template
 from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.tokens import model_tokenizer
 from trainteam.trainers.trainer_args import TRL_CONFIGS
+from trainteam.workflows.eval_plan import planned_length
 from trainteam.workflows.runner import check_runnable
 from trainteam.workflows.spec import load_builtin
 from trainteam.workflows.stageplan import data_tokens, plan_stage
@@ -59,10 +60,22 @@ def check_task(path: Path, *, measure: bool = True) -> Iterator[Check]:
     _run("preflight", lambda: check_runnable(load_builtin(task.workflow), task, source))
     yield Check("preflight", "ok", "workflow steps, secrets, model settings, trackers, trl blocks, every data row "
                 "and column, and the planner's refusals")
+    yield answers_check(task, source)
     if task.distributed is not None:
         yield distributed_check(task)
     for stage in task.stage_names():
         yield from stage_checks(task, stage, source, measure)
+
+
+def answers_check(task: TrainTask, source: str) -> Check:
+    """How long a greedy answer may be in exact match, format adherence and GRPO (``workflows/eval_plan.py``)."""
+    length = planned_length(task, source)
+    if length is None:
+        return Check("answers", "ok", "answer checks generate as many tokens as the longest held-out answer needs "
+                     "(plus a margin), sized once the run's tokenizer exists" if task.eval.max_new_tokens is None
+                     else f"answer checks generate up to {task.eval.max_new_tokens} new tokens (eval.max_new_tokens; "
+                     "checked against the held-out answers once the run's tokenizer exists)")
+    return Check("answers", "ok", f"answer checks generate up to {length.describe()}")
 
 
 def distributed_check(task: TrainTask) -> Check:

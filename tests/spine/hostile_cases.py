@@ -194,7 +194,7 @@ def _data_task(train: str = "train.jsonl", eval_: str = "eval.jsonl", stages: tu
     """A task on data files: pretrain then SFT, or SFT alone on a local model (``stages=["sft"]``)."""
     return task_yaml(**{"data": {"path": train, "eval_path": eval_}, "stages": list(stages),
                         "training": {s: {"max_steps": 2, "seq_len": 32} for s in stages},
-                        "gates": {s: {"metric": "exact_match", "min": 0.0} for s in stages}, **changes})
+                        "gates": {s: {"metric": "heldout_loss", "max": 50.0} for s in stages}, **changes})
 
 
 def late_cases() -> list[Case]:

@@ -130,7 +130,8 @@ def _strict_task(tmp_path, **changes) -> Path:
 
     body = {k: v for k, v in TINY_TASK.items() if k not in ("stages", "training", "gates")}
     body["curriculum"] = [
-        {"name": "pretrain", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32}},
+        {"name": "pretrain", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
+         "gates": [{"metric": "heldout_loss", "max": 50.0}]},  # 4 steps move nothing: the default gate would stop here
         {"name": "mid_train", "data": {"demo": "subtraction", "n_train": 200, "n_eval": 16, "max_operand": 20},
          "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
          "gates": [{"metric": "heldout_loss", "max": 0.01}]},

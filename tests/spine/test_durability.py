@@ -55,7 +55,7 @@ TRAINING = {
     "pretrain": {"max_steps": PRETRAIN_STEPS, "per_device_batch_size": 8, "seq_len": 32, "save_steps": 5},
     "sft": {"max_steps": SFT_STEPS, "per_device_batch_size": 8, "seq_len": 32, "save_steps": 5, "lora": {"r": 4}},
 }
-GATES = {"pretrain": {"metric": "exact_match", "min": 0.0}, "sft": {"metric": "exact_match", "min": 0.0}}
+GATES = {"pretrain": {"metric": "heldout_loss", "max": 50.0}, "sft": {"metric": "heldout_loss", "max": 50.0}}
 SLICE_S = 0.01  # how long the run's process runs between two looks at its state
 
 

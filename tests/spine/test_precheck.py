@@ -45,7 +45,7 @@ def _task(tmp_path, data: dict, precheck: dict | None = None, workflow: str = "p
     extra = {"precheck": precheck} if precheck is not None else {}
     task = write_task(tmp_path, workflow=workflow, data=data, stages=["pretrain"], curation={"near_dedup": None},
                       training={"pretrain": {"max_steps": 6, "per_device_batch_size": 8, "seq_len": 16}},
-                      gates={"pretrain": {"metric": "exact_match", "min": 0.0}}, **extra)
+                      gates={"pretrain": {"metric": "heldout_loss", "max": 50.0}}, **extra)
     return str(spec), str(task)
 
 

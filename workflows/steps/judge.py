@@ -9,13 +9,16 @@ from trainteam.agents.decisions import decide
 from trainteam.agents.toolbox import GateFacts, StepResult, ToolContext
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph.record import record_diagnosis, record_eval, record_gate
-from trainteam.trainers.diagnosis import Attempt, Diagnosis, GateEvidence, ProbePoint, check_diagnosis, diagnose
+from trainteam.trainers.diagnosis import (Attempt, Diagnosis, GateEvidence, ProbePoint, blind, check_diagnosis,
+                                          diagnose)
 from trainteam.trainers.eval_battery import BatterySpec, default_battery, run_battery
 from trainteam.trainers.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
+from trainteam.trainers.stage_gate import StageInput, judge_stage
 from trainteam.trainers.tokenizer import load_tokenizer
-from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.curriculum import curriculum_from_task, eval_settings
 from trainteam.workflows.stageplan import plan_stage
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
+from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.retry import gate_diagnosis
 from trainteam.workflows.task import CurriculumStage
 
@@ -44,20 +47,20 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
     Eval node (``key``). Returns (node, BatteryResult). Without a curation report, the eval
     set is first checked against ``trained_on`` (every file the checkpoint trained on)."""
     set_name, eval_path, eval_node = stage_eval_set(ctx, stage)
-    if battery:
-        spec = BatterySpec.model_validate(battery).model_copy(
-            update={"max_new_tokens": ctx.task.eval.max_new_tokens, "batch_size": ctx.task.eval.batch_size})
-    else:
-        spec = stage.battery
+    tokenizer = load_tokenizer(tokenizer_dir)
+    spec = BatterySpec.model_validate(battery).model_copy(update=eval_settings(ctx.task)) if battery else stage.battery
+    length = eval_budget(ctx, stage, tokenizer)  # sized from the held-out answers, or the task's checked length
+    spec = spec.model_copy(update={"max_new_tokens": length.tokens})
     decon = _decontamination_report(ctx, set_name)
     train_records = None if decon else [r for p in dict.fromkeys(trained_on) for r in read_jsonl(p)]
     # The battery's kind decides its defaults; the result carries the stage's own name.
     # lm-eval-harness writes its task files and results beside the run's reports
     out_dir = ctx.ws.dir("reports") / ctx.run_id / "evals" / key.split("/", 1)[-1].replace("#", "-")
-    result = run_battery(ckpt, load_tokenizer(tokenizer_dir), read_jsonl(eval_path), stage=stage.kind, spec=spec,
+    result = run_battery(ckpt, tokenizer, read_jsonl(eval_path), stage=stage.kind, spec=spec,
                          train_records=train_records, decontamination_report=decon,
                          out_dir=out_dir if "lm_eval" in spec.metrics else None, answer=ctx.task.answer)
-    result = result.model_copy(update={"stage": stage.name})
+    result = result.model_copy(update={"stage": stage.name,
+                                       "details": {**result.details, "generation": length.model_dump()}})
     node = record_eval(ctx.graph, key, run_id=ctx.run_id, stage=result.stage, stage_kind=result.kind,
                        metrics=result.metrics, n_eval=result.n_eval, decontamination=result.decontamination,
                        checkpoint_node=ckpt_node, dataset_node=eval_node, produced_by=ctx.step_node)
@@ -70,9 +73,7 @@ def _stage_of(ctx: ToolContext, name: str):
     found = curriculum_from_task(ctx.task).find(name)
     if found is not None:
         return found
-    battery = default_battery(name).model_copy(update={"max_new_tokens": ctx.task.eval.max_new_tokens,
-                                                       "batch_size": ctx.task.eval.batch_size})
-    return CurriculumStage(name=name, battery=battery)
+    return CurriculumStage(name=name, battery=default_battery(name).model_copy(update=eval_settings(ctx.task)))
 
 
 def evaluate(ctx: ToolContext) -> StepResult:
@@ -100,15 +101,36 @@ def evaluate(ctx: ToolContext) -> StepResult:
                                  trained["nodes"]["checkpoint"], f"{ctx.run_id}/{ctx.step}#{ctx.visit}", trained_on,
                                  battery=ctx.inputs.get("battery"))
     m = result.metrics
-    shown = ", ".join(f"{k} {v:.3g}" for k, v in m.items() if k in ("exact_match", "heldout_loss", "format_adherence"))
+    base = base_input(ctx)
     return StepResult(
-        summary=f"{stage.name}: {shown} on {result.n_eval} held-out problems",
+        summary=f"{stage.name}: {scores_beside(m, base)} on {result.n_eval} held-out problems "
+                f"(answers up to {result.details['generation']['tokens']} new tokens)",
         metrics=m, nodes={"eval": node, "checkpoint": trained["nodes"]["checkpoint"]},
         artifacts={"checkpoint": str(ckpt), "tokenizer": trained["artifacts"]["tokenizer"]},
-        details={"stages": [stage.name], "stage": stage.name,
+        details={"stages": [stage.name], "stage": stage.name, "n_eval": result.n_eval,
                  "samples": result.details.get("exact_match", {}).get("samples", [])[:5],
+                 "generation": result.details["generation"], "base": base.model_dump() if base else None,
                  "decontamination": result.decontamination},
     )
+
+
+SHOWN = ("exact_match", "format_adherence", "heldout_loss")
+
+
+def scores_beside(metrics: dict, base: StageInput | None) -> str:
+    """``exact_match 0.95 (base 0.0167), heldout_loss 0.21 (base 2.3)``: each score beside the base model's."""
+    parts = []
+    for k in SHOWN:
+        if k in metrics:
+            ref = f" ({base.name} {base.shown(k)})" if base is not None and k in base.metrics else ""
+            parts.append(f"{k} {metrics[k]:.3g}{ref}")
+    return ", ".join(parts)
+
+
+def base_input(ctx: ToolContext) -> StageInput | None:
+    """What the run's first stage started from, as the train step measured it (``details.base``)."""
+    raw = ((ctx.outputs.get("train") or {}).get("details") or {}).get("base")
+    return StageInput.model_validate(raw) if raw else None
 
 
 def _measured_before(ctx: ToolContext, checkpoint_node: str, stage: str) -> tuple[str, dict] | None:
@@ -121,20 +143,35 @@ def _measured_before(ctx: ToolContext, checkpoint_node: str, stage: str) -> tupl
     return None
 
 
-def _previous_eval(ctx: ToolContext, this_eval_step: str, stage: str) -> tuple[str | None, dict | None]:
-    """The metrics of the eval before this one (for "no regression" rules): the last other
-    eval step, else the stage before this one that the train step measured."""
+def stage_input(ctx: ToolContext, this_eval_step: str, stage: str) -> StageInput | None:
+    """What the judged stage started from (for "no regression" rules and the default gate): the last
+    other eval step (an align stage's input), else what the train step measured as the stage's input
+    (on the stage's own held-out set), else the base model."""
+    trained = (ctx.outputs.get("train") or {}).get("details") or {}
+    if stage in (trained.get("inputs") or {}):
+        return StageInput.model_validate(trained["inputs"][stage])
     evals = [(name, out) for name, out in ctx.outputs.items()
              if name != this_eval_step and out.get("outcome") == "ok"
              and str((out.get("nodes") or {}).get("eval", "")).startswith("Eval:")]
     if evals:
         name, out = evals[-1]
-        return out["details"]["stage"], out["metrics"]
-    measured = ((ctx.outputs.get("train") or {}).get("details") or {}).get("stage_evals") or {}
-    earlier = [s for s in measured if s != stage]
-    if not earlier:
-        return None, None
-    return earlier[-1], measured[earlier[-1]]
+        return StageInput(name=out["details"]["stage"], metrics=out["metrics"])
+    return base_input(ctx)
+
+
+def judge_gate(ctx: ToolContext, stage: str, metrics: dict, rules: list, before: StageInput | None,
+               n_eval: int | None) -> GateDecision:
+    """The stage's gate (``trainers/stage_gate.py``): the task's rules or the default, against what the
+    stage started from, with the measurement checks. Without anything to compare against (a stage
+    outside the task's list) only the task's rules judge; with none either, the gate cannot pass."""
+    st = _stage_of(ctx, stage)
+    if before is None:
+        if not rules:
+            return GateDecision(stage=stage, passed=False, checks=[],
+                                reasons=[f"no gate rules for stage {stage} and nothing it started from to compare "
+                                         "with: a gate never passes on nothing"])
+        return evaluate_gate(stage, metrics, rules)
+    return judge_stage(stage, st.kind, st.method, metrics, rules, before, n_eval)
 
 
 def gate_rules(task, stage: str) -> list:
@@ -168,13 +205,8 @@ def gate(ctx: ToolContext) -> StepResult:
     if ctx.inputs.get("final"):
         decision = _final_decision(ctx, ev)
     else:
-        rules = gate_rules(ctx.task, stage)
-        prev_stage, prev_metrics = _previous_eval(ctx, ev_step, stage)
-        if not rules:  # the task set no bar for this stage: promoted, and the report says so
-            decision = GateDecision(stage=stage, passed=True, checks=[], previous_stage=prev_stage,
-                                    reasons=[f"no gate rules for stage {stage} in the task"])
-        else:
-            decision = evaluate_gate(stage, ev["metrics"], rules, previous=prev_metrics, previous_stage=prev_stage)
+        decision = judge_gate(ctx, stage, ev["metrics"], gate_rules(ctx.task, stage),
+                              stage_input(ctx, ev_step, stage), (ev.get("details") or {}).get("n_eval"))
     accepted = ctx.decided.accepted_gate
     if accepted is not None:
         decision = accept_failed_gate(decision, accepted)
@@ -211,7 +243,12 @@ def diagnose_gate(ctx: ToolContext, ev: dict, decision: GateDecision) -> Diagnos
     same bounds; the measured numbers are always the evidence's. None when the judged checkpoint's
     training is not among the run's outputs."""
     evidence = gate_evidence(ctx, ev, decision)
-    return None if evidence is None else judge_diagnosis(evidence, decision.reasons)
+    if evidence is None:
+        return None
+    blind_check = next((c for c in decision.checks if c.kind == "measurement" and not c.passed), None)
+    if blind_check is not None:  # the gate's own finding: no model is asked to explain a blind metric away
+        return blind(evidence, blind_check.reason)
+    return judge_diagnosis(evidence, decision.reasons)
 
 
 def judge_diagnosis(evidence: GateEvidence, reasons: list[str], environ: dict[str, str] | None = None) -> Diagnosis:

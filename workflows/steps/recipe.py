@@ -27,6 +27,7 @@ from trainteam.curation.demo import read_jsonl
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_probe, record_recipe
 from trainteam.trainers import budget
+from trainteam.trainers.answer_length import size_generation
 from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.recipe_search import (
     MIN_ROWS,
@@ -263,7 +264,9 @@ def _length_reason(ctx: ToolContext, rows: int, batch: int, share_s: float,
 
 def _scorer(ctx: ToolContext, tokenizer, val_rows: list[dict]):
     """The probes' objective on the validation slice: the task's answer rule where the rows carry answers."""
-    return make_scorer(tokenizer, val_rows, answer=ctx.task.answer, max_new_tokens=ctx.task.eval.max_new_tokens)
+    length = size_generation(tokenizer, val_rows, set_value=ctx.task.eval.max_new_tokens,
+                             where="the recipe search's validation rows")  # sized from their own answers
+    return make_scorer(tokenizer, val_rows, answer=ctx.task.answer, max_new_tokens=length.tokens)
 
 
 def _epochs(task) -> float | None:

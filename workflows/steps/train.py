@@ -37,16 +37,18 @@ from trainteam.trainers import budget
 from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
 from trainteam.curation.formats import example, folder_prompt_format, query, row_kind
 from trainteam.trainers.eval_battery import greedy_generations
-from trainteam.trainers.gates import accept_failed_gate, evaluate_gate
+from trainteam.trainers.gates import accept_failed_gate
 from trainteam.trainers.launched import train_launched
 from trainteam.trainers.models import build_model, load_model
 from trainteam.trainers.results import RestartProposal
+from trainteam.trainers.stage_gate import StageInput, judge_stage, random_init
 from trainteam.trainers.chat_templates import save_tokenizer_with_template
 from trainteam.trainers.tokenizer import load_tokenizer
 from trainteam.trainers.tokenizer import train_tokenizer as fit
 from trainteam.trainers.training import train as run_training
 from trainteam.workflows.curriculum import curriculum_from_task
-from trainteam.workflows.steps.corpus import stage_train_data
+from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
+from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.headroom import skip_align
 from trainteam.workflows.steps.judge import measure_stage
 from trainteam.workflows.steps.recipe import find_recipe
@@ -325,9 +327,16 @@ def train(ctx: ToolContext) -> StepResult:
     seen: list[str] = []
     record: dict[str, dict] = {"stage_evals": {}, "stage_gates": {}, "checkpoints": {}, "data": {}, "search": {}}
     align = cur.align_stage()
+    record["inputs"] = {}
+    for st in stages + ([align] if align else []):  # a set length shorter than a held-out answer: refused now
+        record.setdefault("generation", {})[st.name] = eval_budget(ctx, st, tokenizer).tokens
     for i, st in enumerate(stages):
         data_path, data_node = stage_train_data(ctx, st)
         seen.append(str(data_path))
+        # what the stage starts from, on its own held-out set: what its gate compares against
+        record["inputs"][st.name] = _input_of(ctx, cur, st, model, tok_path if i == 0 else model, tokenizer,
+                                              record, seen).model_dump()
+        record.setdefault("base", record["inputs"][st.name])
         # A stage this visit trained to its end already (before a crash, a later stage's spike, a
         # failed stage gate a person accepted, or more budget granted) is not trained again.
         reused = runner.finished(st.name, data_node, parent)
@@ -426,11 +435,9 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
         measured = result.metrics
     record["stage_evals"][st.name] = measured
     metrics.update({f"{st.name}.{k}": v for k, v in measured.items()})
-    if not st.gates:
-        return None
-    prev = cur.previous(st.name)
-    decision = evaluate_gate(st.name, measured, st.gates, previous=record["stage_evals"].get(prev.name) if prev else None,
-                             previous_stage=prev.name if prev else None)
+    before = StageInput.model_validate(record["inputs"][st.name])
+    n_eval = ctx.graph.get_node(ev_node).get("n_eval")
+    decision = judge_stage(st.name, st.kind, st.method, measured, list(st.gates), before, n_eval)
     if accepted is not None:
         decision = accept_failed_gate(decision, accepted)
     node = record_gate(ctx.graph, run_id=ctx.run_id, stage=decision.stage, passed=decision.passed,
@@ -441,13 +448,35 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
     return None if decision.promote else decision
 
 
-def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dict], limit: int = 512) -> list[dict]:
+def _input_of(ctx: ToolContext, cur, st, model, tok_dir, tokenizer, record: dict, seen: list[str]) -> StageInput:
+    """What stage ``st`` starts from, on its own held-out set (a gate compares like with like): the stage
+    before it as measured, when both hold out the same rows; else its input weights measured on ``st``'s set
+    (an Eval node, read back on a re-run: measured once). The first stage's input is the task's model
+    (``base``, measured once per run), or for a model built from its config a random init's known values."""
+    prev = cur.previous(st.name)
+    if prev is not None and prev.name in record["stage_evals"] and \
+            stage_eval_set(ctx, prev)[0] == stage_eval_set(ctx, st)[0]:
+        return StageInput(name=prev.name, metrics=record["stage_evals"][prev.name])
+    if model is None:
+        return random_init(len(tokenizer))
+    name, key = ("base", f"{ctx.run_id}/base") if prev is None else (
+        f"{prev.name} (on {st.name}'s held-out set)", f"{ctx.run_id}/{ctx.step}#{ctx.visit}/{st.name}/input")
+    if ctx.graph.has_node(node_id(NodeKind.EVAL, key)):
+        metrics = ctx.graph.get_node(node_id(NodeKind.EVAL, key))["metrics"]
+    else:
+        _, result = measure_stage(ctx, st, Path(model), Path(tok_dir), None, key, [Path(p) for p in seen])
+        metrics = result.metrics
+    return StageInput(name=name, metrics={k: float(v) for k, v in metrics.items()})
+
+
+def _preference_pairs(ctx: ToolContext, st, ckpt: Path, tokenizer, records: list[dict], limit: int = 512) -> list[dict]:
     """DPO pairs from the model's own answers: the reference is chosen; the model's wrong
     answer is rejected, or — where it was right by the task's ``answer`` rule — a wrong one
     (``AnswerSpec.wrong_answer``: a number with one digit changed, another label, another row's answer)."""
     rows = [r for r in records if row_kind(r) in ("pair", "chat")][:limit]
     model = load_model(ckpt)
-    gens = greedy_generations(model, tokenizer, [query(r) for r in rows], max_new_tokens=ctx.task.eval.max_new_tokens,
+    gens = greedy_generations(model, tokenizer, [query(r) for r in rows],
+                              max_new_tokens=eval_budget(ctx, st, tokenizer).tokens,
                               batch_size=ctx.task.eval.batch_size)
     spec, rng = ctx.task.answer, random.Random(ctx.task.data.seed)
     references = [example(r)[1] for r in rows]
@@ -486,7 +515,8 @@ def align(ctx: ToolContext) -> StepResult:
         records = _records(str(data_path))
         given = method == "dpo" and records and all(row_kind(r) == "preference" for r in records)
         # DPO on the user's chosen/rejected rows as given; else pairs from the model's own answers
-        train_data = _preference_pairs(ctx, ckpt, tokenizer, records) if method == "dpo" and not given else records
+        train_data = _preference_pairs(ctx, st, ckpt, tokenizer, records) if method == "dpo" and not given else records
+        runner.ctx = _completion_length(ctx, st, tokenizer)
         node, report = runner.run(st.name, ckpt, train_data, start["nodes"]["checkpoint"], data_node)
         if node is None:
             return runner.stopped(st.name, report)
@@ -499,6 +529,15 @@ def align(ctx: ToolContext) -> StepResult:
                                              "trained_on": [*((ctx.outputs.get("train") or {}).get("details") or {})
                                                             .get("trained_on", []), str(data_path)]},
     )
+
+
+def _completion_length(ctx: ToolContext, st, tokenizer) -> ToolContext:
+    """GRPO's completions as long as the answer checks' (``eval_budget``) unless the task sets their length."""
+    cfg = ctx.task.train_config(st.name)
+    if cfg.method != "grpo" or "max_completion_length" in cfg.grpo.model_fields_set:
+        return ctx
+    grpo = cfg.grpo.model_copy(update={"max_completion_length": eval_budget(ctx, st, tokenizer).tokens})
+    return replace(ctx, task=ctx.task.with_training(st.name, cfg.model_copy(update={"grpo": grpo})))
 
 
 def merge_adapters(ctx: ToolContext) -> StepResult:
