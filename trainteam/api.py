@@ -48,7 +48,7 @@ def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=N
 def submit(request: str, *, workspace=None, run_id: str | None = None, progress: bool = True) -> dict[str, Any]:
     """A request in natural language: the ml_orchestrator turns it into a validated task
     (refusing what is missing: model, data, budget), then the task runs."""
-    task = parse_request(request)
+    task = parse_request(request, workspace=getattr(workspace, "root", workspace))  # its registered models too
     return execute_workflow(task.workflow, task, workspace=workspace, run_id=run_id, progress=progress)
 
 

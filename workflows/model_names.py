@@ -70,18 +70,20 @@ _FAMILY_RE = re.compile(r"(?<![\w/.\-])(?:" + "|".join(f"(?P<{k.replace('-', '_'
                         re.IGNORECASE)
 _CLOSED_RE = re.compile(r"(?<![\w/.\-])(?:" + "|".join(f"(?:{p})" for p in CLOSED) + r")(?![\w/])", re.IGNORECASE)
 # a hub id (org/name) or a folder: one slash and no file suffix; ./, ../, / and ~ are always folders
-HUB_ID = r"(?<![\w.\-~/])([A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*)(?![\w/])"
+HUB_WORDS = r"[A-Za-z][\w.\-]*/[A-Za-z0-9][\w.\-]*"
+HUB_ID = rf"(?<![\w.\-~/])({HUB_WORDS})(?![\w/])"
 _REGISTERED = (
     r"\b(?:the|my|our)\s+(?:([\w.\-]+)\s+)?model\s+(?:that\s+)?(?:I|we)(?:'ve|\s+have)?\s+(?:just\s+)?"
     r"(?:imported|registered)\b",
-    r"\b(?:registered|imported)\s+model\s+[\"'`]?((?!(?:at|in|from|on|to|and|for|with)\b)[\w.\-]+)",
+    r"\b(?:registered|imported)\s+model\s+[\"'`]?((?!(?:at|in|from|on|to|and|for|with|that|which)\b)[\w.\-]+)",
+    r"\b(?:the|my|our)\s+(?:([\w.\-]+)\s+)?(?:imported|registered)\s+model\b",
     r"\bmodel\s+(m-[0-9a-f]{6,12})\b",
 )
 
 
-WAYS_OUT = ("give the model's folder ('fine-tune the model in ./models/x'), import a GGUF file "
-            "(`trainteam models import FILE.gguf --out DIR`, then name that folder), or build a model from scratch "
-            "(e.g. 'a tiny llama from scratch')")
+WAYS_OUT = ("give the model's folder (model.path: 'fine-tune the model in ./models/x'), import a GGUF file "
+            "(`trainteam models import FILE.gguf --out DIR`, then name that folder), or build one from scratch at a "
+            "size the planner can fit (e.g. 'a tiny llama from scratch')")
 
 
 class ModelName(BaseModel):
@@ -135,6 +137,14 @@ def _family_mentions(text: str, taken: list[tuple[int, int]]) -> list[ModelName]
     return found
 
 
+def hub_shaped(words: str) -> bool:
+    """An org/name a model may go by: a name with a digit or a family word ("Qwen/Qwen2.5-0.5B",
+    "openai-community/gpt2"), not "prompt/completion" or "and/or"."""
+    name = words.rsplit("/", 1)[-1]
+    return re.fullmatch(HUB_WORDS, words) is not None and (
+        re.search(r"\d", name) is not None or _FAMILY_RE.search(re.sub(r"[-_]", " ", name)) is not None)
+
+
 def find_names(text: str, paths: list[tuple[int, int]]) -> list[ModelName]:
     """The model mentions of ``text`` in order, outside the spans of ``paths`` (data files, the
     task's own name): hub ids, registered models, closed models and families. Registered and closed
@@ -142,7 +152,7 @@ def find_names(text: str, paths: list[tuple[int, int]]) -> list[ModelName]:
     taken = list(paths)
     found: list[ModelName] = []
     for m in re.finditer(HUB_ID, text):
-        if not any(a <= m.start() < b for a, b in taken):
+        if not any(a <= m.start() < b for a, b in taken) and hub_shaped(m.group(1)):
             found.append(ModelName(words=m.group(1), kind="path", start=m.start(1)))
             taken.append(m.span(1))
     for pattern in _REGISTERED:

@@ -10,6 +10,15 @@ no model, the addition demo for "the bundled (arithmetic) demo", the stages a mo
 paths are taken verbatim from the text (never guessed); nothing is downloaded. Held-out
 rows need no file: without one they come from the data's own split or ``data.eval_fraction``.
 
+A model the text names (``model_names``: a hub id, "llama-3-8b", "the smol model I imported")
+is never swapped: it is built from random init only where the text says "from scratch" or
+"pretrain" (at the size its name gives, for a family trainteam can build), else it is the folder
+``resolve`` finds (``model_sources``), else a problem naming it; a closed model is a problem; a
+name beside the folder the text uses is listed in ``Reading.ignored``. An architecture word with
+a size or a shape ("a tiny llama", "a small GPT-2", "a llama, hidden 64") still describes a model
+to build, as before; "fine-tune"/"LoRA"/"instruct" without a model get no tiny llama. The words
+behind each model, data and stage choice are kept in ``Reading.said`` for the plan to quote.
+
 Bounded on hostile text. A request is at most MAX_REQUEST_CHARS (4,000) characters: the
 bundled demo request, which states every setting of a three-stage run, is ~1,300, so 4,000
 leaves room for any request a person writes while capping the work (and what is sent to a
@@ -32,8 +41,8 @@ from typing import Any
 from trainteam.core.errors import BadInput
 from trainteam.curation.sources import DATA_SUFFIXES
 from trainteam.trainers.planning.planner import model_shape
-from trainteam.workflows.model_names import (ModelChoice, ModelName, closed_refusal, distinct, find_names,
-                                             several_refusal, sizeless_refusal, unbuildable_refusal)
+from trainteam.workflows.model_names import (HUB_WORDS, ModelChoice, ModelName, closed_refusal, distinct,
+                                             find_names, several_refusal, sizeless_refusal, unbuildable_refusal)
 from trainteam.workflows.task import MAX_WALL_MINUTES, DataSpec  # one ceiling for requests and task files (30 days)
 
 STAGE_WORDS = {
@@ -155,7 +164,6 @@ def _search(pattern: str, text: str) -> re.Match | None:
 _DOWNLOAD = r"\bdownload\w*|\bthe hub\b|hugging ?face hub"
 _FOLDER_FORMS = (r"(?:fine-?tune|start from|base model|model|checkpoint)\s+(?:at|in|from)?\s*" + _PATH,
                  r"(?:model|checkpoint|folder)\s+(?:at|in)\s+([\w.\-/~]+)")
-_HUB_SHAPED = r"[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*"  # org/name: a folder here, else a hub id to look up
 _NAME_IT = r"(?:name it|call it|named|called)\s+[\"'`]?([A-Za-z0-9][\w.\-]*)"
 _SHAPE_FORMS = (("hidden_size", r"hidden(?:[ _]size)?(?:\s+of)?\s+(\d+)|(?<!\d)(\d+)[- ]hidden"),
                 ("num_layers", r"(?<!\d)(\d+)\s+(?:transformer\s+)?layers?\b|layers?\s*[:=]?\s*(\d+)"),
@@ -164,21 +172,24 @@ _SHAPE_FORMS = (("hidden_size", r"hidden(?:[ _]size)?(?:\s+of)?\s+(\d+)|(?<!\d)(
                  r"context(?:\s+(?:length|window|of))?\s+(\d+)|(?<!\d)(\d+)[- ]token context"))
 
 
-def _folder(text: str) -> re.Match | None:
-    """A local folder the text names as the model ("the model in ./models/x", "model at base");
-    an org/name the names reader takes (it may be a hub id)."""
+def _folder(text: str) -> tuple[re.Match | None, ModelName | None]:
+    """A local folder the text names as the model ("the model in ./models/x", "model at base"), or
+    an org/name it names so ("fine-tune Qwen/Qwen2.5-0.5B"): a folder here, else a hub id to look up."""
     for form in _FOLDER_FORMS:
         m = _search(form, text)
         if m and not m.group(1).lower().endswith(DATA_SUFFIXES) and m.group(1).lower() not in ("scratch", "random"):
-            return None if re.fullmatch(_HUB_SHAPED, m.group(1).rstrip(".,;")) else m
-    return None
+            words = m.group(1).rstrip(".,;")
+            if re.fullmatch(HUB_WORDS, words):
+                return None, ModelName(words=words, kind="path", start=m.start(1))
+            return m, None
+    return None, None
 
 
 def _quote(text: str, spans: list[tuple[int, int]]) -> str:
     """The words at ``spans``, neighbours joined, the words between left out: "tiny llama … hidden 64"."""
     merged: list[list[int]] = []
     for a, b in sorted(spans):
-        if merged and (a <= merged[-1][1] or re.fullmatch(r"[\s(]*", text[merged[-1][1]:a])):
+        if merged and (a <= merged[-1][1] or re.fullmatch(r"\s*", text[merged[-1][1]:a])):
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
@@ -274,10 +285,11 @@ def _model(text: str, r: Reading, resolve: Resolve | None) -> dict[str, Any] | N
         r.problems.append("model: nothing is downloaded; give a local model folder or describe a model "
                           "to build (e.g. 'a tiny llama, hidden 128, 2 layers')")
         return None
-    folder = _folder(text)
+    folder, hub = _folder(text)
     skip = [m.span() for m in re.finditer(_PATH, text) if m.group(1).lower().endswith(DATA_SUFFIXES)]
     skip += [m.span() for m in [_search(_NAME_IT, text), folder] if m]
-    names = distinct(find_names(text, skip))
+    skip += [(hub.start, hub.start + len(hub.words))] if hub else []
+    names = distinct(find_names(text, skip) + ([hub] if hub else []))
     if folder is not None:
         r.ignored += [f"'{n.words}': a model name; the model is the folder {folder.group(1)}" for n in names]
         r.said.append(Said("model", folder.group(0), "folder"))

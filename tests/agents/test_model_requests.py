@@ -136,7 +136,7 @@ TABLE = [
       "Mistral-7B-Instruct-v0.3", "name one")),
     ("fine-tune gpt2-medium on data/train.jsonl, 10 minutes",
      ("model: 'gpt2-medium' is not a model registered in this workspace or in the local Hugging Face cache",
-      "nothing is downloaded", "model's folder", "trainteam models import FILE.gguf", "from scratch")),
+      "nothing is downloaded", "model.path", "trainteam models import FILE.gguf", "from scratch")),
     ("SFT gemma-2-2b-it on data/chats.jsonl, 20 minutes",
      ("model: 'gemma-2-2b-it' is google/gemma-2-2b-it in the local Hugging Face cache", "no safetensors weights",
       "nothing is downloaded")),
@@ -156,6 +156,8 @@ TABLE = [
     ("fine-tune registered model sums-v1 on data/train.jsonl, 15 minutes", (("registered", "sums-v1"), SFT)),
     ("fine-tune the model I imported on data/chats.jsonl, 20 minutes",
      ("model: 'the model I imported' matches 2 registered models", "'smollm2-135m-instruct'", "'sums-v1'")),
+    ("fine-tune my imported model on data/chats.jsonl, 20 minutes",
+     ("model: 'my imported model' matches 2 registered models",)),
     ("fine-tune the phi model I imported on data/chats.jsonl, 20 minutes",
      ("model: 'the phi model I imported': no model registered in the workspace", "named like 'phi'",
       "trainteam models import FILE.gguf --out DIR")),
@@ -184,6 +186,8 @@ TABLE = [
      (built(arch="gpt2", hidden_size=256, num_layers=4), PRE)),
     ("teach a tiny qwen2 multiplication; max 45 min", (built(arch="qwen2", hidden_size=128), PRE)),
     ("fine-tune a tiny llama on data/train.jsonl, budget 10 minutes", (built(arch="llama"), ["pretrain", "sft"])),
+    ("fine-tune a tiny llama on data/train.jsonl (prompt/completion rows), budget 10 minutes",
+     (built(arch="llama", hidden_size=128), ["pretrain", "sft"])),
     ("pretrain a 10M llama from scratch on the addition demo for 20 steps, budget 30 minutes",
      (built(arch="llama", hidden_size=448, num_layers=4), PRE)),
     ("pretrain a 7B llama on addition for 100000 steps, budget 10 minutes", ("training.pretrain",)),
@@ -236,6 +240,15 @@ def test_a_named_model_is_loaded_or_refused(here, text, expected):
         assert (want if kind != "folder" else str(task.model.path)) in line, line
         assert "random init" not in plan.text()
     _covered(plan, task)
+
+
+def test_a_registered_model_by_its_id(here):
+    record = next(m for m in ModelRegistry.of(Workspace.open(here.root / ".trainteam")).list() if m.name == "sums-v1")
+    text = f"fine-tune model {record.id[:8]} on data/train.jsonl, 15 minutes"
+    task = parse_request(text)
+    assert task.model.path == Path(record.path)
+    assert plan_request(task, request=text).understood[0].startswith(f"model: 'model {record.id[:8]}' → registered "
+                                                                     f"model {record.id} 'sums-v1'")
 
 
 def test_the_table_is_as_wide_as_the_issue_asks():

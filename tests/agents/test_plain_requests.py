@@ -137,6 +137,9 @@ def test_requests_as_people_write_them(files, text, expected, stated, unstated):
     for needle in unstated:
         assert not any(needle in d for d in plan.defaults), (needle, plan.defaults)
     assert not any(d.startswith("budget") for d in plan.defaults)  # a budget is never a default
+    chosen = plan.understood + plan.defaults  # each model, data and stage choice: the words quoted, or a default
+    assert all(any(line.startswith(f"{field}:") for line in chosen) for field in ("model", "data")), chosen
+    assert all(any(line.startswith("stages:") and stage in line for line in chosen) for stage in task.stages), chosen
 
 
 def test_a_request_that_states_everything_has_no_defaults():
