@@ -171,10 +171,11 @@ def find_names(text: str, paths: list[tuple[int, int]]) -> list[ModelName]:
 
 def distinct(names: list[ModelName]) -> list[ModelName]:
     """One mention per model: a mention whose tokens another one's hold is the same model said again
-    ("Qwen2.5-0.5B-Instruct ... the qwen")."""
+    ("Qwen/Qwen2.5-0.5B-Instruct ... the qwen")."""
     out: list[ModelName] = []
     for n in sorted(names, key=lambda n: -len(n.tokens)):
-        if not any(set(n.tokens) <= set(o.tokens) and n.kind == o.kind for o in out):
+        if not any(set(n.tokens) <= set(o.tokens) and (n.kind == o.kind or {n.kind, o.kind} == {"path", "name"})
+                   for o in out):
             out.append(n)
     return sorted(out, key=lambda n: n.start)
 

@@ -122,6 +122,8 @@ TABLE = [
     ("fine-tune Qwen/Qwen2.5-0.5B-Instruct on data/chats.jsonl, budget 20 minutes",
      (cache("Qwen/Qwen2.5-0.5B-Instruct"), SFT)),
     ("LoRA on qwen2.5 0.5b instruct with data/chats.jsonl for 20 minutes", (cache("Qwen/Qwen2.5-0.5B-Instruct"), SFT)),
+    ("fine-tune Qwen/Qwen2.5-0.5B-Instruct (the qwen one) on data/chats.jsonl, budget 20 minutes",
+     (cache("Qwen/Qwen2.5-0.5B-Instruct"), SFT)),
     ("train llama-3-8b on the addition demo, budget 30 minutes", (cache("meta-llama/Meta-Llama-3-8B"), SFT)),
     ("Teach Llama 3 8B Instruct to add numbers, budget 30 minutes", (cache("meta-llama/Meta-Llama-3-8B-Instruct"), SFT)),
     ("SFT meta-llama/Meta-Llama-3-8B-Instruct on data/train.jsonl, 30 minutes",
