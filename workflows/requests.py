@@ -363,6 +363,7 @@ def plan_request(task, hardware=None, steps: list[str] | None = None, *, request
         raise BadInput(f"budget.max_cost_usd: the planner estimates {cost:.2f} USD, over the "
                        f"{task.budget.max_cost_usd:g} USD budget")
     gates = {k: " and ".join(([f"{g.metric} ≥ {g.min:g}"] if g.min is not None else [])
+                             + ([f"{g.metric} ≤ {g.max:g}"] if getattr(g, "max", None) is not None else [])
                              + ([f"{g.metric} drop ≤ {g.max_regression:g}"] if g.max_regression is not None else []))
              or g.metric for k, g in task.gates.items()}
     said = None if request is None else read_request(request, resolver(sources or ModelSources.find()))
