@@ -390,6 +390,10 @@ def report_input(ws, run_id: str) -> ReportInput:
             losses[stage] = [(int(s), float(v)) for s, v in curve]
         for e in details.get("events") or []:
             events.append(LossEvent(stage=e["stage"], step=int(e["step"]), kind=e["kind"], note=e.get("note", "")))
+        base = details.get("base")
+        if base and base.get("metrics"):  # what the first stage started from: beside every later score
+            evals[base["name"] if base.get("measured", True) else f"{base['name']} (reference)"] = \
+                {k: float(v) for k, v in base["metrics"].items()}
         for stage, metrics in (details.get("stage_evals") or {}).items():  # the train step's per-stage batteries
             evals[stage] = {k: float(v) for k, v in metrics.items()}
         for stage, g in (details.get("stage_gates") or {}).items():
@@ -418,7 +422,8 @@ def report_input(ws, run_id: str) -> ReportInput:
     order = cur.names()
     return ReportInput(run_id=run_id, task_name=view["task_name"], status=view["status"], steps=steps,
                        stages=_stage_records(cur, view["metrics"]), losses=_in_order(losses, order), events=events,
-                       evals=_in_order(evals, order), gates={s.name: as_rules(s.gates) for s in cur.stages if s.gates},
+                       evals=_in_order(evals, [k for k in evals if k.startswith(("base", "random init"))] + order),
+                       gates={s.name: as_rules(s.gates) for s in cur.stages if s.gates},
                        gate_outcomes=_in_order(gate_outcomes, order), diagnoses=diagnoses, searches=searches,
                        model_id=model_id,
                        plan_vs_run=plan_vs_run(task, view["metrics"]), notes=notes)

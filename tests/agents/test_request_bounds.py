@@ -3,9 +3,8 @@ range, and a model's answer held to what the request says (budget, overrides, tr
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from cpu_clock import cpu_seconds
 from persona_helpers import cli
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
@@ -26,9 +25,9 @@ def _refusal(text: str, model=None) -> str:
 
 
 def test_a_long_request_is_refused_at_once():
-    start = time.monotonic()
-    message = _refusal(BASE + "budget 30 minutes. " + "Please be careful. " * 400)
-    assert time.monotonic() - start < 2
+    with cpu_seconds() as spent:  # CPU seconds, not wall: a busy machine must not fail it
+        message = _refusal(BASE + "budget 30 minutes. " + "Please be careful. " * 400)
+    assert spent.seconds < 2
     assert message.startswith("request: ") and f"over the limit of {MAX_REQUEST_CHARS:,}" in message
 
 
@@ -38,9 +37,9 @@ def test_the_demo_request_fits_well_within_the_limit():
 
 
 def test_an_8000_digit_request_finishes_fast():
-    start = time.monotonic()
-    assert "over the limit" in _refusal("9" * 8000)
-    assert time.monotonic() - start < 2
+    with cpu_seconds() as spent:
+        assert "over the limit" in _refusal("9" * 8000)
+    assert spent.seconds < 2
 
 
 HOSTILE = ["9", "1,", "1.", "1_", "1e", "a", "a/", "eval", "save", "seq_len", "ask ", "x.json", "-1", "$1", "1 "]
@@ -51,9 +50,9 @@ def test_hostile_text_just_under_the_limit_reads_fast(unit):
     """Every pattern is linear: text that made a pattern rescan the rest at every start
     (a run of digits, of letters, of paths, of keywords) reads in well under a second."""
     text = (unit * MAX_REQUEST_CHARS)[:MAX_REQUEST_CHARS]
-    start = time.monotonic()
-    read_request(text)
-    assert time.monotonic() - start < 2
+    with cpu_seconds() as spent:
+        read_request(text)
+    assert spent.seconds < 2
 
 
 REFUSED = {
@@ -163,9 +162,9 @@ def test_submit_refuses_in_one_line(tmp_path):
     for request, expected in (("9" * 8000, "over the limit of 4,000"),
                               (BASE + "set budget to 9999 hours", "over the ceiling of 43,200 minutes"),
                               (BASE + "budget -5 minutes", "not a positive time limit")):
-        start = time.monotonic()
-        proc = cli(ws, "submit", request, "--plan-only", timeout=60)
-        assert time.monotonic() - start < 10
+        with cpu_seconds() as spent:
+            proc = cli(ws, "submit", request, "--plan-only", timeout=600)
+        assert spent.seconds < 10
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert expected in lines[0], lines[0]

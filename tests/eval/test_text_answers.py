@@ -65,7 +65,7 @@ def test_dpo_rejects_another_rows_answer_where_the_model_is_right(tmp_path, capi
                        "data": {"path": "train.jsonl", "eval_path": "train.jsonl"}, "budget": {"max_wall_minutes": 5},
                        "eval": {"max_new_tokens": 12}}, "task.yaml", tmp_path)
     assert task.answer == AnswerSpec()
-    pairs = _preference_pairs(types.SimpleNamespace(task=task), ckpt, tok, ROWS)
+    pairs = _preference_pairs(types.SimpleNamespace(task=task), ckpt, tok, ROWS, 12)
     assert len(pairs) == len(ROWS)
     refs = {r["prompt"]: r["completion"] for r in ROWS}
     for p in pairs:

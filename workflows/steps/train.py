@@ -469,14 +469,15 @@ def _input_of(ctx: ToolContext, cur, st, model, tok_dir, tokenizer, record: dict
     return StageInput(name=name, metrics={k: float(v) for k, v in metrics.items()})
 
 
-def _preference_pairs(ctx: ToolContext, st, ckpt: Path, tokenizer, records: list[dict], limit: int = 512) -> list[dict]:
+def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dict], max_new_tokens: int,
+                      limit: int = 512) -> list[dict]:
     """DPO pairs from the model's own answers: the reference is chosen; the model's wrong
     answer is rejected, or — where it was right by the task's ``answer`` rule — a wrong one
     (``AnswerSpec.wrong_answer``: a number with one digit changed, another label, another row's answer)."""
     rows = [r for r in records if row_kind(r) in ("pair", "chat")][:limit]
     model = load_model(ckpt)
     gens = greedy_generations(model, tokenizer, [query(r) for r in rows],
-                              max_new_tokens=eval_budget(ctx, st, tokenizer).tokens,
+                              max_new_tokens=max_new_tokens,
                               batch_size=ctx.task.eval.batch_size)
     spec, rng = ctx.task.answer, random.Random(ctx.task.data.seed)
     references = [example(r)[1] for r in rows]
@@ -515,7 +516,9 @@ def align(ctx: ToolContext) -> StepResult:
         records = _records(str(data_path))
         given = method == "dpo" and records and all(row_kind(r) == "preference" for r in records)
         # DPO on the user's chosen/rejected rows as given; else pairs from the model's own answers
-        train_data = _preference_pairs(ctx, st, ckpt, tokenizer, records) if method == "dpo" and not given else records
+        answer_tokens = eval_budget(ctx, st, tokenizer).tokens  # the model's own answers, as long as the judge's
+        train_data = (_preference_pairs(ctx, ckpt, tokenizer, records, answer_tokens) if method == "dpo" and not given
+                      else records)
         runner.ctx = _completion_length(ctx, st, tokenizer)
         node, report = runner.run(st.name, ckpt, train_data, start["nodes"]["checkpoint"], data_node)
         if node is None:

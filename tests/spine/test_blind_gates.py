@@ -1,0 +1,64 @@
+"""Gates that cannot pass on nothing, through the real CLI on real tiny training (issue 31).
+
+A user's run was registered after ``gate sft: passed: no gate rules for stage sft in the task`` and
+``gate_final: exact_match did not regress (0 -> 0)``: every answer had been cut at 8 new tokens. Here a
+stage without rules is judged by a default gate against what it started from, and a checked answer metric
+that reads the same for the input and the trained model while the held-out loss fell stops the run, with the
+judge's diagnosis ``measurement``, before anything is registered."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from spine_helpers import TINY_TASK, cli, run_view, write_task
+
+TWO_STAGES = {"pretrain": {"max_steps": 30, "per_device_batch_size": 8, "seq_len": 32},
+              "sft": {"max_steps": 30, "per_device_batch_size": 8, "seq_len": 32, "learning_rate": 3e-3}}
+
+
+def _outputs(ws, run_id: str) -> dict[str, dict]:
+    from trainteam.workflows.store import RunStore
+    from trainteam.workspace import Workspace
+
+    return {a["step"]: a["output"] for a in RunStore(Workspace.open(ws).engine).attempts(run_id) if a["output"]}
+
+
+def test_an_answer_metric_blind_to_training_stops_the_run_before_registration(tmp_path, ws):
+    # the user's own rule: exact match must not regress; 0 -> 0 while the loss fell is no evidence of anything
+    task = write_task(tmp_path, stages=["pretrain", "sft"], training=TWO_STAGES,
+                      gates={"pretrain": {"metric": "heldout_loss", "max": 50.0},
+                             "sft": {"metric": "exact_match", "max_regression": 0.0}})
+    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "blind", "--yes", "-q")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    view = run_view(ws, "blind")
+    assert view["status"] == "failed" and "measurement failure: exact_match reads 0" in view["error"]
+    gate = _outputs(ws, "blind")["gate"]
+    assert gate["outcome"] == "failed" and gate["details"]["diagnosis"]["kind"] == "measurement"
+    assert gate["details"]["diagnosis"]["plan"]["action"] == "stop"
+    assert [s["name"] for s in view["steps"]][-1] == "gate"  # no merge, no final eval, no registration
+    models = cli(ws, "models", "list", "--json", check=True)
+    assert json.loads(models.stdout) == []
+
+
+def test_a_stage_the_task_names_no_gate_for_is_judged_against_where_it_started(tmp_path, ws):
+    task = write_task(tmp_path, stages=["pretrain"], gates={},
+                      training={"pretrain": {"max_steps": 40, "per_device_batch_size": 8, "seq_len": 32,
+                                             "learning_rate": 3e-3}})
+    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "dflt", "--yes", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    outputs = _outputs(ws, "dflt")
+    reasons = outputs["gate"]["details"]["reasons"]
+    assert reasons[0].startswith("default gate (the task names none): heldout_loss ")
+    assert "(random init " in reasons[0] and not any("no gate rules" in r for r in reasons)
+    assert "(random init " in outputs["evaluate"]["summary"]  # the start's score beside the trained one
+
+
+def test_a_task_file_without_a_name_is_named_after_its_file(tmp_path, ws):
+    task = {k: v for k, v in TINY_TASK.items() if k != "name"}
+    path = tmp_path / "my first task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    proc = cli(ws, "execute-workflow", "train_model", "--task", str(path), "--yes", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    view = json.loads(proc.stdout)
+    assert view["task_name"] == "my-first-task" and view["run_id"].startswith("my-first-task-")
