@@ -89,11 +89,14 @@ def sft_run(ws, name: str, data: dict, base: str, cfg: dict, search: bool) -> di
     probe_steps = sum(p["steps"] for p in found["probes"]) if found else 0
     # the chosen probe's run goes on from its checkpoint: those steps are the probes', counted once
     kept = (found or {}).get("continued_from") or 0
+    rates = {p["trial"]: p["learning_rate"] for p in (found or {}).get("probes") or []}
     return {"exact_match": out["evaluate"]["metrics"]["exact_match"], "steps": int(train["metrics"]["sft.steps"]) - kept,
             "probe_steps": probe_steps, "learning_rate": found["chosen"]["learning_rate"] if found else cfg["learning_rate"],
             "train_s": round(train.get("seconds") or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
-            "probes": [{"lr": p["learning_rate"], "steps": p["steps"], "values": p["values"]} for p in found["probes"]]
-            if found else None}
+            "probes": [{"lr": p["learning_rate"], "steps": p["steps"], "loss": p["values"], "metric": p.get("metric") or {},
+                        "widened": p.get("widened", False)} for p in found["probes"]] if found else None,
+            "rungs": [{"step": c["step"], "ranked_by": c["ranked_by"], c.get("outcome") or "went on":
+                       [rates.get(t) for t in c["going_on"]]} for c in found.get("comparisons") or []] if found else None}
 
 
 def one_task(root: Path, key: str, steps: list[int]) -> dict:
@@ -111,8 +114,11 @@ def one_task(root: Path, key: str, steps: list[int]) -> dict:
             print(f"  {key} grid lr {lr:g} {n} steps: exact match {r['exact_match']:.3f} ({r['train_s']} s)", flush=True)
     team = sft_run(ws, f"{key}-team", data, base, {**common, "max_steps": max(steps)}, True)
     print(f"  {key} team: lr {team['learning_rate']:g}, exact match {team['exact_match']:.3f}, "
-          f"{team['probe_steps']} probe + {team['steps']} steps ({team['train_s']} s); probes: "
-          + "; ".join(f"lr {p['lr']:g} {p['values']}" for p in team["probes"] or []), flush=True)
+          f"{team['probe_steps']} probe + {team['steps']} steps ({team['train_s']} s); probes (step: exact match / "
+          "held-out loss): " + "; ".join(f"lr {p['lr']:g}{' (widened)' if p['widened'] else ''} "
+                                         + ", ".join(f"{k}: {p['metric'].get(k, float('nan')):.3f}/{v:.4f}"
+                                                     for k, v in p["loss"].items()) for p in team["probes"] or [])
+          + f"; rungs: {team['rungs']}", flush=True)
     best = max(grid.values(), key=lambda r: r["exact_match"])
     grid_steps = sum(r["steps"] for r in grid.values())
     return {"grid": grid, "team": team, "grid_best": best["exact_match"],
@@ -151,6 +157,7 @@ def main() -> None:
                                                  "fraction_of_grid_compute", "fraction_of_grid_seconds")}
                         | {"team_exact_match": v["team"]["exact_match"], "team_lr": v["team"]["learning_rate"],
                            "team_steps": v["team"]["steps"], "team_probe_steps": v["team"]["probe_steps"],
+                           "team_rungs": v["team"]["rungs"],
                            "grid": {g: r["exact_match"] for g, r in v["grid"].items()}} for k, v in per.items()},
               "fraction_of_grid_best": round(min(best), 3) if best else None,
               "fraction_of_grid_best_median": round(statistics.median(best), 3) if best else None,

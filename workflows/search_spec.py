@@ -9,7 +9,9 @@ worked out once, from what the task file (or the parsed request) wrote, and carr
 ``stages``: the engine hands every later step a full dump of the task, where every field
 looks given, so it is never re-derived from a dump.
 
-Searched: pretrain and SFT stages (the probes score held-out loss). A DPO or GRPO stage
+Searched: pretrain and SFT stages. The probes are ranked at each rung by the stage's gate metric
+where it separates them (exact match after pre-training, or what the task's gate names), else by
+held-out loss, on a slice of the training rows (``trainers/recipe_search.py``). A DPO or GRPO stage
 without a learning rate takes its method's default (``ALIGN_DEFAULTS``), and says so.
 """
 
@@ -34,7 +36,8 @@ class SearchSpec(BaseModel):
                                  "neither learning_rate nor max_steps/num_train_epochs; true: search whatever a stage "
                                  "does not give; false: never (the library defaults)")
     budget_fraction: float = Field(default=0.25, gt=0, le=0.5, description="share of the time budget the probes may use")
-    trials: int = Field(default=6, ge=2, le=64, description="learning rates tried (log-spaced), pruned by successive halving")
+    trials: int = Field(default=6, ge=2, le=64, description="learning rates tried (log-spaced over a prior's range, "
+                        "widened past an edge the best probe sits at), pruned by successive halving")
     max_epochs: float = Field(default=3.0, gt=0, le=1000, description="a searched length of a model folder's "
                               "fine-tune trains at most this many passes over the rows; a model built from scratch "
                               "trains for what its share of the budget affords")

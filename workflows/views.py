@@ -42,7 +42,40 @@ def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
          "decided_by": a["decided_by"]}
         for a in approvals.list(run_id=run_id)
     ]
+    view["search"] = run_searches(runs, run_id)
     return view
+
+
+SEARCH_FIELDS = ("stage", "method", "objective", "prior", "space", "widened", "run_steps", "warmup_steps", "rungs",
+                 "comparisons", "best_trial", "chosen", "choice_reason", "decided_by", "continued_from",
+                 "validation_rows", "budget_s", "spent_s")
+
+
+def search_public(report: dict[str, Any]) -> dict[str, Any]:
+    """A stage's recipe search (a ``SearchReport`` as the run store keeps it) as ``runs show --json`` and the
+    console show it: the rates tried and why, every probe's held-out loss and gate metric at each rung it
+    reached (``metric``: the gate's metric named by ``objective``, where measured), each rung's comparison (what
+    ranked the probes, in which order, who went on) and the choice with its reason."""
+    out = {k: report.get(k) for k in SEARCH_FIELDS}
+    out["probes"] = [
+        {"trial": p.get("trial"), "learning_rate": p.get("learning_rate"), "steps": p.get("steps"),
+         "heldout_loss": p.get("values") or {}, "metric": p.get("metric") or {},
+         "pruned": bool(p.get("pruned")), "unstable": bool(p.get("unstable")), "widened": bool(p.get("widened")),
+         "seconds": p.get("seconds")}
+        for p in report.get("probes") or []]
+    return out
+
+
+def run_searches(runs, run_id: str) -> dict[str, dict[str, Any]]:
+    """Stage -> its recipe search (``search_public``), from the finished steps' outputs (``details.search``);
+    a later visit's (a retry reads the same search back) replaces an earlier one's."""
+    out: dict[str, dict[str, Any]] = {}
+    for a in runs.attempts(run_id):
+        output = a.get("output") if isinstance(a.get("output"), dict) else {}
+        for stage, report in ((output.get("details") or {}).get("search") or {}).items():
+            if isinstance(report, dict):
+                out[stage] = search_public(report)
+    return out
 
 
 def runs_view(runs, limit: int = 50) -> list[dict[str, Any]]:

@@ -133,8 +133,11 @@ def test_probes_flat_across_learning_rates_on_a_flat_curve_is_a_ceiling_that_sto
 
 
 def test_the_judge_reads_the_probes_the_recipe_search_recorded():
+    """The probes' ``values`` are their held-out loss (the gate's metric, where the search measured it, is kept
+    apart in ``metric``): the ceiling rule reads losses, never exact match."""
     probes = [Probe(trial=i, learning_rate=lr, per_device_batch_size=16, steps=33, values={3: 2.1, 11: 1.3, 33: v},
-                    pruned=False, seconds=1.0) for i, (lr, v) in enumerate(((1e-4, 1.01), (1e-3, 0.99), (1e-2, 1.0)))]
+                    metric={3: 0.0, 11: 0.1, 33: 0.5}, pruned=False, seconds=1.0)
+              for i, (lr, v) in enumerate(((1e-4, 1.01), (1e-3, 0.99), (1e-2, 1.0)))]
     report = SearchReport(stage="sft", method="sft", space=[1e-4, 1e-3, 1e-2], probe_steps=33, rungs=[3, 11, 33],
                           probes=probes, budget_s=60.0)
     details = json.loads(json.dumps({"search": {"sft": report.model_dump(mode="json")}}))  # as the run store keeps it

@@ -154,7 +154,9 @@ def test_the_models_pick_of_another_probe_is_the_learning_rate_the_stage_trains_
     ws, view, _ = _run(tmp_path, RECIPE_TASK, engineer)
     train, search = _search(ws, view)
     (asked,) = ScriptedOpenAI.decisions(RecipeChoice)
-    assert [p["trial"] for p in evidence_of(asked)["probes"]] == [p["trial"] for p in search["probes"]] == [0, 1, 2]
+    trials = [p["trial"] for p in search["probes"]]  # the 3 rates, and any the search added beyond the range's edge
+    assert [p["trial"] for p in evidence_of(asked)["probes"]] == trials == list(range(3 + len(search["widened"])))
+    assert evidence_of(asked)["comparisons"]  # the model reads each rung's comparison, as the offline pick did
     best = next(p for p in search["probes"] if p["trial"] == search["best_trial"])
     picked = json.loads(another_probe(asked))["trial"]
     lr = next(p["learning_rate"] for p in search["probes"] if p["trial"] == picked)
@@ -179,6 +181,7 @@ def test_a_pick_of_a_probe_that_does_not_exist_is_refused_and_the_offline_best_t
     assert search["decided_by"] == "offline" and search["chosen"]["learning_rate"] == best["learning_rate"]
     (warning,) = [r for r in search["reasons"] if "kept the offline policy's decision" in r]
     assert warning.startswith(f"training_engineer: {MODEL} at http://127.0.0.1:")
-    assert "answer refused: trial 99 is not a stable probe [0, 1, 2]" in warning
+    stable = sorted(p["trial"] for p in search["probes"] if p["values"] and not p["unstable"])
+    assert f"answer refused: trial 99 is not a stable probe {stable}" in warning
     assert _trained_lr(train) == best["learning_rate"]
     assert _decision(ws, "/pretrain/recipe")["decided_by"] == "offline"

@@ -49,6 +49,19 @@ def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
         console.print(f"  {k} = {v:.4g}" if isinstance(v, float) else f"  {k} = {v}", highlight=False)
     for a in view["approvals"]:
         console.print(f"  approval {a['id']}: {a['status']}", highlight=False)
+    for stage, found in view["search"].items():
+        console.print(search_line(stage, found), highlight=False, markup=False)
+
+
+def search_line(stage: str, found: dict) -> str:
+    """One line for a stage's recipe search: the rate chosen, among how many probes, and why."""
+    chosen = found.get("chosen") or {}
+    lr = chosen.get("learning_rate")
+    head = f"  recipe search {stage}: " + (f"lr {lr:g}" if lr is not None else "no rate chosen")
+    probes = found.get("probes") or []
+    widened = f", {len(found['widened'])} beyond the prior's range" if found.get("widened") else ""
+    return head + f" among {len(probes)} probes{widened}" + (f": {found['choice_reason']}" if found.get("choice_reason")
+                                                              else "")
 
 
 @runs_app.command("resume")

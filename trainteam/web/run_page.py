@@ -1,8 +1,9 @@
 """What the console's run page shows, read from the run store, the knowledge graph and the run's files.
 
 Typed views (pydantic) between the stores and the templates: the steps timeline with each step's
-persona, its decisions (the graph's Decision nodes) and its approvals; evals and gates; the report's
-plots (``<workspace>/reports/<run>/*.png``); the transcripts (``agents/transcripts.py``).
+persona, its decisions (the graph's Decision nodes) and its approvals; the recipe search of each searched
+stage (its Decision node, there as soon as the search chose, before the stage trains); evals and gates;
+the report's plots (``<workspace>/reports/<run>/*.png``); the transcripts (``agents/transcripts.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import BaseModel
 from trainteam.agents.transcripts import read_run, tool_calls
 from trainteam.core.errors import NotFound
 from trainteam.workflows.store import ApprovalStore, RunStore
-from trainteam.workflows.views import ACTIVE, run_view, runs_view
+from trainteam.workflows.views import ACTIVE, run_searches, run_view, runs_view, search_public
 
 PLOT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}\.png$")
 
@@ -81,11 +82,41 @@ class GateView(BaseModel):
     accepted_by: str | None = None
 
 
+class ProbeRow(BaseModel):
+    """One probe of a search: its rate, what it measured at each of the search's rungs, where it ended."""
+
+    trial: int
+    lr: str
+    cells: list[str]
+    status: str
+
+
+class ComparisonRow(BaseModel):
+    step: int
+    ranked_by: str
+    reason: str
+    outcome: str
+
+
+class SearchView(BaseModel):
+    """A stage's recipe search as the run page shows it (``views.search_public``)."""
+
+    stage: str
+    objective: str
+    prior: str
+    rungs: list[int]
+    probes: list[ProbeRow]
+    comparisons: list[ComparisonRow]
+    chosen: str
+    reason: str
+
+
 class RunPage(BaseModel):
     run: RunRow
     error: str | None
     metrics: dict[str, Any]
     steps: list[StepView]
+    searches: list[SearchView] = []
     evals: list[EvalView]
     gates: list[GateView]
     decisions: list[DecisionView]
@@ -146,6 +177,51 @@ def _steps(runs: RunStore, approvals: list[dict[str, Any]], decisions: list[Deci
     return steps
 
 
+def _lr(rate: Any) -> str:
+    return f"{rate:.3g}" if isinstance(rate, (int, float)) else "?"
+
+
+def search_view(found: dict[str, Any]) -> SearchView:
+    """A search (``views.search_public``) as rows: a probe per row, a rung per column (gate metric / held-out loss)."""
+    rungs = sorted({int(s) for p in found["probes"] for s in p["heldout_loss"]})
+    chosen = found.get("chosen") or {}
+    by_trial = {p["trial"]: p for p in found["probes"]}
+
+    def cell(p: dict[str, Any], step: int) -> str:
+        loss, metric = p["heldout_loss"].get(str(step), p["heldout_loss"].get(step)), p["metric"].get(
+            str(step), p["metric"].get(step))
+        if loss is None:
+            return ""
+        return (f"{metric:.3f} / " if metric is not None else "") + f"{loss:.4f}"
+
+    def status(p: dict[str, Any]) -> str:
+        if chosen and chosen.get("learning_rate") == p["learning_rate"] and not p["unstable"]:
+            return "chosen"
+        return "unstable" if p["unstable"] else "stopped" if p["pruned"] else "widened" if p["widened"] else ""
+
+    def outcome(c: dict[str, Any]) -> str:
+        rates = ", ".join(f"lr {_lr(by_trial.get(t, {}).get('learning_rate'))}" for t in c.get("going_on") or [])
+        return f"{c.get('outcome') or 'went on'}: {rates}" if rates else ""
+
+    comparisons = [ComparisonRow(step=c["step"], ranked_by=c["ranked_by"], reason=c.get("reason", ""),
+                                 outcome=outcome(c)) for c in found.get("comparisons") or []]
+    return SearchView(stage=str(found.get("stage")), objective=str(found.get("objective") or "heldout_loss"),
+                      prior=str(found.get("prior") or ""), rungs=rungs, comparisons=comparisons,
+                      probes=[ProbeRow(trial=p["trial"], lr=_lr(p["learning_rate"]), cells=[cell(p, r) for r in rungs],
+                                       status=status(p)) for p in found["probes"]],
+                      chosen=_lr(chosen.get("learning_rate")) if chosen else "", reason=str(found.get("choice_reason")
+                                                                                           or ""))
+
+
+def searches(ws, runs: RunStore, run_id: str) -> list[SearchView]:
+    """Each searched stage's search: from its Decision node (there once the search chose), else the step's output."""
+    found = run_searches(runs, run_id)
+    for node in _run_nodes(ws, run_id, "Decision"):
+        if node.get("decision") == "recipe" and isinstance(node.get("report"), dict):
+            found[str(node.get("stage"))] = search_public(node["report"])
+    return [search_view(v) for v in found.values()]
+
+
 def plots(ws, run_id: str) -> list[str]:
     folder = ws.dir("reports") / run_id
     return sorted(p.name for p in folder.glob("*.png") if PLOT_NAME.match(p.name)) if folder.is_dir() else []
@@ -162,7 +238,8 @@ def run_page(ws, run_id: str) -> RunPage:
                       accepted_by=n.get("accepted_by")) for n in _run_nodes(ws, run_id, "Gate")]
     folder = ws.dir("transcripts") / run_id
     return RunPage(run=_row(view, sum(a["status"] == "pending" for a in approvals)), error=view["error"],
-                   metrics=view["metrics"] or {}, steps=_steps(runs, approvals, decisions, run_id), evals=evals,
+                   metrics=view["metrics"] or {}, steps=_steps(runs, approvals, decisions, run_id),
+                   searches=searches(ws, runs, run_id), evals=evals,
                    gates=gates, decisions=decisions, plots=plots(ws, run_id),
                    transcripts=len(list(folder.glob("*.json"))) if folder.is_dir() else 0)
 

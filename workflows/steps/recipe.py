@@ -20,38 +20,50 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rich.markup import escape
+
 from trainteam.core import clock
+from trainteam.core.errors import BadInput
 from trainteam.agents.decisions import decide
 from trainteam.agents.toolbox import ToolContext
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_probe, record_recipe
-from trainteam.trainers import budget
 from trainteam.trainers.answer_length import size_generation
+from trainteam.trainers import budget
 from trainteam.trainers.config import TrainConfig
+from trainteam.trainers.console_lines import say
+from trainteam.trainers.planning import ModelShape
+from trainteam.trainers.stage_gate import PRETRAIN_KINDS
 from trainteam.trainers.recipe_search import (
+    FIRST_RUNG,
     MIN_ROWS,
+    RATE_METRICS,
+    TOP_OF_RUN,
     Plateau,
     Probe,
     Recipe,
     RecipeChoice,
     SearchReport,
-    FIRST_RUNG,
-    TOP_OF_RUN,
     best_trial,
+    choice_comparison,
     default_batch,
     final_steps,
+    lr_prior,
     lr_space,
+    lr_text,
     make_scorer,
     measure_pace,
     plateau_every,
     probe_length,
+    probe_warmup,
     release,
     rung_steps,
     run_probes,
     split_rows,
     wasted_tops,
 )
+from trainteam.workflows.curriculum import curriculum_from_task
 from trainteam.workflows.stageplan import plan_stage
 
 log = logging.getLogger("trainteam.recipe")
@@ -124,12 +136,14 @@ def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], dat
     report = searched_before(ctx, stage)
     if report is None:
         report = _search(ctx, stage, cfg, searched, make_model, rows, tokenizer, later, reward_funcs)
-    chosen = {} if report.chosen is None else {**report.chosen.model_dump(), "num_train_epochs": None}
+    chosen = {} if report.chosen is None else {**report.chosen.model_dump(), "num_train_epochs": None,
+                                               "warmup_ratio": None}  # the probes' warm-up, in steps
     out = StageRecipe(cfg.model_copy(update=chosen), report)
     if report.validation_rows and len(rows) >= MIN_ROWS:  # the probes' rows: the chosen probe's run goes on over them
         out.rows, val_rows = split_rows(rows, ctx.task.data.seed)
         if "max_steps" in searched:
-            out.callbacks = [Plateau(report, _scorer(ctx, tokenizer, val_rows)[1], plateau_every(out.cfg.max_steps))]
+            score = _scorer(ctx, stage, tokenizer, val_rows)[1]
+            out.callbacks = [Plateau(report, score, plateau_every(out.cfg.max_steps))]
     probe = _continuing(report)
     if probe is not None and Path(probe.checkpoint).is_dir():
         out.warm_start = Path(probe.checkpoint)
@@ -157,8 +171,47 @@ def _given_steps(cfg: TrainConfig, searched: list[str], rows: int, batch: int) -
 
 
 def _warmup(cfg: TrainConfig, steps: int) -> int:
-    """The stage's warm-up: the task's, else a twentieth of its length."""
-    return cfg.warmup_steps if (cfg.warmup_steps or cfg.warmup_ratio) else max(1, steps // 20)
+    """The stage's warm-up in steps: the task's (steps, or its ratio of ``steps``), else a twentieth of its length."""
+    if cfg.warmup_ratio:
+        return math.ceil(cfg.warmup_ratio * steps)
+    return cfg.warmup_steps if cfg.warmup_steps else max(1, steps // 20)
+
+
+def _gave_warmup(cfg: TrainConfig) -> bool:
+    return bool(cfg.warmup_steps or cfg.warmup_ratio)
+
+
+def search_metric(task, stage: str) -> tuple[str, str]:
+    """(the metric the rungs rank by where it separates the probes, why): the stage's gate metric when the
+    task names one the validation slice can measure; else the default gate's (``stage_gate.default_rules``):
+    exact match after pre-training (``make_scorer`` falls back to held-out loss on rows without answers),
+    held-out loss for the pre-training kinds."""
+    found = curriculum_from_task(task).find(stage)
+    rules = list(found.gates) if found is not None else []
+    named = next((r.metric for r in rules if r.min is not None), rules[0].metric if rules else None)
+    if named in RATE_METRICS:
+        return named, f"the stage's gate is on {named}"
+    if named in ("heldout_loss", "perplexity"):
+        return "heldout_loss", f"the stage's gate is on {named}"
+    why = f"the gate's {named} cannot be measured on the slice" if named else "the task names no gate"
+    kind = found.kind if found is not None else "post_train"
+    if kind not in PRETRAIN_KINDS:
+        return "exact_match", why + f": a {kind} stage's default gate is exact match"
+    return "heldout_loss", why + f": a {kind} stage's default gate is held-out loss"
+
+
+def _prior(task, cfg: TrainConfig, from_scratch: bool) -> tuple[list[float], float, str]:
+    """(the rates to try, the prior's own rate, where they come from), for this model's width and family."""
+    try:
+        shape = ModelShape.from_spec(task.model, vocab_size=1)
+        width, arch = shape.hidden_size, shape.arch
+    except (BadInput, OSError, ValueError):  # an unreadable config: the prior's reference width
+        width, arch = None, None
+    lora = cfg.lora is not None
+    _, _, centre, why = lr_prior(from_scratch=from_scratch, lora=lora, hidden_size=width, arch=arch)
+    space = lr_space(cfg.method, from_scratch=from_scratch, lora=lora, n=task.search.trials, hidden_size=width,
+                     arch=arch)
+    return space, centre, why
 
 
 def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str], make_model, rows: list[dict],
@@ -168,9 +221,9 @@ def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str],
     probe_s, share_s = _time_shares(ctx, stage, later)
     given_steps = _given_steps(cfg, searched, len(rows), batch)
     from_scratch = task.model.path is None and stage == task.stage_names()[0]  # random init: no weights before it
-    space = lr_space(cfg.method, from_scratch=from_scratch, lora=cfg.lora is not None, n=task.search.trials)
-    report = SearchReport(stage=stage, method=cfg.method, space=space, probe_steps=9, rungs=rung_steps(9),
-                          budget_s=round(probe_s, 1))
+    space, centre, prior = _prior(task, cfg, from_scratch)
+    report = SearchReport(stage=stage, method=cfg.method, space=space, prior=prior, prior_lr=centre, probe_steps=9,
+                          rungs=rung_steps(9), budget_s=round(probe_s, 1))
     work = _work(ctx, stage)
     shutil.rmtree(work, ignore_errors=True)  # a search cut short (a crash) starts again: its folders mean nothing
     if "learning_rate" in searched and len(rows) >= MIN_ROWS:
@@ -203,40 +256,37 @@ def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int,
     waste_s = setups + wasted_tops(trials) * top * pace
     steps = given_steps or final_steps(share_s - (clock.now() - began) - waste_s, pace, len(train_rows), batch,
                                        cfg.grad_accum, _epochs(task), FIRST_RUNG * TOP_OF_RUN)
-    top = max(1, min(top, steps // TOP_OF_RUN))
-    report.probe_steps, report.rungs, report.run_steps = top, rung_steps(top), steps
+    half = max(1, steps // TOP_OF_RUN)
+    warmup = probe_warmup(_warmup(cfg, steps), min(top, half), _gave_warmup(cfg))
+    top = max(1, min(max(top, 2 * warmup), half))  # past the warm-up, if half the stage allows
+    report.probe_steps, report.rungs, report.run_steps = top, rung_steps(top, warmup), steps
+    report.warmup_steps, report.pace_s = warmup, round(pace, 4)
     report.budget_s = round(probe_s - (clock.now() - began), 1)
     report.reasons.append(f"measured {pace:.3g} s a step and {setup:.1f} s to set up: every probe trains towards the "
-                          f"stage's {steps} steps, all to step {report.rungs[0]}, the best third to {top}; the chosen "
-                          "one goes on from there")
-    report.objective, score = _scorer(ctx, tokenizer, val_rows)
+                          f"stage's {steps} steps after {warmup} warm-up steps, all to step {report.rungs[0]}, the "
+                          f"best third to {top}; the chosen one goes on from there")
+    say(escape(f"recipe search of {report.stage}: {report.reasons[-1]}"))
+    report.objective, score = _scorer(ctx, report.stage, tokenizer, val_rows)
+    metric, why = search_metric(task, report.stage)
+    if report.objective != metric:
+        why += "; the validation rows carry no answers to check"
+    report.reasons.append(f"the rungs rank by {report.objective} where it separates the probes, else by held-out "
+                          f"loss ({why})")
     final = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None, "per_device_batch_size": batch,
-                                   "warmup_steps": _warmup(cfg, steps)})
+                                   "warmup_steps": warmup, "warmup_ratio": None})
     run_probes(report, final, make_model, train_rows, score, tokenizer, seed=task.data.seed, work_dir=work,
                reward_funcs=reward_funcs)
 
 
 def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: list[str], rows: int, batch: int,
             share_s: float, given_steps: int | None) -> None:
-    """The offline pick (the best objective where two or more probes stood), offered to a configured model, then
-    the length."""
-    report.best_trial = best_trial(report)
-    lr, chosen = cfg.learning_rate, None
-    if report.best_trial is not None:
-        ok = {p.trial for p in report.probes if not p.unstable and p.values}
-        offline = RecipeChoice(trial=report.best_trial, reason=f"the best {report.objective} at the highest step two or more "
-                                                                     "stable probes reached")
-        decided = decide("training_engineer", f"Choose the learning rate for stage {report.stage} among the probes",
-                         report, offline,
-                         check=lambda c: None if c.trial in ok else f"trial {c.trial} is not a stable probe {sorted(ok)}")
-        if decided.warning:
-            report.reasons.append(decided.warning)
-        report.decided_by = decided.by
-        chosen = next(p for p in report.probes if p.trial == decided.value.trial)
-        lr = chosen.learning_rate
-        report.reasons.append(f"trial {chosen.trial} (lr {lr:g}): {decided.value.reason or offline.reason}")
-    elif "learning_rate" in searched and report.probes:
+    """The offline pick (the best probe where two or more stable probes stood), offered to a configured model,
+    then the length."""
+    chosen = _pick(report)
+    lr = cfg.learning_rate if chosen is None else chosen.learning_rate
+    if chosen is None and "learning_rate" in searched and report.probes:
         report.reasons.append(f"no probe finished stably; the default {lr:g} is kept")
+        say(f"recipe for {report.stage}: no probe finished stably; the default lr {lr:g} is kept")
     if report.run_steps is not None:
         steps = report.run_steps
         report.reasons.append(f"{steps} steps: " + ("what the task gave" if given_steps else _length_reason(
@@ -250,9 +300,36 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
     if chosen is not None and chosen.checkpoint:
         report.continued_from = int(Path(chosen.checkpoint).name.rsplit("-", 1)[-1])
         report.reasons.append(f"trial {chosen.trial}'s run goes on from its step {report.continued_from} to {steps}")
-    report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_batch_size=batch,
-                           warmup_steps=_warmup(cfg, steps))
+    warmup = report.warmup_steps if report.warmup_steps is not None and chosen is not None else _warmup(cfg, steps)
+    report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_batch_size=batch, warmup_steps=warmup)
     log.info("recipe for %s: %s", report.stage, report.chosen)
+
+
+def _pick(report: SearchReport) -> Probe | None:
+    """The best stable probe where two or more stood (``best_trial``), offered to a configured model; the
+    comparison it was made at and the choice with its reason recorded and printed."""
+    report.best_trial = best_trial(report)
+    if report.best_trial is None:
+        return None
+    ok = {p.trial for p in report.probes if not p.unstable and p.values}
+    comparison = choice_comparison(report, report.best_trial)
+    why = f"the best at step {comparison.step}: {comparison.reason}" if comparison else "the only stable probe"
+    offline = RecipeChoice(trial=report.best_trial, reason=why[:500])
+    decided = decide("training_engineer", f"Choose the learning rate for stage {report.stage} among the probes",
+                     report, offline,
+                     check=lambda c: None if c.trial in ok else f"trial {c.trial} is not a stable probe {sorted(ok)}")
+    if decided.warning:
+        report.reasons.append(decided.warning)
+    report.decided_by = decided.by
+    chosen = next(p for p in report.probes if p.trial == decided.value.trial)
+    if comparison is not None:
+        comparison.going_on = [chosen.trial]
+    reason = decided.value.reason or offline.reason
+    report.choice_reason = reason
+    report.reasons.append(f"trial {chosen.trial} (lr {chosen.learning_rate:g}): {reason}")
+    by = "" if decided.by == "offline" else f" (decided by {decided.by})"
+    say(escape(f"recipe for {report.stage}: lr {lr_text(chosen.learning_rate)} (probe {chosen.trial}){by}: {reason}"))
+    return chosen
 
 
 def _length_reason(ctx: ToolContext, rows: int, batch: int, share_s: float,
@@ -262,11 +339,14 @@ def _length_reason(ctx: ToolContext, rows: int, batch: int, share_s: float,
     return f"{epochs:g} passes over {rows} rows at batch {batch}, or {afford}, whichever is less" if epochs else afford
 
 
-def _scorer(ctx: ToolContext, tokenizer, val_rows: list[dict]):
-    """The probes' objective on the validation slice: the task's answer rule where the rows carry answers."""
+def _scorer(ctx: ToolContext, stage: str, tokenizer, val_rows: list[dict]):
+    """The probes' scores on the validation slice: held-out loss, and the gate's metric (``search_metric``) by
+    the task's answer rule where the rows carry answers."""
+    metric, _ = search_metric(ctx.task, stage)
     length = size_generation(tokenizer, val_rows, set_value=ctx.task.eval.max_new_tokens,
                              where="the recipe search's validation rows")  # sized from their own answers
-    return make_scorer(tokenizer, val_rows, answer=ctx.task.answer, max_new_tokens=length.tokens)
+    return make_scorer(tokenizer, val_rows, answer=ctx.task.answer, metric=metric,
+                       max_new_tokens=length.tokens)
 
 
 def _epochs(task) -> float | None:
