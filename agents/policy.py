@@ -32,6 +32,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
+from trainteam.trainers.planning.advice import over_budget
+
 
 # The metrics a persona's report names (by the last part of their key); agents/compact.py shows only these.
 REPORTED_METRICS = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")
@@ -137,7 +139,8 @@ class OfflinePolicy:
         spent = plan.get("spent_minutes") or 0.0
         if est is not None and budget and est > budget - spent and not plan.get("budget_extended_by_person"):
             left = f"{budget - spent:.1f} min left of " if spent else ""
-            why = f"the planner estimates {est:.1f} min, over the {left}{budget:g} min budget"
+            why = (f"the planner estimates {est:.1f} min, over the {left}{budget:g} min budget: "
+                   + over_budget(plan.get("stages") or {}, est, budget - spent, budget))
             return self._finish(messages, info, f"not starting {f.tool}: {why}", "stop", [why])
         accepted = f"plan accepted ({est} min estimated)" if est is not None else "plan accepted"
         args: dict[str, Any] = {"execute": True, "reason": "; ".join(reasons) or accepted}

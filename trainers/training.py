@@ -25,6 +25,7 @@ from trainteam.trainers.config import TrainConfig
 from trainteam.trainers.manifest import manifest_callback
 from trainteam.trainers.methods import BUILDERS
 from trainteam.trainers.models import load_model
+from trainteam.trainers.planning.pace import pace_check
 from trainteam.trainers.restart import lr_sync_callback, prepare_rollback
 from trainteam.trainers.results import RestartProposal, TrainReport
 from trainteam.trainers.step_lines import stderr_is_terminal
@@ -118,6 +119,8 @@ def train(
         metrics.update(trainer.evaluate())
     tel = watch.telemetry.summary(interruptions)
     tel["threads"] = threads
+    if watch.pace is not None and watch.pace.reading is not None:
+        tel.update(watch.pace.reading.numbers())
     tel["max_steps"] = int(trainer.state.max_steps)  # with num_train_epochs: what the trainer derived from the data
     losses = watch.telemetry.losses
     if losses:
@@ -188,6 +191,7 @@ class _Watch:
     stop: Any
     guard: Any | None
     callbacks: list
+    pace: Any | None = None
 
 
 def _watch(method: str, config: TrainConfig, model, wall_start: float, history, restart_cbs: list,
@@ -202,14 +206,15 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
     from trainteam.trainers.telemetry import GracefulStop, RankAgreement, Telemetry
 
     telemetry = Telemetry(model, config.seq_len, wall_start, history)
+    pace = pace_check(config, history)  # the first steps' pace against the plan's, re-planned aloud
     spike = SpikeMonitor(config.spike, method) if config.spike.enabled else None
     stop = GracefulStop()
     limit = budget.current()
     guard = budget.budget_guard(limit) if limit is not None else None
     # A caller's callbacks come before the monitor, so a metric they add to the logs can be watched.
     ticks = budget.step_clock_callback()  # first: everything after it reads the clock this step moved
-    cbs = ([ticks] if ticks else []) + restart_cbs + [telemetry, stop] + list(callbacks or []) + \
-        ([spike] if spike else []) + ([guard] if guard else [])
+    cbs = ([ticks] if ticks else []) + restart_cbs + [telemetry] + ([pace] if pace else []) + [stop] + \
+        list(callbacks or []) + ([spike] if spike else []) + ([guard] if guard else [])
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         cbs.append(RankAgreement())  # after every callback that may stop or save the run
     label = progress if isinstance(progress, str) and progress.strip() else method
@@ -219,7 +224,7 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
     if not (bar and stderr_is_terminal()):  # a live bar on a terminal says it all; a line would break it
         cbs.append(StepLines(label))
     cbs.append(manifest_callback())  # last: each checkpoint's manifest is written after everything else
-    return _Watch(telemetry, spike, stop, guard, cbs)
+    return _Watch(telemetry, spike, stop, guard, cbs, pace)
 
 
 def _build_trainer(method: str, config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cbs: list,

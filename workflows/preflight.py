@@ -91,8 +91,20 @@ def _plans(task: TrainTask, source: str) -> None:
                            f"than the {data.n_train} training rows")
         verdict = plan_stage(task, stage, cfg, hw)
         if not verdict.runnable:
-            why = "; ".join(f"{r['field']}: {r['reason']}" for r in verdict.refusals) or "the planner refused it"
-            raise BadInput(f"{source}: training.{stage}: {why}")
+            raise BadInput(f"{source}: {refusal_line(stage, verdict.refusals)}")
+
+
+def refusal_line(stage: str, refusals: list[dict[str, str]]) -> str:
+    """The planner's refusals of a stage as one line: each names the field to change, as the task writes it
+    (``training.<stage>.<field>``, or the task's ``model``), and a memory refusal says how it was estimated."""
+    if not refusals:
+        return f"training.{stage}: the planner refused it"
+    why = "; ".join(f"training.{stage}{': ' if r['field'] == 'model' else '.'}{r['field']}: {r['reason']}"
+                    for r in refusals)
+    if any("GiB" in r["reason"] for r in refusals):
+        why += (" (the planner's memory estimate: weights, gradients, optimizer states and activations counted "
+                "in closed form for this model's shape, trainers/planning/estimate.py)")
+    return why
 
 
 # -- data ------------------------------------------------------------------------------------

@@ -12,8 +12,14 @@ training examples (for ``num_train_epochs`` and the epochs reported) and their t
 counted with the model's own tokenizer on a sample when the task fine-tunes a local model
 (else bounded by bytes: the run trains its tokenizer later). Its throughput is the one
 measured on this machine for this model and shape (``trainers.planning.calibrate``) when a
-measurement is stored, or measured now with ``measure=True`` (``trainteam validate``);
-otherwise the FLOP-based guess.
+measurement is stored (fitted to the load now), or measured now with ``measure=True``
+(``trainteam validate``); otherwise the FLOP-based guess. The verdict says which
+(``estimate_note``), and its pace (``step_seconds``) is what a refusal turns into steps.
+
+A stage whose length is the recipe search's to choose (``search.stages``) carries a placeholder
+``max_steps`` until the search sets it; where that placeholder would not fit the stage's share
+of the budget, the stage is planned at the length the share affords (``length_note``), as the
+search will set it (``workflows/steps/recipe.py``), never refused for a number nobody chose.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from trainteam.curation.sources import iter_items
 from trainteam.curation.splits import held_out, plan_splits
 from trainteam.trainers.planning import PlanRefused, detect_hardware, plan, recommend
 from trainteam.trainers.planning.calibrate import Calibration, calibrate, lookup
+from trainteam.trainers.recipe_search import default_batch, final_steps
 from trainteam.trainers.planning.tokens import SAMPLE_ROWS, RowTokens, bytes_bound, count_tokens, model_tokenizer
 
 FIXABLE = ("max_steps", "per_device_batch_size", "grad_accum", "learning_rate", "precision",
@@ -54,6 +61,11 @@ class StageVerdict(BaseModel):
     longest_row: int | None = None
     tokens_per_second: float = 0.0
     throughput_source: str = "assumed"
+    estimate_note: str = Field(default="", description="how the time estimate was made: a measurement (when, at "
+                               "what load, scaled or not) or the FLOP guess")
+    step_seconds: float = Field(default=0.0, description="the estimate's seconds per optimizer step")
+    length_note: str | None = Field(default=None, description="a searched length planned at what the budget "
+                                    "affords instead of its placeholder")
     reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
@@ -84,8 +96,11 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
     vocab = task.model.vocab_size or task.tokenizer.vocab_size
     counted = data_tokens(task, stage, cfg.method)
 
+    measured: dict[str, str] = {}  # the last attempt's throughput note (a measurement's description)
+
     def attempt(c):
         inputs = _plan_inputs(task, c, counted, hw.device, vocab, measure)
+        measured["note"] = inputs.get("throughput_note", "")
         return plan(c, task.model, hw, vocab_size=vocab, strict=True, **inputs)
 
     fixes: dict[str, Any] = {}
@@ -94,23 +109,14 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
         p = attempt(cfg)
     except PlanRefused as refused:
         refusals = [r.model_dump() for r in refused.refusals]
-        if any(r.field == "seq_len" for r in refused.refusals) and task.model.path is None:
-            fixes["seq_len"] = task.model.max_position_embeddings
-        if any(r.field != "seq_len" for r in refused.refusals):
-            try:
-                rec = recommend(task.model, hw, base=cfg.model_copy(update=fixes), vocab_size=vocab, strict=False).config
-            except PlanRefused:
-                rec = None
-            if rec is not None:
-                fixes.update({k: getattr(rec, k) for k in FIXABLE if getattr(rec, k) != getattr(cfg, k)})
-            if getattr(task, "distributed", None) is not None:
-                fixes.pop("strategy", None)  # the task's distributed block says how to launch; not the planner
+        fixes = _fixes(task, cfg, hw, vocab, refused)
         if not fixes:
             return StageVerdict(stage=stage, runnable=False, refusals=refusals)
         try:
             p = attempt(cfg.model_copy(update=fixes))
         except PlanRefused as still:
             return StageVerdict(stage=stage, runnable=False, refusals=[r.model_dump() for r in still.refusals])
+    p, length_note = _searched_length(task, stage, cfg.model_copy(update=fixes), p, counted, attempt)
     tokens = counted.tokens if counted is not None else None
     return StageVerdict(stage=stage, runnable=True, refusals=refusals, fixes=fixes, params=p.params,
                         total_tokens=p.total_tokens, est_minutes=round(p.cost.hours * 60, 3),
@@ -120,7 +126,70 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
                         row_tokens_source=tokens.source if tokens is not None else None,
                         longest_row=tokens.longest if tokens is not None else None,
                         tokens_per_second=round(p.cost.tokens_per_second, 2),
-                        throughput_source=p.cost.throughput_source, reasons=list(p.reasons), warnings=list(p.warnings))
+                        throughput_source=p.cost.throughput_source, estimate_note=measured['note'] or flop_note(p),
+                        step_seconds=round(p.cost.hours * 3600 / max(p.max_steps, 1), 4), length_note=length_note,
+                        reasons=list(p.reasons) + ([length_note] if length_note else []), warnings=list(p.warnings))
+
+
+def _fixes(task, cfg, hw, vocab, refused: PlanRefused) -> dict[str, Any]:
+    """The settings that repair the planner's refusals where it can confirm one (see the module's notes)."""
+    fixes: dict[str, Any] = {}
+    if any(r.field == "seq_len" for r in refused.refusals) and task.model.path is None:
+        fixes["seq_len"] = task.model.max_position_embeddings
+    if any(r.field != "seq_len" for r in refused.refusals):
+        try:
+            rec = recommend(task.model, hw, base=cfg.model_copy(update=fixes), vocab_size=vocab, strict=False).config
+        except PlanRefused:
+            rec = None
+        if rec is not None:
+            fixes.update({k: getattr(rec, k) for k in FIXABLE if getattr(rec, k) != getattr(cfg, k)})
+        if getattr(task, "distributed", None) is not None:
+            fixes.pop("strategy", None)  # the task's distributed block says how to launch; not the planner
+    return fixes
+
+
+def flop_note(p) -> str:
+    """How a plan's minutes were made without a measurement: the FLOP guess spelled out."""
+    hw = p.hardware
+    fpt = p.cost.flops / max(p.total_tokens, 1)
+    return (f"a FLOP guess: {p.world_size} x {hw.peak_flops() / 1e12:.2g} TFLOP/s peak x assumed MFU {hw.mfu():g} "
+            f"/ {fpt:,.0f} FLOPs per token; nothing measured for this model on this machine (trainteam validate "
+            "measures it)")
+
+
+# The share of the time left that recipe.py keeps for evaluation, merging and registering (its RESERVE).
+SEARCH_RESERVE = 0.15
+
+
+def _searched_length(task, stage: str, cfg, p, counted: DataTokens | None, attempt):
+    """(the plan, a note): a stage whose length is the search's, still at its placeholder, planned at what its
+    share of the budget affords after the probes when the placeholder would not fit it; else ``p`` as it is."""
+    searched = (getattr(getattr(task, "search", None), "stages", None) or {})
+    own = task.train_config(stage)
+    if ("max_steps" not in searched.get(stage, []) or cfg.num_train_epochs is not None
+            or cfg.max_steps != own.max_steps):
+        return p, None  # a length the task gave, or one the search (or the engineer) has set since
+    allowed = task.budget.allowed_s()
+    share = allowed * (1 - SEARCH_RESERVE - task.search.budget_fraction) / max(1, len(searched))
+    step_s = p.cost.hours * 3600 / max(p.max_steps, 1)
+    if p.max_steps * step_s <= share:
+        return p, None
+    examples = counted.examples if counted is not None and counted.examples else None
+    batch = default_batch(examples) if examples and "per_device_batch_size" in searched[stage] else cfg.per_device_batch_size
+    epochs = task.search.max_epochs if task.model.path is not None and examples else None
+    steps = final_steps(share, step_s * batch / cfg.per_device_batch_size, examples or 1, batch, cfg.grad_accum,
+                        epochs, 1)
+    try:
+        fitted = attempt(cfg.model_copy(update={"max_steps": steps, "per_device_batch_size": batch,
+                                                "warmup_steps": min(cfg.warmup_steps, steps - 1)}))
+    except PlanRefused:
+        return p, None  # the placeholder's plan stands; the search sets the length before anything trains
+    note = (f"max_steps: the recipe search's to choose; planned at {steps} steps, what this stage's "
+            f"{share / 60:.1f} min of the {allowed / 60:g} min budget afford after the probes at "
+            f"{step_s * batch / cfg.per_device_batch_size:.2f} s a step"
+            + (f" (at most {epochs:g} passes over {examples} examples)" if epochs else "")
+            + f"; its placeholder {p.max_steps} steps would take {p.cost.hours * 60:.1f} min")
+    return fitted, note
 
 
 class DataTokens(BaseModel):

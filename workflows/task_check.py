@@ -140,10 +140,13 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
         raise CheckFailed(f"plan ({stage})", BadInput(f"{source}: training.{stage}: {why}"))
     budget = task.budget.allowed_s() / 60
     over = verdict.est_minutes > budget
+    how = verdict.estimate_note if verdict.throughput_source == "measured" else "assumed: a FLOP guess, not measured"
     found = (f"{verdict.max_steps} steps, {verdict.total_tokens:,} tokens, ~{verdict.est_minutes:.1f} min at "
-             f"{verdict.tokens_per_second:,.0f} tokens/s ({verdict.throughput_source}), {verdict.memory_gib:.2f} GiB "
-             f"per device; budget {budget:g} min" + (": the plan needs more, the run will ask a person at the "
-                                                      "ceiling" if over else ""))
+             f"{verdict.tokens_per_second:,.0f} tokens/s ({how}), {verdict.memory_gib:.2f} GiB per device; "
+             f"budget {budget:g} min" + (": the plan needs more, the run will ask a person at the "
+                                                          "ceiling" if over else ""))
+    if verdict.length_note:
+        found += f"; {verdict.length_note}"
     if verdict.fixes:
         found += f"; the engineer will apply {verdict.fixes}"
     yield Check(f"plan ({stage})", "warn" if over else "ok", found)

@@ -10,7 +10,9 @@ from instruction_rows import as_chat, instruction_rows
 
 from trainteam.trainers.config import LoraOptions, ModelSpec, TrainConfig
 from trainteam.trainers.planning import HardwareSpec, plan
-from trainteam.trainers.planning.calibrate import cache_dir, calibrate, lookup
+from trainteam.trainers.planning import calibrate as calibrate_module
+from trainteam.trainers.planning.calibrate import Calibration, cache_dir, calibrate, lookup
+from trainteam.trainers.planning.load import Load
 from trainteam.trainers.planning.planner import planned_steps
 from trainteam.trainers.planning.tokens import bytes_bound, count_tokens, model_tokenizer
 from trainteam.workflows.stageplan import plan_stage
@@ -88,13 +90,20 @@ def test_a_calibration_is_measured_once_and_read_back_per_model_and_shape(cache)
     assert lookup(TINY, cfg, 128, device="cpu") is None
     first = calibrate(TINY, cfg, 128, device="cpu", min_seconds=0.05)
     assert first.tokens_per_s > 0 and first.tokens_per_step == 128 and first.steps >= 1 and first.threads == 1
+    assert first.load is not None and first.load.threads == 1  # the load it was measured under, recorded with it
     stored = list(cache.glob("*.json"))
     assert len(stored) == 1 and json.loads(stored[0].read_text())["tokens_per_s"] == first.tokens_per_s
-    assert lookup(TINY, cfg, 128, device="cpu") == first == calibrate(TINY, cfg, 128, device="cpu")
-    # another shape, adapter or thread count is another measurement
-    assert lookup(TINY, cfg, 256, device="cpu") is None
-    assert lookup(TINY, cfg.model_copy(update={"lora": LoraOptions(r=4)}), 128, device="cpu") is None
-    assert lookup(TINY, cfg.model_copy(update={"threads": 2}), 128, device="cpu") is None
+    same = first.load  # read back under the load it was measured at: as stored, not measured again
+    assert lookup(TINY, cfg, 128, device="cpu", now=same) == first == calibrate(TINY, cfg, 128, device="cpu", now=same)
+    # another shape or adapter is another measurement
+    assert lookup(TINY, cfg, 256, device="cpu", now=same) is None
+    assert lookup(TINY, cfg.model_copy(update={"lora": LoraOptions(r=4)}), 128, device="cpu", now=same) is None
+    # a thread count is not (changed for issue 31): threads follow the load, so the reading is scaled to the
+    # cores 2 threads get on an idle machine, at 95 % parallel efficiency
+    idle = Load(neighbours=0.0, share=1.0, threads=1, cores=2)
+    two = lookup(TINY, cfg.model_copy(update={"threads": 2}), 128, device="cpu", now=idle)
+    assert two.tokens_per_s == pytest.approx(first.tokens_per_s * 2 * 0.95 / first.load.share, rel=1e-6)
+    assert two.note.startswith("scaled x") and two.measured_tokens_per_s == first.tokens_per_s
     assert cache_dir() == cache
 
 
@@ -106,7 +115,8 @@ def _task(real_model, data_path, eval_path, **training) -> TrainTask:
                              **training}}})
 
 
-def test_plan_stage_counts_the_files_rows_with_the_tokenizer_and_uses_the_measurement(tmp_path, cache, real_model):
+def test_plan_stage_counts_the_files_rows_with_the_tokenizer_and_uses_the_measurement(tmp_path, cache, real_model,
+                                                                                      monkeypatch):
     train_rows, eval_rows = as_chat(instruction_rows(40)), as_chat(instruction_rows(10, start=40))
     for name, rows in (("train.jsonl", train_rows), ("eval.jsonl", eval_rows)):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -123,6 +133,10 @@ def test_plan_stage_counts_the_files_rows_with_the_tokenizer_and_uses_the_measur
     measured = plan_stage(task, "sft", cfg, CPU1, measure=True)
     assert measured.throughput_source == "measured" and len(list(cache.glob("*.json"))) == 1
     assert any("measured" in r and "on this machine" in r for r in measured.reasons)
+    assert measured.estimate_note.startswith("measured ") and " at load " in measured.estimate_note
+    (entry,) = cache.glob("*.json")
+    stored = Calibration.model_validate_json(entry.read_text())
+    monkeypatch.setattr(calibrate_module, "load_now", lambda: stored.load)  # the same load now: read as stored
     again = plan_stage(task, "sft", cfg, CPU1)  # a later plan (preflight, the engineer's) reads it back
     assert again.tokens_per_second == measured.tokens_per_second and again.throughput_source == "measured"
     assert again.est_minutes == pytest.approx(again.total_tokens / again.tokens_per_second / 60, rel=1e-3)

@@ -60,7 +60,11 @@ class ModelShape(BaseModel):
     def from_config_json(cls, path: Path) -> "ModelShape":
         if not path.is_file():
             raise BadInput(f"model.path: {path} not found (a local HF model folder has a config.json)")
-        c = json.loads(path.read_text())
+        return cls.from_config(json.loads(path.read_text()), where=path)
+
+    @classmethod
+    def from_config(cls, c: dict, where: Path | str = "config") -> "ModelShape":
+        """From a transformers config as a dict (a folder's config.json, or ``model.config.to_dict()``)."""
         arch = c.get("model_type", "llama")
         if arch == "gpt2":
             h = c["n_embd"]
@@ -76,7 +80,12 @@ class ModelShape(BaseModel):
                        max_position_embeddings=c.get("max_position_embeddings", 2048),
                        tie_word_embeddings=c.get("tie_word_embeddings", False))
         except KeyError as exc:
-            raise BadInput(f"model.path: {path} lacks {exc.args[0]}") from None
+            raise BadInput(f"model.path: {where} lacks {exc.args[0]}") from None
+
+    def signature(self) -> str:
+        """What a step's speed depends on, as text: the same for the same architecture in any folder."""
+        return (f"{self.arch}:h{self.hidden_size}:L{self.num_layers}:a{self.num_heads}/{self.num_kv_heads}:"
+                f"i{self.intermediate_size}:v{self.vocab_size}")
 
     @property
     def head_dim(self) -> int:

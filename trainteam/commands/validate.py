@@ -8,6 +8,7 @@ its plan against the budget. The first failing check is one line naming the fiel
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -18,15 +19,28 @@ from trainteam.commands.common import console, print_json
 def validate_command(
     task: Path = typer.Argument(..., help="the task file (YAML)"),
     measure: bool = typer.Option(True, "--measure/--no-measure", help="time a few training steps of the model on "
-                                 "this machine for the plan (cached per model and machine outside the workspace)"),
+                                 "this machine for the plan (cached per model and machine outside the workspace, "
+                                 "with the load it was taken under; taken again when the load differs)"),
+    remeasure: bool = typer.Option(False, "--remeasure", help="measure the throughput again even where a "
+                                   "measurement stored for this load exists"),
     as_json: bool = typer.Option(False, "--json", help="print the checks as JSON"),
 ) -> None:
     """Check a task completely (task, model, data, tokens, trl, plan) without starting a run; writes nothing."""
-    from trainteam.workflows.task_check import CheckFailed, check_task
+    from trainteam.trainers.planning.calibrate import remeasuring
+    from trainteam.workflows.task_check import check_task
 
     found = []
+    with remeasuring() if remeasure else nullcontext():
+        _print_checks(check_task(task, measure=measure or remeasure), found, as_json)
+    if as_json:
+        print_json([{"check": c.name, "status": c.status, "found": c.found} for c in found])
+
+
+def _print_checks(checks, found: list, as_json: bool) -> None:
+    from trainteam.workflows.task_check import CheckFailed
+
     try:
-        for check in check_task(task, measure=measure):
+        for check in checks:
             found.append(check)
             if not as_json:
                 console.print(check.line(), highlight=False, markup=False)
@@ -34,8 +48,6 @@ def validate_command(
         if not as_json:
             console.print(f"✗ {failed.check}", highlight=False, markup=False)
         raise
-    if as_json:
-        print_json([{"check": c.name, "status": c.status, "found": c.found} for c in found])
 
 
 def register(app: typer.Typer) -> None:
