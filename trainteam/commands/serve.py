@@ -9,12 +9,15 @@ import typer
 from trainteam.commands.common import console, workspace
 from trainteam.core.errors import BadInput
 
+DEFAULT_MAX_NEW_TOKENS = 64  # a model registered outside a run (no answer length it was judged at)
+
 
 def serve(
     model: str = typer.Argument(..., help="model id, unique id prefix, name, or role:NAME"),
     port: int = typer.Option(8000, "--port", "-p", min=0, max=65535, help="port on 127.0.0.1 (0: any free port)"),
     backend: str = typer.Option("auto", "--backend", help="auto | transformers | vllm"),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="default when a request gives none"),
+    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", min=1, help="default when a request gives "
+                                              "none (default: the answer length the model was judged at, else 64)"),
 ) -> None:
     """Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."""
     from trainteam.trainers.registry import ModelRegistry
@@ -26,6 +29,7 @@ def serve(
     from trainteam.trainers.serving import ChatServer, serve_model
 
     api_key = os.environ.get("TRAINTEAM_SERVE_API_KEY") or None
+    max_new_tokens = max_new_tokens or int(rec.lineage.get("answer_tokens") or DEFAULT_MAX_NEW_TOKENS)
     server = serve_model(rec.path, rec.id, port=port, backend=backend, api_key=api_key,  # type: ignore[arg-type]
                          max_new_tokens=max_new_tokens)
     if isinstance(server, ChatServer):

@@ -32,7 +32,10 @@ def register_model(ctx: ToolContext) -> StepResult:
     record, node = register_and_record(
         ctx.ws, ckpt, stage=final["details"]["stage"], metrics=final["metrics"], name=ctx.task.name,
         run_id=ctx.run_id, checkpoint_node=final["nodes"]["checkpoint"],
-        lineage={"run": ctx.run_id, "task": ctx.task.name, "stages": ctx.task.stage_names()},
+        lineage={"run": ctx.run_id, "task": ctx.task.name, "stages": ctx.task.stage_names(),
+                 # the answer length it was judged at: `trainteam serve` answers with it by default
+                 **({"answer_tokens": final["details"]["generation"]["tokens"]}
+                    if (final.get("details") or {}).get("generation") else {})},
         step_node=ctx.step_node,
     )
     return StepResult(summary=f"registered model {record.id} ({record.stage})",
