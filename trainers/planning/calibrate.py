@@ -45,6 +45,7 @@ from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.load import (
     Load,
     cores_for,
+    credited,
     during,
     load_now,
     remember,
@@ -162,8 +163,11 @@ def fit(cal: Calibration, now: Load, threads: int | None) -> Calibration | None:
     if similar(ratio):
         return cal
     tps = cal.tokens_per_s * ratio
-    note = (f"scaled x{ratio:.2f} to the {now.describe()} now ({t_now} thread{'s' if t_now > 1 else ''} would get "
-            f"{cores_for(now, t_now):.2f} cores, it got {cal.load.share:.2f}): {tps:,.0f} tokens/s")
+    n = credited(cal.threads or cal.load.threads, t_now)
+    note = (f"scaled x{ratio:.2f} to the {now.describe()} now ({n} thread{'s' if n > 1 else ''} would get "
+            f"{cores_for(now, n):.2f} cores, it got {cal.load.share:.2f}"
+            + (f"; the run's other {t_now - n} not counted until measured" if t_now > n else "")
+            + f"): {tps:,.0f} tokens/s")
     return cal.model_copy(update={"tokens_per_s": tps, "step_s": cal.step_s / ratio,
                                   "measured_tokens_per_s": cal.tokens_per_s, "note": note})
 

@@ -14,7 +14,8 @@ seconds) with how many threads, and the 1-minute load average (for the person re
 Now is read the same way with a short probe (``load_now``): one thread spinning for half a
 second gets the share of a core the scheduler gives a newcomer, and the neighbours' use is read
 beside it. ``cores_for(load, threads)`` is what ``threads`` training threads would get under
-that load; a measurement is scaled by the ratio of the cores it would get now to the cores it got.
+that load; a measurement is scaled by the ratio of the cores it would get now to the cores it got,
+counting no more threads than it was measured with (``credited``).
 
 What is not scaled: a measurement with more than one thread taken beside busy neighbours. Torch's
 threads meet at a barrier after every op and one descheduled thread stalls them all (3-5x slower,
@@ -75,11 +76,20 @@ def threads_under(load: Load, fixed: int | None) -> int:
     return fixed or threads_for(load.neighbours, load.cores, current=load.cores)
 
 
+def credited(threads_then: int, threads_now: int) -> int:
+    """The threads a scaled estimate counts: no more than were measured. What a second thread adds to a
+    model is not known until it is measured (1.9x for the library notes' small models; for SmolLM2-135M
+    with LoRA, issue 31's idle 160 tokens/s is what one thread's core makes here), so an estimate never
+    counts on it; the run's own first steps measure it (``planning.pace``)."""
+    return min(threads_now, threads_then)
+
+
 def speed_ratio(then: Load, threads_then: int, now: Load, threads_now: int) -> float:
-    """How much faster a process trains now than it did when ``then`` was measured (<1: slower):
-    the cores it would get over the cores it got, each at its thread count's parallel efficiency."""
+    """How much faster a process trains now than it did when ``then`` was measured (<1: slower): the cores
+    its credited threads would get over the cores it got, each at its thread count's parallel efficiency."""
     before = then.share * _efficiency(threads_then)
-    after = cores_for(now, threads_now) * _efficiency(threads_now)
+    n = credited(threads_then, threads_now)
+    after = cores_for(now, n) * _efficiency(n)
     return after / max(before, 1e-6)
 
 
