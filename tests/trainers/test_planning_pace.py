@@ -65,3 +65,15 @@ def test_a_pace_the_budget_cannot_hold_says_where_the_ceiling_stops_it(cache):
     assert reading.ceiling_step in (24, 25)  # 10 s left at 0.5 s a step, from step 5
     assert reading.line().endswith(f"the budget's ceiling stops training near step {reading.ceiling_step} with a "
                                    "checkpoint saved, and a person decides whether it goes on")
+
+
+def test_a_dpo_run_reports_its_pace_but_does_not_stand_in_for_a_calibration(cache):
+    dpo = CFG.model_copy(update={"method": "dpo"})
+    key = shape_key(SHAPE.signature(), dpo, 320, device="cpu")
+    stored = Calibration(tokens_per_s=38.0, step_s=256 / 38, tokens_per_step=256, steps=1, threads=1, device="cpu",
+                         model="random init", measured_at="2026-12-04T13:28:03+00:00", load=BUSY)
+    _store(key, stored)
+    reading = pace.read_pace(*_run_to_step_5(), dpo, SHAPE, "cpu", threads=1)
+    assert reading.off_by == pytest.approx(640 / 38) and not reading.stored and cached(key) == stored
+    grpo = pace.read_pace(*_run_to_step_5(), CFG.model_copy(update={"method": "grpo"}), SHAPE, "cpu", threads=1)
+    assert grpo.expected_tokens_per_s is None and "planner's estimate" not in grpo.line()

@@ -10,9 +10,11 @@ left out) ``PaceCheck`` knows the step time, the tokens per step and the load it
 
 The line goes to the run's output (``console_lines.say``) and the run history (``pace`` event), and
 the numbers into the stage's telemetry (``pace_*``: the run's metrics and report). Where the stored
-calibration was off by more than ``OFF_BY`` for the load the run met, the run's own pace replaces it
-(``calibrate.store_run``): the next plan of this model on this machine reads what the run met. A run
-with no stored calibration (the FLOP guess) stores nothing: ``trainteam validate`` measures.
+calibration was off by more than ``OFF_BY`` for the load the run met, a pretrain or SFT run's own pace
+replaces it (``calibrate.store_run``): the next plan of this model on this machine reads what the run
+met. A run with no stored calibration (the FLOP guess) stores nothing: ``trainteam validate`` measures.
+A DPO run's pace is reported, not stored (its steps also run the reference model); GRPO's is not compared
+(its time is generation, which no plan estimates).
 
 Re-planning does not stop anything: if the steps left do not fit the time left, the line says where
 the run's budget ceiling (``trainers.budget``) will stop it; that ceiling is what stops it, with a
@@ -39,6 +41,9 @@ from trainteam.trainers.threads import cpu_sample
 SKIPPED = 1  # the first step of a train() call: optimizer state, lazy set-up
 TIMED = 4  # steps timed after it
 OFF_BY = 1.5  # a pace this far from the estimate (either way) replaces a stored calibration
+# A calibration times plain training steps; a DPO step also runs the reference model, a GRPO step generates:
+# their pace is reported against the estimate, but only these methods' pace stands in for a calibration.
+STORED_METHODS = ("pretrain", "sft")
 
 
 class PaceReading(BaseModel):
@@ -120,10 +125,11 @@ def read_pace(start: dict, state, cfg: TrainConfig, shape: ModelShape | None, de
     reading = PaceReading(first_step=start["step"] + 1, steps=steps, step_s=step_s,
                           tokens_per_s=tokens / max(start["step_time"], 1e-9), micro_batch_tokens=micro, load=load,
                           threads=threads, steps_left=left, minutes_left=left * step_s / 60)
-    if shape is not None and tokens > 0:
+    if shape is not None and tokens > 0 and cfg.method != "grpo":  # GRPO's time is generation: no estimate of it
         tps, note, key, stored = expected_pace(shape, cfg, micro, device, load, threads)
         reading.expected_tokens_per_s, reading.expected_note = tps, note
-        if stored is not None and reading.off_by is not None and _off(reading.off_by) and device == "cpu":
+        if (stored is not None and reading.off_by is not None and _off(reading.off_by) and device == "cpu"
+                and cfg.method in STORED_METHODS):
             _replace(key, stored, reading)
             reading.stored = True
     ceiling = budget.current()
