@@ -12,6 +12,7 @@ from typing import Any
 
 from trainteam.core.errors import NotFound
 from trainteam.core.ids import MIN_PREFIX, check_ref, check_run_id
+from trainteam.workflows.readonly import summarize_attempts
 
 ACTIVE = ("pending", "running", "waiting_approval")
 SHORT_ID = 8  # hex digits of an approval's short id: unique among millions, shorter than any run id
@@ -36,13 +37,14 @@ def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
         raise NotFound(f"run {run_id!r} not found (see `trainteam runs list`)")
     view = _summary(row, runs)
     view["task"] = row["task"]
-    view["steps"] = runs.steps_summary(run_id)
+    attempts = runs.attempts(run_id)  # read once: the steps and the searches
+    view["steps"] = summarize_attempts(attempts)
     view["approvals"] = [
         {"id": a["id"], "step": a["step"], "action": a["action"], "status": a["status"],
          "decided_by": a["decided_by"]}
         for a in approvals.list(run_id=run_id)
     ]
-    view["search"] = run_searches(runs, run_id)
+    view["search"] = searches_in(attempts)
     return view
 
 
@@ -67,10 +69,15 @@ def search_public(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_searches(runs, run_id: str) -> dict[str, dict[str, Any]]:
+    """Stage -> its recipe search (``search_public``), from the run's finished steps (``searches_in``)."""
+    return searches_in(runs.attempts(run_id))
+
+
+def searches_in(attempts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Stage -> its recipe search (``search_public``), from the finished steps' outputs (``details.search``);
     a later visit's (a retry reads the same search back) replaces an earlier one's."""
     out: dict[str, dict[str, Any]] = {}
-    for a in runs.attempts(run_id):
+    for a in attempts:
         output = a.get("output") if isinstance(a.get("output"), dict) else {}
         for stage, report in ((output.get("details") or {}).get("search") or {}).items():
             if isinstance(report, dict):
