@@ -143,6 +143,13 @@ def test_the_gates_metric_ranks_when_it_separates_the_probes_and_loss_breaks_its
     assert best_trial(_report(close, objective="exact_match", validation_rows=128)) == 0
     wide = [_p(0, 1e-4, 0.70, 0.10), _p(1, 1e-3, 0.80, 0.19)]
     assert best_trial(_report(wide, objective="exact_match", validation_rows=128)) == 1
+    # two rows of 21 apart is the band, and counts (the gate's own convention: a gain of a band passes); one does not
+    edge = [_p(0, 1e-3, 0.03, 18 / 21), _p(1, 3e-3, 0.10, 20 / 21)]
+    order, comparison = rank(_report(edge, **em | {"validation_rows": 21}), edge, 9)
+    assert comparison.ranked_by == "exact_match" and order[0].trial == 1
+    one = [_p(0, 1e-3, 0.03, 19 / 21), _p(1, 3e-3, 0.10, 20 / 21)]
+    order, comparison = rank(_report(one, **em | {"validation_rows": 21}), one, 9)
+    assert comparison.ranked_by == "heldout_loss" and order[0].trial == 0
 
 
 def _fake_training(curve, calls):
