@@ -8,6 +8,11 @@ longest answer as the model would write it, with the task's tokenizer and prompt
 template's end-of-turn included), plus a margin for tokens that merge differently when generated.
 A task may set the length (``eval.max_new_tokens``); a set length shorter than some reference
 answer could never score that row right, so it is refused with the row named.
+
+``reference_match`` tests the instrument itself: each reference answer written exactly as a model would
+write it (its tokens, cut at the length, decoded as a generation is) goes through the task's answer check.
+A check that cannot score its own references right (a length too short, an answer rule that never
+matches, a decoding that drops part of the answer) is blind, whatever any model does.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Sequence
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
+from trainteam.curation.answers import AnswerSpec
 from trainteam.curation.formats import example, example_ids, prompt_format, row_kind
 
 MAX_NEW_TOKENS = 4096  # per generated answer: beyond it a greedy eval is hours on a CPU
@@ -85,3 +91,22 @@ def size_generation(tokenizer, rows: Sequence[dict], *, set_value: int | None = 
         return GenerationBudget(tokens=DEFAULT_NEW_TOKENS, sized=True)
     return GenerationBudget(tokens=min(MAX_NEW_TOKENS, longest + margin(longest)), longest_answer=longest, row=row,
                             sized=True)
+
+
+def reference_match(tokenizer, rows: Sequence[dict], answer: AnswerSpec, max_new_tokens: int) -> tuple[float, list[str]]:
+    """(the share of answer rows whose reference, written as the model would write it and cut at
+    ``max_new_tokens``, the answer check scores right; up to 3 references it does not, as decoded)."""
+    fmt = prompt_format(tokenizer)
+    right, total, misses = 0, 0, []
+    for rec in rows:
+        if row_kind(rec) not in ("pair", "chat"):
+            continue
+        prompt, full = example_ids(tokenizer, rec, fmt)
+        n = answer_tokens(tokenizer, rec, fmt)  # the answer's tokens and the token generation stops at
+        written = list(full[len(prompt): len(prompt) + n - 1])[:max_new_tokens]
+        text = tokenizer.decode(written, skip_special_tokens=True).strip()
+        ok = n <= max_new_tokens and answer.is_correct(text, example(rec)[1])
+        right, total = right + ok, total + 1
+        if not ok and len(misses) < 3:
+            misses.append(text)
+    return (right / total if total else 1.0), misses

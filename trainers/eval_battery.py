@@ -29,6 +29,7 @@ from trainteam.curation.answers import NUMERIC, AnswerSpec
 from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
 from trainteam.curation.formats import Prompt, example, example_ids, prompt_format, prompt_ids, query, row_kind
 from trainteam.trainers import budget
+from trainteam.trainers.answer_length import MAX_NEW_TOKENS, reference_match
 from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
 from trainteam.trainers.models import load_model
 from trainteam.trainers.results import EvalResult
@@ -36,7 +37,6 @@ from trainteam.trainers.step_lines import RowLines
 from trainteam.trainers.tokenizer import load_tokenizer
 
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
-MAX_NEW_TOKENS = 4096  # per generated answer: beyond it a greedy eval is hours on a CPU
 Metric = Literal["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition", "lm_eval"]
 
 # Training methods and curriculum stage names map onto the four stage kinds.
@@ -94,7 +94,9 @@ class BatteryResult(BaseModel):
     stage: str
     kind: StageKind
     metrics: dict[str, float] = Field(description="flat: heldout_loss, perplexity, exact_match, format_adherence, "
-                                                  "determinism, repetition_rate, lm_eval/<task>/<metric>")
+                                                  "determinism, repetition_rate, reference_match (the share "
+                                                  "of references the answer check scores right when written "
+                                                  "exactly: below 1, the check is blind), lm_eval/<task>/<metric>")
     n_eval: int
     details: dict[str, Any] = Field(default_factory=dict)
     decontamination: dict[str, Any] | None = None
@@ -333,6 +335,9 @@ def run_battery(
                          answer=answer)
         metrics["exact_match"] = em.accuracy
         details["exact_match"] = {"n": em.n, "correct": em.correct, "samples": em.samples[:10]}
+    if {"exact_match", "format_adherence"} & set(spec.metrics):  # can the check see a right answer at all?
+        metrics["reference_match"], details["reference_misses"] = reference_match(tokenizer, records, answer,
+                                                                                  spec.max_new_tokens)
     reliability = {"format_adherence", "determinism", "repetition"} & set(spec.metrics)
     if reliability:
         prompts = [query(r) for r in records[: spec.reliability_limit]]

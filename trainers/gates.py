@@ -26,7 +26,7 @@ LOWER_IS_BETTER = ("loss", "perplexity", "ppl", "repetition", "error", "latency"
 # hours of training. lm-eval-harness results are ``lm_eval/<task>/<metric>`` (any finite bound).
 METRIC_RANGES: dict[str, tuple[float, float | None]] = {
     "exact_match": (0.0, 1.0), "format_adherence": (0.0, 1.0), "determinism": (0.0, 1.0),
-    "repetition_rate": (0.0, 1.0), "heldout_loss": (0.0, None), "perplexity": (1.0, None),
+    "repetition_rate": (0.0, 1.0), "heldout_loss": (0.0, None), "perplexity": (1.0, None), "reference_match": (0.0, 1.0),
 }
 
 
@@ -77,7 +77,7 @@ class GateRule(BaseModel):
 
 class GateCheck(BaseModel):
     metric: str
-    kind: Literal["min", "max", "regression", "measurement"]
+    kind: Literal["min", "max", "regression", "measurement", "unchanged"]
     value: float | None
     threshold: float
     previous: float | None = None

@@ -11,9 +11,10 @@ the stage before it, or a random init's known loss), with a default when the tas
 (``default_rules``): a training stage must beat its input beyond noise on the held-out metric — exact
 match where answers are checked (post-training), held-out loss otherwise (pre-training kinds, text
 rows) — and an align stage must not fall below it; format adherence may never fall beyond noise. And a
-checked answer metric that reads the same for the input and the trained model (0 and 0, say) while the
-held-out loss fell is a measurement failure (``measurement_checks``): the gate fails with that reason,
-the judge's diagnosis says ``measurement`` and plans no retrain, and the run stops or asks a person.
+checked answer metric never passes on nothing (``measurement_checks``): an answer check that cannot score
+its own references right is a measurement failure (the judge's diagnosis says ``measurement``, plans no
+retrain, and the run stops or asks a person), and one that reads the same for the input and the trained
+model (0 and 0, say) while the held-out loss fell fails the gate too, for the judge to diagnose.
 
 Noise: on a rate measured on n rows, two binomial standard errors of the input's rate and at least two
 rows' worth (2/n): 60 held-out rows at 1.7 % right → 0.05; on held-out loss 1 % of the input's.
@@ -96,24 +97,36 @@ def default_rules(kind: str, method: str, metrics: Mapping[str, float], before: 
     return rules
 
 
+BLIND_BELOW = 0.95  # reference_match under this: the answer check misses its own references
+
+
 def measurement_checks(metrics: Mapping[str, float], before: StageInput, checked: set[str]) -> list[GateCheck]:
-    """A failing check for each checked answer metric that read the same for the input and the trained model
-    (below the top) while the held-out loss fell beyond noise: the metric does not see what training changed."""
+    """Failing checks for the checked answer metrics that cannot judge this stage:
+
+    - ``measurement``: the answer check is blind — it scores fewer than ``BLIND_BELOW`` of the held-out
+      references right when they are written exactly as a model would write them (``reference_match``: an
+      answer cut short, a rule that never matches); no model's score on it means anything;
+    - ``unchanged``: the metric reads the same for the input and the trained model (below the top) while the
+      held-out loss fell beyond noise (format adherence: 0 for both). The check can see a right answer, so the
+      model has not learnt to give one yet: the gate cannot pass on it, and the judge's diagnosis says why."""
+    answer_metrics = [m for m in ANSWER_METRICS if m in checked and m in metrics]
+    seen = metrics.get("reference_match")
+    if answer_metrics and seen is not None and seen < BLIND_BELOW:
+        return [GateCheck(metric=m, kind="measurement", value=metrics[m], threshold=BLIND_BELOW, passed=False,
+                          reason=f"measurement failure: the answer check scores only {seen:.0%} of the held-out "
+                                 f"references right when a model writes them exactly: {m} cannot see a right answer "
+                                 "(answers cut short? an answer rule that never matches?)") for m in answer_metrics]
     loss, was = metrics.get("heldout_loss"), before.metrics.get("heldout_loss")
     if loss is None or was is None or not loss < was - loss_band(was):
         return []
     out = []
-    for metric in ANSWER_METRICS:
-        if metric not in checked or not _measured(metric, metrics, before):
-            continue
-        value, prev = metrics[metric], before.metrics[metric]
-        if value == prev and value < 1.0:
-            out.append(GateCheck(metric=metric, kind="measurement", value=value, threshold=prev, previous=prev,
-                                 passed=False,
-                                 reason=f"measurement failure: {metric} reads {value:.3g} for {before.name} and for "
-                                        f"the trained model while held-out loss fell {was:.3g} -> {loss:.3g}: the "
-                                        f"metric does not see what training changed (answers cut short? a wrong "
-                                        f"answer rule?)"))
+    for m in answer_metrics:
+        value, prev = metrics[m], before.metrics.get(m)
+        if prev is not None and value == prev and (value == 0.0 if m == "format_adherence" else value < 1.0):
+            out.append(GateCheck(metric=m, kind="unchanged", value=value, threshold=prev, previous=prev, passed=False,
+                                 reason=f"{m} reads {value:.3g} for {before.name} and for the trained model while "
+                                        f"held-out loss fell {was:.3g} -> {loss:.3g}: no evidence the model answers "
+                                        f"better (the check scores its references right, so it has not learnt to)"))
     return out
 
 

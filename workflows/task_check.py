@@ -161,8 +161,9 @@ def recipe_check(task: TrainTask, stage: str) -> Check | None:
     if searched:
         share = task.search.budget_fraction * task.budget.allowed_s() / 60 / max(1, len(task.search.stages or {}))
         return Check(f"recipe ({stage})", "ok", f"{', '.join(searched)} not given: the training engineer searches "
-                     f"them ({task.search.trials} learning rates, probes of at most {share:.1f} min); the plan's "
-                     "steps above are placeholders")
+                     f"them ({task.search.trials} learning rates, probes of at most {share:.1f} min), then sets the "
+                     "stage's length from the pace the probes measure and the time left; the plan's steps above "
+                     "are the estimate before that")
     if stage in task.search.align_lr:
         return Check(f"recipe ({stage})", "ok", f"learning_rate not given: {task.search.align_lr[stage]:g}, "
                      f"the default for {task.train_config(stage).method}")

@@ -114,7 +114,8 @@ NUMERIC = {  # field: the bad values to try (YAML scalars, written verbatim)
     "training.pretrain.threads": ["0", "1.0e+18"],
     "threads": ["0", "-4", "1.0e+18"],
     "final_tolerance": ["-1", ".nan", ".inf"],
-    "gates.pretrain.min": [".nan", ".inf", "2", "-1"],
+    "gates.pretrain.min": [".nan", ".inf", "-1"],  # TINY_TASK gates pretrain on heldout_loss, in [0, inf)
+    "gates.pretrain.max": [".nan", "-1"],
     "gates.pretrain.max_regression": ["-1", ".nan"],
 }
 
@@ -204,6 +205,7 @@ def late_cases() -> list[Case]:
         _task_case("late", "gate on an unmeasured lm_eval name", "metric", task_yaml(
             **{"gates.pretrain": {"metric": "lm_eval_acc", "min": 0.5}})),
         _task_case("late", "gate without a test", "gate", task_yaml(**{"gates.pretrain": {"metric": "exact_match"}})),
+        _task_case("late", "exact match of 2", "min", task_yaml(**{"gates.pretrain": {"metric": "exact_match", "min": 2}})),
         _task_case("late", "tracker wandb", "tracker", task_yaml(**{"training.pretrain.tracker": "wandb"})),
         _task_case("late", "tracker unknown", "tracker", task_yaml(**{"training.pretrain.tracker": "comet"})),
         _task_case("late", "training output_dir", "output_dir", task_yaml(**{"training.pretrain.output_dir": "/tmp/x"})),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from spine_helpers import TINY_TASK, cli, run_view, write_task
 
@@ -24,18 +25,26 @@ def _outputs(ws, run_id: str) -> dict[str, dict]:
     return {a["step"]: a["output"] for a in RunStore(Workspace.open(ws).engine).attempts(run_id) if a["output"]}
 
 
-def test_an_answer_metric_blind_to_training_stops_the_run_before_registration(tmp_path, ws):
-    # the user's own rule: exact match must not regress; 0 -> 0 while the loss fell is no evidence of anything
-    task = write_task(tmp_path, stages=["pretrain", "sft"], training=TWO_STAGES,
+@pytest.mark.parametrize("answer,why,diagnosis", [
+    # an answer rule that never matches: the check cannot score even the references (a blind instrument)
+    ({"kind": "regex", "pattern": "\\d{5}", "full_match": True}, "measurement failure: the answer check scores only 0%",
+     "measurement"),
+    # the check sees right answers; exact match 0 -> 0 while the loss fell is no evidence of anything
+    (None, "exact_match reads 0 for pretrain and for the trained model while held-out loss fell", None),
+], ids=["blind-check", "unchanged"])
+def test_an_answer_metric_that_saw_nothing_stops_the_run_before_registration(tmp_path, ws, answer, why, diagnosis):
+    # the user's own rule: exact match must not regress (it passed on "0 -> 0" and the model was registered)
+    task = write_task(tmp_path, stages=["pretrain", "sft"], training=TWO_STAGES, **({"answer": answer} if answer else {}),
                       gates={"pretrain": {"metric": "heldout_loss", "max": 50.0},
                              "sft": {"metric": "exact_match", "max_regression": 0.0}})
     proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "blind", "--yes", "-q")
     assert proc.returncode == 1, proc.stderr[-2000:]
     view = run_view(ws, "blind")
-    assert view["status"] == "failed" and "measurement failure: exact_match reads 0" in view["error"]
+    assert view["status"] == "failed" and why in view["error"], view["error"]
     gate = _outputs(ws, "blind")["gate"]
-    assert gate["outcome"] == "failed" and gate["details"]["diagnosis"]["kind"] == "measurement"
-    assert gate["details"]["diagnosis"]["plan"]["action"] == "stop"
+    assert gate["outcome"] == "failed" and "exact_match did not regress" in gate["details"]["reasons"][0]
+    if diagnosis:
+        assert gate["details"]["diagnosis"]["kind"] == diagnosis and gate["details"]["diagnosis"]["plan"]["action"] == "stop"
     assert [s["name"] for s in view["steps"]][-1] == "gate"  # no merge, no final eval, no registration
     models = cli(ws, "models", "list", "--json", check=True)
     assert json.loads(models.stdout) == []

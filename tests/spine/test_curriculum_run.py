@@ -114,8 +114,9 @@ def test_the_report_shows_metrics_per_stage(run):
     ws_path, view, _ = run
     files = json.loads(cli(ws_path, "runs", "report", "c1", "--json", check=True).stdout)
     evals = json.loads(Path(files["data"]["evals"]).read_text())
-    assert evals["heldout_loss"]["stages"] == ORDER + ["final"]
-    assert evals["heldout_loss"]["values"][1] == pytest.approx(view["metrics"]["train.mid_train.heldout_loss"])
+    # what the first stage started from (a random init's reference loss) beside every stage's score
+    assert evals["heldout_loss"]["stages"] == ["random init (reference)"] + ORDER + ["final"]
+    assert evals["heldout_loss"]["values"][2] == pytest.approx(view["metrics"]["train.mid_train.heldout_loss"])
     assert evals["heldout_loss"]["thresholds"] == {"mid_train": {"max": 4.0}}
     md = Path(files["markdown"]).read_text()
     assert "| long_context | long_context | pretrain | task data | 256 | 20 |" in md
@@ -135,7 +136,8 @@ def _strict_task(tmp_path, **changes) -> Path:
         {"name": "mid_train", "data": {"demo": "subtraction", "n_train": 200, "n_eval": 16, "max_operand": 20},
          "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
          "gates": [{"metric": "heldout_loss", "max": 0.01}]},
-        {"name": "sft", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32}},
+        {"name": "sft", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
+         "gates": [{"metric": "heldout_loss", "max": 50.0}]},
     ]
     task = tmp_path / "strict.yaml"
     task.write_text(yaml.safe_dump({**body, **changes}))

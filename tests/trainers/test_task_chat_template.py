@@ -66,7 +66,7 @@ def run(chatml_model, tmp_path_factory) -> tuple[Path, dict]:
             "data": {"path": "train.jsonl", "eval_path": "heldout.jsonl"}, "stages": ["sft"],
             "training": {"sft": {"max_steps": 4, "per_device_train_batch_size": 4, "learning_rate": 1e-3,
                                  "max_length": 512}},
-            "gates": {"sft": {"metric": "heldout_loss", "max": 50.0}}, "eval": {"max_new_tokens": 4},
+            "gates": {"sft": {"metric": "heldout_loss", "max": 50.0}}, "eval": {"max_new_tokens": 6},
             "curation": {"near_dedup": None}, "budget": {"max_wall_minutes": 10}, "require_approval": []}
     (tmp / "task.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
     checked = subprocess.run(CLI + ["validate", "task.yaml"], cwd=tmp, env=ENV, capture_output=True, text=True,
