@@ -314,10 +314,14 @@ def _ask_until_answered(run_id: str, current: str, visit: int, spec_data: dict, 
     """While the step needs a person, ask and re-run it as the decision says. Returns (its last
     output, the seconds of budget granted meanwhile, the run's error if a person said no)."""
     task = TrainTask.model_validate(task_data)
-    granted, rounds = 0.0, 0
+    granted, rounds, cut_at = 0.0, 0, []
     while out.get("needs"):
         rounds += 1
         needs = NeedsPerson.model_validate(out["needs"])
+        extension = task.budget.extension_s()
+        if needs.resume.kind == "extend_budget":
+            extension = _extension(task, needs, cut_at)
+            needs = needs.model_copy(update={"proposed": {**needs.proposed, "extra_minutes": round(extension / 60, 2)}})
         d = _ask(run_id, current, visit, needs, wait_s, rounds, summary=out["summary"])
         approved = d["status"] == "approved"
         decision = None
@@ -326,7 +330,7 @@ def _ask_until_answered(run_id: str, current: str, visit: int, spec_data: dict, 
         elif not approved:
             return out, granted, f"{out['summary']}; {needs.refused} {_decided(d)}"
         else:
-            granted += task.budget.extension_s() if needs.resume.kind == "extend_budget" else 0.0
+            granted += extension if needs.resume.kind == "extend_budget" else 0.0
             decided = decided.after(needs, d)
         out = DBOS.run_step({"name": f"{current}#{visit}.{RERUN_NAMES[needs.resume.kind]}{rounds}"}, _execute_step,
                             run_id, current, visit, spec_data, task_data, dict(outputs),
@@ -334,6 +338,16 @@ def _ask_until_answered(run_id: str, current: str, visit: int, spec_data: dict, 
         if decision is not None and not approved:
             return out, granted, f"{needs.action} at {current} was {_decided(d)}"
     return out, granted, None
+
+
+def _extension(task: TrainTask, needs: NeedsPerson, cut_at: list[str]) -> float:
+    """Seconds to ask for at a budget ceiling: the task's extension; doubled each time the same step is cut
+    again at the same evaluation or generation, which starts over from its first row (training resumes
+    from its checkpoint and keeps its steps), so a run approved with ``--yes`` cannot ask forever."""
+    where = str(needs.evidence.get("where", ""))
+    again = 0 if where.startswith("training") else cut_at.count(where)
+    cut_at.append(where)
+    return task.budget.extension_s() * 2 ** again
 
 
 def _stop(run_id: str, status: str, error: str) -> None:

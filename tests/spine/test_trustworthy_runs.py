@@ -268,3 +268,19 @@ def test_failed_and_rejected_runs_end_in_error_cancelled_in_cancelled_completed_
         "f1": "failed", "ok1": "completed", "r1": "failed", "c1": "cancelled"}
     shown = cli(ws, "runs", "show", "r1", check=True).stdout
     assert "failed" in shown and "rejected by eve" in shown
+
+
+def test_an_evaluation_cut_at_the_ceiling_again_asks_for_twice_the_time():
+    """An evaluation starts over from its first row after an extension; training resumes from its checkpoint.
+    Asking for the same extension each time could loop forever under --yes (seen with a 5-minute budget on a
+    busy machine: eight extensions, the evaluation regenerated each time)."""
+    from trainteam.agents.toolbox import budget_overrun
+    from trainteam.workflows.engine import _extension
+    from trainteam.workflows.task import TrainTask
+
+    task = TrainTask.model_validate({**TINY_TASK, "budget": {"max_wall_minutes": 5, "extension_minutes": 1}})
+    evaluation = budget_overrun("evaluate", 1.0, 5.0, {}, {"where": "evaluation (exact match)"})
+    training = budget_overrun("train", 1.0, 5.0, {}, {"where": "training pretrain"})
+    cut: list[str] = []
+    assert [_extension(task, evaluation, cut) for _ in range(3)] == [60.0, 120.0, 240.0]
+    assert [_extension(task, training, cut) for _ in range(2)] == [60.0, 60.0]  # its steps are kept: no growth
