@@ -186,7 +186,7 @@ class _Session:
         self.ctx, self.tool = ctx, tool
         self.card = load_card(ctx.persona)
         ensure_step_node(ctx)  # the engine makes it; a persona run outside the engine needs it too
-        self.segment = segment or transcripts.choose_segment(ctx.ws, ctx.run_id, ctx.step, ctx.visit)
+        self.segment = segment or transcripts.choose_segment(ctx.ws, ctx.run_id, ctx.step, ctx.visit, ctx.execution)
         self.choice, bound_id, style = None, None, "full"
         if model is not None:
             self.model, self.model_desc = model, f"given:{getattr(model, 'model_name', type(model).__name__)}"
@@ -210,6 +210,7 @@ class _Session:
                                  capabilities=capabilities)
         self.record: dict[str, Any] = {
             "run_id": ctx.run_id, "step": ctx.step, "visit": ctx.visit, "segment": self.segment,
+            "execution": ctx.execution,
             "persona": self.card.name, "tool": tool, "model": self.model_desc, "instructions": self.instructions,
             "prompt": briefing.step_prompt(ctx, tool), "skills": briefing.loaded_skills(ctx, self.card),
             "tools": self.allowed, "prompt_style": style,

@@ -125,6 +125,8 @@ class ToolContext:
     progress: bool = True
     spent_s: float | None = None  # wall seconds the run's steps took so far (the engine measures it)
     allowed_s: float | None = None  # what the run may spend in all: the budget plus extensions a person granted
+    execution: str = ""  # the engine's name for this execution of the step (its DBOS step): a re-run after a
+    # crash has the same name, so its agent run keeps the transcript segment (and graph facts) it began
 
     @property
     def graph(self):

@@ -34,8 +34,11 @@ def run_dir(ws, run_id: str) -> Path:
     return ws.dir("transcripts") / check_run_id(run_id)
 
 
-def choose_segment(ws, run_id: str, step: str, visit: int) -> str:
-    """``step#visit``, or the next free ``step#visit.k`` when an earlier agent run of it finished."""
+def choose_segment(ws, run_id: str, step: str, visit: int, execution: str = "") -> str:
+    """``step#visit``, or the next free ``step#visit.k`` when an earlier agent run of it finished. The
+    segment an agent run of the same engine ``execution`` wrote is reused: a process killed after the
+    transcript was written and before the step was recorded finished runs the same execution again, and
+    must record the same facts, not a second set."""
     base = f"{step}#{visit}"
     folder = run_dir(ws, run_id)
     k = 1
@@ -45,10 +48,11 @@ def choose_segment(ws, run_id: str, step: str, visit: int) -> str:
         if not path.exists():
             return name
         try:
-            if json.loads(path.read_text()).get("status") == "needs_approval":
-                return name  # the same agent run, resumed
+            earlier = json.loads(path.read_text())
         except ValueError:
             return name  # a torn write from a killed process: replace it
+        if earlier.get("status") == "needs_approval" or (execution and earlier.get("execution") == execution):
+            return name  # the same agent run, resumed or run again after a crash
         k += 1
 
 

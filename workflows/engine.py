@@ -160,7 +160,7 @@ def _spent(run_id: str, cost_per_hour: float) -> dict[str, float]:
 
 def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data: dict,
                   outputs: dict[str, dict], decided: dict[str, Any], decision: dict | None = None,
-                  allowed_s: float | None = None) -> dict[str, Any]:
+                  allowed_s: float | None = None, execution: str = "") -> dict[str, Any]:
     """One step, run by its persona's Agent. ``decided``: the StepInputs people's decisions set
     for this visit. ``decision`` continues a persona run that stopped on a gated tool call, with
     the person's decision read from the queue. ``allowed_s``: what the run may spend in all; the
@@ -186,7 +186,8 @@ def _execute_step(run_id: str, name: str, visit: int, spec_data: dict, task_data
     allowed_s = task.budget.allowed_s() if allowed_s is None else allowed_s
     ctx = ToolContext(ws=ws, run_id=run_id, step=name, visit=visit, persona=step.persona, task=task,
                       outputs=outputs, inputs=dict(step.inputs), decided=StepInputs.model_validate(decided),
-                      toolbox=STEPS, progress=_Process.progress, spent_s=spent_s, allowed_s=allowed_s)
+                      toolbox=STEPS, progress=_Process.progress, spent_s=spent_s, allowed_s=allowed_s,
+                      execution=execution or f"{name}#{visit}")
     try:
         result = _run_persona(ctx, step.tool, decision)
     except Exception as exc:  # the run fails with the reason; the traceback stays in the log
@@ -247,9 +248,10 @@ def _step_done(runs: RunStore, attempt: int, run_id: str, name: str, result: Ste
 def _open_approval(run_id: str, name: str, visit: int, action: str, proposed: dict, evidence: dict,
                    requested_by: str) -> dict[str, Any]:
     ws = _Process.ws
+    # The run waits before its approval is listed, so a person who finds the approval finds the run waiting.
+    RunStore(ws.engine).set_status(run_id, "waiting_approval", current_step=name)
     row = approvals.request(ws, run_id=run_id, step=name, visit=visit, action=action, proposed=proposed,
                             evidence=evidence, requested_by=requested_by)
-    RunStore(ws.engine).set_status(run_id, "waiting_approval", current_step=name)
     _say(f"[yellow]⏸ {name}: waiting for a person to approve {action}[/yellow] — the evidence: "
          f"`trainteam approvals show {short_id(row['id'])}`, then `approve` or `reject` it")
     return {"id": row["id"], "status": row["status"]}
@@ -332,9 +334,9 @@ def _ask_until_answered(run_id: str, current: str, visit: int, spec_data: dict, 
         else:
             granted += extension if needs.resume.kind == "extend_budget" else 0.0
             decided = decided.after(needs, d)
-        out = DBOS.run_step({"name": f"{current}#{visit}.{RERUN_NAMES[needs.resume.kind]}{rounds}"}, _execute_step,
-                            run_id, current, visit, spec_data, task_data, dict(outputs),
-                            decided.model_dump(mode="json"), decision, allowed_s + granted)
+        execution = f"{current}#{visit}.{RERUN_NAMES[needs.resume.kind]}{rounds}"
+        out = DBOS.run_step({"name": execution}, _execute_step, run_id, current, visit, spec_data, task_data,
+                            dict(outputs), decided.model_dump(mode="json"), decision, allowed_s + granted, execution)
         if decision is not None and not approved:
             return out, granted, f"{needs.action} at {current} was {_decided(d)}"
     return out, granted, None
@@ -401,7 +403,8 @@ def _accept_failed_gate(run_id: str, current: str, visit: int, step, spec: Workf
         return out
     decided = StepInputs().after(needs, d)
     return DBOS.run_step({"name": f"{current}#{visit}.accepted"}, _execute_step, run_id, current, visit,
-                         spec_data, task_data, dict(outputs), decided.model_dump(mode="json"), None, allowed_s)
+                         spec_data, task_data, dict(outputs), decided.model_dump(mode="json"), None, allowed_s,
+                         f"{current}#{visit}.accepted")
 
 
 def _allowed_loops(spec: WorkflowSpec, task: TrainTask, loops: dict[str, int]) -> dict[str, int]:

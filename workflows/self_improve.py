@@ -149,18 +149,22 @@ def training_precision(asked: str) -> str:
 def sft_task(opts: SelfImproveOptions, data: DataSplit, name: str = "self-improve") -> dict[str, Any]:
     """The ``train_model`` task: LoRA SFT of ``opts.model`` on the training rows, loss on the assistant
     turns, each pair cut to ``max_length`` from its start (TRL's ``keep_end``: the call stays)."""
+    training = {"max_steps": opts.steps, "per_device_train_batch_size": 1,
+                "gradient_accumulation_steps": opts.grad_accum, "learning_rate": opts.learning_rate,
+                "max_length": opts.max_length, "use_peft": True, "lora_r": opts.lora_r,
+                "lora_alpha": 2 * opts.lora_r, "logging_steps": 1, "warmup_ratio": 0.1,
+                "gradient_checkpointing": opts.gradient_checkpointing,
+                "precision": training_precision(opts.precision),
+                "trl": {"truncation_mode": "keep_end", "pad_to_multiple_of": PAD_TO}}
     return {
         "name": name, "model": {"path": str(opts.model), "chat_template": opts.chat_template},
-        "data": {"path": str(data.train), "eval_path": str(data.eval)}, "stages": ["sft"],
-        "training": {"sft": {"max_steps": opts.steps, "per_device_train_batch_size": 1,
-                             "gradient_accumulation_steps": opts.grad_accum, "learning_rate": opts.learning_rate,
-                             "max_length": opts.max_length, "use_peft": True, "lora_r": opts.lora_r,
-                             "lora_alpha": 2 * opts.lora_r, "logging_steps": 1, "warmup_ratio": 0.1,
-                             "gradient_checkpointing": opts.gradient_checkpointing,
-                             "precision": training_precision(opts.precision),
-                             "trl": {"truncation_mode": "keep_end", "pad_to_multiple_of": PAD_TO}}},
-        "gates": {"sft": {"metric": "exact_match", "min": 0.0}},  # the loop's own gate is the agreement
-        "eval": {"max_new_tokens": 8, "batch_size": 1},
+        "data": {"path": str(data.train), "eval_path": str(data.eval)},
+        # The loop's own gate is the tool-call agreement it measures next (``evaluate``); the run's gate only
+        # holds that training did not break the model: held-out loss on the assistant turns, against the base
+        # measured once. (An exact-match gate on whole persona turns would be blind: it passed on 0 -> 0.)
+        "curriculum": [{"name": "sft", "training": training, "battery": {"metrics": ["heldout_loss"]},
+                        "gates": [{"metric": "heldout_loss", "max_regression": 0.5}]}],
+        "eval": {"batch_size": 1},
         # held-out runs are other runs of the same steps: their turns share long n-grams with the training
         # runs' by design, and decontamination would drop the training turns of every step held out
         "curation": {"near_dedup": None, "decontam": None, "rows": {"max_tokens": None}},

@@ -152,6 +152,22 @@ def test_the_gates_metric_ranks_when_it_separates_the_probes_and_loss_breaks_its
     assert comparison.ranked_by == "heldout_loss" and order[0].trial == 0
 
 
+def test_what_goes_on_hedges_against_short_probes_the_highest_rate_and_the_highest_tied_with_the_best():
+    """The benchmark's sub2 at step 40 (exact match / held-out loss on 128 rows): 3e-3 had fallen behind, the
+    rest exact match could not tell apart and loss put 4.75e-4 first; 600-step runs reached 9.5 % at 3e-3,
+    98.5 % at 1.19e-3. What goes on: the highest rate (3e-3) and the highest the ranking could not tell from
+    the best (1.19e-3), not the lowest loss (4.75e-4); the ranking itself still breaks the tie by loss."""
+    at_40 = [(3e-3, 0.023, 1.4916), (1.89e-4, 0.102, 1.0874), (7.54e-5, 0.078, 1.1073), (4.75e-4, 0.062, 1.0802),
+             (3e-5, 0.102, 1.1211), (1.19e-3, 0.086, 1.1168)]
+    probes = [_p(i, lr, loss, em, step=40, checkpoint=f"c{i}") for i, (lr, em, loss) in enumerate(at_40)]
+    report = _report(probes, objective="exact_match", validation_rows=128)
+    order, comparison = rank(report, probes, 40)
+    assert comparison.ranked_by == "exact_match" and order[0].learning_rate == 4.75e-4  # loss breaks the tie
+    assert sorted(comparison.tied) == [1, 2, 3, 4, 5] and order[-1].learning_rate == 3e-3
+    assert [p.learning_rate for p in promoted(report, 40, 2)] == [3e-3, 1.19e-3]
+    assert [p.learning_rate for p in promoted(report, 40, 3)] == [3e-3, 1.19e-3, 4.75e-4]
+
+
 def _fake_training(curve, calls):
     """A probe 'trained' to a rung: its values from ``curve(lr, rung)`` (loss, metric; a nan loss: unstable), 1 s a
     step on the step clock, an empty checkpoint folder."""
