@@ -406,10 +406,11 @@ def _first_pass(run: _Run, records: Iterator[dict], spill: Path, stream_hash: Re
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     offsets = array("q")
-    bar = Progress(
+    console = Console(stderr=True)  # stdout stays machine-readable
+    bar = Progress(  # a live bar on a terminal only: piped, its last frame (a spinner glyph) would be noise
         SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("kept {task.fields[kept]}"), TimeElapsedColumn(), disable=not progress, transient=False,
-        console=Console(stderr=True),  # stdout stays machine-readable
+        TextColumn("kept {task.fields[kept]}"), TimeElapsedColumn(), disable=not (progress and console.is_terminal),
+        transient=False, console=console,
     )
     with bar, spill.open("wb") as out:
         task = bar.add_task("curating: dedup, quality, decontamination", total=None, kept=0)

@@ -33,5 +33,7 @@ def test_a_piped_run_prints_step_lines_and_no_banner(tmp_path, ws):
     assert STEP.search(train), train  # the first after the first step, and the last
     assert "logfire" not in out.lower() and "pydantic-ai v" not in out, out[:3000]
     assert not re.search(r"warn(ing)?\b", out, re.I), out
+    assert not re.search("[\u2800-\u28ff\u2501]", out), out  # no live bar's last frame (spinner, bar) in a pipe
+    assert "curate" in out  # the curate step still reports, in its own line
     log = (ws / "logs" / "runs" / "r1.log").read_text()
     assert STEP.search(log), log
