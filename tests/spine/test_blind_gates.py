@@ -71,3 +71,24 @@ def test_a_task_file_without_a_name_is_named_after_its_file(tmp_path, ws):
     assert proc.returncode == 0, proc.stderr[-2000:]
     view = json.loads(proc.stdout)
     assert view["task_name"] == "my-first-task" and view["run_id"].startswith("my-first-task-")
+
+
+def test_a_set_answer_length_shorter_than_a_held_out_answer_is_refused_before_anything_is_stored(tmp_path, ws,
+                                                                                                  real_model):
+    """The issue's user: SmolLM2 writes ``1990-08-02`` in 10 tokens, and 8 new tokens cut every answer. A task
+    that sets that length is refused at the door, naming the field and the row; no run is stored."""
+    rows = [{"messages": [{"role": "user", "content": f"Write day {d} of March, 1990 as an ISO date."},
+                          {"role": "assistant", "content": f"1990-03-{d:02d}"}]} for d in range(1, 13)]
+    for name, part in (("train.jsonl", rows[:8]), ("eval.jsonl", rows[8:])):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in part))
+    task = tmp_path / "dates.yaml"
+    task.write_text(yaml.safe_dump({"model": {"path": str(real_model)}, "stages": ["sft"],
+                                    "data": {"path": str(tmp_path / "train.jsonl"),
+                                             "eval_path": str(tmp_path / "eval.jsonl")},
+                                    "training": {"sft": {"use_peft": True}}, "eval": {"max_new_tokens": 8},
+                                    "budget": {"max_wall_minutes": 20}}))
+    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--yes")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "eval.max_new_tokens: 8 is shorter than the answer of row 1 of eval.jsonl" in line, proc.stderr
+    assert json.loads(cli(ws, "runs", "list", "--json", check=True).stdout) == []
