@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[test]"
 	touch $(STAMP)
 
-# Debian's chromium for the web console's browser tests (tests/test_web_browser.py): Playwright drives
+# Debian's chromium for the web console's browser tests (tests/shell/test_web_browser.py): Playwright drives
 # it by path and never downloads a browser of its own. Skipped when chromium is already on PATH.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:

@@ -1,7 +1,7 @@
 """A persona's model, from the settings or from the registry: the seam that serves a bound model.
 
 ``trainteam models bind MODEL --role persona:training_engineer`` tags a registered model with the
-role ``persona:<name>`` (``trainers/registry.py``); ``ModelRegistry.pick_for_role`` is what selects
+role ``persona:<name>`` (``trainers/serving/registry.py``); ``ModelRegistry.pick_for_role`` is what selects
 it here. Which model a persona gets, first match wins:
 
 1. ``TRAINTEAM_MODEL_<PERSONA>`` (with ``TRAINTEAM_MODEL_BASE_URL_<PERSONA>``): the person's explicit
@@ -10,7 +10,7 @@ it here. Which model a persona gets, first match wins:
 3. ``TRAINTEAM_MODEL``, the setting for every persona;
 4. the offline policy.
 
-A bound model is served by the project's own OpenAI-compatible server (``trainers/serving.py``):
+A bound model is served by the project's own OpenAI-compatible server (``trainers/serving/endpoint.py``):
 the first persona that needs it starts one ``ChatServer`` on 127.0.0.1 (a free port, a bearer key of
 this process) and every later step of this process reuses it; pydantic-ai's ``OpenAIChatModel``
 talks to it. What it decides is attributed to the registered model id: the transcript's ``model``,
@@ -29,12 +29,12 @@ from typing import Any, Mapping
 
 from trainteam.agents.cards import PERSONAS
 from trainteam.agents.providers import ModelChoice, build_model, choose_model
-from trainteam.agents.redact import remember
+from trainteam.contract.redaction import remember
 from trainteam.core.errors import BadInput, NotFound
 from trainteam.core.db import utcnow
 from trainteam.graph.record import record_binding, record_bound_use, record_model
-from trainteam.trainers.registry import ModelRecord, ModelRegistry
-from trainteam.trainers.serving import ChatModel, ChatServer
+from trainteam.trainers.serving.registry import ModelRecord, ModelRegistry
+from trainteam.trainers.serving.endpoint import ChatModel, ChatServer
 
 _LOCK = threading.Lock()
 _SERVERS: dict[str, tuple[ChatServer, str]] = {}  # model id -> (its started server, its bearer key)

@@ -31,9 +31,9 @@ from pydantic import BaseModel
 
 from trainteam.agents import compact, transcripts
 from trainteam.agents.cards import load_card
-from trainteam.agents.redact import redact
+from trainteam.contract.redaction import redact
 from trainteam.agents.runtime import _make_tool
-from trainteam.agents.toolbox import StepTool
+from trainteam.contract.step_io import StepTool
 
 FINAL = "final_result"
 

@@ -41,7 +41,7 @@ from trainteam.agents.providers import (
     provider_failure,
     public_url,
 )
-from trainteam.agents.redact import redact, redact_text, secret_values
+from trainteam.contract.redaction import redact, redact_text, secret_values
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("trainteam.decisions")

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from pydantic_ai import DeferredToolRequests
 from pydantic_ai.capabilities import Hooks
 
-from trainteam.agents.redact import redact
+from trainteam.contract.redaction import redact
 from trainteam.graph.record import (
     record_decided_by_model,
     record_decision,

@@ -24,7 +24,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from trainteam.agents.redact import KEYRING_SERVICE, redact_text, remember
+from trainteam.contract.redaction import KEYRING_SERVICE, redact_text, remember
 from trainteam.core.errors import BadInput
 
 OFFLINE = "offline"

@@ -19,7 +19,7 @@ from pydantic_ai.messages import ModelResponse
 from trainteam.agents import transcripts
 from trainteam.agents.policy import replay_model
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
-from trainteam.agents.toolbox import StepInputs, StepTool, ToolContext
+from trainteam.contract.step_io import StepInputs, StepTool, ToolContext
 from trainteam.curation.builders import build_sft_examples
 
 

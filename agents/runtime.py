@@ -47,8 +47,8 @@ from trainteam.agents.hooks import ensure_step_node, graph_hooks, log_tool_call
 from trainteam.agents.policy import StepFacts, offline_model
 from trainteam.agents.bound_models import persona_model
 from trainteam.agents.providers import provider_errors, provider_failure
-from trainteam.agents.redact import redact
-from trainteam.agents.toolbox import (
+from trainteam.contract.redaction import redact
+from trainteam.contract.step_io import (
     NeedsPerson,
     PlanFirstArgs,
     Resume,

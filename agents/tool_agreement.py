@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, Field
 
 from trainteam.curation.row_checks import ANSWER_TOOLS
-from trainteam.trainers.serving import ChatModel
+from trainteam.trainers.serving.endpoint import ChatModel
 
 
 FINAL = ANSWER_TOOLS[0]  # the persona's report as pydantic-ai's output tool (agents/compact.FINAL)

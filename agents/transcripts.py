@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainteam.agents.redact import redact
+from trainteam.contract.redaction import redact
 from trainteam.core.errors import NotFound
 from trainteam.core.ids import check_run_id
 from trainteam.graph.record import record_transcript

@@ -37,10 +37,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
 
-    from trainteam.workflows.task import load_task_file
+    from trainteam.contract.train_task import load_task_file
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
     from trainteam.trainers import TokenizerConfig, build_model, load_tokenizer, train, train_tokenizer
-    from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints
+    from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints
 
     task = load_task_file(Path(__file__).resolve().parents[1] / "examples" / "tasks" / "addition.yaml")
     train_recs, eval_recs = generate_arithmetic(ArithmeticConfig(n_train=task.data.n_train, n_eval=task.data.n_eval,

@@ -67,8 +67,8 @@ def _wait(predicate, run: subprocess.Popen, err: Path, timeout: float = 120.0, i
 
 def measure(folder: Path, url: str | None, polling_s: float) -> dict:
     from trainteam.settings import Settings
-    from trainteam.workflows.approvals import decide
-    from trainteam.workflows.store import ApprovalStore, RunStore
+    from trainteam.workflows.engine.approvals import decide
+    from trainteam.workflows.engine.store import ApprovalStore, RunStore
     from trainteam.workspace import Workspace
 
     folder.mkdir(parents=True, exist_ok=True)

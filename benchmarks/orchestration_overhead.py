@@ -40,7 +40,7 @@ TASK = {
 
 
 def bare(ws, task, spec) -> tuple[float, list[str]]:
-    from trainteam.agents.toolbox import ToolContext
+    from trainteam.contract.step_io import ToolContext
     from trainteam.workflows.steps import STEPS
     from trainteam.graph import NodeKind
 
@@ -65,8 +65,8 @@ def bare(ws, task, spec) -> tuple[float, list[str]]:
 
 def orchestrated(ws, task, spec, run_id: str) -> tuple[float, dict]:
     from trainteam.commands.execute import PreApprover
-    from trainteam.workflows.runner import run_foreground
-    from trainteam.workflows.views import run_public
+    from trainteam.workflows.engine.runner import run_foreground
+    from trainteam.workflows.report.views import run_public
 
     t0 = time.perf_counter()
     with PreApprover(ws, run_id, "benchmark (--yes)"):
@@ -79,8 +79,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ["TRAINTEAM_THREADS"]))
-    from trainteam.workflows.spec import load_builtin
-    from trainteam.workflows.task import parse_task
+    from trainteam.workflows.engine.spec import load_builtin
+    from trainteam.contract.train_task import parse_task
     from trainteam.workspace import Workspace
 
     spec = load_builtin("train_model")

@@ -65,7 +65,7 @@ def main() -> None:
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
     from trainteam.trainers import ModelSpec, TokenizerConfig, TrainConfig, build_model, load_tokenizer, train
     from trainteam.trainers import train_tokenizer
-    from trainteam.trainers.models import count_parameters
+    from trainteam.trainers.training.models import count_parameters
     from trainteam.trainers.planning import ModelShape, detect_hardware, plan
 
     torch.set_num_threads(1)

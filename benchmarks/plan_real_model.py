@@ -57,7 +57,7 @@ def old_row_tokens(data: list[dict]) -> float | None:
 
 def measure(model: Path, data: list[dict], threads: int, out: Path) -> dict:
     from trainteam.trainers import train
-    from trainteam.trainers.config import ModelSpec, TrainConfig
+    from trainteam.trainers.training.config import ModelSpec, TrainConfig
     from trainteam.trainers.planning import detect_hardware, plan
     from trainteam.trainers.planning.calibrate import calibrate
     from trainteam.trainers.planning.tokens import count_tokens, model_tokenizer

@@ -103,7 +103,7 @@ def _wait(predicate, timeout: float, what: str, interval: float = 0.02):
 
 
 def _views(phase: Phase, ids: list[str]) -> dict[str, dict]:
-    from trainteam.workflows.views import run_public
+    from trainteam.workflows.report.views import run_public
 
     views = {r: run_public(phase.ws, r) for r in ids}
     bad = {r: v["error"] for r, v in views.items() if v["status"] in ("failed", "cancelled")}
@@ -119,7 +119,7 @@ def _all_completed(phase: Phase, ids: list[str], timeout: float) -> dict[str, di
 
 def _mid_train(phase: Phase, ids: list[str]):
     """A run whose train attempt is open on a worker with a checkpoint saved: (run id, worker)."""
-    from trainteam.workflows.store import RunStore
+    from trainteam.workflows.engine.store import RunStore
 
     runs = RunStore(phase.ws.engine)
     for run_id in ids:
@@ -136,7 +136,7 @@ def _once_each(phase: Phase, ids: list[str]) -> tuple[bool, Counter, list[str]]:
     """(each step once, runs finished per worker, what broke the rule)."""
     from dbos import DBOSClient
 
-    from trainteam.workflows.store import RunStore
+    from trainteam.workflows.engine.store import RunStore
 
     runs, client = RunStore(phase.ws.engine), DBOSClient(system_database_url=phase.url)
     per_worker: Counter = Counter()

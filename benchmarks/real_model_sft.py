@@ -141,7 +141,7 @@ def _peak_rss_mb() -> float:
 
 def run_trainteam(threads: int | None, model_dir: Path, work: Path, out: Path, steps: int) -> Trained:
     from trainteam.trainers import LoraOptions, TrainConfig, load_model, train
-    from trainteam.trainers.tokenizer import load_tokenizer
+    from trainteam.trainers.training.tokenizer import load_tokenizer
 
     tok = load_tokenizer(model_dir)
     cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_batch_size=BATCH, learning_rate=LR,
@@ -184,7 +184,7 @@ def run_trl(threads: int | None, model_dir: Path, work: Path, out: Path, steps: 
 
 def run_variant(name: str, model_dir: Path, work: Path, steps: int) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from trainteam.trainers.progress import quiet_libraries
+    from trainteam.trainers.training.progress import quiet_libraries
 
     quiet_libraries()
     side, _, t = name.partition("@")

@@ -51,7 +51,7 @@ def _task(name: str, data: dict, stages: list[str], training: dict, **more) -> d
 
 
 def _outputs(ws, run_id: str) -> dict[str, dict]:
-    from trainteam.workflows.store import RunStore
+    from trainteam.workflows.engine.store import RunStore
 
     out: dict[str, dict] = {}
     for a in RunStore(ws.engine).attempts(run_id):

@@ -15,7 +15,7 @@ import random
 import statistics
 import time
 
-from trainteam.agents.redact import redact_text, secret_values
+from trainteam.contract.redaction import redact_text, secret_values
 
 ROUNDS = 12
 WORDS = ["run tiny-20261201-101010-ab12, then mytask-20261201-101010-ab12", "loss=0.8213 lr=1e-3 steps=2,000",

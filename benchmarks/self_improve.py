@@ -3,7 +3,7 @@ LoRA SFT of a real instruct model through ``train_model`` → tool-call agreemen
 
 1. gather: ``--runs`` real tiny ``train_model`` runs under the offline policy (tests/spine's task) in one
    workspace;
-2. the loop: ``trainteam self-improve --yes`` in that workspace (``workflows/self_improve.py``): chat
+2. the loop: ``trainteam self-improve --yes`` in that workspace (``workflows/improve/self_improve.py``): chat
    export of every run with the ``--prompt`` style (compact: a short brief, the step's tool and the
    report only: ``agents/compact.py``), curated with whole runs held out, LoRA SFT of SmolLM2-135M-Instruct
    (tests/real_model.py's fixture, ``--model`` another folder) with ``model.chat_template: qwen2_5``
@@ -68,7 +68,7 @@ def renamed_turns(heldout: Path) -> list:
     """The held-out turns with each held-out run named as a person might (``RENAMED``), everywhere its
     conversation says it: does the trained model still call what the policy called?"""
     from trainteam.agents.tool_agreement import call_turns, read_rows
-    from trainteam.workflows.self_improve import rename_run
+    from trainteam.workflows.improve.self_improve import rename_run
 
     rows = read_rows(heldout)
     names = {run: RENAMED[i % len(RENAMED)] for i, run in enumerate(sorted({r["run_id"] for r in rows}))}
@@ -76,7 +76,7 @@ def renamed_turns(heldout: Path) -> list:
 
 
 def product_id() -> str:
-    from trainteam.workflows.runner import new_run_id
+    from trainteam.workflows.engine.runner import new_run_id
 
     return new_run_id("tiny")
 
@@ -99,7 +99,7 @@ def gather(work: Path, ws: Path, runs: int, picked: bool = False) -> list[str]:
 
 def token_counts(model: Path, ws: Path, work: Path, run: str) -> dict[str, Any]:
     """Tokens per training pair of one run's rows, full prompt and compact prompt."""
-    from trainteam.trainers.method_data import load_data, row_lengths, sft_dataset
+    from trainteam.trainers.training.method_data import load_data, row_lengths, sft_dataset
     from trainteam.trainers.planning.tokens import model_tokenizer
 
     tok = model_tokenizer(str(model), TEMPLATE)
@@ -203,7 +203,7 @@ def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str, 
 
 def base_folder(work: Path, model: Path) -> Path:
     """The base weights beside the templated tokenizer (what the base model is asked with)."""
-    from trainteam.trainers.chat_templates import save_tokenizer_with_template
+    from trainteam.trainers.training.chat_templates import save_tokenizer_with_template
 
     folder = work / "base_templated"
     save_tokenizer_with_template(model, TEMPLATE, folder)
@@ -259,7 +259,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from real_model import ensure_real_model
     from trainteam.agents.tool_agreement import agreement_of, call_turns, read_rows
-    from trainteam.workflows.self_improve import training_precision
+    from trainteam.workflows.improve.self_improve import training_precision
 
     model = (args.model or ensure_real_model()).resolve()
     work = args.work or Path(tempfile.mkdtemp(prefix="self-improve-"))

@@ -75,7 +75,7 @@ def setup(work: Path) -> None:
 def run_variant(name: str, work: Path) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from trainteam.trainers import TrainConfig, heldout_loss, load_model, load_tokenizer, train
-    from trainteam.trainers.progress import quiet_libraries
+    from trainteam.trainers.training.progress import quiet_libraries
 
     quiet_libraries()
     tok = load_tokenizer(work / "init")
@@ -95,7 +95,7 @@ def run_variant(name: str, work: Path) -> dict:
         from datasets import Dataset
         from trl import SFTConfig, SFTTrainer
 
-        from trainteam.trainers.method_data import sft_dataset
+        from trainteam.trainers.training.method_data import sft_dataset
 
         model = load_model(work / "init")
         ds = sft_dataset(tok, Dataset.from_list(rows))

@@ -66,8 +66,8 @@ def write(rows: list[dict], fmt: str, stem: Path) -> Path:
 
 def base_exact_match(model: Path, rows: list[dict]) -> float:
     from trainteam.curation.answers import default_answer
-    from trainteam.trainers.eval_battery import exact_match
-    from trainteam.trainers.tokenizer import load_tokenizer
+    from trainteam.trainers.evaluation.battery import exact_match
+    from trainteam.trainers.training.tokenizer import load_tokenizer
 
     return exact_match(model, load_tokenizer(model), rows, max_new_tokens=16, batch_size=30,
                        answer=default_answer(demo=False)).accuracy

@@ -196,7 +196,7 @@ def _setup(ws: Path):
 
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
     from trainteam.trainers import TokenizerConfig, load_tokenizer, train_tokenizer
-    from trainteam.workflows.store import RunStore
+    from trainteam.workflows.engine.store import RunStore
     from trainteam.workspace import Workspace
 
     torch.set_num_threads(1)

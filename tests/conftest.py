@@ -24,6 +24,8 @@ import pytest  # noqa: E402
 from pg_server import PgServer, PgUnavailable  # noqa: E402
 from real_model import ensure_real_model  # noqa: E402
 
+pytest_plugins = ["model_fixtures"]  # tests/model_fixtures.py: the tiny tokenizer, models and checkpoints
+
 
 @pytest.fixture(scope="session")
 def real_model() -> Path:
@@ -59,11 +61,11 @@ def database(request, monkeypatch) -> str:
 # The files that take a minute or more (their shared fixtures included), measured on the 2-core machine with
 # --durations: started first, so the two xdist workers (Makefile `test`, --dist loadfile) end together
 # instead of one of them starting a two-minute file when everything else is done.
-LONGEST_FIRST = ("tests/real/test_real_model_runs.py", "tests/spine/test_trustworthy_runs.py",
-                 "tests/spine/test_hostile_inputs.py", "tests/spine/test_durability.py",
-                 "tests/spine/test_model_decisions.py", "tests/spine/test_curriculum_run.py",
-                 "tests/agents/test_self_improve.py", "tests/spine/test_validate.py",
-                 "tests/spine/test_distributed_run.py", "tests/spine/test_precheck.py", "tests/spine/test_slice.py")
+LONGEST_FIRST = ("tests/real/test_real_model_runs.py", "tests/engine/test_trustworthy_runs.py",
+                 "tests/task/test_hostile_inputs.py", "tests/engine/test_durability.py",
+                 "tests/engine/test_model_decisions.py", "tests/engine/test_curriculum_run.py",
+                 "tests/agents/test_self_improve.py", "tests/task/test_validate.py",
+                 "tests/engine/test_distributed_run.py", "tests/task/test_precheck.py", "tests/steps/test_slice.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -74,3 +76,19 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # xdist would sort files by test count; keep the order above
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    return tmp_path / "ws"
+
+
+@pytest.fixture
+def background():
+    """Runs started in the background: a failing test does not leave one waiting for a person."""
+    started = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

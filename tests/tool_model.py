@@ -59,10 +59,10 @@ def train_tool_model(folder: Path, examples: list[tuple[list[dict], list[dict] |
     <|im_end|>) and save it with its tokenizer to ``folder``."""
     import torch
 
-    from trainteam.trainers.config import ModelSpec
-    from trainteam.trainers.models import build_model
+    from trainteam.trainers.training.config import ModelSpec
+    from trainteam.trainers.training.models import build_model
 
-    from trainteam.trainers.served_tools import template_messages
+    from trainteam.trainers.serving.tool_calls import template_messages
 
     tok = _tokenizer([HERMES_TEMPLATE] + [json.dumps([m, t]) + a for m, t, a in examples], vocab_size)
     prompts = [tok.apply_chat_template(template_messages(m), tools=t, tokenize=False, add_generation_prompt=True)

@@ -16,29 +16,29 @@ import importlib
 from typing import TYPE_CHECKING
 
 _EXPORTS = {
-    "TrainConfig": "config", "ModelSpec": "config", "TokenizerConfig": "config", "LoraOptions": "config",
-    "SFTOptions": "config", "DPOOptions": "config", "GRPOOptions": "config", "SpikeOptions": "config",
-        "TrainReport": "results", "RestartProposal": "results", "EvalResult": "results",
-    "train_tokenizer": "tokenizer", "load_tokenizer": "tokenizer",
-    "build_model": "models", "load_model": "models",
-    "train": "training",
-    "exact_match": "eval_battery",
-    "merge_adapters": "merge",
-    "SpikeDetector": "spike", "heldout_loss": "eval_battery",
+    "TrainConfig": "training.config", "ModelSpec": "training.config", "TokenizerConfig": "training.config", "LoraOptions": "training.config",
+    "SFTOptions": "training.config", "DPOOptions": "training.config", "GRPOOptions": "training.config", "SpikeOptions": "training.config",
+        "TrainReport": "training.results", "RestartProposal": "training.results", "EvalResult": "training.results",
+    "train_tokenizer": "training.tokenizer", "load_tokenizer": "training.tokenizer",
+    "build_model": "training.models", "load_model": "training.models",
+    "train": "training.loop",
+    "exact_match": "evaluation.battery",
+    "merge_adapters": "training.merge",
+    "SpikeDetector": "training.spike", "heldout_loss": "evaluation.battery",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainteam.trainers.training import train
-    from trainteam.trainers.config import (DPOOptions, GRPOOptions, LoraOptions, ModelSpec, SFTOptions, SpikeOptions,
+    from trainteam.trainers.training.loop import train
+    from trainteam.trainers.training.config import (DPOOptions, GRPOOptions, LoraOptions, ModelSpec, SFTOptions, SpikeOptions,
                                            TokenizerConfig, TrainConfig)
-    from trainteam.trainers.eval_battery import exact_match, heldout_loss
-    from trainteam.trainers.merge import merge_adapters
-    from trainteam.trainers.models import build_model, load_model
-    from trainteam.trainers.results import EvalResult, RestartProposal, TrainReport
-    from trainteam.trainers.spike import SpikeDetector
-    from trainteam.trainers.tokenizer import load_tokenizer, train_tokenizer
+    from trainteam.trainers.evaluation.battery import exact_match, heldout_loss
+    from trainteam.trainers.training.merge import merge_adapters
+    from trainteam.trainers.training.models import build_model, load_model
+    from trainteam.trainers.training.results import EvalResult, RestartProposal, TrainReport
+    from trainteam.trainers.training.spike import SpikeDetector
+    from trainteam.trainers.training.tokenizer import load_tokenizer, train_tokenizer
 
 
 def __getattr__(name: str):

@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Workspace": "trainteam.workspace",
     "Settings": "trainteam.settings",
-    "TrainTask": "trainteam.workflows.task",
+    "TrainTask": "trainteam.contract.train_task",
     "execute_workflow": "trainteam.api",
     "submit": "trainteam.api",
     "resume_run": "trainteam.api",

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.core.errors import BadInput
-from trainteam.workflows.approvals import approval_public, decide
-from trainteam.workflows.requests import parse_request
-from trainteam.workflows.runner import enqueue_run, prepare_run, resume_foreground, run_foreground
-from trainteam.workflows.store import ApprovalStore
-from trainteam.workflows.task import TrainTask, load_task_file, parse_task
-from trainteam.workflows.views import run_public
+from trainteam.workflows.engine.approvals import approval_public, decide
+from trainteam.workflows.requests.submission import parse_request
+from trainteam.workflows.engine.runner import enqueue_run, prepare_run, resume_foreground, run_foreground
+from trainteam.workflows.engine.store import ApprovalStore
+from trainteam.contract.train_task import TrainTask, load_task_file, parse_task
+from trainteam.workflows.report.views import run_public
 from trainteam.workspace import Workspace
 
 

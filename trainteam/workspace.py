@@ -25,8 +25,8 @@ from sqlalchemy.exc import DatabaseError
 
 # The stores are imported for their tables too: each adds its own to trainteam.core.db.metadata,
 # which ensure_schema creates.
-import trainteam.trainers.registry  # noqa: F401
-import trainteam.workflows.store  # noqa: F401
+import trainteam.trainers.serving.registry  # noqa: F401
+import trainteam.workflows.engine.store  # noqa: F401
 from trainteam.core import dbread
 from trainteam.core.db import SchemaTooNew, ensure_schema, make_engine, utcnow
 from trainteam.core.errors import BadInput

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from persona_helpers import ctx, fake_checkpoint, final_eval_output, run_py
 
-from trainteam.trainers.registry import ModelRegistry
+from trainteam.trainers.serving.registry import ModelRegistry
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
 from trainteam.core.errors import BadInput
 from trainteam.workspace import Workspace

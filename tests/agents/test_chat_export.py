@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spine"))
 from spine_helpers import TINY_TASK, cli  # noqa: E402
 
 from trainteam.core.errors import BadInput  # noqa: E402
@@ -105,7 +104,7 @@ def test_persona_and_step_filters_and_bad_input(runs):
 
 def test_only_completed_runs_by_default(runs):
     """A run still waiting for a person is left out unless --status all."""
-    from trainteam.workflows.store import RunStore
+    from trainteam.workflows.engine.store import RunStore
     from trainteam.workspace import Workspace
 
     ws = runs / "r1"
@@ -145,7 +144,7 @@ def test_curated_rows_reach_the_chat_template_with_their_tools(runs):
 
     from trainteam.curation.row_checks import problems
     from trainteam.curation.rows import read_rows
-    from trainteam.trainers.method_data import load_data, row_lengths, sft_dataset
+    from trainteam.trainers.training.method_data import load_data, row_lengths, sft_dataset
 
     path = runs / "all.jsonl"
     assert all(problems(r) == [] for r in read_rows(path))

@@ -17,8 +17,8 @@ from trainteam.agents import compact
 from trainteam.agents.bound_models import bind_role, persona_model
 from trainteam.agents.chat_export import chat_row
 from trainteam.agents.runtime import run_persona_step
-from trainteam.agents.toolbox import StepResult, StepTool, ToolContext
-from trainteam.trainers.registry import ModelRegistry
+from trainteam.contract.step_io import StepResult, StepTool, ToolContext
+from trainteam.trainers.serving.registry import ModelRegistry
 from trainteam.workspace import Workspace
 
 PERSONA, TOOL = "training_engineer", "train_tokenizer"

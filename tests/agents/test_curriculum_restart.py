@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from trainteam.agents.hooks import ensure_step_node
-from trainteam.workflows.task import TrainTask
-from trainteam.agents.toolbox import StepInputs, ToolContext
+from trainteam.contract.train_task import TrainTask
+from trainteam.contract.step_io import StepInputs, ToolContext
 from trainteam.workflows.steps.curate import curate
 from trainteam.workflows.steps.corpus import prepare_corpus
 from trainteam.workflows.steps.train import train, train_tokenizer

@@ -11,7 +11,7 @@ from pydantic_ai.models.function import FunctionModel
 
 from trainteam.agents.cards import PERSONAS, load_card, load_skill
 from trainteam.agents.runtime import run_persona_step
-from trainteam.agents.toolbox import StepInputs
+from trainteam.contract.step_io import StepInputs
 from trainteam.workflows.steps import STEPS, get_tool
 from trainteam.graph import NodeKind
 from trainteam.workspace import Workspace

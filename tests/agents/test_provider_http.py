@@ -10,7 +10,7 @@ from local_http import send_json, serving
 import pytest
 from persona_helpers import ctx
 
-from trainteam.workflows.requests import parse_request
+from trainteam.workflows.requests.submission import parse_request
 from trainteam.agents.providers import choose_model
 from trainteam.agents.runtime import run_persona_step
 from trainteam.core.errors import BadInput

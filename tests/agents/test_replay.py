@@ -8,7 +8,7 @@ from persona_helpers import cli, ctx, fake_checkpoint, final_eval_output, task
 
 from trainteam.agents.replay import replay_run, sft_examples, steps_of
 from trainteam.workflows.steps import STEPS
-from trainteam.workflows.task import TrainTask
+from trainteam.contract.train_task import TrainTask
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
 from trainteam.workspace import Workspace
 

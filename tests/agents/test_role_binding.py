@@ -20,9 +20,9 @@ from tool_model import tool_call_text, train_tool_model
 from trainteam.agents import transcripts
 from trainteam.agents.bound_models import persona_model
 from trainteam.agents.runtime import run_persona_step
-from trainteam.agents.toolbox import StepResult, StepTool, ToolContext
+from trainteam.contract.step_io import StepResult, StepTool, ToolContext
 from trainteam.graph import NodeKind
-from trainteam.trainers.registry import ModelRegistry
+from trainteam.trainers.serving.registry import ModelRegistry
 from trainteam.workspace import Workspace
 
 PERSONA, TOOL = "training_engineer", "train_tokenizer"

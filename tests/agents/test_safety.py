@@ -12,7 +12,7 @@ from pydantic_ai.models.function import FunctionModel
 from trainteam.agents import transcripts
 from trainteam.agents.briefing import instructions
 from trainteam.agents.cards import load_card
-from trainteam.agents.redact import redact_text
+from trainteam.contract.redaction import redact_text
 from trainteam.agents.runtime import run_persona_step
 from trainteam.workspace import Workspace
 

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spine"))
 from spine_helpers import TINY_TASK  # noqa: E402
 from tool_model import _tokenizer  # noqa: E402
 
-from trainteam.trainers.registry import ModelRegistry  # noqa: E402
+from trainteam.trainers.serving.registry import ModelRegistry  # noqa: E402
 from trainteam.workspace import Workspace  # noqa: E402
 
 CLI = [sys.executable, "-m", "trainteam.cli"]
@@ -36,8 +35,8 @@ def _cli(ws: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProces
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> tuple[Path, Path]:
     """A workspace with two completed offline runs, and a tiny random-init ChatML model."""
-    from trainteam.trainers.config import ModelSpec
-    from trainteam.trainers.models import build_model
+    from trainteam.trainers.training.config import ModelSpec
+    from trainteam.trainers.training.models import build_model
 
     tmp = tmp_path_factory.mktemp("self-improve")
     ws = tmp / "ws"
@@ -97,12 +96,12 @@ def test_bad_input_is_one_line_before_anything_runs(setup, tmp_path):
 
 
 def test_auto_precision_is_bf16_only_where_the_machine_computes_bf16(monkeypatch):
-    """bf16 autocast on a CPU with native bf16 was 1.6x faster and smaller than fp32 (workflows/self_improve.py);
+    """bf16 autocast on a CPU with native bf16 was 1.6x faster and smaller than fp32 (workflows/improve/self_improve.py);
     emulated, it is slower, so ``auto`` picks it only from the CPU's flags (or a CUDA device with bf16)."""
     import torch
 
     from trainteam.trainers.planning import hardware
-    from trainteam.workflows.self_improve import SelfImproveOptions, training_precision
+    from trainteam.workflows.improve.self_improve import SelfImproveOptions, training_precision
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(hardware, "_cpu_bf16", lambda: True)
@@ -119,8 +118,8 @@ def test_every_other_product_named_training_run_is_renamed_in_its_conversations(
     (workflows/self_improve.vary_run_ids): half the product-named runs reach the trainer under a person's kind
     of name, everywhere their conversation says it; the columns keep the real run; a person's names stay."""
     from trainteam.core.ids import check_run_id
-    from trainteam.workflows.runner import GENERATED_RUN_ID
-    from trainteam.workflows.self_improve import gather_rows, rename_run, vary_run_ids
+    from trainteam.workflows.engine.runner import GENERATED_RUN_ID
+    from trainteam.workflows.improve.self_improve import gather_rows, rename_run, vary_run_ids
 
     ws = tmp_path / "ws"
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY_TASK))

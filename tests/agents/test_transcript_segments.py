@@ -1,6 +1,6 @@
 """A step's agent run keeps its transcript segment when its process is killed and the engine runs the same
 execution again: the graph then holds one set of its tool calls and decisions, as an uninterrupted run's
-(tests/spine/test_durability.py caught a second set once, when a kill landed after the transcript was written
+(tests/engine/test_durability.py caught a second set once, when a kill landed after the transcript was written
 and before the step was recorded finished)."""
 
 from __future__ import annotations

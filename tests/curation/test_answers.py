@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.answers import NUMERIC, AnswerSpec, default_answer
-from trainteam.workflows.task import parse_task
+from trainteam.contract.train_task import parse_task
 
 TASK = {"name": "t", "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2}, "budget": {"max_wall_minutes": 5}}
 

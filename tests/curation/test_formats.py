@@ -19,15 +19,15 @@ CHAT = {"messages": [{"role": "system", "content": "You add numbers."},
 
 @pytest.fixture(scope="module")
 def chat_tok(real_model):
-    from trainteam.trainers.tokenizer import load_tokenizer
+    from trainteam.trainers.training.tokenizer import load_tokenizer
 
     return load_tokenizer(real_model)
 
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer(tmp_path_factory):
-    from trainteam.trainers.config import TokenizerConfig
-    from trainteam.trainers.tokenizer import load_tokenizer, train_tokenizer
+    from trainteam.trainers.training.config import TokenizerConfig
+    from trainteam.trainers.training.tokenizer import load_tokenizer, train_tokenizer
 
     out = train_tokenizer(["1+1=2", "12+34=46"] * 20, TokenizerConfig(vocab_size=270), tmp_path_factory.mktemp("tok"))
     return load_tokenizer(out)
@@ -62,8 +62,8 @@ def test_sft_rows_are_trls_conversational_prompt_completion(chat_tok, real_model
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from trainteam.trainers.method_data import sft_dataset
-    from trainteam.trainers.models import load_model
+    from trainteam.trainers.training.method_data import sft_dataset
+    from trainteam.trainers.training.models import load_model
 
     ds = sft_dataset(chat_tok, Dataset.from_list([CHAT, {"messages": [{"role": "user", "content": PAIR["prompt"]},
                                                                      {"role": "assistant", "content": "42"}]}]))

@@ -13,8 +13,8 @@ def tokenizer(tmp_path_factory):
     import torch
 
     torch.set_num_threads(1)
-    from trainteam.trainers.config import TokenizerConfig
-    from trainteam.trainers.tokenizer import load_tokenizer, train_tokenizer
+    from trainteam.trainers.training.config import TokenizerConfig
+    from trainteam.trainers.training.tokenizer import load_tokenizer, train_tokenizer
 
     w = TextWriter(seed=4)
     texts = [w.text(300) for _ in range(50)] + ["12+34=46 7*8=56 99-1=98"] * 5

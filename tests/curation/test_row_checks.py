@@ -16,10 +16,10 @@ from trainteam.core.errors import BadInput
 from trainteam.curation.jsonl import read_jsonl, write_jsonl
 from trainteam.curation.pipeline import CurationConfig, curate, planned_version
 from trainteam.curation.row_checks import RowChecksConfig, row_records, token_lengths
-from trainteam.trainers.config import TokenizerConfig
-from trainteam.trainers.tokenizer import load_tokenizer, train_tokenizer
+from trainteam.trainers.training.config import TokenizerConfig
+from trainteam.trainers.training.tokenizer import load_tokenizer, train_tokenizer
 from trainteam.workflows.steps.curate import curation_config, default_config, trained_seq_len
-from trainteam.workflows.task import TrainTask
+from trainteam.contract.train_task import TrainTask
 
 SYSTEM = ("You are a careful, friendly assistant for a language school. Answer in as few words as the "
           "question needs, and never add anything the student did not ask for.")

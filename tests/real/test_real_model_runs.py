@@ -91,8 +91,8 @@ def sft_run(real_model, tmp_path_factory):
 
 def test_the_base_model_does_not_answer_and_sft_makes_it(sft_run, real_model):
     """Held-out exact match before (the base model explains instead of answering) and after."""
-    from trainteam.trainers.eval_battery import exact_match
-    from trainteam.trainers.tokenizer import load_tokenizer
+    from trainteam.trainers.evaluation.battery import exact_match
+    from trainteam.trainers.training.tokenizer import load_tokenizer
 
     tmp, run = sft_run
     assert run["status"] == "completed", run
@@ -108,7 +108,7 @@ def test_the_registered_model_loads_in_plain_transformers_and_is_served_as_evalu
     builds the prompt the judge evaluated (same tokens) and gives the answer it scored."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainteam.trainers.eval_battery import exact_match
+    from trainteam.trainers.evaluation.battery import exact_match
 
     tmp, run = sft_run
     record = _registered(tmp)

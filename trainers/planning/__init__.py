@@ -1,6 +1,6 @@
 """Run planning: accounting, memory and cost, refusals with reasons, strategy choice. No torch.
 
-The launch side (accelerate configs, command lines) is ``trainteam.trainers.launch``.
+The launch side (accelerate configs, command lines) is ``trainteam.trainers.launch.node_commands``.
 """
 
 from trainteam.trainers.planning.estimate import MemoryEstimate, ModelShape

@@ -39,8 +39,8 @@ from typing import Iterator, Literal
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers.config import ModelSpec, TrainConfig
-from trainteam.trainers.models import build_model
+from trainteam.trainers.training.config import ModelSpec, TrainConfig
+from trainteam.trainers.training.models import build_model
 from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.load import (
     Load,
@@ -53,8 +53,8 @@ from trainteam.trainers.planning.load import (
     speed_ratio,
     threads_under,
 )
-from trainteam.trainers.threads import cpu_sample
-from trainteam.trainers.trainer_args import choose_threads, peft_config
+from trainteam.trainers.training.threads import cpu_sample
+from trainteam.trainers.training.trainer_args import choose_threads, peft_config
 
 KEY_VERSION = "2"  # 2: the model by its shape, no thread count, tokens in half-octave steps, the load recorded
 MAX_TOKENS = 256  # tokens of the calibration micro-batch at most (a step of a 135M model on one busy CPU core: ~8 s)

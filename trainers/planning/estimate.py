@@ -2,7 +2,7 @@
 
 The formulas are the standard ones, so a person can check them by hand:
 - parameters of the Llama / Qwen2 / GPT-2 blocks exactly as transformers builds them
-  (``trainers/models.py`` defaults: intermediate = 4 x hidden, tied embeddings);
+  (``trainers/training/models.py`` defaults: intermediate = 4 x hidden, tied embeddings);
 - model states after the ZeRO paper (Rajbhandari et al. 2020): 16 bytes per trained
   parameter with AdamW. Under the Trainer's autocast (single, DDP, FSDP) the model itself
   stays fp32: 4 (weights) + 4 (grads) + 8 (Adam m, v); DeepSpeed keeps half-precision

@@ -19,7 +19,7 @@ counting no more threads than it was measured with (``credited``).
 
 What is not scaled: a measurement with more than one thread taken beside busy neighbours. Torch's
 threads meet at a barrier after every op and one descheduled thread stalls them all (3-5x slower,
-``trainers/threads.py``), so the cores such a process "got" include spin-waiting: its speed per
+``trainers/training/threads.py``), so the cores such a process "got" include spin-waiting: its speed per
 core is not the machine's. It is retaken (``trainteam validate``) or, where nothing may be
 measured, left out for the FLOP guess.
 """
@@ -31,7 +31,7 @@ import time
 
 from pydantic import BaseModel, Field
 
-from trainteam.trainers.threads import cpu_sample, neighbours_between, threads_for
+from trainteam.trainers.training.threads import cpu_sample, neighbours_between, threads_for
 
 PARALLEL_EFFICIENCY = 0.95  # idle, 2 torch threads trained ~1.9x faster than 1 (shared/LIBRARY-NOTES.md)
 SIMILAR = 1.25  # cores now within this factor of the cores then: the same load, the measurement stands

@@ -29,14 +29,14 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel, Field
 
-from trainteam.trainers import budget
-from trainteam.trainers.config import TrainConfig
-from trainteam.trainers.console_lines import say
+from trainteam.trainers.training import budget
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.console_lines import say
 from trainteam.trainers.planning.calibrate import Calibration, cached, fit, shape_key, store_run
 from trainteam.trainers.planning.estimate import ModelShape, train_flops_per_token
 from trainteam.trainers.planning.hardware import detect_hardware
 from trainteam.trainers.planning.load import Load, during
-from trainteam.trainers.threads import cpu_sample
+from trainteam.trainers.training.threads import cpu_sample
 
 SKIPPED = 1  # the first step of a train() call: optimizer state, lazy set-up
 TIMED = 4  # steps timed after it

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers.config import ModelSpec, TokenizerConfig, TrainConfig
+from trainteam.trainers.training.config import ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.planning.estimate import (
     GIB,
     MemoryEstimate,

@@ -25,9 +25,9 @@ from pydantic import BaseModel, Field
 from trainteam.core.errors import BadInput
 from trainteam.curation import formats as F
 from trainteam.curation.rows import read_rows
-from trainteam.trainers import method_data as D
-from trainteam.trainers.chat_templates import apply_chat_template
-from trainteam.trainers.tokenizer import load_tokenizer
+from trainteam.trainers.training import method_data as D
+from trainteam.trainers.training.chat_templates import apply_chat_template
+from trainteam.trainers.training.tokenizer import load_tokenizer
 
 SAMPLE_ROWS = 256
 TEXT_FIELDS = ("prompt", "completion", "text")
@@ -69,7 +69,7 @@ class RowTokens(BaseModel):
 @lru_cache(maxsize=4)
 def model_tokenizer(path: str, chat_template: str | None = None):
     """The tokenizer of a local model folder (loaded once per process), with the task's
-    ``model.chat_template`` on it when given (trainers/chat_templates.py)."""
+    ``model.chat_template`` on it when given (trainers/training/chat_templates.py)."""
     tok = load_tokenizer(Path(path))
     if chat_template:
         apply_chat_template(tok, chat_template)

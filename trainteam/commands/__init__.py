@@ -3,7 +3,7 @@
 A command module is imported for ``trainteam <command> --help`` and a usage error too, so it imports at
 its top only what loads nothing beyond the standard library (``common``, ``trainteam.core``, the stdlib
 readers); each command function imports the rooms that do its work (pydantic, SQLAlchemy, torch, dbos,
-...) when it runs (``tests/spine/test_import_seams.py`` holds this).
+...) when it runs (``tests/architecture/test_import_seams.py`` holds this).
 
 ``COMMANDS`` names each top-level command, the module that registers it and the one-line
 help ``trainteam --help`` shows: the CLI imports a module only when its command runs, so a

@@ -9,8 +9,8 @@ import typer
 from trainteam.commands.common import console, print_json, read_stores, workspace
 from trainteam.core.errors import BadInput
 from trainteam.core.ids import check_run_id
-from trainteam.workflows.readonly import APPROVAL_STATUSES
-from trainteam.workflows.views import approval_public, resolve, short_id
+from trainteam.workflows.engine.readonly import APPROVAL_STATUSES
+from trainteam.workflows.report.views import approval_public, resolve, short_id
 
 approvals_app = typer.Typer(help="Gated actions waiting for a person.", no_args_is_help=True)
 
@@ -48,13 +48,13 @@ def show(approval_id: str, as_json: bool = typer.Option(False, "--json")) -> Non
     if as_json:
         return print_json(approval_public(row))
     from trainteam.commands.approval_text import render_approval
-    from trainteam.workflows.evidence import approval_evidence_view
+    from trainteam.workflows.report.evidence import approval_evidence_view
 
     render_approval(console, approval_evidence_view(row))
 
 
 def _decide(approval_id: str, approve: bool, note: Optional[str], by: Optional[str], as_json: bool) -> None:
-    from trainteam.workflows.approvals import decide
+    from trainteam.workflows.engine.approvals import decide
 
     row = decide(workspace(), approval_id, approve=approve, by=by, note=note)
     if as_json:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainteam.agents.redact import redact, redact_text
+from trainteam.contract.redaction import redact, redact_text
 from trainteam.core.dbread import connect_readonly
 from trainteam.core.errors import BadInput, format_validation_error
-from trainteam.workflows import readonly
+from trainteam.workflows.engine import readonly
 
 
 class _LazyConsole:
@@ -57,7 +57,7 @@ def read_stores():
     conn = connect_readonly(STATE.workspace, readonly.TABLES)
     if conn is not None:
         return readonly.RunReader(conn), readonly.ApprovalReader(conn)
-    from trainteam.workflows.store import ApprovalStore, RunStore  # SQLAlchemy: only off the stdlib path
+    from trainteam.workflows.engine.store import ApprovalStore, RunStore  # SQLAlchemy: only off the stdlib path
 
     engine = workspace().engine
     return RunStore(engine), ApprovalStore(engine)

@@ -166,7 +166,7 @@ def build(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets)"),
 ) -> None:
     """Build an SFT / preference / GRPO dataset, recorded as a DatasetVersion (built once per input and options)."""
-    from trainteam.workflows.built_datasets import BuildOptions, build_recorded, planned_build
+    from trainteam.workflows.improve.built_datasets import BuildOptions, build_recorded, planned_build
 
     opts = BuildOptions(min_reward=min_reward, min_margin=min_margin)
     planned_build(kind, source, opts)  # a bad kind or a missing source: one line, before the workspace opens

@@ -11,7 +11,7 @@ import typer
 
 from trainteam.commands.common import console, err_console, print_json, workspace
 from trainteam.core.errors import BadInput
-from trainteam.workflows.views import run_public
+from trainteam.workflows.report.views import run_public
 
 
 def _exit_for(status: str) -> int:
@@ -34,8 +34,8 @@ class PreApprover:
         self.thread = threading.Thread(target=self._loop, name="pre-approver", daemon=True)
 
     def _loop(self) -> None:
-        from trainteam.workflows.approvals import decide
-        from trainteam.workflows.store import ApprovalStore
+        from trainteam.workflows.engine.approvals import decide
+        from trainteam.workflows.engine.store import ApprovalStore
 
         store = ApprovalStore(self.ws.engine)
         while not self.stop.wait(0.05):
@@ -57,8 +57,8 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
             yes: bool = False, report: bool = False, detach: bool = False) -> int:
     """Run ``task`` (a TrainTask, or a task file path) to its end in this process, or with
     ``detach`` put it on the run queue for `trainteam worker` processes."""
-    from trainteam.workflows.runner import enqueue_run, prepare_run, run_foreground
-    from trainteam.workflows.task import load_task_file
+    from trainteam.workflows.engine.runner import enqueue_run, prepare_run, run_foreground
+    from trainteam.contract.train_task import load_task_file
 
     if isinstance(task, (str, Path)):
         task = load_task_file(Path(task))
@@ -97,7 +97,7 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
         console.print(f"run {run_id}: [bold]{result['status']}[/bold]" +
                       (f" — {result['error']}" if result.get("error") else ""), highlight=False)
         if report:
-            from trainteam.workflows.report import write_run_report
+            from trainteam.workflows.report.run_report import write_run_report
 
             console.print(f"report: {write_run_report(ws, run_id).markdown}", highlight=False)
         else:
@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
 
         Queued runs come from `execute-workflow --detach`; a dead process is told by its lease on the
         workspace database. Each run's output goes to logs/runs/RUN.log."""
-        from trainteam.workflows.runner import WorkerLimits, serve
+        from trainteam.workflows.engine.runner import WorkerLimits, serve
 
         if global_concurrency is not None and global_concurrency < concurrency:
             raise BadInput(f"--global-concurrency: {global_concurrency} is less than --concurrency {concurrency}")
@@ -155,12 +155,12 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
         """The team at work on the bundled demo request, submitted in natural language."""
-        from trainteam.workflows.requests import DEMO_REQUEST, parse_request, plan_request
+        from trainteam.workflows.requests.submission import DEMO_REQUEST, parse_request, plan_request
 
         err_console.print(f"[bold]request:[/bold] {DEMO_REQUEST}\n", highlight=False)
         task = parse_request(DEMO_REQUEST)
         if not quiet:
-            from trainteam.workflows.spec import load_builtin
+            from trainteam.workflows.engine.spec import load_builtin
 
             steps = load_builtin(task.workflow).describe_steps(task.stages)
             err_console.print(plan_request(task, steps=steps).text(), highlight=False, markup=False)

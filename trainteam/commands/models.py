@@ -13,13 +13,13 @@ from pathlib import Path
 
 from trainteam.commands.common import console, err_console, print_json, workspace
 from trainteam.core.errors import BadInput
-from trainteam.trainers.gguf_import import LOGITS_TOLERANCE, import_gguf
+from trainteam.trainers.serving.gguf_import import LOGITS_TOLERANCE, import_gguf
 
 models_app = typer.Typer(help="Registered models and the roles they serve.", no_args_is_help=True)
 
 
 def _registry():
-    from trainteam.trainers.registry import ModelRegistry
+    from trainteam.trainers.serving.registry import ModelRegistry
 
     return ModelRegistry.of(workspace())
 

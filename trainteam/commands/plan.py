@@ -68,7 +68,7 @@ def plan_command(
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
 ) -> None:
     """Plan a run: tokens, memory per device, time and cost, and why; refuse what cannot work."""
-    from trainteam.trainers.config import ModelSpec, TrainConfig
+    from trainteam.trainers.training.config import ModelSpec, TrainConfig
     from trainteam.trainers.planning import HardwareSpec, detect_hardware
     from trainteam.trainers.planning import plan as make_plan
     from trainteam.trainers.planning import recommend as make_recommendation
@@ -89,7 +89,7 @@ def plan_command(
                            strict=not lenient)
     commands = None
     if launch_dir is not None:
-        from trainteam.trainers.launch import launch_commands, write_accelerate_config
+        from trainteam.trainers.launch.node_commands import launch_commands, write_accelerate_config
 
         if launcher not in ("accelerate", "torchrun"):
             raise BadInput(f"--launcher: {launcher!r} is not accelerate or torchrun")

@@ -68,7 +68,7 @@ def replay_command(
     steps_of(ws, run_id)  # a missing run fails here, before a folder is made
     dest = Workspace.open(into or Path(tempfile.mkdtemp(prefix=f"replay-{run_id}-")))
     from trainteam.workflows.steps import STEPS
-    from trainteam.workflows.task import TrainTask
+    from trainteam.contract.train_task import TrainTask
 
     report = replay_run(ws, run_id, dest, STEPS, TrainTask.model_validate)
     if as_json:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from trainteam.commands.common import check_out_folder, console, print_json, read_stores, workspace
-from trainteam.workflows.views import run_public, run_view, runs_view
+from trainteam.workflows.report.views import run_public, run_view, runs_view
 
 runs_app = typer.Typer(help="Past and current runs.", no_args_is_help=True)
 
@@ -73,7 +73,7 @@ def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resum
     import getpass
 
     from trainteam.commands.execute import PreApprover
-    from trainteam.workflows.runner import resume_foreground
+    from trainteam.workflows.engine.runner import resume_foreground
 
     ws = workspace()
     run_public(ws, run_id)  # a clear error for an unknown run, before starting the engine
@@ -92,7 +92,7 @@ def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resum
 @runs_app.command("cancel")
 def cancel(run_id: str) -> None:
     """Stop a run at its next step boundary and mark it cancelled; its open approvals expire."""
-    from trainteam.workflows.approvals import cancel_run
+    from trainteam.workflows.engine.approvals import cancel_run
 
     ws = workspace()
     view = run_public(ws, run_id)
@@ -107,7 +107,7 @@ def cancel(run_id: str) -> None:
 def report(run_id: str, out: Path = typer.Option(None, "--out", "-o", help="folder (default: workspace/reports/RUN)"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Write the run's report (markdown + loss, eval and time/cost plots) and print its path."""
-    from trainteam.workflows.report import write_run_report
+    from trainteam.workflows.report.run_report import write_run_report
 
     if out is not None:
         check_out_folder(out, "--out")

@@ -1,6 +1,6 @@
 """`trainteam self-improve`: the team's runs → chat data → tool-calling SFT → agreement gate → bind.
 
-The steps are ``workflows/self_improve.py``'s; training is a normal ``train_model`` run (durable, its
+The steps are ``workflows/improve/self_improve.py``'s; training is a normal ``train_model`` run (durable, its
 ``register_model`` waiting for a person unless ``--yes``); binding the personas is the person's too:
 without ``--yes`` the command stops after the gate and prints the ``models bind`` command to run.
 """
@@ -21,7 +21,7 @@ def _options(**given):
     from pydantic import ValidationError
 
     from trainteam.agents.cards import PERSONAS
-    from trainteam.workflows.self_improve import SelfImproveOptions
+    from trainteam.workflows.improve.self_improve import SelfImproveOptions
 
     try:
         opts = SelfImproveOptions.model_validate({k: v for k, v in given.items() if v is not None})
@@ -42,8 +42,8 @@ def _train(ws, task_dict: dict, run_id: Optional[str], yes: bool, quiet: bool) -
     import getpass
 
     from trainteam.commands.execute import PreApprover
-    from trainteam.workflows.runner import prepare_run, run_foreground
-    from trainteam.workflows.task import TrainTask
+    from trainteam.workflows.engine.runner import prepare_run, run_foreground
+    from trainteam.contract.train_task import TrainTask
 
     task = TrainTask.model_validate(task_dict)
     new = prepare_run("train_model", task, "self-improve", run_id, "--run-id", lambda: ws)
@@ -59,8 +59,8 @@ def self_improve(opts, run_id: Optional[str], yes: bool, quiet: bool) -> dict:
     """The loop, step by step; returns what each step gave (also printed as --json)."""
     import getpass
 
-    from trainteam.workflows import self_improve as loop
-    from trainteam.workflows.runner import check_new_run_id, new_run_id
+    from trainteam.workflows.improve import self_improve as loop
+    from trainteam.workflows.engine.runner import check_new_run_id, new_run_id
 
     ws = workspace()
     run_id = check_new_run_id(ws, run_id) if run_id is not None else new_run_id("self-improve")

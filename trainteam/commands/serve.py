@@ -20,13 +20,13 @@ def serve(
                                               "none (default: the answer length the model was judged at, else 64)"),
 ) -> None:
     """Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."""
-    from trainteam.trainers.registry import ModelRegistry
+    from trainteam.trainers.serving.registry import ModelRegistry
 
     if backend not in ("auto", "transformers", "vllm"):
         raise BadInput(f"--backend: unknown backend {backend!r} (auto, transformers, vllm)")
     reg = ModelRegistry.of(workspace())
     rec = reg.pick_for_role(model[5:]) if model.startswith("role:") else reg.get(model)
-    from trainteam.trainers.serving import ChatServer, serve_model
+    from trainteam.trainers.serving.endpoint import ChatServer, serve_model
 
     api_key = os.environ.get("TRAINTEAM_SERVE_API_KEY") or None
     max_new_tokens = max_new_tokens or int(rec.lineage.get("answer_tokens") or DEFAULT_MAX_NEW_TOKENS)

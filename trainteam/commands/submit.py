@@ -32,14 +32,14 @@ def submit_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output while it runs"),
 ) -> None:
     """Submit a training request in natural language; the ml_orchestrator turns it into a task."""
-    from trainteam.workflows.request_rules import request_refusal
+    from trainteam.workflows.requests.request_rules import request_refusal
 
     refusal = request_refusal(request)  # refused at once: before pydantic-ai is imported or any model sees it
     if refusal:
         raise BadInput(refusal)
-    from trainteam.workflows.model_sources import ModelSources
-    from trainteam.workflows.requests import parse_request, plan_request
-    from trainteam.workflows.spec import load_builtin
+    from trainteam.workflows.requests.model_sources import ModelSources
+    from trainteam.workflows.requests.submission import parse_request, plan_request
+    from trainteam.workflows.engine.spec import load_builtin
 
     sources = ModelSources.find(workspace=STATE.workspace)  # the workspace's registered models, read only
     task = parse_request(request, sources=sources)

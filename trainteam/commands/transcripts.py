@@ -61,7 +61,7 @@ def export(
 
         examples = sft_examples(workspace(), list(run) if run else None)
     else:
-        from trainteam.workflows.self_improve import gather_rows
+        from trainteam.workflows.improve.self_improve import gather_rows
 
         rows = gather_rows(workspace(), list(run or []), list(persona or []), list(step or []), status, prompt)
         examples = [r.model_dump(mode="json") for r in rows]

@@ -1,6 +1,6 @@
 """`trainteam validate TASK`: check a task completely before any run exists, writing nothing.
 
-One line per check (``trainteam.workflows.task_check``): the task parses, the model folder
+One line per check (``trainteam.workflows.task.task_check``): the task parses, the model folder
 loads, the preflight a run passes (data rows and columns, trackers, ``trl:`` blocks, the
 planner's refusals), each stage's tokens with the task's tokenizer, its ``trl:`` fields and
 its plan against the budget. The first failing check is one line naming the field, exit 2.
@@ -27,7 +27,7 @@ def validate_command(
 ) -> None:
     """Check a task completely (task, model, data, tokens, trl, plan) without starting a run; writes nothing."""
     from trainteam.trainers.planning.calibrate import remeasuring
-    from trainteam.workflows.task_check import check_task
+    from trainteam.workflows.task.task_check import check_task
 
     found = []
     with remeasuring() if remeasure else nullcontext():
@@ -37,7 +37,7 @@ def validate_command(
 
 
 def _print_checks(checks, found: list, as_json: bool) -> None:
-    from trainteam.workflows.task_check import CheckFailed
+    from trainteam.workflows.task.task_check import CheckFailed
 
     try:
         for check in checks:

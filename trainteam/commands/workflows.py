@@ -13,7 +13,7 @@ workflows_app = typer.Typer(help="Workflow specs.", no_args_is_help=True)
 
 @workflows_app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.workflows.spec import builtin_names, load_builtin
+    from trainteam.workflows.engine.spec import builtin_names, load_builtin
 
     specs = [load_builtin(n) for n in builtin_names()]
     if as_json:
@@ -25,7 +25,7 @@ def list_(as_json: bool = typer.Option(False, "--json")) -> None:
 @workflows_app.command("show")
 def show(name: str, mermaid: bool = typer.Option(False, "--mermaid", help="print a Mermaid flowchart"),
          as_json: bool = typer.Option(False, "--json")) -> None:
-    from trainteam.workflows.spec import load_builtin
+    from trainteam.workflows.engine.spec import load_builtin
 
     spec = load_builtin(name)
     if mermaid:
@@ -46,7 +46,7 @@ def validate(path: Path) -> None:
     """Check a workflow spec file as a run would: a bounded, UTF-8, regular file; YAML within the
     depth/alias/size limits; fields and graph; each step's tool known and on its persona's card.
     Errors are one line naming the field (steps.NAME.tool), exit 2."""
-    from trainteam.workflows.spec import load_spec_file
+    from trainteam.workflows.engine.spec import load_spec_file
 
     spec = load_spec_file(path)
     console.print(f"{path}: ok ({spec.name}, {len(spec.steps)} steps)")

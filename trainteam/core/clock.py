@@ -2,7 +2,7 @@
 
 By default it is the wall clock (``time.monotonic``). With ``TRAINTEAM_STEP_CLOCK=<seconds>`` it is a
 step clock: it moves only when a training step ends (``tick``, called by the trainer's callback in
-``trainers/budget.py``), by that many seconds a step, and everything else (imports, data, evaluation)
+``trainers/training/budget.py``), by that many seconds a step, and everything else (imports, data, evaluation)
 costs nothing. A budget then ends at the same step on any machine, however busy: the tests use it so a
 budget's verdict never depends on how fast the machine is, and a person may use it to rehearse how a
 budget splits between stages (``runs show`` reports the seconds the step clock counted).

@@ -72,7 +72,7 @@ def _wal_mode(cur, wait_s: float = 30.0) -> None:
 
     Turning a new file to WAL needs an exclusive lock and SQLite answers "database is
     locked" at once instead of calling the busy handler; eight processes opening one new
-    workspace together hit it about once in 50 tries (measured, tests/spine/test_schema_race.py).
+    workspace together hit it about once in 50 tries (measured, tests/engine/test_schema_race.py).
     """
     deadline = time.monotonic() + wait_s
     pause = 0.005

@@ -16,7 +16,7 @@ from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainteam.agents.toolbox import PlanFirstArgs
+from trainteam.contract.step_io import PlanFirstArgs
 from trainteam.core.errors import BadInput, NotFound
 from trainteam.core.hashing import weights_hash
 from trainteam.curation.answers import AnswerSpec
@@ -26,11 +26,11 @@ from trainteam.curation.rows import iter_rows
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.knowledge import UnknownNode
 from trainteam.graph.record import record_fitted_tokenizer, record_merged_checkpoint
-from trainteam.trainers.config import TokenizerConfig
-from trainteam.trainers.merge import check_adapters, merge_adapters
-from trainteam.trainers.tokenizer import load_tokenizer
-from trainteam.trainers.tokenizer import train_tokenizer as fit
-from trainteam.workflows.built_datasets import BuildKind, BuildOptions, build_recorded, planned_build
+from trainteam.trainers.training.config import TokenizerConfig
+from trainteam.trainers.training.merge import check_adapters, merge_adapters
+from trainteam.trainers.training.tokenizer import load_tokenizer
+from trainteam.trainers.training.tokenizer import train_tokenizer as fit
+from trainteam.workflows.improve.built_datasets import BuildKind, BuildOptions, build_recorded, planned_build
 
 MAX_SAMPLES = 1000
 

@@ -19,7 +19,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from trainteam.agents.redact import redact
+from trainteam.contract.redaction import redact
 from trainteam.core.errors import TrainteamError, format_validation_error
 from trainteam.core.listening import bound_socket
 from trainteam.mcp_server import artifact_tools as a

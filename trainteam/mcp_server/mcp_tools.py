@@ -28,24 +28,24 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainteam.agents.toolbox import PlanFirstArgs
+from trainteam.contract.step_io import PlanFirstArgs
 from trainteam.core.errors import BadInput, NotFound
 from trainteam.curation.decontam import DecontamConfig
 from trainteam.curation.dedup import NearDupConfig
 from trainteam.curation.pipeline import CurationConfig, planned_version
 from trainteam.graph import NodeKind
 from trainteam.graph.knowledge import UnknownNode
-from trainteam.trainers.config import TrainConfig
-from trainteam.workflows.curriculum import curriculum_from_task
-from trainteam.workflows.evidence import approval_evidence_view
-from trainteam.workflows.runner import check_new_run_id, check_runnable, new_run_id
-from trainteam.workflows.spec import builtin_names, load_builtin
-from trainteam.workflows.stageplan import plan_stage
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.workflows.task.curriculum import curriculum_from_task
+from trainteam.workflows.report.evidence import approval_evidence_view
+from trainteam.workflows.engine.runner import check_new_run_id, check_runnable, new_run_id
+from trainteam.workflows.engine.spec import builtin_names, load_builtin
+from trainteam.workflows.task.stage_plan import plan_stage
 from trainteam.workflows.steps.curate import curate_recorded
 from trainteam.workflows.steps.plans import StageOverrides
-from trainteam.workflows.store import ApprovalStore, RunStore
-from trainteam.workflows.task import TrainTask, load_task_file, parse_task
-from trainteam.workflows.views import resolve, run_public, runs_public, short_id
+from trainteam.workflows.engine.store import ApprovalStore, RunStore
+from trainteam.contract.train_task import TrainTask, load_task_file, parse_task
+from trainteam.workflows.report.views import resolve, run_public, runs_public, short_id
 
 SETTLED = ("completed", "failed", "cancelled", "waiting_approval")
 MAX_WAIT_S = 600.0

@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from trainteam.agents.toolbox import PlanFirstArgs
+from trainteam.contract.step_io import PlanFirstArgs
 from trainteam.curation.answers import AnswerSpec
 from trainteam.mcp_server.mcp_tools import MAX_WAIT_S, ExecuteWorkflowArgs, execute_workflow
-from trainteam.trainers.config import ModelSpec, TrainConfig
-from trainteam.workflows.task import BudgetSpec, DataSpec, GateSpec
+from trainteam.trainers.training.config import ModelSpec, TrainConfig
+from trainteam.contract.train_task import BudgetSpec, DataSpec, GateSpec
 
 Before = Literal["pretrain", "sft"]
 

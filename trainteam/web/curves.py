@@ -1,5 +1,5 @@
 """A run's training curves as they grow: the ``log`` events training appends to each stage folder's
-``run-history.jsonl`` (``trainers/telemetry.py`` ``Telemetry.on_log``; one line per logging step).
+``run-history.jsonl`` (``trainers/training/telemetry.py`` ``Telemetry.on_log``; one line per logging step).
 
 Each file is read incrementally (from where the last read stopped), so many viewers polling a
 training run cost a ``stat`` and the new lines, not the whole history.

@@ -14,8 +14,8 @@ from trainteam.web.access import Session
 from trainteam.web.curves import RunCurves
 from trainteam.web.guard import console, person
 from trainteam.web.run_page import RunRow, runs_list
-from trainteam.workflows.store import ApprovalStore, RunStore
-from trainteam.workflows.views import run_view
+from trainteam.workflows.engine.store import ApprovalStore, RunStore
+from trainteam.workflows.report.views import run_view
 
 router = APIRouter(prefix="/api")
 FINAL = ("completed", "failed", "cancelled")

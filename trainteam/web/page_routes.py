@@ -15,7 +15,7 @@ from trainteam.web.access import Session
 from trainteam.web.approval_cards import all_cards, one_card
 from trainteam.web.guard import checked_form, console, person
 from trainteam.web.lineage_picture import picture
-from trainteam.workflows.approvals import decide
+from trainteam.workflows.engine.approvals import decide
 
 router = APIRouter()
 

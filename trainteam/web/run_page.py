@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from trainteam.agents.transcripts import read_run, tool_calls
 from trainteam.core.errors import NotFound
-from trainteam.workflows.store import ApprovalStore, RunStore
-from trainteam.workflows.views import ACTIVE, run_searches, run_view, runs_view, search_public
+from trainteam.workflows.engine.store import ApprovalStore, RunStore
+from trainteam.workflows.report.views import ACTIVE, run_searches, run_view, runs_view, search_public
 
 PLOT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}\.png$")
 

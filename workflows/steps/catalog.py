@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainteam.agents.toolbox import StepTool
+from trainteam.contract.step_io import StepTool
 from trainteam.workflows.steps.corpus import prepare_corpus
 from trainteam.workflows.steps.curate import curate
 from trainteam.workflows.steps.judge import evaluate, gate, gate_facts

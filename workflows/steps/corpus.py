@@ -20,13 +20,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainteam.agents.toolbox import StepResult, ToolContext
+from trainteam.contract.step_io import StepResult, ToolContext
 from trainteam.core.hashing import file_fingerprint, sha256_file
 from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, write_jsonl
 from trainteam.curation.rows import iter_rows
 from trainteam.curation.splits import Part, SplitPlan, held_out, plan_splits
 from trainteam.graph.record import record_corpus, record_split
-from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.workflows.task.curriculum import curriculum_from_task
 
 ROWS_FORMAT = 1  # how rows.py shapes rows: a change bumps it, so folders prepared before are not reused
 

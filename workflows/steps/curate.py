@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
-from trainteam.agents.toolbox import NeedsPerson, Resume, StepResult, ToolContext
+from trainteam.contract.step_io import NeedsPerson, Resume, StepResult, ToolContext
 from trainteam.core.errors import BadInput
 from trainteam.curation import read_jsonl
 from trainteam.curation.decontam import DecontamConfig
@@ -26,9 +26,9 @@ from trainteam.curation.pipeline import curate as run_curation
 from trainteam.curation.row_checks import RowChecksConfig, row_of, row_records
 from trainteam.graph import KnowledgeGraph, NodeKind, node_id
 from trainteam.graph.record import record_dataset, record_derived_from, recorded_dataset
-from trainteam.trainers.chat_templates import apply_chat_template
-from trainteam.trainers.tokenizer import load_tokenizer
-from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.trainers.training.chat_templates import apply_chat_template
+from trainteam.trainers.training.tokenizer import load_tokenizer
+from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.steps.corpus import eval_sets
 
 CUT_AT_SEQ_LEN = ("sft", "dpo")  # the methods whose trainer cuts a row longer than seq_len

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainteam.agents.toolbox import ToolContext
+from trainteam.contract.step_io import ToolContext
 from trainteam.curation.demo import read_jsonl
-from trainteam.trainers.answer_length import GenerationBudget, size_generation
-from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.trainers.evaluation.answer_length import GenerationBudget, size_generation
+from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.steps.corpus import stage_eval_set
 
 

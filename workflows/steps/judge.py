@@ -6,21 +6,21 @@ import json
 from pathlib import Path
 
 from trainteam.agents.decisions import decide
-from trainteam.agents.toolbox import GateFacts, StepResult, ToolContext
+from trainteam.contract.step_io import GateFacts, StepResult, ToolContext
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph.record import record_diagnosis, record_eval, record_gate
-from trainteam.trainers.diagnosis import (Attempt, Diagnosis, GateEvidence, ProbePoint, blind, check_diagnosis,
+from trainteam.trainers.evaluation.diagnosis import (Attempt, Diagnosis, GateEvidence, ProbePoint, blind, check_diagnosis,
                                           diagnose)
-from trainteam.trainers.eval_battery import BatterySpec, default_battery, run_battery
-from trainteam.trainers.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
-from trainteam.trainers.stage_gate import StageInput, judge_stage
-from trainteam.trainers.tokenizer import load_tokenizer
-from trainteam.workflows.curriculum import curriculum_from_task, eval_settings
-from trainteam.workflows.stageplan import plan_stage
+from trainteam.trainers.evaluation.battery import BatterySpec, default_battery, run_battery
+from trainteam.trainers.evaluation.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
+from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage
+from trainteam.trainers.training.tokenizer import load_tokenizer
+from trainteam.workflows.task.curriculum import curriculum_from_task, eval_settings
+from trainteam.workflows.task.stage_plan import plan_stage
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.retry import gate_diagnosis
-from trainteam.workflows.task import CurriculumStage
+from trainteam.contract.train_task import CurriculumStage
 
 
 def _decontamination_report(ctx: ToolContext, eval_set: str = "eval") -> dict | None:
@@ -161,7 +161,7 @@ def stage_input(ctx: ToolContext, this_eval_step: str, stage: str) -> StageInput
 
 def judge_gate(ctx: ToolContext, stage: str, metrics: dict, rules: list, before: StageInput | None,
                n_eval: int | None) -> GateDecision:
-    """The stage's gate (``trainers/stage_gate.py``): the task's rules or the default, against what the
+    """The stage's gate (``trainers/evaluation/stage_gate.py``): the task's rules or the default, against what the
     stage started from, with the measurement checks. Without anything to compare against (a stage
     outside the task's list) only the task's rules judge; with none either, the gate cannot pass."""
     st = _stage_of(ctx, stage)

@@ -15,11 +15,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainteam.agents.briefing import spent_minutes
-from trainteam.agents.toolbox import PlanFirstArgs, ToolContext
-from trainteam.trainers.config import TrainConfig
-from trainteam.trainers.recipe_search import sec_per_step
-from trainteam.workflows.curriculum import curriculum_from_task
-from trainteam.workflows.stageplan import plan_stage
+from trainteam.contract.step_io import PlanFirstArgs, ToolContext
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.search.recipe_search import sec_per_step
+from trainteam.workflows.task.curriculum import curriculum_from_task
+from trainteam.workflows.task.stage_plan import plan_stage
 from trainteam.workflows.steps.curate import planned_config
 from trainteam.workflows.steps.recipe import searched_before
 from trainteam.workflows.steps.retry import StopRetry, retry_config

@@ -1,5 +1,5 @@
 """data_curator's pre-check of a user's own data: a small proxy says whether the data teaches anything
-before the real run spends its budget on it (``trainers/ladder.py``).
+before the real run spends its budget on it (``trainers/search/ladder.py``).
 
 When it runs (``task.precheck``): ``always``; ``auto`` (the default) for the user's own data
 (``data.path``) when the run costs money (``budget.cost_per_hour_usd > 0``) or the run planner's
@@ -35,21 +35,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from trainteam.agents.toolbox import NeedsPerson, Resume, StepResult, ToolContext
+from trainteam.contract.step_io import NeedsPerson, Resume, StepResult, ToolContext
 from trainteam.curation import read_jsonl
 from trainteam.curation.formats import row_kind
 from trainteam.curation.rows import read_rows
-from trainteam.trainers.config import TrainConfig
-from trainteam.trainers.ladder import (
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.search.ladder import (
     LadderVerdict,
     ProxyRun,
     compare_datasets,
     model_ladder,
 )
-from trainteam.trainers.tokenizer import load_tokenizer
-from trainteam.trainers.tokenizer import train_tokenizer as fit
-from trainteam.workflows.curriculum import curriculum_from_task
-from trainteam.workflows.stageplan import plan_stage
+from trainteam.trainers.training.tokenizer import load_tokenizer
+from trainteam.trainers.training.tokenizer import train_tokenizer as fit
+from trainteam.workflows.task.curriculum import curriculum_from_task
+from trainteam.workflows.task.stage_plan import plan_stage
 
 from trainteam.core.errors import BadInput
 

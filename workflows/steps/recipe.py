@@ -25,17 +25,17 @@ from rich.markup import escape
 from trainteam.core import clock
 from trainteam.core.errors import BadInput
 from trainteam.agents.decisions import decide
-from trainteam.agents.toolbox import ToolContext
+from trainteam.contract.step_io import ToolContext
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_probe, record_recipe
-from trainteam.trainers.answer_length import size_generation
-from trainteam.trainers import budget
-from trainteam.trainers.config import TrainConfig
-from trainteam.trainers.console_lines import say
+from trainteam.trainers.evaluation.answer_length import size_generation
+from trainteam.trainers.training import budget
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.console_lines import say
 from trainteam.trainers.planning import ModelShape
-from trainteam.trainers.stage_gate import PRETRAIN_KINDS
-from trainteam.trainers.recipe_search import (
+from trainteam.trainers.evaluation.stage_gate import PRETRAIN_KINDS
+from trainteam.trainers.search.recipe_search import (
     FIRST_RUNG,
     MIN_ROWS,
     RATE_METRICS,
@@ -63,8 +63,8 @@ from trainteam.trainers.recipe_search import (
     split_rows,
     wasted_tops,
 )
-from trainteam.workflows.curriculum import curriculum_from_task
-from trainteam.workflows.stageplan import plan_stage
+from trainteam.workflows.task.curriculum import curriculum_from_task
+from trainteam.workflows.task.stage_plan import plan_stage
 
 log = logging.getLogger("trainteam.recipe")
 RESERVE = 0.15  # of the time left: evaluation, merging, registering

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainteam.agents.toolbox import StepResult, ToolContext
+from trainteam.contract.step_io import StepResult, ToolContext
 from trainteam.graph.record import record_model
-from trainteam.trainers.registry import ModelRecord, ModelRegistry
-from trainteam.workflows.evidence import register_evidence
+from trainteam.trainers.serving.registry import ModelRecord, ModelRegistry
+from trainteam.workflows.report.evidence import register_evidence
 
 
 def register_and_record(ws, path: Path, *, stage: str, metrics: dict[str, Any] | None = None, name: str | None = None,

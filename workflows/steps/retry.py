@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainteam.agents.toolbox import ToolContext
-from trainteam.trainers.config import TrainConfig
-from trainteam.trainers.diagnosis import Diagnosis, RetryPlan
+from trainteam.contract.step_io import ToolContext
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.evaluation.diagnosis import Diagnosis, RetryPlan
 
 
 class StopRetry(Exception):

@@ -26,27 +26,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainteam.agents.toolbox import Carried, NeedsPerson, Resume, StepResult, ToolContext, budget_overrun
+from trainteam.contract.step_io import Carried, NeedsPerson, Resume, StepResult, ToolContext, budget_overrun
 from trainteam.core.hashing import weights_hash
 from trainteam.curation import build_preference_pairs, score_reward
 from trainteam.curation.demo import read_jsonl
 from trainteam.curation.rewards import default_rewards
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_checkpoint, record_gate, record_tokenizer
-from trainteam.trainers import budget
-from trainteam.trainers.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
+from trainteam.trainers.training import budget
+from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
 from trainteam.curation.formats import example, folder_prompt_format, query, row_kind
-from trainteam.trainers.eval_battery import greedy_generations
-from trainteam.trainers.gates import accept_failed_gate
-from trainteam.trainers.launched import train_launched
-from trainteam.trainers.models import build_model, load_model
-from trainteam.trainers.results import RestartProposal
-from trainteam.trainers.stage_gate import StageInput, judge_stage, random_init
-from trainteam.trainers.chat_templates import save_tokenizer_with_template
-from trainteam.trainers.tokenizer import load_tokenizer
-from trainteam.trainers.tokenizer import train_tokenizer as fit
-from trainteam.trainers.training import train as run_training
-from trainteam.workflows.curriculum import curriculum_from_task
+from trainteam.trainers.evaluation.battery import greedy_generations
+from trainteam.trainers.evaluation.gates import accept_failed_gate
+from trainteam.trainers.launch.supervisor import train_launched
+from trainteam.trainers.training.models import build_model, load_model
+from trainteam.trainers.training.results import RestartProposal
+from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage, random_init
+from trainteam.trainers.training.chat_templates import save_tokenizer_with_template
+from trainteam.trainers.training.tokenizer import load_tokenizer
+from trainteam.trainers.training.tokenizer import train_tokenizer as fit
+from trainteam.trainers.training.loop import train as run_training
+from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.headroom import skip_align
@@ -86,7 +86,7 @@ def train_tokenizer(ctx: ToolContext) -> StepResult:
 
 
 def _templated_tokenizer(ctx: ToolContext, model_path: Path, template: str) -> tuple[Path, str]:
-    """The model's tokenizer with the task's ``model.chat_template`` (trainers/chat_templates.py), saved
+    """The model's tokenizer with the task's ``model.chat_template`` (trainers/training/chat_templates.py), saved
     in the workspace and recorded; every checkpoint then saves it."""
     key = hashlib.sha256(f"{Path(model_path).resolve()}\0{template}".encode()).hexdigest()[:16]
     out_dir, _ = save_tokenizer_with_template(Path(model_path), template, ctx.ws.dir("tokenizers") / key)
@@ -172,7 +172,7 @@ class _Stage:
             warm_start: Path | None = None):
         ctx = self.ctx
         cfg, proposal = self._config(stage, model, warm_start)
-        if ctx.task.distributed is not None:  # the same training, in launched processes (trainers/launched.py)
+        if ctx.task.distributed is not None:  # the same training, in launched processes (trainers/launch/supervisor.py)
             report = train_launched(cfg.method, cfg, model, data, tokenizer=self.tokenizer, dist=ctx.task.distributed,
                                     apply_proposal=proposal, answer=ctx.task.answer)
         else:
@@ -209,7 +209,7 @@ class _Stage:
         return self.spike_result(stage, report)
 
     def spike_result(self, stage: str, report) -> StepResult:
-        from trainteam.trainers.spike import restart_refusal
+        from trainteam.trainers.training.spike import restart_refusal
 
         ev = report.spike_evidence or {}
         step = report.steps_done if report.proposal is None else report.proposal.spike_step

@@ -1,0 +1,380 @@
+"""Evaluation of a model in its exact training context, and the eval battery of a stage.
+
+The two measures everything else builds on live here, once: ``heldout_loss`` (mean
+cross-entropy on the answer tokens, as training counts them) and ``greedy_generations``
+(greedy answers to ``prompt_text(prompt)``); ``exact_match`` compares those answers to
+the references. The battery, what the eval_judge measures before a gate decides, adds
+perplexity and reliability checks that accuracy alone hides: answer-format adherence,
+determinism across runs with different batching, and the rate of degenerate
+repetition. Harness tasks run through ``lm_eval_runner``. Each stage kind has a fixed
+default battery; a task may override it per stage.
+
+Eval sets are decontaminated against the training data before anything is
+measured, with the data engine's n-gram index (``trainteam.curation.decontam``);
+its report (or the one the data engine made when it curated) rides on the result.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trainteam.core.errors import BadInput
+from trainteam.curation.answers import NUMERIC, AnswerSpec
+from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
+from trainteam.curation.formats import Prompt, example, example_ids, prompt_format, prompt_ids, query, row_kind
+from trainteam.trainers.training import budget
+from trainteam.trainers.evaluation.answer_length import MAX_NEW_TOKENS, reference_match
+from trainteam.trainers.evaluation.lm_eval_runner import run_lm_eval, write_exact_match_task
+from trainteam.trainers.training.models import load_model
+from trainteam.trainers.training.results import EvalResult
+from trainteam.trainers.training.step_lines import RowLines
+from trainteam.trainers.training.tokenizer import load_tokenizer
+
+StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
+Metric = Literal["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition", "lm_eval"]
+
+# Training methods and curriculum stage names map onto the four stage kinds.
+STAGE_KINDS: dict[str, StageKind] = {
+    "pretrain": "pretrain", "mid_train": "mid_train", "midtrain": "mid_train", "long_context": "long_context",
+    "sft": "post_train", "dpo": "post_train", "grpo": "post_train", "post_train": "post_train",
+}
+
+
+class BatterySpec(BaseModel):
+    """Which checks run, and their settings. Task files give this per stage."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    metrics: list[Metric] = Field(min_length=1)
+    max_new_tokens: int = Field(default=8, gt=0, le=MAX_NEW_TOKENS)
+    batch_size: int = Field(default=64, gt=0, le=4096)
+    limit: int | None = Field(default=None, gt=0, le=10_000_000, description="evaluate at most this many problems")
+    reliability_limit: int = Field(default=64, gt=0, le=100_000, description="problems used by the reliability checks")
+    repetition_ngram: int = Field(default=3, ge=1, le=64)
+    repetition_max_new_tokens: int = Field(default=32, gt=0, le=MAX_NEW_TOKENS)
+    degenerate_threshold: float = Field(default=0.5, gt=0, le=1, description="repeated n-gram share that counts as degenerate")
+    lm_eval_tasks: list[str] = Field(default_factory=list, description="harness tasks; empty: exact match as a harness task")
+    lm_eval_include: Path | None = Field(default=None, description="folder of local harness task YAML")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _answer_moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "answer_pattern" in data:
+            raise ValueError("answer_pattern: answers are checked by the task's `answer:` now, for every stage; "
+                             "write it there, e.g. answer: {kind: regex, pattern: '-?\\d+', full_match: true}")
+        return data
+
+
+DEFAULT_BATTERIES: dict[StageKind, BatterySpec] = {
+    "pretrain": BatterySpec(metrics=["heldout_loss", "exact_match", "repetition"]),
+    "mid_train": BatterySpec(metrics=["heldout_loss", "exact_match", "format_adherence", "repetition"]),
+    "long_context": BatterySpec(metrics=["heldout_loss", "determinism", "repetition"], repetition_max_new_tokens=128),
+    "post_train": BatterySpec(metrics=["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition"]),
+}
+
+
+def stage_kind(stage: str) -> StageKind:
+    try:
+        return STAGE_KINDS[stage]
+    except KeyError:
+        raise BadInput(f"stage {stage!r}: unknown stage kind (one of {sorted(STAGE_KINDS)})") from None
+
+
+def default_battery(stage: str) -> BatterySpec:
+    return DEFAULT_BATTERIES[stage_kind(stage)].model_copy(deep=True)
+
+
+class BatteryResult(BaseModel):
+    stage: str
+    kind: StageKind
+    metrics: dict[str, float] = Field(description="flat: heldout_loss, perplexity, exact_match, format_adherence, "
+                                                  "determinism, repetition_rate, reference_match (the share "
+                                                  "of references the answer check scores right when written "
+                                                  "exactly: below 1, the check is blind), lm_eval/<task>/<metric>")
+    n_eval: int
+    details: dict[str, Any] = Field(default_factory=dict)
+    decontamination: dict[str, Any] | None = None
+    seconds: float
+
+
+# -- individual measures -------------------------------------------------------------------
+
+def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: int = 64,
+                 completion_only: bool = True) -> float:
+    """Mean token cross-entropy on ``records`` (a model or a checkpoint folder) in the training context.
+
+    Prompt/completion records score the completion tokens only (what SFT trains);
+    ``{"text"}`` records, or every record with ``completion_only=False``, score every token.
+    """
+    import torch
+
+    for i, r in enumerate(records):
+        try:
+            row_kind(r)
+        except ValueError:
+            raise BadInput(f"held-out records[{i}]: needs 'text', 'prompt' and 'completion', or 'messages'") from None
+    if not records:
+        raise BadInput("held-out records: none to measure loss on")
+    if isinstance(model, (str, Path)):
+        model = load_model(Path(model))
+    model.eval()
+    total, count = 0.0, 0
+    pad = tokenizer.pad_token_id
+    fmt = prompt_format(tokenizer)
+    lines = RowLines("evaluation (held-out loss)", len(records))
+    for start in range(0, len(records), batch_size):
+        budget.check("evaluation (held-out loss)")
+        rows, labels = [], []
+        for r in records[start : start + batch_size]:
+            if row_kind(r) == "text":
+                ids = tokenizer(r["text"], add_special_tokens=False)["input_ids"]
+                n_prompt = 0
+            else:
+                prompt, ids = example_ids(tokenizer, r, fmt)
+                n_prompt = len(prompt) if completion_only else 0
+            lab = list(ids)
+            lab[:n_prompt] = [-100] * n_prompt
+            rows.append(ids)
+            labels.append(lab)
+        width = max(len(x) for x in rows)
+        ids_t = torch.tensor([x + [pad] * (width - len(x)) for x in rows], device=model.device)
+        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in rows], device=model.device)
+        lab_t = torch.tensor([x + [-100] * (width - len(x)) for x in labels], device=model.device)
+        with torch.no_grad():
+            logits = model(input_ids=ids_t, attention_mask=mask).logits[:, :-1].float()
+        tgt = lab_t[:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                                 ignore_index=-100, reduction="sum")
+        total += float(loss)
+        count += int((tgt != -100).sum())
+        lines.done(min(start + batch_size, len(records)))
+    return total / max(count, 1)
+
+
+def greedy_generations(model, tokenizer, prompts: Sequence[Prompt], *, max_new_tokens: int, batch_size: int,
+                       what: str = "generation") -> list[dict]:
+    """Greedy continuations of each prompt as ``formats.prompt_ids`` renders it for this tokenizer
+    (pass ``formats.query(row)``): ``{"ids"}`` up to (not incl.) EOS, ``{"eos"}`` whether EOS came,
+    ``{"text"}`` the decoded answer (special tokens dropped, stripped). ``what`` names the work in
+    the message of a budget stop between batches."""
+    import torch
+
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    eos = tokenizer.eos_token_id
+    fmt = prompt_format(tokenizer)
+    model.eval()  # dropout on would make "greedy" answers random
+    out: list[dict] = []
+    lines = RowLines(what, len(prompts))
+    try:
+        for s in range(0, len(prompts), batch_size):
+            budget.check(what)
+            ids = [prompt_ids(tokenizer, p, fmt) for p in prompts[s : s + batch_size]]
+            enc = tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(model.device)
+            with torch.no_grad():
+                gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
+            for row in gen[:, enc["input_ids"].shape[1] :].tolist():
+                stop = row.index(eos) if eos in row else None
+                ids = row[:stop] if stop is not None else row
+                out.append({"ids": ids, "eos": stop is not None,
+                            "text": tokenizer.decode(ids, skip_special_tokens=True).strip()})
+            lines.done(len(out))
+    finally:
+        tokenizer.padding_side = side
+    return out
+
+
+def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: int = 8, batch_size: int = 64,
+                answer: AnswerSpec = NUMERIC) -> EvalResult:
+    """Greedy answers to ``prompt_text(prompt)`` (``greedy_generations``), the text before EOS checked against
+    the reference by ``answer`` (the task's AnswerSpec; default the demo's numbers)."""
+    if isinstance(model, (str, Path)):
+        model = load_model(Path(model))
+    bad = next((i for i, p in enumerate(problems) if _kind(p) not in ("pair", "chat")), None)
+    if bad is not None:
+        raise BadInput(f"problems[{bad}]: needs fields prompt and completion, or messages ending with an answer")
+    gens = greedy_generations(model, tokenizer, [query(p) for p in problems], max_new_tokens=max_new_tokens,
+                              batch_size=batch_size, what="evaluation (exact match)")
+    samples, correct = [], 0
+    for p, g in zip(problems, gens, strict=True):
+        prompt, reference = example(p)
+        ok = answer.is_correct(g["text"], reference)
+        correct += ok
+        samples.append({"prompt": prompt, "expected": reference, "got": g["text"], "correct": ok})
+    n = len(problems)
+    return EvalResult(accuracy=correct / n if n else 0.0, n=n, correct=correct, samples=samples)
+
+
+def _kind(rec: Any) -> str | None:
+    try:
+        return row_kind(rec)
+    except (ValueError, AttributeError):
+        return None
+
+
+def format_adherence(gens: Sequence[dict], tokenizer, answer: AnswerSpec, max_new_tokens: int) -> dict[str, Any]:
+    """Share of answers that end with EOS within the budget and are well-formed (``answer.well_formed``)."""
+    ok, bad = 0, []
+    for g in gens:
+        ids = g["ids"]
+        text = tokenizer.decode(ids[:max_new_tokens], skip_special_tokens=True).strip()
+        good = g["eos"] and len(ids) < max_new_tokens and answer.well_formed(text)
+        ok += good
+        if not good and len(bad) < 5:
+            bad.append(text)
+    return {"format_adherence": ok / len(gens) if gens else 0.0, "format_violations": bad}
+
+
+def repetition_rate(gens: Sequence[dict], n: int, threshold: float) -> dict[str, Any]:
+    """Share of generations whose repeated n-gram fraction exceeds ``threshold`` (loops like "1111…")."""
+    fractions = []
+    for g in gens:
+        ids = g["ids"]
+        grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+        fractions.append(1.0 - len(set(grams)) / len(grams) if grams else 0.0)
+    degenerate = sum(f > threshold for f in fractions)
+    return {"repetition_rate": degenerate / len(gens) if gens else 0.0,
+            "mean_repeated_ngram_fraction": sum(fractions) / len(fractions) if fractions else 0.0}
+
+
+def determinism(first: Sequence[dict], second: Sequence[dict]) -> float:
+    """Share of prompts whose two greedy runs (different batching) gave identical tokens."""
+    same = sum(a["ids"] == b["ids"] and a["eos"] == b["eos"] for a, b in zip(first, second, strict=True))
+    return same / len(first) if first else 1.0
+
+
+# -- decontamination -----------------------------------------------------------------------
+
+def decontaminate(eval_records: list[dict], train_records: Sequence[dict] | None,
+                  config: Any | None = None) -> tuple[list[dict], dict[str, Any] | None]:
+    """Drop eval examples that occur in the training data (word n-gram overlap, the data
+    engine's ``EvalIndex``); returns the clean examples and the report of what was removed."""
+    if train_records is None:
+        return eval_records, None
+    cfg = config or DecontamConfig()
+    index = EvalIndex.build({"eval": eval_records}, cfg)
+    texts = []
+    for i, r in enumerate(train_records):
+        try:
+            texts.append(eval_text(r))
+        except ValueError:
+            raise BadInput(f"training records[{i}]: needs 'text' or 'prompt' to check for contamination") from None
+    leaked = sorted({o for hits in index.find(texts) for _, _, o in hits})
+    clean = [r for k, r in enumerate(eval_records) if k not in set(leaked)]
+    return clean, {
+        "checked": True, "method": f"curation word {cfg.ngram}-gram overlap", "eval_examples": len(eval_records),
+        "training_records": len(texts), "removed": len(leaked),
+        "contaminated": [index.names[o] for o in leaked][:50], "unchecked_too_short": len(index.unchecked),
+    }
+
+
+# -- the battery ---------------------------------------------------------------------------
+
+def _load(model_or_path, tokenizer):
+    if isinstance(model_or_path, (str, Path)):
+        path = Path(model_or_path)
+        model = load_model(path)
+        if tokenizer is None:
+            tokenizer = path
+        return model, tokenizer, path
+    return model_or_path, tokenizer, None
+
+
+def run_battery(
+    model_or_path: Any,
+    tokenizer: Any,
+    eval_records: list[dict],
+    *,
+    stage: str,
+    spec: BatterySpec | None = None,
+    heldout_records: list[dict] | None = None,
+    train_records: Sequence[dict] | None = None,
+    decontamination_report: dict[str, Any] | None = None,
+    out_dir: str | Path | None = None,
+    answer: AnswerSpec = NUMERIC,
+) -> BatteryResult:
+    """Run the stage's battery on a model (object or checkpoint folder).
+
+    ``eval_records`` are prompt/completion problems; ``heldout_records`` (default: the same
+    problems) feed the loss; ``train_records`` are checked for overlap first unless the
+    data engine's ``decontamination_report`` for this eval set is given. ``answer`` (the task's
+    AnswerSpec) says which answers are right (exact match) and well-formed (format adherence).
+    """
+    started = time.monotonic()
+    kind = stage_kind(stage)
+    spec = spec or default_battery(stage)
+    model, tokenizer, ckpt = _load(model_or_path, tokenizer)
+    if isinstance(tokenizer, (str, Path)):
+        tokenizer = load_tokenizer(Path(tokenizer))
+    if tokenizer is None:
+        raise BadInput("run_battery: a tokenizer (object or folder) is required with an in-memory model")
+    records = list(eval_records)
+    report = decontamination_report
+    if report is None:
+        records, report = decontaminate(records, train_records)
+    if spec.limit:
+        records = records[: spec.limit]
+    if not records and set(spec.metrics) - {"heldout_loss"}:
+        raise BadInput(f"battery {stage}: no eval problems left to measure")
+    metrics: dict[str, float] = {}
+    details: dict[str, Any] = {}
+
+    if "heldout_loss" in spec.metrics:
+        loss = heldout_loss(model, tokenizer, heldout_records if heldout_records is not None else records,
+                            batch_size=min(spec.batch_size, 32))
+        metrics.update(heldout_loss=loss, perplexity=math.exp(min(loss, 50.0)))
+    if "exact_match" in spec.metrics:
+        em = exact_match(model, tokenizer, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
+                         answer=answer)
+        metrics["exact_match"] = em.accuracy
+        details["exact_match"] = {"n": em.n, "correct": em.correct, "samples": em.samples[:10]}
+    if {"exact_match", "format_adherence"} & set(spec.metrics):  # can the check see a right answer at all?
+        metrics["reference_match"], details["reference_misses"] = reference_match(tokenizer, records, answer,
+                                                                                  spec.max_new_tokens)
+    reliability = {"format_adherence", "determinism", "repetition"} & set(spec.metrics)
+    if reliability:
+        prompts = [query(r) for r in records[: spec.reliability_limit]]
+        budget = max(spec.max_new_tokens, spec.repetition_max_new_tokens if "repetition" in reliability else 0)
+        first = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=spec.batch_size)
+        if "format_adherence" in reliability:
+            fa = format_adherence(first, tokenizer, answer, spec.max_new_tokens)
+            metrics["format_adherence"] = fa["format_adherence"]
+            details["format_violations"] = fa["format_violations"]
+        if "repetition" in reliability:
+            rep = repetition_rate(first, spec.repetition_ngram, spec.degenerate_threshold)
+            metrics["repetition_rate"] = rep["repetition_rate"]
+            details["mean_repeated_ngram_fraction"] = rep["mean_repeated_ngram_fraction"]
+        if "determinism" in reliability:
+            # Same prompts, other batch composition (other padding): greedy answers must not change.
+            other = max(1, min(spec.batch_size, len(prompts)) // 3)
+            second = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=other)
+            metrics["determinism"] = determinism(first, second)
+    if "lm_eval" in spec.metrics:
+        metrics.update(_lm_eval(spec, ckpt, tokenizer, records, stage, out_dir))
+    return BatteryResult(stage=stage, kind=kind, metrics=metrics, n_eval=len(records), details=details,
+                         decontamination=report, seconds=time.monotonic() - started)
+
+
+def _lm_eval(spec: BatterySpec, ckpt: Path | None, tokenizer, records: list[dict], stage: str,
+             out_dir: str | Path | None) -> dict[str, float]:
+    if ckpt is None:
+        raise BadInput(f"battery {stage}: lm_eval needs a checkpoint folder, not an in-memory model")
+    if out_dir is None:
+        raise BadInput(f"battery {stage}: lm_eval needs out_dir for its task files and results")
+    tasks, include = spec.lm_eval_tasks, spec.lm_eval_include
+    if not tasks:
+        include = Path(out_dir) / "lm_eval_tasks"
+        name = f"{re.sub(r'[^A-Za-z0-9_]', '_', stage)}_exact_match"
+        write_exact_match_task(include, name, records, tokenizer, max_new_tokens=spec.max_new_tokens)
+        tasks = [name]
+    elif include is None:
+        raise BadInput(f"battery {stage}: lm_eval_tasks given without lm_eval_include (folder of task YAML)")
+    res = run_lm_eval(ckpt, tasks, include_path=include, batch_size=spec.batch_size, out_dir=out_dir)
+    return {f"lm_eval/{t}/{m}": v for t, vals in res.tasks.items() for m, v in vals.items()}

@@ -1,0 +1,1 @@
+"""The typed contract below the personas: what a step takes and returns, the task, redaction."""

@@ -1,0 +1,204 @@
+"""The corridor between the workflow engine, the persona runtime and the step tools.
+
+- ``StepResult``: what a step hands back (small: paths, metrics, node ids; DBOS checkpoints it).
+  When only a person can say how to go on, it carries ``needs``: a ``NeedsPerson`` (what to
+  approve, the evidence, and how the step resumes if approved). The engine has one branch for it.
+- ``StepInputs``: what people's decisions changed for a step's re-run (a restart to apply, gates
+  accepted, weights kept, budget extended) plus the curves carried over from the attempt before.
+  The engine builds it (``after``) and the step reads its typed fields; nothing else writes it.
+- ``ToolContext``: what a step tool receives; ``StepTool``: a tool as the persona runtime
+  registers it (its function, argument model, plan and the facts the offline policy may read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "spike_limit", "stage_gate_failed", "over_budget",
+                  "too_much_dropped", "needs_approval", "error"]
+
+# How a step goes on once a person approved what it asked:
+# restart: apply the spike restart proposal; accept_stage_gate: promote a curriculum stage whose gate failed;
+# keep_spiked: keep the weights from before an unresolved spike; extend_budget: the same work, resumed from its
+# checkpoint under the extension; accept_gate: promote a failed gate; conversation: the persona's paused
+# conversation continues with the decision (pydantic-ai deferred tool call); go_ahead: start the step;
+# accept_curation: train on what curation left, although it removed more than the task's max_drop_fraction.
+ResumeKind = Literal["restart", "accept_stage_gate", "keep_spiked", "extend_budget", "accept_gate", "conversation",
+                     "go_ahead", "accept_curation"]
+
+
+class Carried(BaseModel):
+    """What a re-run continues from the attempt before it: loss curves, events, spike history."""
+
+    model_config = ConfigDict(extra="forbid")
+    losses: dict[str, list] = Field(default_factory=dict)
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    spikes: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Resume(BaseModel):
+    """How the step re-runs if a person approves."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: ResumeKind
+    stage: str | None = None
+    value: dict[str, Any] = Field(default_factory=dict, description="the restart proposal, the weights to keep, …")
+    pending: dict[str, Any] | None = Field(None, description="conversation: the persona's paused run (JSON)")
+
+
+class NeedsPerson(BaseModel):
+    """A step that cannot go on without a person: what to approve, why, and how it resumes."""
+
+    model_config = ConfigDict(extra="forbid")
+    action: str = Field(description="the approval's action; the engine numbers repeated asks within a step visit")
+    proposed: dict[str, Any] = Field(default_factory=dict)
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    resume: Resume
+    requested_by: str = ""
+    refused: str = Field("approval", description="what a person's no refuses, in the run's error: restart, …")
+    numbered: bool = Field(False, description="number the action per ask (one visit may ask it more than once)")
+    carried: Carried | None = None
+
+
+class StepResult(BaseModel):
+    """A step's recorded output: small (paths, metrics), because DBOS checkpoints it."""
+
+    outcome: Outcome = "ok"
+    summary: str = ""
+    artifacts: dict[str, str] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    nodes: dict[str, str] = Field(default_factory=dict, description="graph node ids this step produced")
+    details: dict[str, Any] = Field(default_factory=dict)
+    needs: NeedsPerson | None = None
+
+
+class StepInputs(BaseModel):
+    """What people decided for this step visit, as its re-run reads it. Built only by ``after``."""
+
+    model_config = ConfigDict(extra="forbid")
+    restart: dict[str, Any] | None = Field(None, description="the spike restart proposal a person approved")
+    accepted_stage_gates: dict[str, dict[str, Any]] = Field(default_factory=dict, description="stage -> approval")
+    accepted_gate: dict[str, Any] | None = Field(None, description="the approval that accepted this gate's failure")
+    kept_after_spike: dict[str, dict[str, Any]] = Field(default_factory=dict,
+                                                        description="stage -> the weights kept, with the approval")
+    budget_extended: bool = False
+    accepted_curation: dict[str, Any] | None = Field(None, description="the approval that accepted what curation "
+                                                     "left, over the max_drop_fraction")
+    before: Carried = Field(default_factory=Carried)
+
+    def after(self, needs: NeedsPerson, decision: dict[str, Any]) -> "StepInputs":
+        """The inputs of the re-run once a person approved ``needs`` with ``decision``."""
+        r = needs.resume
+        changed: dict[str, Any] = {"before": needs.carried or self.before}
+        if r.kind == "restart":
+            changed["restart"] = r.value
+        elif r.kind == "accept_stage_gate":
+            changed["accepted_stage_gates"] = {**self.accepted_stage_gates, r.stage: decision}
+        elif r.kind == "keep_spiked":
+            changed["kept_after_spike"] = {**self.kept_after_spike, r.stage: {**r.value, "approval": decision}}
+        elif r.kind == "extend_budget":
+            changed["budget_extended"] = True
+        elif r.kind == "accept_gate":
+            changed = {"accepted_gate": decision}
+        elif r.kind == "accept_curation":
+            changed = {"accepted_curation": decision}
+        else:  # conversation / go_ahead: the decision itself is the input
+            changed = {}
+        return self.model_copy(update=changed)
+
+
+@dataclass
+class ToolContext:
+    ws: Any  # trainteam.workspace.Workspace (not imported: tools stay below the shell)
+    run_id: str
+    step: str
+    visit: int
+    persona: str
+    task: Any  # trainteam.contract.train_task.TrainTask (agents sit below workflows: not imported)
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)  # the spec's step inputs (YAML): of, stage, battery, …
+    decided: StepInputs = field(default_factory=StepInputs)  # what people's decisions changed (typed)
+    toolbox: Mapping[str, "StepTool"] = field(default_factory=dict)  # the workflow's step tools (its catalog)
+    progress: bool = True
+    spent_s: float | None = None  # wall seconds the run's steps took so far (the engine measures it)
+    allowed_s: float | None = None  # what the run may spend in all: the budget plus extensions a person granted
+    execution: str = ""  # the engine's name for this execution of the step (its DBOS step): a re-run after a
+    # crash has the same name, so its agent run keeps the transcript segment (and graph facts) it began
+
+    @property
+    def graph(self):
+        return self.ws.graph
+
+    @property
+    def run_node(self) -> str:
+        return f"Run:{self.run_id}"
+
+    @property
+    def step_node(self) -> str:
+        return f"Step:{self.run_id}/{self.step}#{self.visit}"
+
+    def output(self, step: str) -> dict[str, Any]:
+        """The recorded output of an earlier step; a clear error if it did not run."""
+        out = self.outputs.get(step)
+        if out is None or out.get("outcome") == "skipped":
+            raise LookupError(f"step {self.step!r} needs the output of step {step!r}, which did not run")
+        return out
+
+    def latest(self, *steps: str) -> dict[str, Any]:
+        """The output of the last of ``steps`` that ran (e.g. sft after pretrain)."""
+        for s in reversed(steps):
+            out = self.outputs.get(s)
+            if out is not None and out.get("outcome") not in ("skipped", None):
+                return out
+        raise LookupError(f"step {self.step!r} needs one of {list(steps)} to have run")
+
+
+def budget_overrun(step: str, extra_minutes: float, allowed_minutes: float, budget: dict[str, Any],
+                   evidence: dict[str, Any], carried: Carried | None = None) -> NeedsPerson:
+    """The ask when a step reached the run's budget ceiling: the same work, resumed from its
+    checkpoint, under the extension the task allows (``budget.extension_minutes``)."""
+    return NeedsPerson(action="exceed_budget", numbered=True, proposed={"continue_with": step,
+                       "extra_minutes": extra_minutes}, evidence={**evidence, "allowed_minutes": allowed_minutes,
+                       "budget": budget}, resume=Resume(kind="extend_budget"), requested_by="ml_orchestrator",
+                       refused="more budget", carried=carried)
+
+
+class RunArgs(BaseModel):
+    """Arguments of a tool that runs when called."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(default="", max_length=500, description="why you call it (recorded with the call)")
+
+
+class PlanFirstArgs(RunArgs):
+    execute: bool = Field(default=False, description="false: return the plan only; true: do the work")
+
+
+@dataclass(frozen=True)
+class GateFacts:
+    """What the judge's offline policy is told: the gate's bar and what was measured."""
+
+    metric: str
+    min: float
+    measured: dict[str, float]
+
+
+@dataclass(frozen=True)
+class StepTool:
+    """A step tool as the persona runtime registers it.
+
+    ``run`` does the work; ``args`` is the argument model the model fills (default: the card
+    decides RunArgs or PlanFirstArgs); ``prepare`` applies those arguments to the context
+    (e.g. the engineer's per-stage overrides); ``plan`` is what a plan-first call returns;
+    ``facts`` is what the offline policy may know of the step (the judge's gate bar);
+    ``evidence`` is what a person sees, beside the plan, when a gated call of it waits (JSON)."""
+
+    run: Callable[[ToolContext], StepResult]
+    args: type[PlanFirstArgs] | None = None
+    prepare: Callable[[ToolContext, Any], ToolContext] | None = None
+    plan: Callable[[ToolContext, str], dict[str, Any]] | None = None
+    facts: Callable[[ToolContext], GateFacts | None] | None = None
+    evidence: Callable[[ToolContext], dict[str, Any]] | None = None

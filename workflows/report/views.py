@@ -1,0 +1,152 @@
+"""Machine-readable views of runs and approvals (what ``--json`` prints). Reads the database only.
+
+The views take the stores they read from: ``RunStore``/``ApprovalStore`` (SQLAlchemy) or their
+stdlib twins in ``readonly.py``, which the short commands use on a SQLite workspace. This module
+imports neither at load time, so it stays cheap for those commands.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from trainteam.core.errors import NotFound
+from trainteam.core.ids import MIN_PREFIX, check_ref, check_run_id
+from trainteam.workflows.engine.readonly import summarize_attempts
+
+ACTIVE = ("pending", "running", "waiting_approval")
+SHORT_ID = 8  # hex digits of an approval's short id: unique among millions, shorter than any run id
+_HEX = frozenset("0123456789abcdef")
+
+
+def run_public(ws, run_id: str) -> dict[str, Any]:
+    from trainteam.workflows.engine.store import ApprovalStore, RunStore  # SQLAlchemy: see the module docstring
+
+    return run_view(RunStore(ws.engine), ApprovalStore(ws.engine), run_id)
+
+
+def runs_public(ws, limit: int = 50) -> list[dict[str, Any]]:
+    from trainteam.workflows.engine.store import RunStore  # SQLAlchemy: see the module docstring
+
+    return runs_view(RunStore(ws.engine), limit)
+
+
+def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
+    row = runs.get(check_run_id(run_id))
+    if row is None:
+        raise NotFound(f"run {run_id!r} not found (see `trainteam runs list`)")
+    view = _summary(row, runs)
+    view["task"] = row["task"]
+    attempts = runs.attempts(run_id)  # read once: the steps and the searches
+    view["steps"] = summarize_attempts(attempts)
+    view["approvals"] = [
+        {"id": a["id"], "step": a["step"], "action": a["action"], "status": a["status"],
+         "decided_by": a["decided_by"]}
+        for a in approvals.list(run_id=run_id)
+    ]
+    view["search"] = searches_in(attempts)
+    return view
+
+
+SEARCH_FIELDS = ("stage", "method", "objective", "prior", "space", "widened", "run_steps", "warmup_steps", "rungs",
+                 "comparisons", "best_trial", "chosen", "choice_reason", "decided_by", "continued_from",
+                 "validation_rows", "budget_s", "spent_s")
+
+
+def search_public(report: dict[str, Any]) -> dict[str, Any]:
+    """A stage's recipe search (a ``SearchReport`` as the run store keeps it) as ``runs show --json`` and the
+    console show it: the rates tried and why, every probe's held-out loss and gate metric at each rung it
+    reached (``metric``: the gate's metric named by ``objective``, where measured), each rung's comparison (what
+    ranked the probes, in which order, who went on) and the choice with its reason."""
+    out = {k: report.get(k) for k in SEARCH_FIELDS}
+    out["probes"] = [
+        {"trial": p.get("trial"), "learning_rate": p.get("learning_rate"), "steps": p.get("steps"),
+         "heldout_loss": p.get("values") or {}, "metric": p.get("metric") or {},
+         "pruned": bool(p.get("pruned")), "unstable": bool(p.get("unstable")), "widened": bool(p.get("widened")),
+         "seconds": p.get("seconds")}
+        for p in report.get("probes") or []]
+    return out
+
+
+def run_searches(runs, run_id: str) -> dict[str, dict[str, Any]]:
+    """Stage -> its recipe search (``search_public``), from the run's finished steps (``searches_in``)."""
+    return searches_in(runs.attempts(run_id))
+
+
+def searches_in(attempts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Stage -> its recipe search (``search_public``), from the finished steps' outputs (``details.search``);
+    a later visit's (a retry reads the same search back) replaces an earlier one's."""
+    out: dict[str, dict[str, Any]] = {}
+    for a in attempts:
+        output = a.get("output") if isinstance(a.get("output"), dict) else {}
+        for stage, report in ((output.get("details") or {}).get("search") or {}).items():
+            if isinstance(report, dict):
+                out[stage] = search_public(report)
+    return out
+
+
+def runs_view(runs, limit: int = 50) -> list[dict[str, Any]]:
+    out = []
+    for row in runs.list(limit):
+        view = _summary(row, runs)
+        view["steps"] = runs.steps_summary(row["run_id"])
+        out.append(view)
+    return out
+
+
+def _summary(row: dict[str, Any], runs) -> dict[str, Any]:
+    view = {
+        "run_id": row["run_id"], "workflow": row["workflow"], "task_name": row["task_name"],
+        "status": row["status"], "current_step": row["current_step"], "error": row["error"],
+        "metrics": row["metrics"], "created_at": row["created_at"], "updated_at": row["updated_at"],
+        "executor_id": row["executor_id"],
+    }
+    # A run marked active whose process is gone is waiting for `runs resume` (or a worker): a
+    # running one says so. (A run waiting for a person keeps saying that: the decision is kept
+    # and reaches it when it resumes.)
+    # Alive: the run's executor process still holds its lease (workflows/engine/executors.py), on any host.
+    view["process_alive"] = runs.executor_alive(row["executor_id"]) if row["status"] in ACTIVE else None
+    if view["process_alive"] is False and row["status"] == "running":
+        view["status"] = "interrupted"
+    return view
+
+
+def short_id(approval_id: str) -> str:
+    """An approval's short id: the first ``SHORT_ID`` hex digits of its id's sha256. An approval id
+    begins with its run id, so the approvals of one run share a long prefix; their hashes do not.
+    Any prefix of ``id_digest`` of at least ``MIN_PREFIX`` digits names the approval while unique."""
+    return id_digest(approval_id)[:SHORT_ID]
+
+
+def id_digest(approval_id: str) -> str:
+    return hashlib.sha256(approval_id.encode()).hexdigest()
+
+
+def approval_public(row: dict[str, Any]) -> dict[str, Any]:
+    """The machine-readable shape printed by ``approvals list|show --json``."""
+    return {
+        "id": row["id"], "short_id": short_id(row["id"]), "run_id": row["run_id"], "step": row["step"],
+        "action": row["action"],
+        "status": row["status"], "proposed": row["proposed"], "evidence": row["evidence"],
+        "requested_by": row["requested_by"], "created_at": row["created_at"],
+        "decided_by": row["decided_by"], "decided_at": row["decided_at"], "note": row["note"],
+    }
+
+
+def resolve(store, ref: str) -> dict[str, Any]:
+    """The approval ``ref`` names: an exact id, a unique prefix of one, or a unique prefix (at
+    least ``MIN_PREFIX`` digits) of a short id."""
+    rows = store.find(ref)
+    if not any(r["id"] == ref for r in rows) and _hex_prefix(ref):
+        known = {r["id"] for r in rows}
+        rows = rows + [r for r in store.list() if r["id"] not in known and id_digest(r["id"]).startswith(ref)]
+    if not rows:
+        raise NotFound(f"approval {ref!r} not found (see `trainteam approvals list`)")
+    if len(rows) > 1:
+        raise NotFound(f"approval {ref!r} is ambiguous: {', '.join(r['id'] for r in rows[:5])}")
+    return rows[0]
+
+
+def _hex_prefix(ref: str) -> bool:
+    check_ref(ref, "approval id")
+    return MIN_PREFIX <= len(ref) <= 64 and set(ref) <= _HEX
