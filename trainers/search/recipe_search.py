@@ -1,60 +1,15 @@
 """The training engineer's recipe search: probe runs pick a stage's learning rate, and the best probe
 goes on to become the stage's run.
 
-Every probe trains with the stage's final settings (its length, schedule, warm-up and batch) at
-one of ``trials`` log-spaced learning rates, and is stopped at two rungs: every probe at a ninth of
-the top rung (never before twice the warm-up: a probe still warming up has not trained at its rate),
-the best third of them on to the top rung, and the best there is not thrown away: its checkpoint at the
-top rung is where the stage's own run resumes. A stage of L steps with 6 trials and the top rung at L/2
-costs about 1.72 L steps in all (every trial to L/18, two to L/2, one to L), against the 5.25 L of a
-3 x 3 grid of full runs at L/4, L/2 and L.
-
-What a rung compares (``rank``), on a validation slice cut from the TRAINING rows (the eval set is never
-looked at): every probe's held-out loss and, where the stage is gated on an answer metric (exact match:
-the gate's own metric), that metric too. The gate's metric ranks the probes when it separates them
-(its spread reaches the gate's noise band: two binomial standard errors on the slice, at least two rows);
-probes less than a band apart are tied, and a tie is broken by held-out loss. When the metric does not
-separate them (every probe at 0 % early on, or answers cut short) held-out loss ranks them at full
-weight. Order in a list never decides: an exact tie in loss goes to the rate nearest the prior's.
-
-Measured on a user's task (issue 31: SmolLM2-135M-Instruct, LoRA, 240 dates in words -> ISO, rebuilt
-here: 218 rows after curation, 21 of them the slice): the old objective ``1 - exact match + 0.01 x
-loss`` with answers cut at 8 tokens ranked by a hundredth of the loss, and its first rung was step 1 of
-a 3-step warm-up, where the rate is still 0: all 6 probes scored exactly 1.01348, 4 were dropped on
-the tie (by rate) and 5e-3 was chosen at step 2, still warming up. Now (budgets on the step clock at
-that run's 4.46 s a step): a 1-step warm-up, rungs at 3 and 22; at step 3 exact match was 0 for all
-and held-out loss ranked them (0.526 at 3.03e-3 to 0.973 at 3.3e-4); at step 22 exact match ranked
-the two left (95.2 % against 85.7 %) and 3.03e-3 trained on: 58/60 held-out right, as the tie's 5e-3.
-
-Where the rates come from (``lr_prior``): from random init and for a full fine-tune, ranges measured on
-the demo; for a LoRA adapter on trained weights, ``10 x 5e-5 x (2000 / hidden)^p`` (LoRA's rate is about
-10x full fine-tuning's, falling with the model's width; p = 0.781 for Llama-like models, 0.0775 for Qwen:
-Thinking Machines' "LoRA Without Regret" sweeps, as in tinker-cookbook's ``hyperparam_utils.get_lr``),
-divided and multiplied by 4. When the best probe at the first rung sits at an edge of the range, the
-range is widened one grid step beyond that edge (``MAX_WIDEN`` times at most, as the time left affords).
-
-Why the winner continues, measured (benchmarks/recipe_search.py, the demo's addition SFT): the
-rates only separate late (lr 2.5e-3: 9 % exact match at 150 steps, 17 % at 300, 100 % at 600;
-1e-4: 9 % at 600), so probes that stop at a quarter of the run and then start the run again picked
-1.9e-4 and reached 7 % of the grid's best for a third of its compute. Letting the top rung be part
-of the real run, paid once, is what affords probes that long.
-
-Why the top rung is half the run and the first rung short, measured on 3-digit addition towards 600
-steps (the benchmark's add3): at step 200 lr 1.19e-3 led 3e-3 (objective 0.338 against 0.464), at
-step 300 3e-3 led (0.283 against 0.385), and at step 600 3e-3 reached 97 % exact match, 1.19e-3
-90.5 %. A cosine schedule still holds a high rate near its peak a third of the way in, so the
-comparison there favours the lower rate. The first rung only has to drop the hopeless: the highest
-stable rate goes on whatever it scores (``promoted``), so a ninth of the top is enough, and it pays
-for the later comparison (1.72 L in all, against 1.78 L with the rungs at L/9 and L/3).
-
-Optuna supplies the seeded order of the grid of rates (``GridSampler``) and the study that records
-each probe's value. The rung step is hand-written (a sort): Optuna's ``SuccessiveHalvingPruner`` is
-asynchronous (a trial reaching a rung first competes with itself only, so the first trial always ran
-to the top) and cannot pause a trial and resume it, which the continuation needs. Also hand-written,
-because no library does it: the rung callback (the scores at the rung steps; a checkpoint saved
-there) and the length rule (``final_steps``). Runs are sequential and seeded, so a search is the same
-given the seed and thread count. Each probe's scores at each rung, each rung's comparison and the
-choice are printed as they happen (``console_lines.say``) and kept in the report (``comparisons``).
+Every probe trains with the stage's final settings at one of ``trials`` log-spaced rates (``lr_prior``;
+Optuna's ``GridSampler`` order) and is stopped at two rungs: every probe at a ninth of the top rung (never
+before twice the warm-up), the best third on to the top rung (at most half the stage), whose best
+checkpoint is where the stage's own run resumes, so its steps are paid once. A rung (``rank``) compares the
+probes on a validation slice cut from the training rows: by the gate's metric where it separates them (the
+gate's noise band), else by held-out loss; ties go to the loss, an exact tie to the rate nearest the prior's.
+The highest stable rate always goes on (``promoted``). An edge winner widens the range (``MAX_WIDEN``).
+The rung step, the rung callback and the length rule (``final_steps``) are hand-written; why, and the
+measurements behind each choice: docs/recipe-search.md.
 """
 
 from __future__ import annotations
