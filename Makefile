@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser postgres demo test test-all bench clean
+.PHONY: setup browser postgres demo test test-all lint bench clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,11 @@ test: setup browser postgres
 
 test-all: setup browser postgres
 	$(PYTEST) -m "slow or not slow"
+
+# ruff (lint, format) and mypy on the product folders, configured in pyproject.toml; `ruff check --fix` and
+# `ruff format` on a folder fix most findings. mypy runs through the test: it checks build/typecheck/trainteam.
+lint: setup
+	$(PY) -m pytest -q tests/architecture/test_tooling.py
 
 bench: setup
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
