@@ -279,8 +279,8 @@ def test_an_evaluation_cut_at_the_ceiling_again_asks_for_twice_the_time():
     from trainteam.contract.train_task import TrainTask
 
     task = TrainTask.model_validate({**TINY_TASK, "budget": {"max_wall_minutes": 5, "extension_minutes": 1}})
-    evaluation = budget_overrun("evaluate", 1.0, 5.0, {}, {"where": "evaluation (exact match)"})
-    training = budget_overrun("train", 1.0, 5.0, {}, {"where": "training pretrain"})
+    evaluation = budget_overrun("evaluate", task.budget, 300.0, {"where": "evaluation (exact match)"})
+    training = budget_overrun("train", task.budget, 300.0, {"where": "training pretrain"})
     cut: list[str] = []
     assert [_extension(task, evaluation, cut) for _ in range(3)] == [60.0, 120.0, 240.0]
     assert [_extension(task, training, cut) for _ in range(2)] == [60.0, 60.0]  # its steps are kept: no growth

@@ -23,8 +23,11 @@ one run to the next, so it went (issue 10: reproducible runs).
 from __future__ import annotations
 
 import math
+import os
 import resource
 import time
+
+Sample = tuple[float, float, float]  # a cpu_sample(): (machine busy s, this process's CPU s, wall s)
 
 
 def cpu_sample() -> tuple[float, float, float]:
@@ -67,3 +70,23 @@ def threads_for(others: float, cores: int, current: int, busy_at: float = 0.3, f
     if idle:
         return cores
     return max(1, min(cores, math.floor(cores - others + 0.1)))
+
+
+def run_threads(requested: int | None = None, since: Sample | None = None, sample_s: float = 0.3) -> int:
+    """The one thread rule: the torch thread count of a run, chosen once and then fixed (weights depend on it).
+
+    ``requested`` (the task's ``threads``, or what a run recorded and passes on, so a resumed or replayed
+    run trains on the same count) or ``TRAINTEAM_THREADS`` fix it; launched ranks (torchrun / accelerate
+    set ``LOCAL_WORLD_SIZE``) share the node's cores; otherwise it is the cores the neighbours left free
+    since ``since`` (a ``cpu_sample()``; this process's own CPU subtracted), measured over at least
+    ``sample_s`` (``threads_for``). The load average is no guide: it still counts a run that ended a
+    minute ago. The engine asks it as a run's training starts; the trainer as its set-up ends.
+    """
+    n = requested or int(os.environ.get("TRAINTEAM_THREADS") or 0)
+    if n:
+        return n
+    cores = os.cpu_count() or 1
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    if ranks > 1:
+        return max(1, cores // ranks)
+    return threads_for(neighbours_since(since or cpu_sample(), sample_s), cores, current=cores)

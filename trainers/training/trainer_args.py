@@ -18,7 +18,7 @@ from pathlib import Path
 from trainteam.core.errors import BadInput
 from trainteam.trainers.training import key_aliases as recipe_keys
 from trainteam.trainers.training.config import TrainConfig
-from trainteam.trainers.training.threads import cpu_sample, neighbours_since, threads_for
+from trainteam.trainers.training.threads import Sample, run_threads
 from trainteam.trainers.training.tracking import tracking_args
 
 
@@ -27,34 +27,14 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def choose_threads(config: TrainConfig, since: tuple[float, float, float] | None = None) -> int:
-    """The torch thread count, fixed for the whole of this training (weights depend on it).
-
-    config.threads or TRAINTEAM_THREADS fix the count (a run records its choice and passes it
-    on, so a resumed or replayed run trains on the same count); otherwise it is the cores the
-    neighbours left free since ``since`` (a ``threads.cpu_sample()`` taken when set-up began).
-    """
+def choose_threads(config: TrainConfig, since: Sample | None = None) -> int:
+    """Set torch's thread count for this training by the one rule (``threads.run_threads``): config.threads,
+    TRAINTEAM_THREADS, the launched ranks' share, or the cores the neighbours left free since ``since``."""
     import torch
 
-    if config.threads:
-        n = config.threads
-    elif os.environ.get("TRAINTEAM_THREADS"):
-        n = int(os.environ["TRAINTEAM_THREADS"])
-    elif int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))) > 1:
-        # Launched ranks share the node's cores.
-        n = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))))
-    else:
-        n = idle_cores(since)
+    n = run_threads(config.threads, since)
     torch.set_num_threads(n)
     return n
-
-
-def idle_cores(since: tuple[float, float, float] | None = None, sample_s: float = 0.3) -> int:
-    """Threads for the cores the neighbours leave free, measured over at least ``sample_s``
-    (the rule is ``threads.threads_for``). The load average is no guide: it still counts a
-    training run that ended a minute ago."""
-    cores = os.cpu_count() or 1
-    return threads_for(neighbours_since(since or cpu_sample(), sample_s), cores, current=cores)
 
 
 def has_cuda() -> bool:

@@ -17,6 +17,8 @@ from typing import Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.contract.train_task import BudgetSpec
+
 Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "spike_limit", "stage_gate_failed", "over_budget",
                   "too_much_dropped", "needs_approval", "error"]
 
@@ -156,14 +158,17 @@ class ToolContext:
         raise LookupError(f"step {self.step!r} needs one of {list(steps)} to have run")
 
 
-def budget_overrun(step: str, extra_minutes: float, allowed_minutes: float, budget: dict[str, Any],
-                   evidence: dict[str, Any], carried: Carried | None = None) -> NeedsPerson:
-    """The ask when a step reached the run's budget ceiling: the same work, resumed from its
-    checkpoint, under the extension the task allows (``budget.extension_minutes``)."""
-    return NeedsPerson(action="exceed_budget", numbered=True, proposed={"continue_with": step,
-                       "extra_minutes": extra_minutes}, evidence={**evidence, "allowed_minutes": allowed_minutes,
-                       "budget": budget}, resume=Resume(kind="extend_budget"), requested_by="ml_orchestrator",
-                       refused="more budget", carried=carried)
+def budget_overrun(step: str, budget: BudgetSpec, allowed_s: float, evidence: dict[str, Any],
+                   carried: Carried | None = None, numbered: bool = True) -> NeedsPerson:
+    """The one budget question: the run reached what it may spend (``allowed_s``: the budget plus what people
+    granted) — before a step (the engine: ``evidence`` is what was spent, asked once per visit, ``numbered``
+    False) or inside one (a step stopped at the ceiling: ``evidence`` is where). Approved, the same work goes
+    on (from its checkpoint) under the extension the task allows (``budget.extension_minutes``)."""
+    return NeedsPerson(action="exceed_budget", numbered=numbered, proposed={"continue_with": step,
+                       "extra_minutes": round(budget.extension_s() / 60, 2)},
+                       evidence={**evidence, "allowed_minutes": round(allowed_s / 60, 2), "budget": budget.model_dump()},
+                       resume=Resume(kind="extend_budget"), requested_by="ml_orchestrator", refused="more budget",
+                       carried=carried)
 
 
 class RunArgs(BaseModel):

@@ -89,11 +89,11 @@ def prepare_run(workflow: str, task: TrainTask, source: str, run_id: str | None,
 
 
 def run_foreground(ws, spec: WorkflowSpec, task: TrainTask, run_id: str, progress: bool = True) -> dict:
-    from trainteam.workflows.engine import durable as engine
+    from trainteam.workflows.engine.durable import Engine
 
-    engine.launch(ws, progress)
+    engine = Engine.launch(ws, progress)
     try:
-        return _result(engine.start(ws, spec, task, run_id), run_id)
+        return _result(engine.start(spec, task, run_id), run_id)
     finally:
         engine.shutdown()
 
@@ -101,22 +101,22 @@ def run_foreground(ws, spec: WorkflowSpec, task: TrainTask, run_id: str, progres
 def _result(handle, run_id: str) -> dict:
     """The run's end: a completed run's return value, or what a stopped one raised (DBOS
     records a failed run as ERROR and a cancelled one as CANCELLED)."""
-    from dbos._error import DBOSAwaitedWorkflowCancelledError
+    from dbos import error as dbos_error
 
     try:
         return handle.get_result()
     except RunStopped as stopped:
         return stopped.result
-    except DBOSAwaitedWorkflowCancelledError:
+    except dbos_error.DBOSAwaitedWorkflowCancelledError:
         return {"run_id": run_id, "status": "cancelled", "error": "cancelled by a person"}
 
 
 def resume_foreground(ws, run_id: str, force: bool = False, progress: bool = True) -> dict:
-    from trainteam.workflows.engine import durable as engine
+    from trainteam.workflows.engine.durable import Engine
 
-    engine.launch(ws, progress)
+    engine = Engine.launch(ws, progress)
     try:
-        return _result(engine.resume(ws, run_id, force=force), run_id)
+        return _result(engine.resume(run_id, force=force), run_id)
     finally:
         engine.shutdown()
 
@@ -154,22 +154,22 @@ def enqueue_run(new: NewRun) -> None:
 
 def serve(ws, once: bool = False, limits: WorkerLimits = WorkerLimits(), progress: bool = True) -> None:
     """A worker: takes runs from the run queue (DBOS dequeues them under ``limits``) and, every
-    ``limits.poll_s``, hands runs whose process died back to the queue (``engine.recover_dead``).
+    ``limits.poll_s``, hands runs whose process died back to the queue (``Engine.recover_dead``).
     With ``once`` it returns when the queue is empty and its own runs have ended."""
-    from trainteam.workflows.engine import durable as engine
+    from trainteam.workflows.engine.durable import Engine, console
 
-    engine.launch(ws, progress, worker=True)
+    engine = Engine.launch(ws, progress, worker=True)
     try:
         engine.register_queue(limits.worker_concurrency, limits.global_concurrency, limits.poll_s)
-        engine.console.print(f"worker {engine._Process.executor_id}: taking runs from queue {RUN_QUEUE} "
+        console.print(f"worker {engine.executor_id}: taking runs from queue {RUN_QUEUE} "
                              f"({limits.worker_concurrency} at a time here"
                              + (f", {limits.global_concurrency} in all" if limits.global_concurrency else "") + ")",
                              highlight=False)
         idle = 0
         while True:
-            resumed = engine.recover_dead(ws)
+            resumed = engine.recover_dead()
             if resumed:
-                engine.console.print(f"resuming {len(resumed)} run(s) of dead processes: {', '.join(resumed)}",
+                console.print(f"resuming {len(resumed)} run(s) of dead processes: {', '.join(resumed)}",
                                      highlight=False)
             time.sleep(limits.poll_s)
             # two quiet looks in a row: a run just claimed is PENDING here before the next look

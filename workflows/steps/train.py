@@ -401,8 +401,7 @@ def over_budget(ctx: ToolContext, where: dict[str, Any], carried: Carried | None
     """The ask at the budget's ceiling, with what the step had reached (``where``)."""
     budget = ctx.task.budget
     allowed_s = ctx.allowed_s if ctx.allowed_s is not None else budget.allowed_s()
-    return budget_overrun(ctx.step, round(budget.extension_s() / 60, 2), round(allowed_s / 60, 2),
-                          budget.model_dump(), where, carried)
+    return budget_overrun(ctx.step, budget, allowed_s, where, carried)
 
 
 def _stage_gate_failed(ctx: ToolContext, stage: str, names: list[str], i: int, failed, runner: "_Stage",
