@@ -95,7 +95,7 @@ def run_variant(name: str, work: Path) -> dict:
         from datasets import Dataset
         from trl import SFTConfig, SFTTrainer
 
-        from trainteam.trainers.training.method_data import sft_dataset
+        from trainteam.trainers.methods.sft import sft_dataset
 
         model = load_model(work / "init")
         ds = sft_dataset(tok, Dataset.from_list(rows))

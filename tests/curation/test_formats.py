@@ -62,7 +62,7 @@ def test_sft_rows_are_trls_conversational_prompt_completion(chat_tok, real_model
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from trainteam.trainers.training.method_data import sft_dataset
+    from trainteam.trainers.methods.sft import sft_dataset
     from trainteam.trainers.training.models import load_model
 
     ds = sft_dataset(chat_tok, Dataset.from_list([CHAT, {"messages": [{"role": "user", "content": PAIR["prompt"]},

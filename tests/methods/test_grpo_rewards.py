@@ -10,7 +10,7 @@ from trainteam.curation.answers import NUMERIC, AnswerSpec
 from trainteam.curation.rewards import default_rewards, score_reward
 from trainteam.trainers import TrainConfig, train
 from trainteam.trainers.training.config import GRPOOptions
-from trainteam.trainers.training.methods import grpo_args
+from trainteam.trainers.methods.grpo import grpo_args
 
 
 def test_rewards_check_the_answer_and_its_end(tok):

@@ -34,7 +34,7 @@ def test_pretrain_packs_windows_and_learns(tmp_path, tiny, tok, arith):
     # batch holds only the windows left over.
     from datasets import Dataset
 
-    from trainteam.trainers.training.method_data import packed_windows
+    from trainteam.trainers.methods.pretrain import packed_windows
 
     n = len(packed_windows(tok, Dataset.from_list(arith[0]), 64))
     sizes = [min(16, n - i) for i in range(0, n, 16)]
@@ -167,8 +167,8 @@ def test_added_functional_tokens_are_trainable(tmp_path, tiny, tok, arith):
 
 
 def test_sft_layout_is_padding_free_unless_rows_need_truncating(tmp_path, tok, arith):
-    from trainteam.trainers.training.method_data import load_data, sft_dataset
-    from trainteam.trainers.training.methods import sft_layout
+    from trainteam.trainers.methods.sft import sft_dataset, sft_layout
+    from trainteam.trainers.training.method_data import load_data
 
     ds = sft_dataset(tok, load_data(arith[0][:50], "sft"))
     short = sft_layout(_cfg(tmp_path, seq_len=64), tok, ds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from trainteam.trainers.training.method_data import packed_windows, record_text
+from trainteam.trainers.methods.pretrain import packed_windows, record_text
 
 
 @pytest.mark.parametrize("kind", ["prompt_completion", "text"])

@@ -11,7 +11,9 @@ from pydantic import ValidationError
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.trainers.training import key_aliases as recipe_keys
 from trainteam.trainers.training.config import TrainConfig
-from trainteam.trainers.training.trainer_args import common_args, trl_args, trl_config_class
+from trainteam.trainers.methods.method_registry import checked_trl as trl_args
+from trainteam.trainers.methods.method_registry import config_class as trl_config_class
+from trainteam.trainers.training.trainer_args import common_args
 from trainteam.contract.train_task import TrainTask
 
 
@@ -121,7 +123,7 @@ def test_every_argument_trainteam_sets_is_refused_in_the_trl_block(tmp_path):
 
 
 def test_the_method_builders_own_arguments_are_refused_too(tmp_path):
-    from trainteam.trainers.training.methods import grpo_args
+    from trainteam.trainers.methods.grpo import grpo_args
 
     cls = trl_config_class("grpo")
     built = grpo_args(TrainConfig(method="grpo"), tmp_path)

@@ -31,6 +31,7 @@ from trainteam.curation.formats import Prompt, example, example_ids, prompt_form
 from trainteam.trainers.training import budget
 from trainteam.trainers.evaluation.answer_length import MAX_NEW_TOKENS, reference_match
 from trainteam.trainers.evaluation.lm_eval_runner import run_lm_eval, write_exact_match_task
+from trainteam.trainers.methods.method_registry import methods
 from trainteam.trainers.training.models import load_model
 from trainteam.trainers.training.results import EvalResult
 from trainteam.trainers.training.step_lines import RowLines
@@ -39,10 +40,10 @@ from trainteam.trainers.training.tokenizer import load_tokenizer
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
 Metric = Literal["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition", "lm_eval"]
 
-# Training methods and curriculum stage names map onto the four stage kinds.
+# Training methods (each its record's ``eval_kind``) and curriculum stage names map onto the four stage kinds.
 STAGE_KINDS: dict[str, StageKind] = {
-    "pretrain": "pretrain", "mid_train": "mid_train", "midtrain": "mid_train", "long_context": "long_context",
-    "sft": "post_train", "dpo": "post_train", "grpo": "post_train", "post_train": "post_train",
+    **{m.name: m.eval_kind for m in methods()},
+    "mid_train": "mid_train", "midtrain": "mid_train", "long_context": "long_context", "post_train": "post_train",
 }
 
 

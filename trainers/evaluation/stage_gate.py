@@ -28,9 +28,9 @@ from typing import Mapping
 from pydantic import BaseModel, Field
 
 from trainteam.trainers.evaluation.gates import GateCheck, GateDecision, GateRule, evaluate_gate
+from trainteam.trainers.methods.method_registry import align_methods
 
 ANSWER_METRICS = ("exact_match", "format_adherence")  # read from generated answers: blind when cut or mis-checked
-ALIGN_METHODS = ("dpo", "grpo")
 PRETRAIN_KINDS = ("pretrain", "mid_train", "long_context")
 LOSS_BAND = 0.01  # a held-out loss change under 1 % of the input's is noise
 
@@ -75,7 +75,7 @@ def default_rules(kind: str, method: str, metrics: Mapping[str, float], before: 
     beyond noise (an align stage: do not fall below it) on exact match where answers are checked after
     pre-training, else on held-out loss; format adherence never falls beyond noise."""
     rules: list[tuple[GateRule, str]] = []
-    aligning = method in ALIGN_METHODS
+    aligning = method in align_methods()
     if kind not in PRETRAIN_KINDS and _measured("exact_match", metrics, before):
         q = before.metrics["exact_match"]
         band = rate_band(q, n_eval)

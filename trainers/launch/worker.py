@@ -25,7 +25,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -33,7 +32,8 @@ from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.curation.answers import AnswerSpec
 from trainteam.curation.rewards import default_rewards
 from trainteam.trainers.training import budget
-from trainteam.trainers.training.config import ModelSpec, TrainConfig
+from trainteam.trainers.methods.method_registry import get_method
+from trainteam.trainers.training.config import Method, ModelSpec, TrainConfig
 from trainteam.trainers.training.models import build_model
 from trainteam.trainers.training.results import RestartProposal
 from trainteam.trainers.training.tokenizer import load_tokenizer
@@ -45,7 +45,7 @@ class WorkerJob(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Literal["pretrain", "sft", "dpo", "grpo"] = "sft"
+    method: Method = "sft"
     config: TrainConfig
     model: ModelSpec
     tokenizer: Path
@@ -89,7 +89,8 @@ def run_job(job: WorkerJob) -> dict:
     tok = load_tokenizer(job.tokenizer)
     model = job.model_path if job.model_path is not None else \
         build_model(job.model, tok, attn_implementation=config.attn_implementation, seed=config.seed)
-    rewards = default_rewards(tok, job.answer) if job.method == "grpo" and job.answer is not None else None
+    rewards = default_rewards(tok, job.answer) if get_method(job.method).needs_rewards and job.answer is not None \
+        else None
     with budget.ceiling(job.budget_left_s, job.budget_allowed_s):
         report = train(job.method, config, model, str(job.data), tokenizer=tok,
                        eval_data=str(job.eval_data) if job.eval_data else None, progress=False,

@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pydantic import BaseModel, Field
 
 from trainteam.trainers.training import budget
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.console_lines import say
 from trainteam.trainers.planning.calibrate import Calibration, cached, fit, shape_key, store_run
@@ -125,7 +126,7 @@ def read_pace(start: dict, state, cfg: TrainConfig, shape: ModelShape | None, de
     reading = PaceReading(first_step=start["step"] + 1, steps=steps, step_s=step_s,
                           tokens_per_s=tokens / max(start["step_time"], 1e-9), micro_batch_tokens=micro, load=load,
                           threads=threads, steps_left=left, minutes_left=left * step_s / 60)
-    if shape is not None and tokens > 0 and cfg.method != "grpo":  # GRPO's time is generation: no estimate of it
+    if shape is not None and tokens > 0 and not get_method(cfg.method).generates:  # its time is generation: no estimate
         tps, note, key, stored = expected_pace(shape, cfg, micro, device, load, threads)
         reading.expected_tokens_per_s, reading.expected_note = tps, note
         if (stored is not None and reading.off_by is not None and _off(reading.off_by) and device == "cpu"

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.config import ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.planning.estimate import (
     GIB,
@@ -143,7 +144,7 @@ def _memory(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, *, strategy: 
 
 def _reference_model_bytes(cfg: TrainConfig, shape: ModelShape, strategy: str, dp: int) -> float:
     """DPO (unless log-probs are precomputed) and GRPO with a KL term hold a frozen reference copy."""
-    needs = (cfg.method == "dpo" and not cfg.dpo.precompute_ref_log_probs) or (cfg.method == "grpo" and cfg.grpo.beta > 0)
+    needs = get_method(cfg.method).holds_reference(cfg)
     if not needs or cfg.lora is not None:  # with PEFT the reference is the base with adapters disabled
         return 0.0
     b = shape.num_params() * state_bytes_per_param(cfg.precision, strategy)[0]

@@ -7,8 +7,8 @@ its tokenizer exists (the project's own tokenizers are trained by the run): the 
 tokenizer exists before the run: on SmolLM2's 49k vocabulary the bound counted 2.7x too many
 tokens. A local model's tokenizer exists before the run: on SmolLM2's 49k vocabulary the bound
 counted 2.7x too many tokens. Here a sample is tokenized the way the trainer will tokenize it
-(``method_data``: SFT rows through ``sft_dataset`` and ``row_lengths``, a chat model's rows
-through its chat template), so the planner's tokens are the trainer's.
+(each method's ``row_tokens``, ``trainers/methods/``: SFT rows through ``sft_dataset`` and ``row_lengths``, a
+chat model's rows through its chat template), so the planner's tokens are the trainer's.
 
 Counts are per training *example*: an SFT conversation with k assistant replies is k examples
 (each learned once, in its own context), a DPO example is its chosen and its rejected sequence.
@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from trainteam.core.errors import BadInput
 from trainteam.curation import formats as F
 from trainteam.curation.rows import read_rows
-from trainteam.trainers.training import method_data as D
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.chat_templates import apply_chat_template
 from trainteam.trainers.training.tokenizer import load_tokenizer
 
@@ -81,45 +81,8 @@ def count_tokens(tokenizer, rows: list[dict], method: str) -> RowTokens:
     fmt = F.prompt_format(tokenizer)
     if not rows:
         return RowTokens(sampled_rows=0, prompt_format=fmt)
-    if method == "sft":
-        lengths = _sft_lengths(tokenizer, rows)
-    elif method == "dpo":
-        lengths = [_preference_tokens(tokenizer, r, fmt) for r in rows]
-    elif method == "grpo":
-        lengths = [len(F.prompt_ids(tokenizer, F.query(r), fmt)) for r in rows]  # the prompt; completions are sampled
-    else:  # pretrain: each row's text, closed by one EOS in the packed stream
-        lengths = [len(ids) + 1 for ids in
-                   tokenizer([F.text_of(tokenizer, r, fmt) for r in rows], add_special_tokens=False)["input_ids"]]
+    lengths = get_method(method).row_tokens(tokenizer, rows, fmt)
     return RowTokens(sampled_rows=len(rows), lengths=lengths, source="tokenizer", prompt_format=fmt)
-
-
-def _sft_lengths(tokenizer, rows: list[dict]) -> list[int]:
-    from datasets import Dataset, disable_progress_bars
-
-    disable_progress_bars()  # a sample's map is no progress a person waits for
-    return D.row_lengths(tokenizer, D.sft_dataset(tokenizer, Dataset.from_list(rows, on_mixed_types=D.MIXED)))
-
-
-def _preference_tokens(tokenizer, rec: dict, fmt: str) -> int:
-    """A DPO example's two sequences; a prompt/completion row (whose rejected side the align step
-    makes from the model's own answer) counts its prompt and answer twice."""
-    if rec.get("chosen") is None:
-        prompt, answer = F.example(rec)
-        rec = {"prompt": prompt, "chosen": answer, "rejected": answer, "system": rec.get("system")}
-    return _side_tokens(tokenizer, rec, fmt, "chosen") + _side_tokens(tokenizer, rec, fmt, "rejected")
-
-
-def _side_tokens(tokenizer, rec: dict, fmt: str, side: str) -> int:
-    """Tokens of the prompt followed by one side (chosen or rejected) of a preference row."""
-    value = rec[side]
-    if fmt == "chat":
-        turns = [F.clean_message(m) for m in value] if isinstance(value, list) else \
-            [{"role": "assistant", "content": str(value)}]
-        prompt = F.as_messages(rec["prompt"], rec.get("system"))
-        return len(tokenizer.apply_chat_template(prompt + turns, tokenize=True, return_dict=True)["input_ids"])
-    text = F.prompt_text(tokenizer, rec["prompt"], system=rec.get("system"))
-    text += F.completion_text(tokenizer, F.completion_content(value))
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def bytes_bound(rows: list[dict], method: str = "sft") -> RowTokens:

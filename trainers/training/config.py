@@ -15,13 +15,35 @@ config class where TRL is imported: ``trainer_args.trl_args``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_serializer, model_validator
+from pydantic_core import PydanticCustomError
 
+from trainteam.trainers.methods.names import NAMES as METHOD_NAMES
 from trainteam.trainers.training import key_aliases as recipe_keys
 
-Method = Literal["pretrain", "sft", "dpo", "grpo"]
+
+
+def one_of(names: tuple[str, ...]) -> Any:
+    """A string type that takes only ``names`` (a list known when the program starts): validated, refused and
+    shown in the JSON schema as ``Literal[names]`` would be."""
+    quoted = [repr(n) for n in names]
+    expected = f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
+
+    def known(name: str) -> str:
+        if name not in names:
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+        return name
+
+    return Annotated[str, AfterValidator(known), WithJsonSchema({"enum": list(names), "type": "string"})]
+
+
+# A training method's name: one of the registry's (trainers/methods/names.py); a plain str to a type checker.
+if TYPE_CHECKING:
+    Method = str
+else:
+    Method = one_of(METHOD_NAMES)
 Precision = Literal["fp32", "fp16", "bf16"]
 Strategy = Literal["single", "ddp", "fsdp", "zero2", "zero3"]
 

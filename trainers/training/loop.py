@@ -22,9 +22,9 @@ from trainteam.trainers.training import budget
 from trainteam.trainers.training import console_lines
 from trainteam.trainers.training import method_data as D
 from trainteam.trainers.training.checkpoints import complete_checkpoints, resolve_resume
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.manifest import manifest_callback
-from trainteam.trainers.training.methods import BUILDERS
 from trainteam.trainers.training.models import load_model
 from trainteam.trainers.planning.pace import pace_check
 from trainteam.trainers.training.restart import lr_sync_callback, prepare_rollback
@@ -32,8 +32,6 @@ from trainteam.trainers.training.results import RestartProposal, TrainReport
 from trainteam.trainers.training.step_lines import stderr_is_terminal
 from trainteam.trainers.training.threads import cpu_sample
 from trainteam.trainers.training.trainer_args import check_runtime, choose_threads, is_main_process, quantization_kwargs
-
-METHODS = ("pretrain", "sft", "dpo", "grpo")
 
 
 def _prepare_model(model, config: TrainConfig, out: Path):
@@ -116,7 +114,7 @@ def train(
     history.record("end", reason=reason, step=steps_done, step_time=watch.telemetry.step_time)
 
     metrics = dict(result.metrics)
-    if eval_ds is not None and method in ("pretrain", "sft", "dpo") and reason != "budget":
+    if eval_ds is not None and get_method(method).evaluates and reason != "budget":
         metrics.update(trainer.evaluate())
     tel = watch.telemetry.summary(interruptions)
     tel["threads"] = threads
@@ -136,8 +134,7 @@ def train(
 
 def _checked(method: str, config: TrainConfig, tokenizer) -> tuple[TrainConfig, Path]:
     """The request, refused before anything loads; the config for this method and its (created) folder."""
-    if method not in METHODS:
-        raise BadInput(f"method: {method!r} is not one of {', '.join(METHODS)}")
+    get_method(method)  # BadInput naming the known methods
     if config.output_dir is None:
         raise BadInput("output_dir: required (checkpoints and the final model go there)")
     if tokenizer is None:
@@ -230,11 +227,12 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
 
 def _build_trainer(method: str, config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cbs: list,
                    reward_funcs: list | None):
-    """The method's trainer (``methods.BUILDERS``), without the library's own log printer."""
+    """The method's trainer (its record's ``build``), without the library's own log printer."""
     from transformers.trainer_callback import PrinterCallback
 
-    kwargs = {"reward_funcs": reward_funcs} if method == "grpo" else {}
-    trainer = BUILDERS[method](config, model, tokenizer, ds, eval_ds, out, cbs, **kwargs)
+    record = get_method(method)
+    rewards = reward_funcs if record.needs_rewards else None
+    trainer = record.build(config, model, tokenizer, ds, eval_ds, out, cbs, reward_funcs=rewards)
     trainer.remove_callback(PrinterCallback)
     return trainer
 

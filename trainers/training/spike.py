@@ -27,6 +27,7 @@ from typing import Mapping, Sequence
 
 from transformers import TrainerCallback
 
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints
 from trainteam.trainers.training.config import SpikeOptions, SpikeSignal
 from trainteam.trainers.training.results import RestartProposal
@@ -38,12 +39,7 @@ def method_signals(method: str, options: SpikeOptions) -> list[SpikeSignal]:
     """What "diverging" looks like for ``method`` (``options.signals`` overrides)."""
     if options.signals is not None:
         return list(options.signals)
-    if method == "grpo":
-        return [SpikeSignal(metric="reward", direction="down"), SpikeSignal(metric="kl", direction="up")]
-    signals = [SpikeSignal(metric="loss")]
-    if options.watch_grad_norm:
-        signals.append(SpikeSignal(metric="grad_norm"))
-    return signals
+    return get_method(method).watched(options.watch_grad_norm)
 
 
 class SpikeDetector:

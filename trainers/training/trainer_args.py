@@ -6,8 +6,8 @@ bf16, avx512_bf16, LoRA SFT of SmolLM2-135M at 1,024 tokens was 1.6× faster), e
 the spike monitor, NaN losses *not* filtered (the monitor must see them).
 
 ``trl_args`` is the ``trl:`` passthrough: any other field of the method's TRL config
-(``TRL_CONFIGS``), checked against that dataclass's fields and values, never one that
-trainteam sets itself (``recipe_keys.OWNED``: the error names our field to use).
+(its ``TrainingMethod.trl_config``), checked against that dataclass's fields and values, never one that
+trainteam sets itself (``key_aliases.OWNED``: the error names our field to use).
 """
 
 from __future__ import annotations
@@ -95,27 +95,14 @@ def common_args(config: TrainConfig, output_dir: Path) -> dict:
     )
 
 
-# The TRL (transformers) config class each method's trainer takes: (module, class name).
-TRL_CONFIGS = {"pretrain": ("transformers", "TrainingArguments"), "sft": ("trl", "SFTConfig"),
-               "dpo": ("trl", "DPOConfig"), "grpo": ("trl", "GRPOConfig")}
-
-
-def trl_config_class(method: str):
-    import importlib
-
-    module, name = TRL_CONFIGS[method]
-    return getattr(importlib.import_module(module), name)
-
-
-def trl_args(config: TrainConfig, where: str = "trl") -> dict:
-    """The ``trl:`` block, checked against the method's TRL config: every key a field of that
+def trl_args(config: TrainConfig, cls: type, where: str = "trl") -> dict:
+    """The ``trl:`` block, checked against ``cls``, the method's TRL config: every key a field of that
     dataclass (an unknown one: BadInput with the closest field), none that trainteam sets (BadInput
     naming the TrainConfig field that does), and the values accepted by the class itself."""
     import dataclasses
 
     if not config.trl:
         return {}
-    cls = trl_config_class(config.method)
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
     for key in config.trl:
         ours = recipe_keys.owned_by(config.method, key) or recipe_keys.RENAMES.get(key)

@@ -12,20 +12,17 @@ looks given, so it is never re-derived from a dump.
 Searched: pretrain and SFT stages. The probes are ranked at each rung by the stage's gate metric
 where it separates them (exact match after pre-training, or what the task's gate names), else by
 held-out loss, on a slice of the training rows (``trainers/search/recipe_search.py``). A DPO or GRPO stage
-without a learning rate takes its method's default (``ALIGN_DEFAULTS``), and says so.
+without a learning rate takes its method's default (its record's ``default_lr``), and says so.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.trainers.methods.method_registry import METHODS, get_method
+
 SEARCHABLE = ("learning_rate", "max_steps", "per_device_batch_size")
 SEARCHED_METHODS = ("pretrain", "sft")
-# What a DPO / GRPO stage trains at when its block names no learning rate: GRPO at 1e-5
-# (benchmarks/align_gain.py from a 53.5 % SFT checkpoint: 1e-4 fell to 44 %, 1e-5 reached
-# 65.5-68 %); DPO at 5e-6 full / 5e-5 with LoRA (TRL's DPO examples and docs use 5e-7..5e-6 on
-# full models; LoRA adapters take ~10x).
-ALIGN_DEFAULTS = {"grpo": {"full": 1e-5, "lora": 1e-5}, "dpo": {"full": 5e-6, "lora": 5e-5}}
 
 
 class SearchSpec(BaseModel):
@@ -66,6 +63,7 @@ def searched_settings(spec: SearchSpec, given: dict[str, set[str]], methods: dic
 
 
 def align_default_lr(method: str, lora: bool) -> float | None:
-    """The learning rate a DPO / GRPO stage without one trains at (None for other methods)."""
-    table = ALIGN_DEFAULTS.get(method)
-    return None if table is None else table["lora" if lora else "full"]
+    """The learning rate an align stage (DPO, GRPO) without one trains at: its method's ``default_lr``
+    (``trainers/methods/``; None for a method without one)."""
+    rates = get_method(method).default_lr if method in METHODS else None
+    return None if rates is None else rates[1 if lora else 0]

@@ -32,14 +32,15 @@ from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
 from trainteam.curation.rows import check_columns
 from trainteam.trainers.training import key_aliases as recipe_keys
+from trainteam.trainers.methods.method_registry import METHODS, align_methods, train_methods
 from trainteam.trainers.training.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.evaluation.battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.evaluation.gates import GateRule, check_metric
 from trainteam.contract.search_spec import SearchSpec, align_default_lr, searched_settings
 
-Stage = Literal["pretrain", "sft", "dpo", "grpo"]
-TRAIN_STAGES = ("pretrain", "sft")
-ALIGN_STAGES = ("dpo", "grpo")
+Stage = Method  # a stage of the plain form is named by its method (trainers/methods/)
+TRAIN_STAGES = train_methods()
+ALIGN_STAGES = align_methods()
 MAX_WALL_MINUTES = 43_200  # 30 days
 
 
@@ -190,7 +191,7 @@ class CurriculumStage(_Strict):
         if kind is None:  # the kind was refused: that error says it
             return v
         if v is None:
-            v = name if name in ("pretrain", "sft", "dpo", "grpo") else DEFAULT_METHOD[kind]
+            v = name if name in METHODS else DEFAULT_METHOD[kind]
         if v in ALIGN_STAGES and kind != "post_train":
             raise ValueError(f"{v} aligns a trained model: its stage kind is post_train, not {kind}")
         return v

@@ -26,6 +26,7 @@ from trainteam.curation.rows import iter_rows
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.knowledge import UnknownNode
 from trainteam.graph.record import record_fitted_tokenizer, record_merged_checkpoint
+from trainteam.trainers.methods.grpo import METHOD as GRPO  # compose_reward shows GRPO's own rewards
 from trainteam.trainers.training.config import TokenizerConfig
 from trainteam.trainers.training.merge import check_adapters, merge_adapters
 from trainteam.trainers.training.tokenizer import load_tokenizer
@@ -198,10 +199,10 @@ def compose_reward(args: ComposeRewardArgs) -> dict[str, Any]:
     exact = exact_answer_reward(args.answer)(completions, refs)
     ids = [[0] if s.ended_with_eos else [1] for s in args.samples]  # EOS is id 0 here
     fmt = format_reward(0, args.answer)(completions, completion_ids=ids)
-    rows = [{"grpo": {"exact_answer": e, "well_formed": f, "total": e + f},
+    rows = [{GRPO.name: {"exact_answer": e, "well_formed": f, "total": e + f},
              "composite": score_reward(s.completion, s.reference, args.weights, args.answer).model_dump()}
             for s, e, f in zip(args.samples, exact, fmt)]
     n = len(rows)
-    return {"samples": rows, "mean_grpo_total": sum(r["grpo"]["total"] for r in rows) / n,
+    return {"samples": rows, "mean_grpo_total": sum(r[GRPO.name]["total"] for r in rows) / n,
             "mean_composite": sum(r["composite"]["total"] for r in rows) / n,
             "correct": sum(1 for e in exact if e >= 1.0), "of": n}

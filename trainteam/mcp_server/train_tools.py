@@ -18,7 +18,8 @@ from pydantic import Field
 from trainteam.contract.step_io import PlanFirstArgs
 from trainteam.curation.answers import AnswerSpec
 from trainteam.mcp_server.mcp_tools import MAX_WAIT_S, ExecuteWorkflowArgs, execute_workflow
-from trainteam.trainers.training.config import ModelSpec, TrainConfig
+from trainteam.trainers.methods import dpo, grpo, pretrain, sft
+from trainteam.trainers.training.config import Method, ModelSpec, TrainConfig
 from trainteam.contract.train_task import BudgetSpec, DataSpec, GateSpec
 
 Before = Literal["pretrain", "sft"]
@@ -29,9 +30,9 @@ class _TrainArgs(PlanFirstArgs):
     model: ModelSpec = Field(description="model.path: a local model folder to continue; else a new model's shape")
     data: DataSpec = Field(description="data.path (a file or folder of rows), or data.demo (a bundled task)")
     budget: BudgetSpec = Field(description="the run's ceiling: max_wall_minutes (and cost)")
-    training: dict[Literal["pretrain", "sft", "dpo", "grpo"], TrainConfig] = Field(
+    training: dict[Method, TrainConfig] = Field(
         default_factory=dict, description="per-stage settings (omitted: the training engineer searches the recipe)")
-    gates: dict[Literal["pretrain", "sft", "dpo", "grpo"], GateSpec] = Field(
+    gates: dict[Method, GateSpec] = Field(
         default_factory=dict, description="per-stage gates (metric, min or max_regression)")
     answer: AnswerSpec | None = Field(None, description="how an answer is checked (exact, regex, choice, verifier)")
     require_approval: list[str] = Field(default_factory=list, description="steps that wait for a person first")
@@ -97,10 +98,10 @@ def _train(method: str):
     return run
 
 
-pretrain_model = _train("pretrain")
-train_sft = _train("sft")
-train_dpo = _train("dpo")
-train_grpo = _train("grpo")
+pretrain_model = _train(pretrain.METHOD.name)
+train_sft = _train(sft.METHOD.name)
+train_dpo = _train(dpo.METHOD.name)
+train_grpo = _train(grpo.METHOD.name)
 
 TRAIN_TOOLS = (("pretrain_model", PretrainArgs, pretrain_model), ("train_sft", TrainSftArgs, train_sft),
                ("train_dpo", TrainDpoArgs, train_dpo), ("train_grpo", TrainGrpoArgs, train_grpo))

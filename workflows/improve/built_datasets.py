@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,11 +20,17 @@ from trainteam.curation.builders import build_grpo_groups, build_preference_pair
 from trainteam.curation.jsonl import read_jsonl
 from trainteam.curation.lineage import materialize, source_fingerprint, version_key
 from trainteam.graph import KnowledgeGraph
+from trainteam.trainers.methods.grpo import METHOD as GRPO
+from trainteam.trainers.training.config import one_of
 from trainteam.graph.record import recorded_dataset
 from trainteam.workflows.steps.curate import record_built
 
-BuildKind = Literal["sft", "preference", "grpo"]
-BUILD_KINDS = ("sft", "preference", "grpo")
+# The grpo kind is the GRPO method's rows: prompts with their reference answers (``build_grpo_groups``).
+BUILD_KINDS = ("sft", "preference", GRPO.name)
+if TYPE_CHECKING:
+    BuildKind = str
+else:
+    BuildKind = one_of(BUILD_KINDS)
 
 
 class BuildOptions(BaseModel):
@@ -49,7 +55,7 @@ def _builder(kind: str, opts: BuildOptions) -> tuple[Callable[[list[dict]], list
     table = {
         "sft": (partial(build_sft_examples, min_reward=opts.min_reward), {"min_reward": opts.min_reward}),
         "preference": (partial(build_preference_pairs, min_margin=opts.min_margin), {"min_margin": opts.min_margin}),
-        "grpo": (build_grpo_groups, {}),
+        GRPO.name: (build_grpo_groups, {}),
     }
     if kind not in table:
         raise BadInput(f"kind: unknown dataset kind {kind!r} ({', '.join(BUILD_KINDS)})")

@@ -40,19 +40,16 @@ from typing import Any
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.sources import DATA_SUFFIXES
+from trainteam.trainers.methods.method_registry import align_methods, methods, rewarded_method, sampling_method
 from trainteam.trainers.planning.planner import model_shape
 from trainteam.workflows.requests.model_names import (HUB_WORDS, ModelChoice, ModelName, closed_refusal, distinct,
                                              find_names, several_refusal, sizeless_refusal, unbuildable_refusal)
 from trainteam.contract.train_task import MAX_WALL_MINUTES, DataSpec  # one ceiling for requests and task files (30 days)
 
-STAGE_WORDS = {
-    "pretrain": r"pre-?train\w*|from[- ]scratch|random init\w*",
-    "sft": r"\bsft\b|fine-?tun\w*|supervised|instruct\w*[- ]tun\w*",
-    "dpo": r"\bdpo\b|preference",
-    "grpo": r"\bgrpo\b|reinforcement|\brl\b",
-}
+STAGE_WORDS = {m.name: m.words for m in methods()}  # the words that name each method (its record's ``words``)
 _ALIGN = r"\balign(?:s|ed|ing|ment)?\b"  # no method named: GRPO on a demo (a checkable answer), else asked
-STAGE_ORDER = ("pretrain", "sft", "dpo", "grpo")
+STAGE_ORDER = tuple(STAGE_WORDS)
+SAMPLING = sampling_method().name  # the block of the sampling settings: generations, temperature, completions
 DEMOS = {
     "addition": r"\baddition\b|\badd(?:ing|s)?\b|\bsums?\b|\bplus\b",
     "subtraction": r"subtract\w*|\bminus\b",
@@ -568,13 +565,13 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
                 cfg[key] = conv(m.group(1), f"training.{key}")
         m = _search(_NUM + r"\s+generations", clause)
         if m:
-            cfg.setdefault("grpo", {})["num_generations"] = _int(m.group(1), "training.grpo.num_generations")
+            cfg.setdefault(SAMPLING, {})["num_generations"] = _int(m.group(1), "training.grpo.num_generations")
         m = _search(r"(?:sampling\s+)?temperature(?:\s+of)?\s*=?\s*" + _NUM, clause)
         if m:
-            cfg.setdefault("grpo", {})["temperature"] = _num(m.group(1), "training.grpo.temperature")
+            cfg.setdefault(SAMPLING, {})["temperature"] = _num(m.group(1), "training.grpo.temperature")
         m = _search(r"completions?\s+(?:of\s+)?(?:up to\s+|at most\s+)?" + _NUM + r"\s+tokens", clause)
         if m:
-            cfg.setdefault("grpo", {})["max_completion_length"] = _int(m.group(1), "training.grpo.max_completion_length")
+            cfg.setdefault(SAMPLING, {})["max_completion_length"] = _int(m.group(1), "training.grpo.max_completion_length")
         if _search(r"\bq?lora\b", clause):
             cfg["lora"] = {"quantize_4bit": bool(_search(r"\bqlora\b", clause))}
         if not cfg:
@@ -676,10 +673,11 @@ def _stages(text: str, model: dict[str, Any] | None, data: dict[str, Any] | None
     said = {s: m.group(0) for s in STAGE_ORDER if (m := _search(STAGE_WORDS[s], text))}
     stages = list(said)
     r.said += [Said("stages", words, s) for s, words in said.items()]
-    if _search(_ALIGN, text) and not any(s in stages for s in ("dpo", "grpo")):
+    if _search(_ALIGN, text) and not any(s in align_methods() for s in stages):
         if data is not None and "demo" in data:
-            stages.append("grpo")
-            r.defaults.append(Filled("stages", "grpo", "stages: 'align' names no method; GRPO, rewarded by the "
+            rewarded = rewarded_method().name
+            stages.append(rewarded)
+            r.defaults.append(Filled("stages", rewarded, "stages: 'align' names no method; GRPO, rewarded by the "
                                      "demo's checkable answers"))
         else:
             r.problems.append("stages: 'align' names no method; say DPO (chosen/rejected pairs) or GRPO (prompts "

@@ -9,9 +9,9 @@ work; found here it is one line naming the field or the file's row, and nothing 
 - every stage plans on this machine (the planner's refusals: memory, a model too large);
 - the tracker each stage names is installed;
 - each stage's ``trl:`` block holds fields (and values) of its method's TRL config, none that
-  trainteam sets itself (``trainers.trainer_args.trl_args``);
+  trainteam sets itself (``method_registry.checked_trl``);
 - each stage's data reads (``trainteam.curation.rows``: every file, split and column mapping),
-  to the last row, and each row has a shape its method trains on (``TRAIN_KINDS``); the rows
+  to the last row, and each row has a shape its method trains on (its ``row_kinds``); the rows
   held out (``eval_path``, the data's eval split, or the seeded share ``corpus`` will hold
   out) carry a prompt and its reference answer where the stage's battery checks answers.
 """
@@ -26,7 +26,7 @@ from trainteam.contract.redaction import redacted_task
 from trainteam.core.errors import BadInput
 from trainteam.curation.rows import Row, iter_rows
 from trainteam.curation.splits import Part, held_out, plan_splits
-from trainteam.trainers.training.trainer_args import trl_args
+from trainteam.trainers.methods.method_registry import checked_trl, get_method
 from trainteam.trainers.training.tracking import install_hint, installed
 from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.task.eval_plan import planned_length
@@ -62,7 +62,7 @@ def trl_blocks(task: TrainTask, source: str) -> None:
         if cfg.trl:
             where = f"curriculum[{i}].training.trl" if task.curriculum is not None else f"training.{stage}.trl"
             try:
-                trl_args(cfg, where=where)
+                checked_trl(cfg, where=where)
             except BadInput as exc:
                 raise BadInput(f"{source}: {exc}") from None
 
@@ -109,10 +109,6 @@ def refusal_line(stage: str, refusals: list[dict[str, str]]) -> str:
 
 # -- data ------------------------------------------------------------------------------------
 
-# The row shapes each method trains on. DPO: preference rows, or pair/chat rows the align step
-# turns into pairs from the model's own answers.
-TRAIN_KINDS = {"pretrain": ("text", "pair", "chat"), "sft": ("pair", "chat", "text"),
-               "dpo": ("preference", "pair", "chat"), "grpo": ("pair", "chat")}
 ANSWER_KINDS = ("pair", "chat")  # a prompt and its reference answer: what exact match and the reliability checks read
 
 
@@ -195,7 +191,7 @@ def _ends_with_answer(row: Row) -> str | None:
 
 
 def _train_problem(row: Row, method: str) -> str | None:
-    kinds = TRAIN_KINDS[method]
+    kinds = get_method(method).row_kinds
     if row.kind not in kinds:
         return f"{method} trains on {', '.join(kinds)} rows; this row is {row.kind}"
     return _ends_with_answer(row) if method != "pretrain" else None

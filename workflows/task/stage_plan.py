@@ -35,6 +35,7 @@ from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
 from trainteam.curation.rows import read_rows
 from trainteam.curation.sources import iter_items
 from trainteam.curation.splits import held_out, plan_splits
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.planning import PlanRefused, detect_hardware, plan, recommend
 from trainteam.trainers.planning.calibrate import Calibration, calibrate, lookup
 from trainteam.trainers.search.recipe_search import default_batch, final_steps
@@ -282,7 +283,7 @@ def _calibration(task, cfg, row_tokens: float | None, device: str, vocab: int | 
                  measure: bool) -> Calibration | None:
     """The stored measurement for this stage's model and shape; with ``measure``, taken now if missing.
     GRPO's time goes to generation, which a training step does not measure: it keeps the guess."""
-    if cfg.method == "grpo":
+    if get_method(cfg.method).generates:
         return None
     tokens = calibration_tokens(cfg, row_tokens)
     if not measure:

@@ -25,7 +25,7 @@ from trainteam.curation.formats import prompt_format
 from trainteam.trainers.training.chat_templates import apply_chat_template
 from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.tokens import model_tokenizer
-from trainteam.trainers.training.trainer_args import TRL_CONFIGS
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.workflows.task.eval_plan import planned_length
 from trainteam.workflows.engine.runner import check_runnable
 from trainteam.workflows.engine.spec import load_builtin
@@ -133,7 +133,7 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
                     + (f"longer than seq_len {cfg.seq_len}: cut there in training" if over
                        else f"within seq_len {cfg.seq_len}"))
     if cfg.trl:
-        yield Check(f"trl ({stage})", "ok", f"{TRL_CONFIGS[cfg.method][1]} takes {', '.join(sorted(cfg.trl))}")
+        yield Check(f"trl ({stage})", "ok", f"{get_method(cfg.method).trl_config.rpartition('.')[2]} takes {', '.join(sorted(cfg.trl))}")
     verdict = _run(f"plan ({stage})", lambda: plan_stage(task, stage, cfg, measure=measure))
     if not verdict.runnable:  # preflight passed, so only a repairable refusal is left: say it
         why = "; ".join(f"{r['field']}: {r['reason']}" for r in verdict.refusals)

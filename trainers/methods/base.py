@@ -1,0 +1,74 @@
+"""``TrainingMethod``: what trainteam knows about one training method, in one record.
+
+In TRL a method is a config class and a trainer; trainteam adds how its rows are read and shaped,
+which stage it is (``train``: pretrain, SFT; ``align``: a trained model's preference or reward
+stage), what diverging looks like in its logs, and the learning rate an align stage takes when its
+block gives none. Each method's file builds one record (``METHOD``); ``method_registry`` holds them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from trainteam.trainers.training.config import SpikeSignal, TrainConfig
+
+StageRole = Literal["train", "align"]
+# Tool calls' arguments and tool schemas differ from row to row: Arrow would merge them into one
+# struct and fill every key a row lacks with None (``"execute": null`` in a call that never had it,
+# ``"$defs": null`` in a schema), which the chat template then renders. ``use_json`` keeps such
+# columns as JSON values, each row's own (datasets' ``Json`` feature).
+MIXED = "use_json"
+
+
+class Builder(Protocol):
+    """Build the method's trainer (rows already read and checked) with the run's callbacks."""
+
+    def __call__(self, config: TrainConfig, model: Any, tokenizer: Any, ds: Any, eval_ds: Any, out: Path,
+                 callbacks: list, reward_funcs: list | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class TrainingMethod:
+    name: str
+    kind: StageRole  # train: pretrain/SFT stages; align: a trained model's alignment stage (post-training only)
+    trl_config: str  # "module.Class": the (TRL or transformers) config its trainer takes; imported when asked
+    build: Builder
+    shape: Callable[[TrainConfig, Any, Any], Any]  # (config, tokenizer, rows) -> the trainer's rows (a Dataset)
+    columns: tuple[tuple[str, ...], ...]  # a row needs one of these sets of fields
+    row_kinds: tuple[str, ...]  # the row shapes (curation.formats.row_kind) it trains on, for the pre-flight check
+    row_tokens: Callable[[Any, list[dict], str], list[int]]  # (tokenizer, rows, prompt format) -> tokens per example
+    words: str  # the regular expression a plain-words request names it by
+    spike_signals: tuple[SpikeSignal, ...] = ()  # what diverging looks like; () = the loss going up
+    default_lr: tuple[float, float] | None = None  # (full, LoRA) rate of an align stage that gives none
+    eval_kind: Literal["pretrain", "post_train"] = "post_train"  # the evaluation battery's stage kind
+    needs_rewards: bool = False  # takes reward functions (the task's answer checks)
+    generates: bool = False  # samples completions while training: its time is generation, not a step's tokens
+    evaluates: bool = True  # the trainer's evaluate() on held-out rows after training
+    holds_reference: Callable[[TrainConfig], bool] = field(default=lambda _cfg: False)  # a frozen reference copy
+    # (config, tokens) -> the config changes that make its sampled completions that long (none where the task set it)
+    completion_changes: Callable[[TrainConfig, int], dict[str, Any]] | None = None
+
+    def config_class(self) -> type:
+        """The TRL (transformers) config class, imported now (TRL is heavy)."""
+        module, _, name = self.trl_config.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    def watched(self, watch_grad_norm: bool) -> list[SpikeSignal]:
+        """The signals the spike monitor watches when the config names none."""
+        if self.spike_signals:
+            return list(self.spike_signals)
+        return [SpikeSignal(metric="loss")] + ([SpikeSignal(metric="grad_norm")] if watch_grad_norm else [])
+
+
+def is_peft(model: Any) -> bool:
+    """A model that already carries adapters (a PEFT model)."""
+    return hasattr(model, "peft_config")
+
+
+def text_lengths(tokenizer: Any, texts: Sequence[str]) -> list[int]:
+    """Tokens of each text, without special tokens (the templates write their own)."""
+    return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
