@@ -5,4 +5,4 @@ loads them. ``training/config.py`` validates ``TrainConfig.method`` against this
 imports nothing (the method files import ``config``).
 """
 
-NAMES: tuple[str, ...] = ("pretrain", "sft", "dpo", "grpo")
+NAMES: tuple[str, ...] = ("pretrain", "sft", "dpo", "grpo", "kto")
