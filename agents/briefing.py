@@ -33,8 +33,8 @@ def graph_facts(ctx, limit: int = 24) -> list[str]:
     facts: list[str] = []
     g = ctx.graph
     for step, out in ctx.outputs.items():
-        facts.append(f"step {step}: {out.get('outcome')} — {str(out.get('summary', ''))[:200]}")
-        for label, nid in sorted((out.get("nodes") or {}).items()):
+        facts.append(f"step {step}: {out.outcome} — {out.summary[:200]}")
+        for label, nid in sorted(out.nodes.items()):
             try:
                 node = g.get_node(nid)
             except KeyError:
@@ -70,5 +70,6 @@ def step_prompt(ctx, tool: str) -> str:
 
 
 def loaded_skills(ctx, card: PersonaCard) -> list[str]:
-    return [s.name for s in skills_for(card, task_conditions(ctx.task, ctx.visit, ctx.decided.restart is not None, ctx.outputs))]
+    conds = task_conditions(ctx.task, ctx.visit, ctx.decided.restart is not None, ctx.outputs)
+    return [s.name for s in skills_for(card, conds)]
 

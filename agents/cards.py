@@ -9,7 +9,8 @@ real model and the offline policy read the same brief.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Mapping
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trainteam.contract.step_io import StepResult
 from trainteam.core.errors import BadInput, format_validation_error
 
 PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator")
@@ -60,7 +62,7 @@ class Skill(_Strict):
     text: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_card(persona: str) -> PersonaCard:
     if persona not in PERSONAS:
         raise BadInput(f"persona: unknown persona {persona!r} (known: {', '.join(PERSONAS)})")
@@ -71,7 +73,7 @@ def load_card(persona: str) -> PersonaCard:
         raise BadInput(format_validation_error(exc, f"prompts/personas/{persona}.yaml")) from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_skill(name: str) -> Skill:
     ref = resources.files("trainteam.skills").joinpath(name, "SKILL.md")
     if not ref.is_file():
@@ -87,14 +89,14 @@ def load_skill(name: str) -> Skill:
 
 
 def task_conditions(task: Any, visit: int = 1, restarting: bool = False,
-                    outputs: dict | None = None) -> set[str]:
+                    outputs: Mapping[str, StepResult] | None = None) -> set[str]:
     """Which ``load_when`` conditions hold for this task and step."""
     conds = {"always"}
     if visit > 1:
         conds.add("retry")
     if restarting:  # a person approved a spike restart: the troubleshooting skill applies
         conds.add("spike")
-    if outputs and any(o.get("outcome") in ("failed", "error", "spike") for o in outputs.values()):
+    if outputs and any(o.outcome in ("failed", "error", "spike") for o in outputs.values()):
         conds.add("failure")
     data = getattr(task, "data", None)
     if data is not None and getattr(data, "path", None) is not None:

@@ -42,10 +42,10 @@ from pydantic_ai import (
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from trainteam.agents import briefing, compact, transcripts
+from trainteam.agents.bound_models import persona_model
 from trainteam.agents.cards import PersonaCard, load_card
 from trainteam.agents.hooks import ensure_step_node, graph_hooks, log_tool_call
 from trainteam.agents.policy import StepFacts, offline_model
-from trainteam.agents.bound_models import persona_model
 from trainteam.agents.providers import provider_errors, provider_failure
 from trainteam.contract.redaction import redact
 from trainteam.contract.step_io import (
@@ -122,7 +122,7 @@ def plan_of(ctx: ToolContext, name: str) -> dict[str, Any]:
             "will": f"run {name} for step {ctx.step} of run {ctx.run_id}"}
 
 
-def _shown(deps: "PersonaDeps", view: dict[str, Any]) -> dict[str, Any]:
+def _shown(deps: PersonaDeps, view: dict[str, Any]) -> dict[str, Any]:
     """What the model reads of a tool's answer: keys sorted (as transcripts store it); compact for a
     model bound with the compact prompt (``compact.result_view``)."""
     return compact.result_view(view) if deps.prompt == "compact" else compact.sorted_keys(view)
@@ -217,7 +217,7 @@ class _Session:
             "task": ctx.task.model_dump(mode="json"),
             "inputs": {k: v for k, v in ctx.inputs.items()}, "decided": ctx.decided.model_dump(mode="json"),
             "approvals": [],
-            "outputs": ctx.outputs,  # what earlier steps handed this one (paths, metrics): replay starts from it
+            "outputs": ctx.outputs_json(),  # what earlier steps handed this one (paths, metrics): replay starts from it
             "started_at": transcripts.utcnow(),
         }
 

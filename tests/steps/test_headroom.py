@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from trainteam.contract.step_io import StepResult
 from trainteam.workflows.steps.headroom import offline_choice
 from trainteam.contract.train_task import TrainTask
 
@@ -14,7 +15,7 @@ TASK = {"name": "t", "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 
 
 def _choice(judged: dict, **task) -> object:
     ctx = SimpleNamespace(task=TrainTask.model_validate({**TASK, **task}))
-    return offline_choice(ctx, "grpo", {"details": {"stage": "pretrain", "judged": judged}})
+    return offline_choice(ctx, "grpo", StepResult(details={"stage": "pretrain", "judged": judged}))
 
 
 def test_a_perfect_stage_before_leaves_grpo_nothing_to_gain():

@@ -15,9 +15,9 @@ function between the engine and the loop has to pass a deadline it does not use.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Iterator
 
 from trainteam.core import clock
 from trainteam.core.errors import TrainteamError

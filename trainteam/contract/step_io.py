@@ -12,12 +12,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainteam.contract.train_task import BudgetSpec
+from trainteam.contract.train_task import BudgetSpec, TrainTask
+from trainteam.trainers.training.results import RestartProposal
 
 Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "spike_limit", "stage_gate_failed", "over_budget",
                   "too_much_dropped", "needs_approval", "error"]
@@ -66,7 +69,9 @@ class NeedsPerson(BaseModel):
 
 
 class StepResult(BaseModel):
-    """A step's recorded output: small (paths, metrics), because DBOS checkpoints it."""
+    """A step's recorded output: small (paths, metrics), because DBOS checkpoints it. The engine turns the
+    checkpointed JSON into this model once, where it reads a step's result; steps read the typed accessors
+    (``ctx.output("evaluate").checkpoint``), never the JSON."""
 
     outcome: Outcome = "ok"
     summary: str = ""
@@ -76,59 +81,151 @@ class StepResult(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
     needs: NeedsPerson | None = None
 
+    @property
+    def ran(self) -> bool:
+        return self.outcome != "skipped"
+
+    def artifact(self, key: str) -> Path:
+        """The file or folder this step produced under ``key`` (``train``, ``eval``, ``checkpoint``, …)."""
+        if key not in self.artifacts:
+            raise LookupError(f"the step's output has no artifact {key!r} (it has {sorted(self.artifacts)})")
+        return Path(self.artifacts[key])
+
+    def node(self, key: str) -> str:
+        """The graph node this step produced under ``key``."""
+        if key not in self.nodes:
+            raise LookupError(f"the step's output has no node {key!r} (it has {sorted(self.nodes)})")
+        return self.nodes[key]
+
+    @property
+    def checkpoint(self) -> Path:
+        """The weights this step trained, measured or judged."""
+        return self.artifact("checkpoint")
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.artifact("tokenizer")
+
+    @property
+    def checkpoint_node(self) -> str:
+        return self.node("checkpoint")
+
+    @property
+    def stage(self) -> str | None:
+        """The curriculum stage this step's result is about (an eval's or a gate's), if any."""
+        return self.details.get("stage")
+
+    @property
+    def stages(self) -> list[str]:
+        """The stages a train step trained, in order."""
+        return list(self.details.get("stages") or [])
+
+
+class Decision(BaseModel):
+    """A person's decision as the approval queue records it (``approvals.read_decision``)."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str = ""
+    status: str
+    decided_by: str | None = None
+    note: str | None = None
+
+
+class RestartPlan(BaseModel):
+    """The spike restart a person approved: where the stage goes on, at which learning-rate factor."""
+
+    model_config = ConfigDict(extra="forbid")
+    stage: str
+    from_start: bool = False
+    spike_step: int
+    reason: str = ""
+    output_dir: str | None = None
+    lr_factor: float = 1.0
+    proposal: RestartProposal | None = Field(None, description="the roll-back (None: from the stage's start)")
+
+
+class KeptWeights(BaseModel):
+    """The weights a person kept as a stage's result after an unresolved spike."""
+
+    model_config = ConfigDict(extra="forbid")
+    stage: str
+    keep: str
+    spike_step: int
+    reason: str = ""
+    approval: Decision
+
 
 class StepInputs(BaseModel):
     """What people decided for this step visit, as its re-run reads it. Built only by ``after``."""
 
     model_config = ConfigDict(extra="forbid")
-    restart: dict[str, Any] | None = Field(None, description="the spike restart proposal a person approved")
-    accepted_stage_gates: dict[str, dict[str, Any]] = Field(default_factory=dict, description="stage -> approval")
-    accepted_gate: dict[str, Any] | None = Field(None, description="the approval that accepted this gate's failure")
-    kept_after_spike: dict[str, dict[str, Any]] = Field(default_factory=dict,
-                                                        description="stage -> the weights kept, with the approval")
+    restart: RestartPlan | None = Field(None, description="the spike restart proposal a person approved")
+    accepted_stage_gates: dict[str, Decision] = Field(default_factory=dict, description="stage -> approval")
+    accepted_gate: Decision | None = Field(None, description="the approval that accepted this gate's failure")
+    kept_after_spike: dict[str, KeptWeights] = Field(default_factory=dict,
+                                                     description="stage -> the weights kept, with the approval")
     budget_extended: bool = False
-    accepted_curation: dict[str, Any] | None = Field(None, description="the approval that accepted what curation "
-                                                     "left, over the max_drop_fraction")
+    accepted_curation: Decision | None = Field(None, description="the approval that accepted what curation "
+                                               "left, over the max_drop_fraction")
     before: Carried = Field(default_factory=Carried)
 
-    def after(self, needs: NeedsPerson, decision: dict[str, Any]) -> "StepInputs":
+    def after(self, needs: NeedsPerson, decision: Decision | Mapping[str, Any]) -> StepInputs:
         """The inputs of the re-run once a person approved ``needs`` with ``decision``."""
-        r = needs.resume
+        r, d = needs.resume, Decision.model_validate(decision)
         changed: dict[str, Any] = {"before": needs.carried or self.before}
         if r.kind == "restart":
-            changed["restart"] = r.value
-        elif r.kind == "accept_stage_gate":
-            changed["accepted_stage_gates"] = {**self.accepted_stage_gates, r.stage: decision}
-        elif r.kind == "keep_spiked":
-            changed["kept_after_spike"] = {**self.kept_after_spike, r.stage: {**r.value, "approval": decision}}
+            changed["restart"] = RestartPlan.model_validate(r.value)
+        elif r.kind == "accept_stage_gate" and r.stage is not None:
+            changed["accepted_stage_gates"] = {**self.accepted_stage_gates, r.stage: d}
+        elif r.kind == "keep_spiked" and r.stage is not None:
+            kept = KeptWeights.model_validate({**r.value, "approval": d})
+            changed["kept_after_spike"] = {**self.kept_after_spike, r.stage: kept}
         elif r.kind == "extend_budget":
             changed["budget_extended"] = True
         elif r.kind == "accept_gate":
-            changed = {"accepted_gate": decision}
+            changed = {"accepted_gate": d}
         elif r.kind == "accept_curation":
-            changed = {"accepted_curation": decision}
+            changed = {"accepted_curation": d}
         else:  # conversation / go_ahead: the decision itself is the input
             changed = {}
         return self.model_copy(update=changed)
 
 
+class WorkspaceLike(Protocol):
+    """What a step uses of its workspace (``trainteam.workspace.Workspace``: the shell, above this layer)."""
+
+    root: Path
+
+    def dir(self, kind: str) -> Path: ...
+
+    @property
+    def graph(self) -> Any: ...
+
+    @property
+    def engine(self) -> Any: ...
+
+
 @dataclass
 class ToolContext:
-    ws: Any  # trainteam.workspace.Workspace (not imported: tools stay below the shell)
+    ws: WorkspaceLike
     run_id: str
     step: str
     visit: int
     persona: str
-    task: Any  # trainteam.contract.train_task.TrainTask (agents sit below workflows: not imported)
-    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    task: TrainTask
+    outputs: dict[str, StepResult] = field(default_factory=dict)  # earlier steps' results, by step name
     inputs: dict[str, Any] = field(default_factory=dict)  # the spec's step inputs (YAML): of, stage, battery, …
     decided: StepInputs = field(default_factory=StepInputs)  # what people's decisions changed (typed)
-    toolbox: Mapping[str, "StepTool"] = field(default_factory=dict)  # the workflow's step tools (its catalog)
+    toolbox: Mapping[str, StepTool] = field(default_factory=dict)  # the workflow's step tools (its catalog)
     progress: bool = True
     spent_s: float | None = None  # wall seconds the run's steps took so far (the engine measures it)
     allowed_s: float | None = None  # what the run may spend in all: the budget plus extensions a person granted
     execution: str = ""  # the engine's name for this execution of the step (its DBOS step): a re-run after a
     # crash has the same name, so its agent run keeps the transcript segment (and graph facts) it began
+
+    def __post_init__(self) -> None:
+        # recorded JSON (a replay's transcript, a test's dict) becomes typed here; a StepResult stays as it is
+        self.outputs = {name: StepResult.model_validate(out) for name, out in self.outputs.items()}
 
     @property
     def graph(self):
@@ -142,20 +239,29 @@ class ToolContext:
     def step_node(self) -> str:
         return f"Step:{self.run_id}/{self.step}#{self.visit}"
 
-    def output(self, step: str) -> dict[str, Any]:
+    def output(self, step: str) -> StepResult:
         """The recorded output of an earlier step; a clear error if it did not run."""
         out = self.outputs.get(step)
-        if out is None or out.get("outcome") == "skipped":
+        if out is None or not out.ran:
             raise LookupError(f"step {self.step!r} needs the output of step {step!r}, which did not run")
         return out
 
-    def latest(self, *steps: str) -> dict[str, Any]:
+    def ran(self, step: str) -> StepResult | None:
+        """The output of an earlier step if it ran (not skipped), else None."""
+        out = self.outputs.get(step)
+        return out if out is not None and out.ran else None
+
+    def latest(self, *steps: str) -> StepResult:
         """The output of the last of ``steps`` that ran (e.g. sft after pretrain)."""
         for s in reversed(steps):
             out = self.outputs.get(s)
-            if out is not None and out.get("outcome") not in ("skipped", None):
+            if out is not None and out.ran:
                 return out
         raise LookupError(f"step {self.step!r} needs one of {list(steps)} to have run")
+
+    def outputs_json(self) -> dict[str, dict[str, Any]]:
+        """Earlier steps' results as JSON (a transcript records them; a replay starts from them)."""
+        return {name: out.model_dump(mode="json") for name, out in self.outputs.items()}
 
 
 def budget_overrun(step: str, budget: BudgetSpec, allowed_s: float, evidence: dict[str, Any],
@@ -166,7 +272,8 @@ def budget_overrun(step: str, budget: BudgetSpec, allowed_s: float, evidence: di
     on (from its checkpoint) under the extension the task allows (``budget.extension_minutes``)."""
     return NeedsPerson(action="exceed_budget", numbered=numbered, proposed={"continue_with": step,
                        "extra_minutes": round(budget.extension_s() / 60, 2)},
-                       evidence={**evidence, "allowed_minutes": round(allowed_s / 60, 2), "budget": budget.model_dump()},
+                       evidence={**evidence, "allowed_minutes": round(allowed_s / 60, 2),
+                                 "budget": budget.model_dump()},
                        resume=Resume(kind="extend_budget"), requested_by="ml_orchestrator", refused="more budget",
                        carried=carried)
 

@@ -25,8 +25,9 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from trainteam.core.errors import BadInput
 
@@ -87,7 +88,8 @@ def connect_readonly(root: str | Path | None, tables: Iterable[str]) -> sqlite3.
         meta = dict(conn.execute("SELECT key, value FROM tt_meta WHERE key IN ('schema_version', 'tables')"))
         if meta.get("schema_version") == str(SCHEMA_VERSION) and set(tables) <= set(meta.get("tables", "").split(",")):
             if dbos is not None:
-                check_database(dbos, must_hold_data=lambda: runs_exist(conn), why_data="the workspace has runs", wait_s=1.0)
+                check_database(dbos, must_hold_data=lambda: runs_exist(conn), why_data="the workspace has runs",
+                               wait_s=1.0)
             return conn
     except sqlite3.Error:
         pass  # no tt_meta yet, or not a database: the full path says what is wrong
@@ -280,7 +282,7 @@ def fetch(conn: sqlite3.Connection, sql: str, params: tuple = (), *, columns: tu
     """Rows as dicts with JSON text decoded, as ``trainteam.core.db.JSONText`` returns them."""
     out = []
     for values in conn.execute(sql, params):
-        row = dict(zip(columns, values))
+        row = dict(zip(columns, values, strict=True))
         for c in json_columns:
             if row[c] is not None:
                 row[c] = json.loads(row[c])

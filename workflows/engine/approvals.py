@@ -78,12 +78,12 @@ def decide(ws, ref: str, *, approve: bool, by: str | None = None, note: str | No
     person = by or getpass.getuser()
     status = "approved" if approve else "rejected"
     if not store.decide(row["id"], status, person, note):
-        fresh = store.get(row["id"])
+        fresh = store.get(row["id"]) or {"status": "decided", "decided_by": None}
         raise Conflict(f"approval {row['id']} was already {fresh['status']} by {fresh['decided_by']}")
     record_approval(ws.graph, row["id"], person=person, approve=approve, note=note, action=row["action"],
                     step=row["step"], run_id=row["run_id"])
     _wake_run(ws, row["run_id"], row["id"], status)
-    return approval_public(store.get(row["id"]))
+    return approval_public(store.get(row["id"]) or row)
 
 
 def _wake_run(ws, run_id: str, approval_id: str, status: str) -> None:

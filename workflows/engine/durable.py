@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections import Counter
-from typing import Any
+from typing import Any, NoReturn
 
 from dbos import DBOS, SetWorkflowID, WorkflowHandle
 from dbos import error as dbos_error
@@ -31,7 +31,15 @@ from rich.markup import escape
 
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
 from trainteam.contract.redaction import redact_text, redacted_task
-from trainteam.contract.step_io import NeedsPerson, Resume, StepInputs, StepResult, ToolContext, budget_overrun
+from trainteam.contract.step_io import (
+    Decision,
+    NeedsPerson,
+    Resume,
+    StepInputs,
+    StepResult,
+    ToolContext,
+    budget_overrun,
+)
 from trainteam.contract.train_task import TrainTask
 from trainteam.core import clock
 from trainteam.core.errors import Conflict, NotFound, RunStopped, TrainteamError
@@ -84,8 +92,8 @@ def _quiet_cancellations() -> None:
         logger.addFilter(_DropCancelled())
 
 
-def _decided(d: dict) -> str:
-    return f"{d['status']} by {d.get('decided_by') or 'nobody'}" + (f": {d['note']}" if d.get("note") else "")
+def _decided(d: Decision) -> str:
+    return f"{d.status} by {d.decided_by or 'nobody'}" + (f": {d.note}" if d.note else "")
 
 
 def _extension(task: TrainTask, needs: NeedsPerson, cut_at: list[str]) -> float:
@@ -190,7 +198,7 @@ class Engine:
         return n
 
     def _execute_step(self, run_id: str, name: str, visit: int, spec: WorkflowSpec, task: TrainTask,
-                      outputs: dict[str, dict], decided: StepInputs, decision: dict | None = None,
+                      outputs: dict[str, StepResult], decided: StepInputs, decision: dict | None = None,
                       allowed_s: float | None = None, execution: str = "") -> dict[str, Any]:
         """One step, run by its persona's Agent. ``decided``: the StepInputs people's decisions set
         for this visit. ``decision`` continues a persona run that stopped on a gated tool call, with
@@ -204,10 +212,10 @@ class Engine:
         record_step(self.ws.graph, run_id, name, visit, persona=step.persona, tool=step.tool)
         t0 = clock.now()
         if not spec.applies(step, task.stages):
-            out = StepResult(outcome="skipped",
-                             summary=f"stage {'/'.join(step.stage)} not in the task").model_dump(mode="json")
+            stages = "/".join(step.stage or [])
+            out = StepResult(outcome="skipped", summary=f"stage {stages} not in the task").model_dump(mode="json")
             runs.finish_attempt(attempt, "skipped", 0.0, out)
-            self.say(f"  [dim]· {name}: skipped ({'/'.join(step.stage)} not in stages)[/dim]")
+            self.say(f"  [dim]· {name}: skipped ({stages} not in stages)[/dim]")
             return out
         if decision is None:
             self.say(f"[bold]▶ {name}[/bold] [cyan]({step.persona})[/cyan]")
@@ -218,16 +226,17 @@ class Engine:
                           progress=self.progress, spent_s=spent_s, allowed_s=allowed_s,
                           execution=execution or f"{name}#{visit}")
         try:
-            result = self._run_persona(ctx, step.tool, decision)
+            result = self._run_persona(ctx, step.tool, decision, spent_s, allowed_s)
         except Exception as exc:  # the run fails with the reason; the traceback stays in the log
             return self._step_failed(runs, attempt, name, exc, clock.now() - t0)
         return self._step_done(runs, attempt, run_id, name, result, clock.now() - t0)
 
-    def _run_persona(self, ctx: ToolContext, tool: str, decision: dict | None) -> StepResult:
+    def _run_persona(self, ctx: ToolContext, tool: str, decision: dict | None, spent_s: float,
+                     allowed_s: float) -> StepResult:
         """The persona runs the step under the budget's ceiling; reaching it mid-way (an eval or a
         generation loop) is a question for a person, like a trainer that stopped at the ceiling."""
         try:
-            with budget.ceiling(ctx.allowed_s - ctx.spent_s, ctx.allowed_s), \
+            with budget.ceiling(allowed_s - spent_s, allowed_s), \
                     console_lines.lines_to(lambda text: self.say(text, ctx.run_id)):  # the work's own lines
                 if decision is None:
                     return run_persona_step(ctx, tool)
@@ -251,6 +260,7 @@ class Engine:
     def _step_done(self, runs: RunStore, attempt: int, run_id: str, name: str, result: StepResult,
                    seconds: float) -> dict[str, Any]:
         out = result.model_dump(mode="json")
+        status: str
         if result.needs is not None:
             status = result.outcome
         else:
@@ -298,7 +308,7 @@ class Engine:
 
     # ------------------------------------------------------------------ the workflow
     def await_approval(self, run_id: str, name: str, visit: int, action: str, proposed: dict, evidence: dict,
-                       requested_by: str, wait_s: float) -> dict[str, Any]:
+                       requested_by: str, wait_s: float) -> Decision:
         """Open an approval and wait durably for a person's decision.
 
         The decision in the database is authoritative; a message only wakes the run.
@@ -315,12 +325,12 @@ class Engine:
             decision = DBOS.run_step({"name": f"decision:{approval_id}:{deadline_checks}"}, self._read_decision,
                                      approval_id)
             if msg is None and decision["status"] == "pending":
-                return {**decision, "status": "expired"}
+                return Decision.model_validate({**decision, "status": "expired"})
         DBOS.run_step({"name": f"resume:{approval_id}"}, self._resumed, run_id)
-        return decision
+        return Decision.model_validate(decision)  # the checkpointed record, typed where the engine reads it
 
     def _ask(self, run_id: str, current: str, visit: int, needs: NeedsPerson, wait_s: float, rounds: int = 0,
-             summary: str | None = None) -> dict[str, Any]:
+             summary: str | None = None) -> Decision:
         """The one way the engine asks a person: ``needs`` as an approval; returns the decision."""
         action = f"{needs.action}_{rounds}" if needs.numbered else needs.action
         evidence = needs.evidence if summary is None else {"summary": summary, **needs.evidence}
@@ -329,42 +339,51 @@ class Engine:
         return self.await_approval(run_id, current, visit, action, needs.proposed, evidence, needs.requested_by,
                                    wait_s)
 
-    def _ask_until_answered(self, run: _Run, current: str, visit: int, out: dict, outputs: dict,
-                            decided: StepInputs, allowed_s: float) -> tuple[dict, float, str | None]:
+    def _step(self, run: _Run, current: str, visit: int, outputs: dict[str, StepResult], decided: StepInputs,
+              decision: dict | None, allowed_s: float, execution: str) -> StepResult:
+        """A step visit's execution as a DBOS step named ``execution``: DBOS checkpoints its JSON, which
+        becomes a typed ``StepResult`` here — the one place the engine reads a step's result."""
+        out = DBOS.run_step({"name": execution}, self._execute_step, run.run_id, current, visit, run.spec,
+                            run.task, dict(outputs), decided, decision, allowed_s, execution)
+        return StepResult.model_validate(out)
+
+    def _ask_until_answered(self, run: _Run, current: str, visit: int, out: StepResult,
+                            outputs: dict[str, StepResult], decided: StepInputs,
+                            allowed_s: float) -> tuple[StepResult, float, str | None]:
         """While the step needs a person, ask and re-run it as the decision says. Returns (its last
         output, the seconds of budget granted meanwhile, the run's error if a person said no)."""
-        granted, rounds, cut_at = 0.0, 0, []
-        while out.get("needs"):
+        granted, rounds = 0.0, 0
+        cut_at: list[str] = []
+        while out.needs is not None:
             rounds += 1
-            needs = NeedsPerson.model_validate(out["needs"])
+            needs = out.needs
             extension = run.task.budget.extension_s()
             if needs.resume.kind == "extend_budget":
                 extension = _extension(run.task, needs, cut_at)
                 needs = needs.model_copy(update={"proposed": {**needs.proposed,
                                                               "extra_minutes": round(extension / 60, 2)}})
-            d = self._ask(run.run_id, current, visit, needs, run.wait_s, rounds, summary=out["summary"])
-            approved = d["status"] == "approved"
+            d = self._ask(run.run_id, current, visit, needs, run.wait_s, rounds, summary=out.summary)
+            approved = d.status == "approved"
             decision = None
             if needs.resume.kind == "conversation":  # the persona's conversation goes on with the decision
-                decision = {"pending": needs.resume.pending, "status": d["status"], "note": d.get("note")}
+                decision = {"pending": needs.resume.pending, "status": d.status, "note": d.note}
             elif not approved:
-                return out, granted, f"{out['summary']}; {needs.refused} {_decided(d)}"
+                return out, granted, f"{out.summary}; {needs.refused} {_decided(d)}"
             else:
                 granted += extension if needs.resume.kind == "extend_budget" else 0.0
                 decided = decided.after(needs, d)
             execution = f"{current}#{visit}.{RERUN_NAMES[needs.resume.kind]}{rounds}"
-            out = DBOS.run_step({"name": execution}, self._execute_step, run.run_id, current, visit, run.spec,
-                                run.task, dict(outputs), decided, decision, allowed_s + granted, execution)
+            out = self._step(run, current, visit, outputs, decided, decision, allowed_s + granted, execution)
             if decision is not None and not approved:
                 return out, granted, f"{needs.action} at {current} was {_decided(d)}"
         return out, granted, None
 
-    def _stop(self, run_id: str, status: str, error: str) -> None:
+    def _stop(self, run_id: str, status: str, error: str) -> NoReturn:
         """End the run as ``status``: recorded in the workspace, then raised so DBOS records ERROR."""
         result = DBOS.run_step({"name": "finish"}, self._finish, run_id, status, error)
         raise RunStopped(result)
 
-    def _before_step(self, run: _Run, current: str, visit: int, step: StepSpec, outputs: dict,
+    def _before_step(self, run: _Run, current: str, visit: int, step: StepSpec, outputs: dict[str, StepResult],
                      allowed_s: float) -> tuple[float, str | None]:
         """The checks before a step starts: the budget, and a person's go-ahead where the task asks
         for one. Returns (seconds of budget granted, the run's error if it must stop)."""
@@ -374,9 +393,9 @@ class Engine:
         if spent["seconds"] > allowed_s:
             needs = budget_overrun(current, task.budget, allowed_s, {"spent": spent}, numbered=False)
             d = self._ask(run.run_id, current, visit, needs, run.wait_s)
-            if d["status"] != "approved":
+            if d.status != "approved":
                 return 0.0, (f"budget exceeded before {current} ({spent['seconds']:.0f}s spent); "
-                             f"approval {d['status']}")
+                             f"approval {d.status}")
             granted = task.budget.extension_s()
         if current in task.require_approval:
             needs = NeedsPerson(action="run_step", proposed={"step": current, "tool": step.tool,
@@ -384,35 +403,32 @@ class Engine:
                                 evidence={"completed_steps": list(outputs)}, requested_by=step.persona,
                                 resume=Resume(kind="go_ahead"))
             d = self._ask(run.run_id, current, visit, needs, run.wait_s)
-            if d["status"] != "approved":
-                note = f": {d.get('note')}" if d.get("note") else ""
-                return granted, f"step {current} was {d['status']} by {d.get('decided_by') or 'nobody'}{note}"
+            if d.status != "approved":
+                note = f": {d.note}" if d.note else ""
+                return granted, f"step {current} was {d.status} by {d.decided_by or 'nobody'}{note}"
         return granted, None
 
-    def _accept_failed_gate(self, run: _Run, current: str, visit: int, step: StepSpec, out: dict, outputs: dict,
-                            loops: dict, allowed_s: float) -> dict:
+    def _accept_failed_gate(self, run: _Run, current: str, visit: int, step: StepSpec, out: StepResult,
+                            outputs: dict[str, StepResult], loops: dict, allowed_s: float) -> StepResult:
         """``on_gate_failure: ask`` and no retry left, or the judge's plan says a retry cannot help: a
         person may accept the failed gate, seeing the judge's diagnosis and plan in the evidence."""
         nxt_if_failed, _ = run.spec.next_step(current, "failed", _allowed_loops(run.spec, run.task, loops))
-        diagnosis = dict(out["details"].get("diagnosis") or {})
+        diagnosis = dict(out.details.get("diagnosis") or {})
         plan = diagnosis.pop("plan", None)
         if nxt_if_failed is not None and (plan or {}).get("action") not in ("stop", "more_data"):
             return out
-        evidence = {"reasons": out["details"].get("reasons", []),
+        evidence = {"reasons": out.details.get("reasons", []),
                     **({"diagnosis": diagnosis, "plan": plan} if plan else {})}
-        needs = NeedsPerson(action="accept_failed_gate", proposed={"gate": current,
-                                                                   "stage": out["details"].get("stage")},
+        needs = NeedsPerson(action="accept_failed_gate", proposed={"gate": current, "stage": out.stage},
                             evidence=evidence, requested_by=step.persona, resume=Resume(kind="accept_gate"))
         d = self._ask(run.run_id, current, visit, needs, run.wait_s)
-        if d["status"] != "approved":
+        if d.status != "approved":
             return out
         decided = StepInputs().after(needs, d)
-        return DBOS.run_step({"name": f"{current}#{visit}.accepted"}, self._execute_step, run.run_id, current,
-                             visit, run.spec, run.task, dict(outputs), decided, None, allowed_s,
-                             f"{current}#{visit}.accepted")
+        return self._step(run, current, visit, outputs, decided, None, allowed_s, f"{current}#{visit}.accepted")
 
-    def _visit(self, run: _Run, current: str, visit: int, outputs: dict, loops: dict,
-               allowed_s: float) -> tuple[dict | None, float, str | None]:
+    def _visit(self, run: _Run, current: str, visit: int, outputs: dict[str, StepResult], loops: dict,
+               allowed_s: float) -> tuple[StepResult | None, float, str | None]:
         """One visit of a step: the checks before it, the step, a person's answers to what it asked,
         and (a failed gate with ``on_gate_failure: ask``) a person's acceptance.
         Returns (its output, the seconds of budget granted, the run's error if it must stop)."""
@@ -422,17 +438,16 @@ class Engine:
             granted, error = self._before_step(run, current, visit, step, outputs, allowed_s)
             if error:
                 return None, granted, error
-        out = DBOS.run_step({"name": f"{current}#{visit}"}, self._execute_step, run.run_id, current, visit,
-                            run.spec, task, dict(outputs), StepInputs(), None, allowed_s + granted)
+        out = self._step(run, current, visit, outputs, StepInputs(), None, allowed_s + granted, f"{current}#{visit}")
         out, more, error = self._ask_until_answered(run, current, visit, out, outputs, StepInputs(),
                                                     allowed_s + granted)
         granted += more
         if error:
             return out, granted, error
-        if step.gate and out["outcome"] == "failed" and task.on_gate_failure == "ask":
+        if step.gate and out.outcome == "failed" and task.on_gate_failure == "ask":
             out = self._accept_failed_gate(run, current, visit, step, out, outputs, loops, allowed_s + granted)
-        if out["outcome"] == "error":
-            return out, granted, f"step {current}: {out['summary']}"
+        if out.outcome == "error":
+            return out, granted, f"step {current}: {out.summary}"
         return out, granted, None
 
     def run(self, run_id: str, spec: WorkflowSpec, task: TrainTask) -> dict[str, Any]:
@@ -441,7 +456,7 @@ class Engine:
         run = _Run(run_id, spec, task, self.ws.settings.approval_wait_s)
         fixed = False
         allowed_s = task.budget.allowed_s()
-        outputs: dict[str, dict] = {}
+        outputs: dict[str, StepResult] = {}
         visits: Counter[str] = Counter()
         loops: dict[str, int] = {}
         current: str | None = spec.start
@@ -456,12 +471,12 @@ class Engine:
                 fixed = True
             out, granted, error = self._visit(run, current, visits[current], outputs, loops, allowed_s)
             allowed_s += granted
-            nxt, loop_key = (None, None) if error else spec.next_step(current, out["outcome"],
-                                                                      _allowed_loops(spec, run.task, loops))
-            if error is None and nxt is None and step.gate and out["outcome"] == "failed":
-                error = out["summary"]
-            if error:  # the one way a run fails
-                self._stop(run_id, "failed", error)
+            if error is None and out is not None:
+                nxt, loop_key = spec.next_step(current, out.outcome, _allowed_loops(spec, run.task, loops))
+                if nxt is None and step.gate and out.outcome == "failed":
+                    error = out.summary
+            if error or out is None:  # the one way a run fails
+                self._stop(run_id, "failed", error or f"step {current} gave no result")
             outputs[current] = out
             if loop_key:
                 loops[loop_key] = loops.get(loop_key, 0) + 1

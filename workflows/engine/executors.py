@@ -52,7 +52,7 @@ class Lease:
         self.executor_id, self._fd, self._conn, self._path = executor_id, fd, conn, path
 
     @classmethod
-    def hold(cls, engine, executor_id: str) -> "Lease":
+    def hold(cls, engine, executor_id: str) -> Lease:
         if engine.dialect.name == "postgresql":
             conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             conn.exec_driver_sql(f"SELECT pg_advisory_lock({_PG_CLASS}, {_pg_key(executor_id)})")
@@ -69,7 +69,8 @@ class Lease:
             self._conn = None
         if self._fd is not None:
             try:
-                self._path.unlink()
+                if self._path is not None:
+                    self._path.unlink()
             except OSError:
                 pass
             os.close(self._fd)

@@ -10,6 +10,7 @@ The column lists mirror the tables in ``store.py`` (a test checks they match).
 
 from __future__ import annotations
 
+import builtins
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ class RunReader:
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
 
-    def _runs(self, where: str, params: tuple) -> list[dict[str, Any]]:
+    def _runs(self, where: str, params: tuple) -> builtins.list[dict[str, Any]]:
         return fetch(self.conn, _select("runs", RUN_COLUMNS) + where, params, columns=RUN_COLUMNS,
                      json_columns=("task", "metrics"))
 
@@ -62,14 +63,14 @@ class RunReader:
         rows = self._runs(" WHERE run_id = ?", (run_id,))
         return rows[0] if rows else None
 
-    def list(self, limit: int = 50) -> list[dict[str, Any]]:
+    def list(self, limit: int = 50) -> builtins.list[dict[str, Any]]:
         return self._runs(" ORDER BY created_at DESC LIMIT ?", (limit,))
 
-    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+    def attempts(self, run_id: str) -> builtins.list[dict[str, Any]]:
         return fetch(self.conn, _select("step_attempts", ATTEMPT_COLUMNS) + " WHERE run_id = ? ORDER BY id",
                      (run_id,), columns=ATTEMPT_COLUMNS, json_columns=("output",))
 
-    def steps_summary(self, run_id: str) -> list[dict[str, Any]]:
+    def steps_summary(self, run_id: str) -> builtins.list[dict[str, Any]]:
         return summarize_attempts(self.attempts(run_id))
 
     def executor_alive(self, executor_id: str | None) -> bool:
@@ -83,7 +84,7 @@ class ApprovalReader:
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
 
-    def _approvals(self, where: str, params: tuple) -> list[dict[str, Any]]:
+    def _approvals(self, where: str, params: tuple) -> builtins.list[dict[str, Any]]:
         return fetch(self.conn, _select("approvals", APPROVAL_COLUMNS) + where, params, columns=APPROVAL_COLUMNS,
                      json_columns=("proposed", "evidence"))
 
@@ -91,13 +92,13 @@ class ApprovalReader:
         rows = self._approvals(" WHERE id = ?", (approval_id,))
         return rows[0] if rows else None
 
-    def find(self, ref: str) -> list[dict[str, Any]]:
+    def find(self, ref: str) -> builtins.list[dict[str, Any]]:
         """Exact id, or a unique prefix of one (ids are long)."""
         check_ref(ref, "approval id")
         rows = self._approvals(" WHERE substr(id, 1, ?) = ?", (len(ref), ref))  # literal and case-sensitive
         return [r for r in rows if r["id"] == ref] or (rows if prefix_allowed(ref) else [])
 
-    def list(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+    def list(self, status: str | None = None, run_id: str | None = None) -> builtins.list[dict[str, Any]]:
         clauses, params = [], []
         if status:
             clauses.append("status = ?")

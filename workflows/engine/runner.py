@@ -11,25 +11,25 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from trainteam.contract.redaction import redact_text, redacted_task
+from trainteam.contract.train_task import TrainTask
 from trainteam.core.errors import BadInput, RunStopped
 from trainteam.core.ids import check_run_id
 from trainteam.workflows.engine.executors import APP_NAME, RUN_QUEUE, WORKFLOW_NAME
-from trainteam.workflows.task.preflight import preflight
 from trainteam.workflows.engine.spec import WorkflowSpec, load_builtin
 from trainteam.workflows.engine.store import RunStore
-from trainteam.contract.train_task import TrainTask
-
+from trainteam.workflows.task.preflight import preflight
 
 GENERATED_RUN_ID = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # the end of every id ``new_run_id`` makes
 
 
 def new_run_id(task_name: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return f"{task_name[:24]}-{stamp}-{secrets.token_hex(2)}"
 
 
@@ -39,7 +39,8 @@ def check_runnable(spec: WorkflowSpec, task: TrainTask, source: str) -> None:
     names = {s.name for s in spec.steps}
     for i, step in enumerate(task.require_approval):
         if step not in names:
-            raise BadInput(f"{source}: require_approval[{i}]: unknown step {step!r} (steps: {', '.join(sorted(names))})")
+            raise BadInput(f"{source}: require_approval[{i}]: unknown step {step!r} "
+                           f"(steps: {', '.join(sorted(names))})")
     if task.workflow != spec.name:
         raise BadInput(f"{source}: workflow: task is for {task.workflow!r}, not {spec.name!r}")
     preflight(task, source)

@@ -55,7 +55,7 @@ class WorkflowSpec(_Strict):
     edges: list[EdgeSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _check_graph(self) -> "WorkflowSpec":
+    def _check_graph(self) -> WorkflowSpec:
         names = [s.name for s in self.steps]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
@@ -82,7 +82,7 @@ class WorkflowSpec(_Strict):
             raise ValueError(f"steps: unreachable from start: {sorted(unreachable)}")
         return self
 
-    def applies(self, step: "StepSpec", stages: list[str]) -> bool:
+    def applies(self, step: StepSpec, stages: list[str]) -> bool:
         return step.stage is None or any(s in stages for s in step.stage)
 
     def describe_steps(self, stages: list[str]) -> list[str]:

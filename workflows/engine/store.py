@@ -8,6 +8,7 @@ only say what happened, for humans and reports.
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,7 @@ class RunStore:
             row = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).mappings().first()
         return dict(row) if row else None
 
-    def list(self, limit: int = 50) -> list[dict[str, Any]]:
+    def list(self, limit: int = 50) -> builtins.list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(runs_table).order_by(runs_table.c.created_at.desc()).limit(limit)).mappings()
             return [dict(r) for r in rows]
@@ -153,9 +154,13 @@ class RunStore:
                     executor_id=executor_id, started_at=utcnow(),
                 )
             )
-            return int(res.inserted_primary_key[0])
+            key = res.inserted_primary_key
+            if key is None:
+                raise RuntimeError(f"the database gave no id to the attempt of {step} in run {run_id}")
+            return int(key[0])
 
-    def finish_attempt(self, attempt_id: int, status: str, seconds: float, output: Any = None, error: str | None = None) -> None:
+    def finish_attempt(self, attempt_id: int, status: str, seconds: float, output: Any = None,
+                       error: str | None = None) -> None:
         with self.engine.begin() as conn:
             conn.execute(
                 update(attempts_table).where(attempts_table.c.id == attempt_id).values(
@@ -164,14 +169,14 @@ class RunStore:
                 )
             )
 
-    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+    def attempts(self, run_id: str) -> builtins.list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(attempts_table).where(attempts_table.c.run_id == run_id).order_by(attempts_table.c.id)
             ).mappings()
             return [dict(r) for r in rows]
 
-    def steps_summary(self, run_id: str) -> list[dict[str, Any]]:
+    def steps_summary(self, run_id: str) -> builtins.list[dict[str, Any]]:
         """One entry per (step, visit); see ``summarize_attempts``."""
         return summarize_attempts(self.attempts(run_id))
 
@@ -189,14 +194,17 @@ class ApprovalStore:
                     id=approval_id, run_id=run_id, step=step, action=action, proposed=proposed,
                     evidence=evidence, requested_by=requested_by, created_at=utcnow(), status="pending",
                 ))
-        return self.get(approval_id)
+        created = self.get(approval_id)
+        if created is None:
+            raise RuntimeError(f"approval {approval_id} was written but cannot be read back")
+        return created
 
     def get(self, approval_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(approvals_table).where(approvals_table.c.id == approval_id)).mappings().first()
         return dict(row) if row else None
 
-    def find(self, ref: str) -> list[dict[str, Any]]:
+    def find(self, ref: str) -> builtins.list[dict[str, Any]]:
         """Exact id, or a unique prefix of one (ids are long)."""
         check_ref(ref, "approval id")
         with self.engine.connect() as conn:
@@ -205,7 +213,7 @@ class ApprovalStore:
         exact = [r for r in rows if r["id"] == ref]  # LIKE ignores case on SQLite: compare here
         return exact or ([r for r in rows if r["id"].startswith(ref)] if prefix_allowed(ref) else [])
 
-    def list(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+    def list(self, status: str | None = None, run_id: str | None = None) -> builtins.list[dict[str, Any]]:
         query = select(approvals_table).order_by(approvals_table.c.created_at)
         if status:
             query = query.where(approvals_table.c.status == status)

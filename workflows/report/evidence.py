@@ -16,11 +16,13 @@ Reads the workspace's files and graph only through what it is handed; writes not
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.contract.step_io import StepResult
 from trainteam.core.hashing import sha256_file, weights_hash
 from trainteam.graph.knowledge import UnknownNode
 from trainteam.workflows.report.views import approval_public
@@ -145,16 +147,17 @@ class ApprovalView(_Evidence):
 
 # ------------------------------------------------------------------ written when an approval opens
 
-def gate_verdicts(outputs: Mapping[str, Mapping[str, Any]]) -> list[GateVerdict]:
+def gate_verdicts(outputs: Mapping[str, StepResult]) -> list[GateVerdict]:
     """Every gate step's verdict among a run's step outputs, in the order they ran."""
     found = []
     for step, out in outputs.items():
-        details = out.get("details") or {}
-        if "gate" not in (out.get("nodes") or {}) or "passed" not in details:
+        details = out.details
+        if "gate" not in out.nodes or "passed" not in details:
             continue
-        found.append(GateVerdict(step=step, stage=details.get("stage"), passed=bool(details["passed"]),
-                                 promoted=out.get("outcome") == "passed", accepted_by=details.get("accepted_by"),
-                                 reasons=list(details.get("reasons") or []), checked=list(details.get("checked") or [])))
+        found.append(GateVerdict(step=step, stage=out.stage, passed=bool(details["passed"]),
+                                 promoted=out.outcome == "passed", accepted_by=details.get("accepted_by"),
+                                 reasons=list(details.get("reasons") or []),
+                                 checked=list(details.get("checked") or [])))
     return found
 
 
@@ -177,12 +180,12 @@ def lineage_evidence(graph, node: str) -> LineageEvidence | None:
     return LineageEvidence(of=node, nodes=nodes, edges=edges)
 
 
-def register_evidence(ws, final: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]]) -> RegisterEvidence:
+def register_evidence(ws, final: StepResult, outputs: Mapping[str, StepResult]) -> RegisterEvidence:
     """What a person approving ``register_model`` sees: ``final`` is the measured weights' eval output."""
-    ckpt = (final.get("artifacts") or {}).get("checkpoint")
-    node = (final.get("nodes") or {}).get("checkpoint")
+    ckpt = final.artifacts.get("checkpoint")
+    node = final.nodes.get("checkpoint")
     return RegisterEvidence(
-        stage=(final.get("details") or {}).get("stage"), metrics=dict(final.get("metrics") or {}),
+        stage=final.stage, metrics=dict(final.metrics),
         gates=gate_verdicts(outputs), checkpoint=checkpoint_evidence(ckpt, node) if ckpt else None,
         lineage=lineage_evidence(ws.graph, node) if node else None)
 
@@ -214,7 +217,8 @@ def _spike(evidence: Mapping[str, Any], proposed: Mapping[str, Any]) -> SpikeEvi
     return SpikeEvidence(stage=proposed.get("stage"), spike_step=step, metric=monitor.get("metric"),
                          value=monitor.get("value"), window_mean=monitor.get("window_mean"),
                          window_std=monitor.get("window_std"), z=monitor.get("z"), rule=monitor.get("rule"),
-                         curve=evidence.get("curve") or [], earlier_spikes=max(0, len(evidence.get("spikes") or []) - 1))
+                         curve=evidence.get("curve") or [],
+                         earlier_spikes=max(0, len(evidence.get("spikes") or []) - 1))
 
 
 def _budget(evidence: Mapping[str, Any], proposed: Mapping[str, Any]) -> BudgetEvidence:

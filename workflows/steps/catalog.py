@@ -11,15 +11,13 @@ from trainteam.workflows.steps.precheck import precheck_data
 from trainteam.workflows.steps.register import register_model, register_model_evidence
 from trainteam.workflows.steps.train import align, merge_adapters, train, train_tokenizer
 
-_TRAINING = {"args": TrainArgs, "prepare": apply_overrides, "plan": plan_stages}
-
 STEPS: dict[str, StepTool] = {
     "prepare_corpus": StepTool(prepare_corpus),
     "curate": StepTool(curate, plan=plan_curate),
     "precheck_data": StepTool(precheck_data),
     "train_tokenizer": StepTool(train_tokenizer),
-    "train": StepTool(train, **_TRAINING),
-    "align": StepTool(align, **_TRAINING),
+    "train": StepTool(train, args=TrainArgs, prepare=apply_overrides, plan=plan_stages),
+    "align": StepTool(align, args=TrainArgs, prepare=apply_overrides, plan=plan_stages),
     "merge_adapters": StepTool(merge_adapters),
     "evaluate": StepTool(evaluate),
     "gate": StepTool(gate, facts=gate_facts),

@@ -167,9 +167,9 @@ def stage_train_data(ctx: ToolContext, stage) -> tuple[Path, str]:
     else the task's; the curated version when curation ran, else the prepared one."""
     key = _prefix(stage) + "train"
     for step in ("curate", "prepare_corpus"):
-        out = ctx.outputs.get(step)
-        if out is not None and out.get("outcome") not in ("skipped", None) and key in out.get("artifacts", {}):
-            return Path(out["artifacts"][key]), out["nodes"][key]
+        out = ctx.ran(step)
+        if out is not None and key in out.artifacts:
+            return out.artifact(key), out.node(key)
     raise LookupError(f"step {ctx.step!r} needs the {key} data of step 'prepare_corpus', which did not run")
 
 
@@ -178,11 +178,11 @@ def stage_eval_set(ctx: ToolContext, stage) -> tuple[str, Path, str]:
     held-out split of its own data, else the task's held-out problems."""
     key = _prefix(stage) + "eval"
     prepared = ctx.output("prepare_corpus")
-    return key, Path(prepared["artifacts"][key]), prepared["nodes"][key]
+    return key, prepared.artifact(key), prepared.node(key)
 
 
 def eval_sets(ctx: ToolContext) -> dict[str, str]:
     """Every held-out set of the run (the task's and each stage's own): what training data
     is decontaminated against, whichever stage trains on it."""
     prepared = ctx.output("prepare_corpus")
-    return {k: v for k, v in prepared["artifacts"].items() if k == "eval" or k.endswith(".eval")}
+    return {k: v for k, v in prepared.artifacts.items() if k == "eval" or k.endswith(".eval")}

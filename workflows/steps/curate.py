@@ -89,7 +89,7 @@ def split_kind(rows: list[dict], path: str) -> RowKind:
 
 def planned_config(ctx: ToolContext) -> CurationConfig:
     """What curate will apply to the task's training split (the plan a curator reads first)."""
-    train = ctx.output("prepare_corpus")["artifacts"]["train"]
+    train = ctx.output("prepare_corpus").artifact("train")
     with open(train) as fh:
         first = [json.loads(line) for line in [next(fh, "")] if line.strip()]
     max_tokens = trained_seq_len(ctx.task, None) if ctx.task.model.path is not None else None
@@ -205,12 +205,12 @@ def curate(ctx: ToolContext) -> StepResult:
     artifacts, metrics, nodes, summaries, details = {}, {}, {}, [], {}
     over: dict[str, tuple[CurationReport, CurationConfig]] = {}
     for prefix, stage, data in _splits(ctx):
-        report, path, config = _curate_split(ctx, prepared["artifacts"][f"{prefix}train"],
-                                             prepared["nodes"][f"{prefix}train"], evals, stage, data, tokenizer)
+        report, path, config = _curate_split(ctx, prepared.artifacts[f"{prefix}train"],
+                                             prepared.node(f"{prefix}train"), evals, stage, data, tokenizer)
         out_dir = Path(report.output).parent
-        artifacts.update({f"{prefix}train": str(path), f"{prefix}eval": prepared["artifacts"][f"{prefix}eval"],
+        artifacts.update({f"{prefix}train": str(path), f"{prefix}eval": prepared.artifacts[f"{prefix}eval"],
                           f"{prefix}report": str(out_dir / "report.json")})
-        nodes.update({f"{prefix}train": report.node_id, f"{prefix}eval": prepared["nodes"][f"{prefix}eval"]})
+        nodes.update({f"{prefix}train": report.node_id, f"{prefix}eval": prepared.node(f"{prefix}eval")})
         metrics.update({f"curation.{prefix}{k}": float(v) for k, v in report.counts.items()})
         summaries.append(f"{stage}: {_summary(report)}" if stage else _summary(report))
         if stage:
@@ -225,11 +225,12 @@ def curate(ctx: ToolContext) -> StepResult:
         if limit is not None and report.drop_fraction() > limit:
             over[f"{prefix}train"] = (report, config)
     summary = "; ".join(summaries)
-    if over and ctx.decided.accepted_curation is None:
+    accepted = ctx.decided.accepted_curation
+    if over and accepted is None:
         return StepResult(outcome="too_much_dropped", summary=f"{summary}; {_over_text(over)}", artifacts=artifacts,
                           metrics=metrics, nodes=nodes, details=details, needs=_ask(ctx, over, artifacts))
-    if over:
-        details["accepted_by"] = ctx.decided.accepted_curation
+    if over and accepted is not None:
+        details["accepted_by"] = accepted.model_dump(mode="json")
     return StepResult(summary=summary, artifacts=artifacts, metrics=metrics, nodes=nodes, details=details)
 
 

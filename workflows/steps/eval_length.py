@@ -13,9 +13,8 @@ from pathlib import Path
 from trainteam.contract.step_io import ToolContext
 from trainteam.curation.demo import read_jsonl
 from trainteam.trainers.evaluation.answer_length import GenerationBudget, size_generation
-from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.steps.corpus import stage_eval_set
-
+from trainteam.workflows.task.curriculum import curriculum_from_task
 
 _SIZED: dict[tuple, GenerationBudget] = {}
 
@@ -25,7 +24,7 @@ def set_length(ctx: ToolContext, stage) -> tuple[int | None, str]:
     stage's own ``battery.max_new_tokens``, else the task's ``eval.max_new_tokens``."""
     own = [s.name for s in ctx.task.curriculum or [] if s.battery is not None]
     if stage.name in own and "max_new_tokens" in stage.battery.model_fields_set:
-        i = [s.name for s in ctx.task.curriculum].index(stage.name)
+        i = [s.name for s in ctx.task.curriculum or []].index(stage.name)
         return stage.battery.max_new_tokens, f"curriculum[{i}].battery.max_new_tokens"
     return ctx.task.eval.max_new_tokens, "eval.max_new_tokens"
 

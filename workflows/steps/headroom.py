@@ -28,19 +28,19 @@ class AlignChoice(BaseModel):
     reason: str = Field(default="", max_length=500)
 
 
-def _measured(ctx: ToolContext, stage: str, start: dict) -> tuple[str, float | None]:
+def _measured(ctx: ToolContext, stage: str, start: StepResult) -> tuple[str, float | None]:
     rules = gate_rules(ctx.task, stage)
     metric = rules[0].metric if rules else "exact_match"
-    judged = (start.get("details") or {}).get("judged") or {}
+    judged = start.details.get("judged") or {}
     value = judged.get(metric)
     return metric, float(value) if isinstance(value, (int, float)) else None
 
 
-def offline_choice(ctx: ToolContext, stage: str, start: dict) -> AlignChoice:
+def offline_choice(ctx: ToolContext, stage: str, start: StepResult) -> AlignChoice:
     """The offline policy's choice from the metric the previous gate judged."""
     metric, value = _measured(ctx, stage, start)
     floor = ctx.task.align_min_headroom
-    before = (start.get("details") or {}).get("stage", "the stage before")
+    before = start.stage or "the stage before"
     if value is None or metric not in SCORES:
         return AlignChoice(run=True, reason=f"{metric} is not a 0..1 score the gate judged: {stage} runs")
     headroom = 1.0 - value
@@ -50,11 +50,11 @@ def offline_choice(ctx: ToolContext, stage: str, start: dict) -> AlignChoice:
     return AlignChoice(run=True, reason=f"{before} left {metric} {value:.3f}: headroom {headroom:.3f} > {floor:g}")
 
 
-def skip_align(ctx: ToolContext, stage: str, start: dict) -> StepResult | None:
+def skip_align(ctx: ToolContext, stage: str, start: StepResult) -> StepResult | None:
     """The skipped step's result when the engineer skips ``stage``; None when it trains."""
     offline = offline_choice(ctx, stage, start)
     decided = decide("training_engineer", f"Train the align stage {stage}, or skip it",
-                     {"stage": stage, "judged": (start.get("details") or {}).get("judged"),
+                     {"stage": stage, "judged": start.details.get("judged"),
                       "align_min_headroom": ctx.task.align_min_headroom}, offline)
     choice = decided.value
     node = record_decision(ctx.graph, run_id=ctx.run_id, segment=f"{ctx.step}#{ctx.visit}/align_choice",
@@ -64,6 +64,5 @@ def skip_align(ctx: ToolContext, stage: str, start: dict) -> StepResult | None:
     if choice.run:
         return None
     return StepResult(outcome="skipped", summary=f"{stage} skipped: {choice.reason}",
-                      artifacts=dict(start["artifacts"]), nodes={"checkpoint": start["nodes"]["checkpoint"],
-                                                                 "decision": node},
+                      artifacts=dict(start.artifacts), nodes={"checkpoint": start.checkpoint_node, "decision": node},
                       details={"stages": [stage], "choice": choice.model_dump(), **decided.evidence()})

@@ -7,20 +7,27 @@ from pathlib import Path
 
 from trainteam.agents.decisions import decide
 from trainteam.contract.step_io import GateFacts, StepResult, ToolContext
+from trainteam.contract.train_task import CurriculumStage
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph.record import record_diagnosis, record_eval, record_gate
-from trainteam.trainers.evaluation.diagnosis import (Attempt, Diagnosis, GateEvidence, ProbePoint, blind, check_diagnosis,
-                                          diagnose)
 from trainteam.trainers.evaluation.battery import BatterySpec, default_battery, run_battery
+from trainteam.trainers.evaluation.diagnosis import (
+    Attempt,
+    Diagnosis,
+    GateEvidence,
+    ProbePoint,
+    blind,
+    check_diagnosis,
+    diagnose,
+)
 from trainteam.trainers.evaluation.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage
 from trainteam.trainers.training.tokenizer import load_tokenizer
-from trainteam.workflows.task.curriculum import curriculum_from_task, eval_settings
-from trainteam.workflows.task.stage_plan import plan_stage
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.retry import gate_diagnosis
-from trainteam.contract.train_task import CurriculumStage
+from trainteam.workflows.task.curriculum import curriculum_from_task, eval_settings
+from trainteam.workflows.task.stage_plan import plan_stage
 
 
 def _decontamination_report(ctx: ToolContext, eval_set: str = "eval") -> dict | None:
@@ -29,10 +36,10 @@ def _decontamination_report(ctx: ToolContext, eval_set: str = "eval") -> dict | 
     checked every training set of the run (the task's and each stage's own) against every
     eval set, so the reports together cover whatever a checkpoint trained on."""
     cur = ctx.outputs.get("curate")
-    if not cur or cur.get("outcome") != "ok":
+    if cur is None or cur.outcome != "ok":
         return None
     versions, leaked = [], []
-    for name, path in sorted(cur["artifacts"].items()):
+    for name, path in sorted(cur.artifacts.items()):
         if name == "report" or name.endswith(".report"):
             report = json.loads(Path(path).read_text())
             versions.append(report.get("version"))
@@ -82,31 +89,31 @@ def evaluate(ctx: ToolContext) -> StepResult:
     (the train step measured the curriculum's earlier stages itself), with that stage's
     battery on that stage's eval set."""
     trained = ctx.output(ctx.inputs.get("of", "train"))
-    stage = _stage_of(ctx, ctx.inputs.get("stage") or (trained.get("details") or {}).get("stages", [None])[-1]
+    stage = _stage_of(ctx, ctx.inputs.get("stage") or (trained.stages[-1] if trained.stages else None)
                       or curriculum_from_task(ctx.task).names()[-1])
-    ckpt = Path(trained["artifacts"]["checkpoint"])
-    trained_on = [Path(p) for p in (trained.get("details") or {}).get("trained_on", [])]
+    ckpt = trained.checkpoint
+    trained_on = [Path(p) for p in trained.details.get("trained_on", [])]
     if not trained_on:
         trained_on = [stage_train_data(ctx, stage)[0]]
-    same = _measured_before(ctx, trained["nodes"]["checkpoint"], stage.name)
+    same = _measured_before(ctx, trained.checkpoint_node, stage.name)
     if same is not None and not ctx.inputs.get("battery"):
         name, out = same  # the very weights (same content hash) on the same battery: measured once
         return StepResult(summary=f"{stage.name}: the weights {name} measured (same checkpoint "
-                                  f"{trained['nodes']['checkpoint']}): {out['summary'].split(': ', 1)[-1]}",
-                          metrics=dict(out["metrics"]), nodes={"eval": out["nodes"]["eval"],
-                                                               "checkpoint": trained["nodes"]["checkpoint"]},
-                          artifacts={"checkpoint": str(ckpt), "tokenizer": trained["artifacts"]["tokenizer"]},
-                          details={**out["details"], "measured_by": name})
-    node, result = measure_stage(ctx, stage, ckpt, Path(trained["artifacts"]["tokenizer"]),
-                                 trained["nodes"]["checkpoint"], f"{ctx.run_id}/{ctx.step}#{ctx.visit}", trained_on,
+                                  f"{trained.checkpoint_node}): {out.summary.split(': ', 1)[-1]}",
+                          metrics=dict(out.metrics), nodes={"eval": out.node("eval"),
+                                                            "checkpoint": trained.checkpoint_node},
+                          artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
+                          details={**out.details, "measured_by": name})
+    node, result = measure_stage(ctx, stage, ckpt, trained.tokenizer, trained.checkpoint_node,
+                                 f"{ctx.run_id}/{ctx.step}#{ctx.visit}", trained_on,
                                  battery=ctx.inputs.get("battery"))
     m = result.metrics
     base = base_input(ctx)
     return StepResult(
         summary=f"{stage.name}: {scores_beside(m, base)} on {result.n_eval} held-out problems "
                 f"(answers up to {result.details['generation']['tokens']} new tokens)",
-        metrics=m, nodes={"eval": node, "checkpoint": trained["nodes"]["checkpoint"]},
-        artifacts={"checkpoint": str(ckpt), "tokenizer": trained["artifacts"]["tokenizer"]},
+        metrics=m, nodes={"eval": node, "checkpoint": trained.checkpoint_node},
+        artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
         details={"stages": [stage.name], "stage": stage.name, "n_eval": result.n_eval,
                  "samples": result.details.get("exact_match", {}).get("samples", [])[:5],
                  "generation": result.details["generation"], "base": base.model_dump() if base else None,
@@ -129,16 +136,20 @@ def scores_beside(metrics: dict, base: StageInput | None) -> str:
 
 def base_input(ctx: ToolContext) -> StageInput | None:
     """What the run's first stage started from, as the train step measured it (``details.base``)."""
-    raw = ((ctx.outputs.get("train") or {}).get("details") or {}).get("base")
+    train = ctx.outputs.get("train")
+    raw = train.details.get("base") if train is not None else None
     return StageInput.model_validate(raw) if raw else None
 
 
-def _measured_before(ctx: ToolContext, checkpoint_node: str, stage: str) -> tuple[str, dict] | None:
+def _is_eval(out: StepResult) -> bool:
+    """An eval step's result: it measured a checkpoint (an ``Eval:`` node)."""
+    return out.outcome == "ok" and out.nodes.get("eval", "").startswith("Eval:")
+
+
+def _measured_before(ctx: ToolContext, checkpoint_node: str, stage: str) -> tuple[str, StepResult] | None:
     """An earlier eval step of this run that measured the same checkpoint node for the same stage."""
     for name, out in ctx.outputs.items():
-        nodes = out.get("nodes") or {}
-        if (out.get("outcome") == "ok" and str(nodes.get("eval", "")).startswith("Eval:")
-                and nodes.get("checkpoint") == checkpoint_node and (out.get("details") or {}).get("stage") == stage):
+        if _is_eval(out) and out.nodes.get("checkpoint") == checkpoint_node and out.stage == stage:
             return name, out
     return None
 
@@ -147,15 +158,14 @@ def stage_input(ctx: ToolContext, this_eval_step: str, stage: str) -> StageInput
     """What the judged stage started from (for "no regression" rules and the default gate): the last
     other eval step (an align stage's input), else what the train step measured as the stage's input
     (on the stage's own held-out set), else the base model."""
-    trained = (ctx.outputs.get("train") or {}).get("details") or {}
-    if stage in (trained.get("inputs") or {}):
-        return StageInput.model_validate(trained["inputs"][stage])
-    evals = [(name, out) for name, out in ctx.outputs.items()
-             if name != this_eval_step and out.get("outcome") == "ok"
-             and str((out.get("nodes") or {}).get("eval", "")).startswith("Eval:")]
+    train = ctx.outputs.get("train")
+    inputs = (train.details.get("inputs") or {}) if train is not None else {}
+    if stage in inputs:
+        return StageInput.model_validate(inputs[stage])
+    evals = [out for name, out in ctx.outputs.items() if name != this_eval_step and _is_eval(out)]
     if evals:
-        name, out = evals[-1]
-        return StageInput(name=out["details"]["stage"], metrics=out["metrics"])
+        out = evals[-1]
+        return StageInput(name=out.details["stage"], metrics=out.metrics)
     return base_input(ctx)
 
 
@@ -190,8 +200,8 @@ def gate_facts(ctx: ToolContext) -> GateFacts | None:
         ev = ctx.output(ctx.inputs.get("of", "evaluate"))
     except LookupError:
         return None
-    rule = next((r for r in gate_rules(ctx.task, ev.get("details", {}).get("stage")) if r.min is not None), None)
-    return None if rule is None else GateFacts(rule.metric, rule.min, dict(ev.get("metrics") or {}))
+    rule = next((r for r in gate_rules(ctx.task, ev.stage or "") if r.min is not None), None)
+    return None if rule is None else GateFacts(rule.metric, rule.min, dict(ev.metrics))
 
 
 def gate(ctx: ToolContext) -> StepResult:
@@ -201,22 +211,22 @@ def gate(ctx: ToolContext) -> StepResult:
     in as ``decided.accepted_gate``."""
     ev_step = ctx.inputs.get("of", "evaluate")
     ev = ctx.output(ev_step)
-    stage = ev["details"]["stage"]
+    stage = ev.details["stage"]
     if ctx.inputs.get("final"):
         decision = _final_decision(ctx, ev)
     else:
-        decision = judge_gate(ctx, stage, ev["metrics"], gate_rules(ctx.task, stage),
-                              stage_input(ctx, ev_step, stage), (ev.get("details") or {}).get("n_eval"))
+        decision = judge_gate(ctx, stage, ev.metrics, gate_rules(ctx.task, stage),
+                              stage_input(ctx, ev_step, stage), ev.details.get("n_eval"))
     accepted = ctx.decided.accepted_gate
     if accepted is not None:
-        decision = accept_failed_gate(decision, accepted)
+        decision = accept_failed_gate(decision, accepted.model_dump())
     node = record_gate(ctx.graph, run_id=ctx.run_id, stage=decision.stage, passed=decision.passed,
                        promote=decision.promote, reasons=decision.reasons, accepted_by=decision.accepted_by,
-                       approval_id=decision.approval_id, eval_node=ev["nodes"]["eval"], produced_by=ctx.step_node)
+                       approval_id=decision.approval_id, eval_node=ev.node("eval"), produced_by=ctx.step_node)
     details = {"stage": decision.stage, "reasons": decision.reasons, "passed": decision.passed,
-               "accepted_by": decision.accepted_by, "judged": ev["metrics"],
+               "accepted_by": decision.accepted_by, "judged": ev.metrics,
                "checked": sorted({c.metric for c in decision.checks})}
-    summary, nodes = decision.summary, {"gate": node, "checkpoint": ev["nodes"]["checkpoint"]}
+    summary, nodes = decision.summary, {"gate": node, "checkpoint": ev.checkpoint_node}
     diagnosis = None if decision.promote or ctx.inputs.get("final") else diagnose_gate(ctx, ev, decision)
     if diagnosis is not None:
         details["diagnosis"] = diagnosis.model_dump(mode="json")
@@ -226,7 +236,7 @@ def gate(ctx: ToolContext) -> StepResult:
                                               stage=decision.stage, cause=d["kind"], summary=d["summary"],
                                               plan=d["plan"], evidence=d["evidence"], decided_by=d["decided_by"])
     return StepResult(outcome="passed" if decision.promote else "failed", summary=summary, nodes=nodes,
-                      artifacts={"checkpoint": ev["artifacts"]["checkpoint"], "tokenizer": ev["artifacts"]["tokenizer"]},
+                      artifacts={"checkpoint": ev.artifacts["checkpoint"], "tokenizer": ev.artifacts["tokenizer"]},
                       details=details)
 
 
@@ -237,7 +247,7 @@ DIAGNOSE = ("The gate of stage {stage} failed ({reasons}). Say why, from the evi
             "left allows; data and ceiling causes do not retrain.")
 
 
-def diagnose_gate(ctx: ToolContext, ev: dict, decision: GateDecision) -> Diagnosis | None:
+def diagnose_gate(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> Diagnosis | None:
     """Why the gate failed and the bounded retry plan: the offline judge's diagnosis from the
     evidence, or the judge's configured model's (``agents.decisions.decide``), checked against the
     same bounds; the measured numbers are always the evidence's. None when the judged checkpoint's
@@ -264,45 +274,45 @@ def judge_diagnosis(evidence: GateEvidence, reasons: list[str], environ: dict[st
                                             "warning": decided.warning})
 
 
-def _trained(ctx: ToolContext, ev: dict, stage: str) -> dict | None:
+def _trained(ctx: ToolContext, ev: StepResult, stage: str) -> StepResult | None:
     """The training step output that made the judged checkpoint (its curve holds ``stage``)."""
-    ckpt = (ev.get("nodes") or {}).get("checkpoint")
+    ckpt = ev.nodes.get("checkpoint")
     for out in reversed(list(ctx.outputs.values())):
-        d = out.get("details") or {}
-        if (out.get("nodes") or {}).get("checkpoint") == ckpt and stage in (d.get("losses") or {}):
+        if out.nodes.get("checkpoint") == ckpt and stage in (out.details.get("losses") or {}):
             return out
     return None
 
 
-def gate_evidence(ctx: ToolContext, ev: dict, decision: GateDecision) -> GateEvidence | None:
+def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> GateEvidence | None:
     """What the run measured for the gated stage, as typed numbers for the diagnosis."""
     stage = decision.stage
     trained = _trained(ctx, ev, stage)
     if trained is None:
         return None
-    details, metrics = trained.get("details") or {}, trained.get("metrics") or {}
+    details, metrics = trained.details, trained.metrics
     settings = _attempt_settings(ctx, stage, trained)
     failed = next((c for c in decision.checks if not c.passed), None)
     steps = int(metrics.get(f"{stage}.steps", settings["max_steps"]))
     return GateEvidence(
         stage=stage, method=settings["method"], metric=failed.metric if failed else "exact_match",
         value=failed.value if failed else None, bar=failed.threshold if failed else None,
-        losses=[(int(x), y) for x, y in details["losses"][stage]], heldout_loss=ev["metrics"].get("heldout_loss"),
-        earlier=_earlier(ctx, stage), steps=steps, max_steps=int(metrics.get(f"{stage}.max_steps", settings["max_steps"])),
+        losses=[(int(x), y) for x, y in details["losses"][stage]], heldout_loss=ev.metrics.get("heldout_loss"),
+        earlier=_earlier(ctx, stage), steps=steps,
+        max_steps=int(metrics.get(f"{stage}.max_steps", settings["max_steps"])),
         num_train_epochs=settings["num_train_epochs"], learning_rate=settings["learning_rate"],
         warmup_steps=settings["warmup_steps"], batch_rows=settings["batch_rows"],
         spikes=sum(1 for s in details.get("spikes", []) if s.get("stage") == stage),
         probes=search_probes(details, stage), **_data_evidence(ctx, ev, stage, trained), **_cost(ctx, stage, trained))
 
 
-def _attempt_settings(ctx: ToolContext, stage: str, trained: dict) -> dict:
+def _attempt_settings(ctx: ToolContext, stage: str, trained: StepResult) -> dict:
     """The settings the judged attempt trained with: the train step's record of them when it keeps
     one, else the task's, the recipe search's choice, and on a retry the plan it followed."""
     cfg = ctx.task.train_config(stage)
     out = {"method": cfg.method, "max_steps": cfg.max_steps, "num_train_epochs": cfg.num_train_epochs,
            "learning_rate": cfg.learning_rate, "warmup_steps": cfg.warmup_steps,
            "batch_rows": cfg.per_device_batch_size * cfg.grad_accum * cfg.devices_per_node * cfg.num_nodes}
-    details = trained.get("details") or {}
+    details = trained.details
     chosen = ((details.get("search") or {}).get(stage) or {}).get("chosen") or {}
     out.update({k: chosen[k] for k in ("learning_rate", "max_steps", "warmup_steps") if chosen.get(k) is not None})
     if chosen.get("per_device_batch_size"):
@@ -320,10 +330,10 @@ def _earlier(ctx: ToolContext, stage: str) -> list[Attempt]:
     """This gate's attempt before the retry (its diagnosis kept the numbers it read)."""
     before = ctx.outputs.get(ctx.step) if ctx.visit > 1 else None
     diagnosis = gate_diagnosis(before) if before else None
-    if diagnosis is None or diagnosis.plan.stage != stage:
+    if before is None or diagnosis is None or diagnosis.plan.stage != stage:
         return []
     m = diagnosis.evidence
-    value = (before.get("details") or {}).get("judged", {}).get((before.get("details") or {}).get("checked", [None])[0])
+    value = before.details.get("judged", {}).get(before.details.get("checked", [None])[0])
     return [Attempt(steps=m.steps, learning_rate=m.learning_rate, heldout_loss=m.heldout_loss,
                     final_loss=m.final_loss, value=value)]
 
@@ -337,7 +347,7 @@ def search_probes(details: dict, stage: str) -> list[ProbePoint]:
             for p in search.get("probes") or []]
 
 
-def _data_evidence(ctx: ToolContext, ev: dict, stage: str, trained: dict) -> dict:
+def _data_evidence(ctx: ToolContext, ev: StepResult, stage: str, trained: StepResult) -> dict:
     """Rows trained on, what curation removed from them, and eval problems found in training data."""
     out: dict = {}
     try:
@@ -347,24 +357,24 @@ def _data_evidence(ctx: ToolContext, ev: dict, stage: str, trained: dict) -> dic
     if path is not None and path.is_file():
         with open(path, "rb") as fh:
             out["n_train"] = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
-    cur = ctx.outputs.get("curate") or {}
-    if node is not None and cur.get("outcome") == "ok" and (cur.get("nodes") or {}).get("train") == node:
-        cm = cur.get("metrics") or {}
+    cur = ctx.outputs.get("curate")
+    if node is not None and cur is not None and cur.outcome == "ok" and cur.nodes.get("train") == node:
+        cm = cur.metrics
         out.update(rows_in=int(cm.get("curation.input", 0)) or None, rows_out=int(cm.get("curation.output", 0)))
     out["max_drop_fraction"] = (ctx.task.curation or {}).get("max_drop_fraction", 0.5)
-    decon = (ev.get("details") or {}).get("decontamination") or {}
+    decon = ev.details.get("decontamination") or {}
     leaked = decon.get("leaked_in_training_and_removed_there")
     out["leaks"] = len(leaked) if isinstance(leaked, list) else int(decon.get("removed") or 0)
-    node_facts = ctx.graph.get_node(ev["nodes"]["eval"]) if ctx.graph.has_node(ev["nodes"]["eval"]) else {}
+    node_facts = ctx.graph.get_node(ev.node("eval")) if ctx.graph.has_node(ev.node("eval")) else {}
     n_eval = decon.get("eval_examples") or node_facts.get("n_eval")
     out["n_eval"] = int(n_eval) if n_eval else None
     return out
 
 
-def _cost(ctx: ToolContext, stage: str, trained: dict) -> dict:
+def _cost(ctx: ToolContext, stage: str, trained: StepResult) -> dict:
     """The attempt's pace and what a retry spends besides, against the budget the run has left
     after the estimate of the stages still to come (the planner's)."""
-    metrics, names = trained.get("metrics") or {}, (trained.get("details") or {}).get("stages") or [stage]
+    metrics, names = trained.metrics, trained.stages or [stage]
     steps = metrics.get(f"{stage}.steps_this_attempt") or metrics.get(f"{stage}.steps")
     wall = metrics.get(f"{stage}.wall_s")
     out: dict = {"seconds_per_step": wall / steps if wall and steps else None,
@@ -377,17 +387,18 @@ def _cost(ctx: ToolContext, stage: str, trained: dict) -> dict:
     return out
 
 
-def _final_decision(ctx: ToolContext, ev: dict):
+def _final_decision(ctx: ToolContext, ev: StepResult):
     """The weights ``register_model`` will register against the last gate that promoted a
     checkpoint: every metric that gate checked may fall by at most ``task.final_tolerance``."""
-    passed = [(n, o) for n, o in ctx.outputs.items() if o.get("outcome") == "passed" and "judged" in o.get("details", {})]
+    passed = [(n, o) for n, o in ctx.outputs.items() if o.outcome == "passed" and "judged" in o.details]
     if not passed:
-        return GateDecision(stage="final", passed=True, checks=[], reasons=["no earlier gate to hold the final weights to"])
+        return GateDecision(stage="final", passed=True, checks=[],
+                            reasons=["no earlier gate to hold the final weights to"])
     name, last = passed[-1]
-    judged = last["details"]["judged"]
-    metrics = last["details"].get("checked") or [m for m in ("exact_match",) if m in judged and m in ev["metrics"]]
+    judged = last.details["judged"]
+    metrics = last.details.get("checked") or [m for m in ("exact_match",) if m in judged and m in ev.metrics]
     if not metrics:
         return GateDecision(stage="final", passed=True, checks=[],
                             reasons=[f"{name} checked no metric that final_eval measured"])
     rules = [GateRule(metric=m, max_regression=ctx.task.final_tolerance) for m in metrics]
-    return evaluate_gate("final", ev["metrics"], rules, previous=judged, previous_stage=f"{name} ({last['details']['stage']})")
+    return evaluate_gate("final", ev.metrics, rules, previous=judged, previous_stage=f"{name} ({last.stage})")

@@ -89,7 +89,8 @@ class PrecheckVerdict(BaseModel):
 def run_estimate(task) -> tuple[float, float]:
     """The run planner's estimate for every stage the run trains: (minutes, dollars)."""
     cur = curriculum_from_task(task)
-    stages = [s.name for s in cur.training_stages()] + ([cur.align_stage().name] if cur.align_stage() else [])
+    align = cur.align_stage()
+    stages = [s.name for s in cur.training_stages()] + ([align.name] if align is not None else [])
     verdicts = [plan_stage(task, s, task.train_config(s)) for s in stages]
     return sum(v.est_minutes for v in verdicts), sum(v.est_cost_usd for v in verdicts)
 
@@ -125,23 +126,23 @@ def precheck_data(ctx: ToolContext) -> StepResult:
     stored = work / "verdict.json"
     if accepted is not None and stored.is_file():  # a person accepted the failed verdict: on with the run
         verdict = PrecheckVerdict.model_validate_json(stored.read_text())
-        return StepResult(summary=f"{verdict.line()}; accepted by {accepted.get('decided_by') or 'a person'}",
+        return StepResult(summary=f"{verdict.line()}; accepted by {accepted.decided_by or 'a person'}",
                           metrics=_metrics(verdict), details={"precheck": verdict.model_dump(mode="json"),
-                                                              "accepted_by": accepted})
+                                                              "accepted_by": accepted.model_dump(mode="json")})
     data = ctx.latest("prepare_corpus", "curate")
-    rows = read_jsonl(Path(data["artifacts"]["train"]))
+    rows = read_jsonl(data.artifact("train"))
     kind = row_kind(rows[0]) if rows else "no"
     if kind not in CHECKED_KINDS:
         return _skipped(f"{kind} rows: the ladder reads text and prompt/completion rows")
     if len(rows) < MIN_ROWS:
         return _skipped(f"{len(rows)} training rows are too few for a proxy to say anything (at least {MIN_ROWS})")
-    verdict = _check(ctx, rows, data["artifacts"].get("eval"), why, work)
+    verdict = _check(ctx, rows, data.artifacts.get("eval"), why, work)
     stored.write_text(verdict.model_dump_json(indent=1))
     details = {"precheck": verdict.model_dump(mode="json")}
     if verdict.accept or accepted is not None:
         return StepResult(summary=verdict.line(), metrics=_metrics(verdict), details=details)
     needs = NeedsPerson(action="accept_precheck", requested_by=ctx.persona, refused="training on data the "
-                        "pre-check failed", proposed={"train_on": data["artifacts"]["train"]},
+                        "pre-check failed", proposed={"train_on": data.artifacts["train"]},
                         evidence=verdict.model_dump(mode="json"), resume=Resume(kind="accept_gate"))
     return StepResult(outcome="failed", summary=verdict.line(), metrics=_metrics(verdict), details=details,
                       needs=needs)
@@ -188,7 +189,9 @@ def _check(ctx: ToolContext, rows: list[dict], eval_path: str | None, why: str, 
 
 def _shape(row: dict[str, Any]) -> dict[str, str]:
     """A canonical row as the ladder trains on it (its id and other fields left out)."""
-    return {"text": row["text"]} if row_kind(row) == "text" else {"prompt": row["prompt"], "completion": row["completion"]}
+    if row_kind(row) == "text":
+        return {"text": row["text"]}
+    return {"prompt": row["prompt"], "completion": row["completion"]}
 
 
 def _control(rows: list[dict], rng: random.Random) -> list[dict]:
@@ -197,7 +200,7 @@ def _control(rows: list[dict], rng: random.Random) -> list[dict]:
         return [{"text": "".join(rng.sample(r["text"], len(r["text"])))} for r in rows]
     answers = [r["completion"] for r in rows]
     rng.shuffle(answers)
-    return [{"prompt": r["prompt"], "completion": a} for r, a in zip(rows, answers)]
+    return [{"prompt": r["prompt"], "completion": a} for r, a in zip(rows, answers, strict=True)]
 
 
 def _reference_rows(path: Path, kind: str) -> list[dict]:

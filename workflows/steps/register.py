@@ -28,18 +28,18 @@ def register_and_record(ws, path: Path, *, stage: str, metrics: dict[str, Any] |
 
 def register_model(ctx: ToolContext) -> StepResult:
     final = ctx.output(ctx.inputs.get("of", "final_eval"))
-    ckpt = Path(final["artifacts"]["checkpoint"])
+    ckpt = final.checkpoint
+    generation = final.details.get("generation")
     record, node = register_and_record(
-        ctx.ws, ckpt, stage=final["details"]["stage"], metrics=final["metrics"], name=ctx.task.name,
-        run_id=ctx.run_id, checkpoint_node=final["nodes"]["checkpoint"],
+        ctx.ws, ckpt, stage=final.details["stage"], metrics=final.metrics, name=ctx.task.name,
+        run_id=ctx.run_id, checkpoint_node=final.checkpoint_node,
         lineage={"run": ctx.run_id, "task": ctx.task.name, "stages": ctx.task.stage_names(),
                  # the answer length it was judged at: `trainteam serve` answers with it by default
-                 **({"answer_tokens": final["details"]["generation"]["tokens"]}
-                    if (final.get("details") or {}).get("generation") else {})},
+                 **({"answer_tokens": generation["tokens"]} if generation else {})},
         step_node=ctx.step_node,
     )
     return StepResult(summary=f"registered model {record.id} ({record.stage})",
-                      nodes={"model": node, "checkpoint": final["nodes"]["checkpoint"]},
+                      nodes={"model": node, "checkpoint": final.checkpoint_node},
                       artifacts={"model": str(ckpt)}, details={"model_id": record.id})
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainteam.contract.step_io import ToolContext
+from trainteam.contract.step_io import StepResult, ToolContext
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.evaluation.diagnosis import Diagnosis, RetryPlan
 
@@ -25,19 +25,18 @@ class StopRetry(Exception):
         self.reason, self.plan = reason, plan
 
 
-def failed_gate(ctx: ToolContext, stage: str) -> tuple[str, dict[str, Any]] | None:
+def failed_gate(ctx: ToolContext, stage: str) -> tuple[str, StepResult] | None:
     """The latest failed gate output that judged ``stage`` (its step name and output), or None."""
     found = None
     for name, out in ctx.outputs.items():
-        details = out.get("details") or {}
-        if out.get("outcome") == "failed" and details.get("stage") == stage and "judged" in details:
+        if out.outcome == "failed" and out.stage == stage and "judged" in out.details:
             found = (name, out)
     return found
 
 
-def gate_diagnosis(out: dict[str, Any]) -> Diagnosis | None:
+def gate_diagnosis(out: StepResult) -> Diagnosis | None:
     """The diagnosis a gate output carries (None: it has none)."""
-    raw = (out.get("details") or {}).get("diagnosis")
+    raw = out.details.get("diagnosis")
     return None if raw is None else Diagnosis.model_validate(raw)
 
 
@@ -52,7 +51,7 @@ def retry_plan(ctx: ToolContext, stage: str) -> RetryPlan | None:
     name, out = found
     diagnosis = gate_diagnosis(out)
     if diagnosis is None:
-        raise StopRetry(f"{name} failed {stage} without a diagnosis: no plan to retry with ({out.get('summary')})")
+        raise StopRetry(f"{name} failed {stage} without a diagnosis: no plan to retry with ({out.summary})")
     return diagnosis.plan
 
 

@@ -26,7 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainteam.contract.step_io import Carried, NeedsPerson, Resume, StepResult, ToolContext, budget_overrun
+from trainteam.contract.step_io import (Carried, Decision, NeedsPerson, Resume, StepResult, ToolContext,
+                                        budget_overrun)
 from trainteam.core.hashing import weights_hash
 from trainteam.curation import build_preference_pairs, score_reward
 from trainteam.curation.demo import read_jsonl
@@ -40,7 +41,6 @@ from trainteam.trainers.evaluation.battery import greedy_generations
 from trainteam.trainers.evaluation.gates import accept_failed_gate
 from trainteam.trainers.launch.supervisor import train_launched
 from trainteam.trainers.training.models import build_model, load_model
-from trainteam.trainers.training.results import RestartProposal
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage, random_init
 from trainteam.trainers.training.chat_templates import save_tokenizer_with_template
 from trainteam.trainers.training.tokenizer import load_tokenizer
@@ -59,7 +59,7 @@ def _records(path: str) -> list[dict]:
     return read_jsonl(Path(path))
 
 
-def _training_data(ctx: ToolContext) -> dict[str, Any]:
+def _training_data(ctx: ToolContext) -> StepResult:
     """The curated dataset when curation ran, else the prepared one."""
     return ctx.latest("prepare_corpus", "curate")
 
@@ -72,7 +72,7 @@ def train_tokenizer(ctx: ToolContext) -> StepResult:
         return StepResult(outcome="skipped", summary=f"the tokenizer of {ctx.task.model.path} is kept")
     data = _training_data(ctx)
     own = [stage_train_data(ctx, s) for s in curriculum_from_task(ctx.task).stages if s.data is not None]
-    sources = [(Path(data["artifacts"]["train"]), data["nodes"]["train"])] + list(dict.fromkeys(own))
+    sources = [(data.artifact("train"), data.node("train"))] + list(dict.fromkeys(own))
     cfg = ctx.task.tokenizer
     key = hashlib.sha256(("".join(n for _, n in sources) + cfg.model_dump_json()).encode()).hexdigest()[:16]
     out_dir = ctx.ws.dir("tokenizers") / key
@@ -151,12 +151,12 @@ class _Stage:
         cfg = retry_config(ctx, stage, ctx.task.train_config(stage))
         out, factor, proposal = self._out(stage), 1.0, None
         restart = ctx.decided.restart
-        if restart is not None and restart.get("stage") == stage:
-            out = Path(restart.get("output_dir") or out)
-            factor = float(restart.get("lr_factor", 1.0))
-            if not restart.get("from_start"):
-                proposal = RestartProposal.model_validate(restart["proposal"])
-            event = {"stage": stage, "step": restart["spike_step"], "kind": "restart"}
+        if restart is not None and restart.stage == stage:
+            out = Path(restart.output_dir or out)
+            factor = restart.lr_factor
+            if not restart.from_start:
+                proposal = restart.proposal
+            event = {"stage": stage, "step": restart.spike_step, "kind": "restart"}
             if event not in self.events:  # the same restart resumed (more budget, a crash) is one restart
                 self.events.append(event)
         elif _continues(warm_start, cfg) and not list_checkpoints(out):
@@ -278,7 +278,7 @@ def _finals(ctx: ToolContext, stage: str) -> list[Path]:
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
     kept = ctx.decided.kept_after_spike.get(stage)
     restarts = sorted(out.parent.glob(f"{out.name}-restart*"), key=lambda p: p.name, reverse=True)
-    return ([Path(kept["keep"])] if kept else []) + [r / "final" for r in restarts] + [out / "final"]
+    return ([Path(kept.keep)] if kept else []) + [r / "final" for r in restarts] + [out / "final"]
 
 
 def _is_final(folder: Path) -> bool:
@@ -292,17 +292,17 @@ def stage_progress(ctx: ToolContext, stage: str) -> tuple[bool, int]:
         return True, 0
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"{stage}-v{ctx.visit}"
     folders = [out, *out.parent.glob(f"{out.name}-restart*")]
-    restart = ctx.decided.restart or {}
-    if restart.get("stage") == stage and restart.get("output_dir"):
-        folders = [Path(restart["output_dir"])]  # a restart trains in its own folder (from its start)
+    restart = ctx.decided.restart
+    if restart is not None and restart.stage == stage and restart.output_dir:
+        folders = [Path(restart.output_dir)]  # a restart trains in its own folder (from its start)
     steps = [checkpoint_step(c) or 0 for f in folders for c in complete_checkpoints(f)]
     return False, max(steps, default=0)
 
 
 def _tokenizer_source(ctx: ToolContext) -> tuple[Path, str | None]:
-    tok_out = ctx.outputs.get("train_tokenizer") or {}
-    if tok_out.get("outcome") not in (None, "skipped"):
-        return Path(tok_out["artifacts"]["tokenizer"]), tok_out["nodes"]["tokenizer"]
+    tok_out = ctx.ran("train_tokenizer")
+    if tok_out is not None:
+        return tok_out.tokenizer, tok_out.node("tokenizer")
     if ctx.task.model.path is not None and ctx.task.model.chat_template:
         return _templated_tokenizer(ctx, ctx.task.model.path, ctx.task.model.chat_template)
     if ctx.task.model.path is not None:
@@ -421,7 +421,7 @@ def _stage_gate_failed(ctx: ToolContext, stage: str, names: list[str], i: int, f
 
 
 def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, seen: list[str],
-                      metrics: dict[str, float], record: dict, accepted: dict | None = None):
+                      metrics: dict[str, float], record: dict, accepted: Decision | None = None):
     """A stage's battery (an Eval node per stage; read back when a restart passes by again)
     and its gate rules against the stage before it. Returns the failed GateDecision, or None
     when it passed or ``accepted`` (a person's approved decision) accepts its failure."""
@@ -438,7 +438,7 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
     n_eval = ctx.graph.get_node(ev_node).get("n_eval")
     decision = judge_stage(st.name, st.kind, st.method, measured, list(st.gates), before, n_eval)
     if accepted is not None:
-        decision = accept_failed_gate(decision, accepted)
+        decision = accept_failed_gate(decision, accepted.model_dump())
     node = record_gate(ctx.graph, run_id=ctx.run_id, stage=decision.stage, passed=decision.passed,
                        promote=decision.promote, reasons=decision.reasons, accepted_by=decision.accepted_by,
                        approval_id=decision.approval_id, eval_node=ev_node, produced_by=ctx.step_node)
@@ -503,11 +503,12 @@ def align(ctx: ToolContext) -> StepResult:
     if skipped is not None:
         return skipped
     data_path, data_node = stage_train_data(ctx, st)
-    ckpt = Path(start["artifacts"]["checkpoint"])
-    tokenizer = load_tokenizer(Path(start["artifacts"]["tokenizer"]))
-    tok_node = (ctx.outputs.get("train_tokenizer") or {}).get("nodes", {}).get("tokenizer")
+    ckpt = start.checkpoint
+    tokenizer = load_tokenizer(start.tokenizer)
+    tok_out = ctx.outputs.get("train_tokenizer")
+    tok_node = tok_out.nodes.get("tokenizer") if tok_out is not None else None
     runner = _Stage(ctx, tokenizer, tok_node)
-    done = runner.finished(st.name, data_node, start["nodes"]["checkpoint"])  # after a crash, or a person kept it
+    done = runner.finished(st.name, data_node, start.checkpoint_node)  # after a crash, or a person kept it
     if done is not None:
         node, final_dir = done
         what = f"{st.name}: trained before ({final_dir.parent.name}/{final_dir.name})"
@@ -519,7 +520,7 @@ def align(ctx: ToolContext) -> StepResult:
         train_data = (_preference_pairs(ctx, ckpt, tokenizer, records, answer_tokens) if method == "dpo" and not given
                       else records)
         runner.ctx = _completion_length(ctx, st, tokenizer)
-        node, report = runner.run(st.name, ckpt, train_data, start["nodes"]["checkpoint"], data_node)
+        node, report = runner.run(st.name, ckpt, train_data, start.checkpoint_node, data_node)
         if node is None:
             return runner.stopped(st.name, report)
         final_dir = Path(report.final_dir)
@@ -528,8 +529,7 @@ def align(ctx: ToolContext) -> StepResult:
         summary=what, artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)}, metrics=runner.metrics,
         nodes={"checkpoint": node}, details={"stages": [st.name], "losses": runner.curves, "events": runner.events,
                                              "spikes": runner.spikes,
-                                             "trained_on": [*((ctx.outputs.get("train") or {}).get("details") or {})
-                                                            .get("trained_on", []), str(data_path)]},
+                                             "trained_on": [*_trained_on(ctx), str(data_path)]},
     )
 
 
@@ -542,6 +542,12 @@ def _completion_length(ctx: ToolContext, st, tokenizer) -> ToolContext:
     return replace(ctx, task=ctx.task.with_training(st.name, cfg.model_copy(update={"grpo": grpo})))
 
 
+def _trained_on(ctx: ToolContext) -> list[str]:
+    """The files the train step's checkpoint trained on (none when it did not run)."""
+    train = ctx.outputs.get("train")
+    return list(train.details.get("trained_on", [])) if train is not None else []
+
+
 def merge_adapters(ctx: ToolContext) -> StepResult:
     """Fold the gated checkpoint's LoRA adapter into full weights, onto the base it was trained
     on. That base already holds every earlier stage (an align adapter is trained on base + SFT,
@@ -550,18 +556,18 @@ def merge_adapters(ctx: ToolContext) -> StepResult:
     averaging an SFT adapter with an align adapter trained on top of it registered a worse
     model than either (real model, 50 held-out rows: 0.40 / 0.42 gated, 0.26 / 0.32 registered)."""
     last = ctx.latest("gate", "gate_align")
-    ckpt = Path(last["artifacts"]["checkpoint"])
+    ckpt = last.checkpoint
     # the stage whose weights these are (SFT's when the align stage was skipped): the final eval's battery
-    gated = {"stages": [last["details"]["stage"]]} if (last.get("details") or {}).get("stage") else {}
+    gated = {"stages": [last.stage]} if last.stage else {}
     if not (ckpt / "adapter_config.json").exists():
         return StepResult(outcome="ok", summary="no adapters to merge: the checkpoint holds full weights",
-                          artifacts=dict(last["artifacts"]), nodes={"checkpoint": last["nodes"]["checkpoint"]},
+                          artifacts=dict(last.artifacts), nodes={"checkpoint": last.checkpoint_node},
                           details=gated)
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"merged-v{ctx.visit}"
-    tokenizer = load_tokenizer(Path(last["artifacts"]["tokenizer"]))
+    tokenizer = load_tokenizer(last.tokenizer)
     merged = _merge_one(ckpt, out, tokenizer)
-    node = _checkpoint_node(ctx, merged, "merged", _training_data(ctx)["nodes"]["train"], None,
-                            last["nodes"]["checkpoint"], {})
+    node = _checkpoint_node(ctx, merged, "merged", _training_data(ctx).node("train"), None,
+                            last.checkpoint_node, {})
     base = json.loads((ckpt / "adapter_config.json").read_text()).get("base_model_name_or_path")
     return StepResult(summary=f"adapter of {ckpt.parent.name} merged into the base it was trained on ({Path(base).name})",
                       artifacts={"checkpoint": str(merged), "tokenizer": str(merged)}, nodes={"checkpoint": node},
