@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from trainteam.curation.formats import PromptFormat
 from trainteam.trainers.training.config import SpikeSignal, TrainConfig
 
 StageRole = Literal["train", "align"]
@@ -27,8 +28,17 @@ MIXED = "use_json"
 class Builder(Protocol):
     """Build the method's trainer (rows already read and checked) with the run's callbacks."""
 
-    def __call__(self, config: TrainConfig, model: Any, tokenizer: Any, ds: Any, eval_ds: Any, out: Path,
-                 callbacks: list, reward_funcs: list | None = None) -> Any: ...
+    def __call__(
+        self,
+        config: TrainConfig,
+        model: Any,
+        tokenizer: Any,
+        ds: Any,
+        eval_ds: Any,
+        out: Path,
+        callbacks: list,
+        reward_funcs: list | None = None,
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +50,8 @@ class TrainingMethod:
     shape: Callable[[TrainConfig, Any, Any], Any]  # (config, tokenizer, rows) -> the trainer's rows (a Dataset)
     columns: tuple[tuple[str, ...], ...]  # a row needs one of these sets of fields
     row_kinds: tuple[str, ...]  # the row shapes (curation.formats.row_kind) it trains on, for the pre-flight check
-    row_tokens: Callable[[Any, list[dict], str], list[int]]  # (tokenizer, rows, prompt format) -> tokens per example
+    # (tokenizer, rows, prompt format) -> each example's tokens as its trainer tokenizes it (the planner's count)
+    row_tokens: Callable[[Any, list[dict], PromptFormat], list[int]]
     words: str  # the regular expression a plain-words request names it by
     spike_signals: tuple[SpikeSignal, ...] = ()  # what diverging looks like; () = the loss going up
     default_lr: tuple[float, float] | None = None  # (full, LoRA) rate of an align stage that gives none

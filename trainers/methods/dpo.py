@@ -20,8 +20,11 @@ from trainteam.trainers.training.trainer_args import common_args, peft_config, t
 def _side(value, fmt: PromptFormat):
     """One side of a preference pair: turns for a chat model, ``answer + eos`` text otherwise."""
     if fmt == "chat":
-        return [F.clean_message(m) for m in value] if isinstance(value, list) else \
-            [{"role": "assistant", "content": str(value)}]
+        return (
+            [F.clean_message(m) for m in value]
+            if isinstance(value, list)
+            else [{"role": "assistant", "content": str(value)}]
+        )
     return value if isinstance(value, list) else str(value)
 
 
@@ -30,11 +33,16 @@ def dpo_dataset(tokenizer, ds):
 
     def fmt_row(r):
         if fmt == "chat":
-            return {"prompt": F.as_messages(r["prompt"], r.get("system")),
-                    "chosen": _side(r["chosen"], fmt), "rejected": _side(r["rejected"], fmt)}
-        return {"prompt": prompt_text(tokenizer, r["prompt"], system=r.get("system")),
-                "chosen": completion_text(tokenizer, F.completion_content(r["chosen"])),
-                "rejected": completion_text(tokenizer, F.completion_content(r["rejected"]))}
+            return {
+                "prompt": F.as_messages(r["prompt"], r.get("system")),
+                "chosen": _side(r["chosen"], fmt),
+                "rejected": _side(r["rejected"], fmt),
+            }
+        return {
+            "prompt": prompt_text(tokenizer, r["prompt"], system=r.get("system")),
+            "chosen": completion_text(tokenizer, F.completion_content(r["chosen"])),
+            "rejected": completion_text(tokenizer, F.completion_content(r["rejected"])),
+        }
 
     return ds.map(fmt_row, remove_columns=list(ds.column_names))
 
@@ -50,8 +58,11 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
     ev = shape(config, tokenizer, eval_ds) if eval_ds is not None else None
     o = config.dpo
     args = DPOConfig(
-        **common_args(config, out), beta=o.beta, loss_type=list(o.loss_type),
-        precompute_ref_log_probs=o.precompute_ref_log_probs, max_length=config.max_length,
+        **common_args(config, out),
+        beta=o.beta,
+        loss_type=list(o.loss_type),
+        precompute_ref_log_probs=o.precompute_ref_log_probs,
+        max_length=config.max_length,
         **trl_args(config, DPOConfig),
     )
     pc = None if is_peft(model) else peft_config(config)
@@ -59,17 +70,26 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
     # missing for an in-memory model. A frozen copy is the reference we mean.
     ref = None if pc is not None or is_peft(model) else copy.deepcopy(model).eval()
     return DPOTrainer(
-        model=model, ref_model=ref, args=args, train_dataset=train_ds, eval_dataset=ev,
-        processing_class=tokenizer, callbacks=callbacks, peft_config=pc,
+        model=model,
+        ref_model=ref,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=ev,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        peft_config=pc,
     )
 
 
-def side_tokens(tokenizer, rec: dict, fmt: str, side: str) -> int:
+def side_tokens(tokenizer, rec: dict, fmt: PromptFormat, side: str) -> int:
     """Tokens of the prompt followed by one side (chosen or rejected) of a preference row."""
     value = rec[side]
     if fmt == "chat":
-        turns = [F.clean_message(m) for m in value] if isinstance(value, list) else \
-            [{"role": "assistant", "content": str(value)}]
+        turns = (
+            [F.clean_message(m) for m in value]
+            if isinstance(value, list)
+            else [{"role": "assistant", "content": str(value)}]
+        )
         prompt = F.as_messages(rec["prompt"], rec.get("system"))
         return len(tokenizer.apply_chat_template(prompt + turns, tokenize=True, return_dict=True)["input_ids"])
     text = F.prompt_text(tokenizer, rec["prompt"], system=rec.get("system"))
@@ -77,7 +97,7 @@ def side_tokens(tokenizer, rec: dict, fmt: str, side: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _preference_tokens(tokenizer, rec: dict, fmt: str) -> int:
+def _preference_tokens(tokenizer, rec: dict, fmt: PromptFormat) -> int:
     """A DPO example's two sequences; a prompt/completion row (whose rejected side the align step
     makes from the model's own answer) counts its prompt and answer twice."""
     if rec.get("chosen") is None:
@@ -86,7 +106,7 @@ def _preference_tokens(tokenizer, rec: dict, fmt: str) -> int:
     return side_tokens(tokenizer, rec, fmt, "chosen") + side_tokens(tokenizer, rec, fmt, "rejected")
 
 
-def row_tokens(tokenizer, rows: list[dict], fmt: str) -> list[int]:
+def row_tokens(tokenizer, rows: list[dict], fmt: PromptFormat) -> list[int]:
     return [_preference_tokens(tokenizer, r, fmt) for r in rows]
 
 
@@ -97,8 +117,16 @@ def _holds_reference(cfg: TrainConfig) -> bool:
 # DPO at 5e-6 full / 5e-5 with LoRA when its block names no rate (TRL's DPO examples and docs use
 # 5e-7..5e-6 on full models; LoRA adapters take ~10x).
 METHOD = TrainingMethod(
-    name="dpo", kind="align", trl_config="trl.DPOConfig", build=build, shape=shape,
+    name="dpo",
+    kind="align",
+    trl_config="trl.DPOConfig",
+    build=build,
+    shape=shape,
     # preference rows, or pair/chat rows the align step turns into pairs from the model's own answers
-    columns=(("prompt", "chosen", "rejected"),), row_kinds=("preference", "pair", "chat"), row_tokens=row_tokens,
-    words=r"\bdpo\b|preference", default_lr=(5e-6, 5e-5), holds_reference=_holds_reference,
+    columns=(("prompt", "chosen", "rejected"),),
+    row_kinds=("preference", "pair", "chat"),
+    row_tokens=row_tokens,
+    words=r"\bdpo\b|preference",
+    default_lr=(5e-6, 5e-5),
+    holds_reference=_holds_reference,
 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from trainteam.core.errors import BadInput
 from trainteam.curation import formats as F
-from trainteam.curation.formats import prompt_format, prompt_text
+from trainteam.curation.formats import PromptFormat, prompt_format, prompt_text
 from trainteam.curation.rewards import default_rewards
 from trainteam.trainers.methods.base import TrainingMethod, is_peft
 from trainteam.trainers.training.config import SpikeSignal, TrainConfig
@@ -56,9 +56,16 @@ def grpo_args(config: TrainConfig, out: Path):
     kw = common_args(config, out)
     kw["per_device_train_batch_size"] = batch
     return GRPOConfig(
-        **kw, num_generations=o.num_generations, max_completion_length=o.max_completion_length,
-        loss_type=o.loss_type, beta=o.beta, epsilon=o.epsilon, epsilon_high=o.epsilon_high,
-        temperature=o.temperature, mask_truncated_completions=o.loss_type == "dapo", **vllm,
+        **kw,
+        num_generations=o.num_generations,
+        max_completion_length=o.max_completion_length,
+        loss_type=o.loss_type,
+        beta=o.beta,
+        epsilon=o.epsilon,
+        epsilon_high=o.epsilon_high,
+        temperature=o.temperature,
+        mask_truncated_completions=o.loss_type == "dapo",
+        **vllm,
         **trl_args(config, GRPOConfig),
     )
 
@@ -71,12 +78,17 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
     if tokenizer.padding_side != "left":
         tokenizer.padding_side = "left"
     return GRPOTrainer(
-        model=model, reward_funcs=reward_funcs or default_rewards(tokenizer), args=args, train_dataset=train_ds,
-        processing_class=tokenizer, callbacks=callbacks, peft_config=None if is_peft(model) else peft_config(config),
+        model=model,
+        reward_funcs=reward_funcs or default_rewards(tokenizer),
+        args=args,
+        train_dataset=train_ds,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        peft_config=None if is_peft(model) else peft_config(config),
     )
 
 
-def row_tokens(tokenizer, rows: list[dict], fmt: str) -> list[int]:
+def row_tokens(tokenizer, rows: list[dict], fmt: PromptFormat) -> list[int]:
     """The prompt; the completions are sampled."""
     return [len(F.prompt_ids(tokenizer, F.query(r), fmt)) for r in rows]
 
@@ -96,10 +108,20 @@ def _holds_reference(cfg: TrainConfig) -> bool:
 # GRPO at 1e-5 when its block names no rate (benchmarks/align_gain.py from a 53.5 % SFT checkpoint:
 # 1e-4 fell to 44 %, 1e-5 reached 65.5-68 %).
 METHOD = TrainingMethod(
-    name="grpo", kind="align", trl_config="trl.GRPOConfig", build=build, shape=shape,
-    columns=(("prompt", "completion"), ("messages",)), row_kinds=("pair", "chat"), row_tokens=row_tokens,
+    name="grpo",
+    kind="align",
+    trl_config="trl.GRPOConfig",
+    build=build,
+    shape=shape,
+    columns=(("prompt", "completion"), ("messages",)),
+    row_kinds=("pair", "chat"),
+    row_tokens=row_tokens,
     words=r"\bgrpo\b|reinforcement|\brl\b",
     spike_signals=(SpikeSignal(metric="reward", direction="down"), SpikeSignal(metric="kl", direction="up")),
-    default_lr=(1e-5, 1e-5), needs_rewards=True, generates=True, evaluates=False,
-    holds_reference=_holds_reference, completion_changes=completion_changes,
+    default_lr=(1e-5, 1e-5),
+    needs_rewards=True,
+    generates=True,
+    evaluates=False,
+    holds_reference=_holds_reference,
+    completion_changes=completion_changes,
 )

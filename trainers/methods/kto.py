@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.curation import formats as F
-from trainteam.curation.formats import completion_text, prompt_format, prompt_text
+from trainteam.curation.formats import PromptFormat, completion_text, prompt_format, prompt_text
 from trainteam.trainers.methods.base import TrainingMethod, is_peft
-from trainteam.trainers.methods.dpo import dpo_dataset, row_tokens as preference_tokens, side_tokens
+from trainteam.trainers.methods.dpo import dpo_dataset, side_tokens
+from trainteam.trainers.methods.dpo import row_tokens as preference_tokens
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.trainer_args import common_args, peft_config, trl_args
 
@@ -31,10 +32,16 @@ def kto_dataset(tokenizer, ds):
     def fmt_row(r):
         content = F.completion_content(r["completion"])
         if fmt == "chat":
-            return {"prompt": F.as_messages(r["prompt"], r.get("system")),
-                    "completion": [{"role": "assistant", "content": content}], "label": bool(r["label"])}
-        return {"prompt": prompt_text(tokenizer, r["prompt"], system=r.get("system")),
-                "completion": completion_text(tokenizer, content), "label": bool(r["label"])}
+            return {
+                "prompt": F.as_messages(r["prompt"], r.get("system")),
+                "completion": [{"role": "assistant", "content": content}],
+                "label": bool(r["label"]),
+            }
+        return {
+            "prompt": prompt_text(tokenizer, r["prompt"], system=r.get("system")),
+            "completion": completion_text(tokenizer, content),
+            "label": bool(r["label"]),
+        }
 
     return ds.map(fmt_row, remove_columns=list(ds.column_names))
 
@@ -52,20 +59,39 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
     pc = None if is_peft(model) else peft_config(config)
     # Without PEFT, TRL would load the reference from model.config's path: a frozen copy is the one we mean.
     ref = None if pc is not None or is_peft(model) else copy.deepcopy(model).eval()
-    return KTOTrainer(model=model, ref_model=ref, args=args, train_dataset=train_ds, eval_dataset=ev,
-                      processing_class=tokenizer, callbacks=callbacks, peft_config=pc)
+    return KTOTrainer(
+        model=model,
+        ref_model=ref,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=ev,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        peft_config=pc,
+    )
 
 
-def row_tokens(tokenizer, rows: list[dict], fmt: str) -> list[int]:
+def row_tokens(tokenizer, rows: list[dict], fmt: PromptFormat) -> list[int]:
     """A labelled answer: its prompt and completion; a pair: both of its sequences."""
-    return [side_tokens(tokenizer, r, fmt, "completion") if r.get("chosen") is None
-            else preference_tokens(tokenizer, [r], fmt)[0] for r in rows]
+    return [
+        side_tokens(tokenizer, r, fmt, "completion")
+        if r.get("chosen") is None
+        else preference_tokens(tokenizer, [r], fmt)[0]
+        for r in rows
+    ]
 
 
 # TRL's KTOConfig trains at 1e-6; LoRA adapters take ~10x (as for DPO).
 METHOD = TrainingMethod(
-    name="kto", kind="align", trl_config="trl.KTOConfig", build=build, shape=shape,
+    name="kto",
+    kind="align",
+    trl_config="trl.KTOConfig",
+    build=build,
+    shape=shape,
     columns=(("prompt", "completion", "label"), ("prompt", "chosen", "rejected")),
-    row_kinds=("preference", "pair"), row_tokens=row_tokens, words=r"\bkto\b|kahneman",
-    default_lr=(1e-6, 1e-5), holds_reference=lambda cfg: not cfg.trl.get("precompute_ref_log_probs", False),
+    row_kinds=("preference", "pair"),
+    row_tokens=row_tokens,
+    words=r"\bkto\b|kahneman",
+    default_lr=(1e-6, 1e-5),
+    holds_reference=lambda cfg: not cfg.trl.get("precompute_ref_log_probs", False),
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.core.errors import BadInput
-from trainteam.curation.formats import prompt_format, text_of
+from trainteam.curation.formats import PromptFormat, prompt_format, text_of
 from trainteam.curation.packing import pack_token_stream
 from trainteam.trainers.methods.base import TrainingMethod, is_peft, text_lengths
 from trainteam.trainers.training.config import TrainConfig
@@ -56,21 +56,34 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
         from peft import get_peft_model
 
         model = get_peft_model(model, pc)
-    args = TrainingArguments(**common_args(config, out), remove_unused_columns=False,
-                             **trl_args(config, TrainingArguments))
+    args = TrainingArguments(
+        **common_args(config, out), remove_unused_columns=False, **trl_args(config, TrainingArguments)
+    )
     return Trainer(
-        model=model, args=args, train_dataset=train_ds, eval_dataset=ev, processing_class=tokenizer,
-        data_collator=default_data_collator, callbacks=callbacks,
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=ev,
+        processing_class=tokenizer,
+        data_collator=default_data_collator,
+        callbacks=callbacks,
     )
 
 
-def row_tokens(tokenizer, rows: list[dict], fmt: str) -> list[int]:
+def row_tokens(tokenizer, rows: list[dict], fmt: PromptFormat) -> list[int]:
     """Each row's text, closed by one EOS in the packed stream."""
     return [n + 1 for n in text_lengths(tokenizer, [text_of(tokenizer, r, fmt) for r in rows])]
 
 
 METHOD = TrainingMethod(
-    name="pretrain", kind="train", trl_config=TRL_CONFIG, build=build, shape=shape,
-    columns=(("text",), ("prompt", "completion"), ("messages",)), row_kinds=("text", "pair", "chat"),
-    row_tokens=row_tokens, words=r"pre-?train\w*|from[- ]scratch|random init\w*", eval_kind="pretrain",
+    name="pretrain",
+    kind="train",
+    trl_config=TRL_CONFIG,
+    build=build,
+    shape=shape,
+    columns=(("text",), ("prompt", "completion"), ("messages",)),
+    row_kinds=("text", "pair", "chat"),
+    row_tokens=row_tokens,
+    words=r"pre-?train\w*|from[- ]scratch|random init\w*",
+    eval_kind="pretrain",
 )

@@ -33,14 +33,17 @@ def _sft_rows(tokenizer, fmt: PromptFormat, rec: dict) -> list[dict]:
     if fmt == "chat":
         rows = [{"prompt": p, "completion": [c]} for p, c in pairs]
         return [{**r, "tools": tools} for r in rows] if tools else rows
-    return [{"prompt": prompt_text(tokenizer, p), "completion": completion_text(tokenizer, str(c.get("content") or ""))}
-            for p, c in pairs]
+    return [
+        {"prompt": prompt_text(tokenizer, p), "completion": completion_text(tokenizer, str(c.get("content") or ""))}
+        for p, c in pairs
+    ]
 
 
 def _expand(ds, fn):
     """``ds.map`` where one row may become several (a conversation with several replies)."""
+
     def batch(cols):
-        rows = [dict(zip(cols, vals)) for vals in zip(*cols.values())]
+        rows = [dict(zip(cols, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
         out = [r for rec in rows for r in fn(rec)]
         keys = list(dict.fromkeys(k for r in out for k in r))
         return {k: [r.get(k) for r in out] for k in keys}
@@ -50,7 +53,8 @@ def _expand(ds, fn):
 
 def _calls_tools(ds) -> bool:
     return "messages" in ds.column_names and any(
-        m.get("tool_calls") for turns in ds["messages"] for m in turns or [] if isinstance(m, dict))
+        m.get("tool_calls") for turns in ds["messages"] for m in turns or [] if isinstance(m, dict)
+    )
 
 
 def sft_dataset(tokenizer, ds):
@@ -58,9 +62,11 @@ def sft_dataset(tokenizer, ds):
     Rows whose assistant turns call tools need a chat template that writes the calls."""
     fmt = prompt_format(tokenizer)
     if _calls_tools(ds) and not F.renders_tool_calls(tokenizer):
-        raise BadInput("data: the rows' assistant turns call tools, and the model's chat template does not write "
-                       "tool calls (they would be learned as empty answers); give the model a chat template "
-                       "that renders tool calls and tools (chat_template.jinja in its folder)")
+        raise BadInput(
+            "data: the rows' assistant turns call tools, and the model's chat template does not write "
+            "tool calls (they would be learned as empty answers); give the model a chat template "
+            "that renders tool calls and tools (chat_template.jinja in its folder)"
+        )
     return _expand(ds, lambda rec: _sft_rows(tokenizer, fmt, rec))
 
 
@@ -70,9 +76,11 @@ def row_lengths(tokenizer, ds) -> list[int]:
         return text_lengths(tokenizer, list(ds["text"]))
     if ds and isinstance(ds[0]["prompt"], list):
         tools = ds["tools"] if "tools" in ds.column_names else [None] * len(ds)
-        return [len(tokenizer.apply_chat_template(p + c, tools=t, tokenize=True, return_dict=True)["input_ids"])
-                for p, c, t in zip(ds["prompt"], ds["completion"], tools)]
-    return text_lengths(tokenizer, [p + c for p, c in zip(ds["prompt"], ds["completion"])])
+        return [
+            len(tokenizer.apply_chat_template(p + c, tools=t, tokenize=True, return_dict=True)["input_ids"])
+            for p, c, t in zip(ds["prompt"], ds["completion"], tools, strict=True)
+        ]
+    return text_lengths(tokenizer, [p + c for p, c in zip(ds["prompt"], ds["completion"], strict=True)])
 
 
 def sft_layout(config: TrainConfig, tokenizer, ds) -> dict:
@@ -96,10 +104,12 @@ def sft_layout(config: TrainConfig, tokenizer, ds) -> dict:
     if padding_free is None:
         padding_free = not packing and not too_long
     elif padding_free and too_long:
-        raise BadInput(f"sft.padding_free: rows longer than max_length={config.max_length} cannot be truncated "
-                       "without packing")
-    kw: dict[str, Any] = dict(packing=packing, padding_free=padding_free,
-                              completion_only_loss=config.sft.completion_only_loss)
+        raise BadInput(
+            f"sft.padding_free: rows longer than max_length={config.max_length} cannot be truncated without packing"
+        )
+    kw: dict[str, Any] = dict(
+        packing=packing, padding_free=padding_free, completion_only_loss=config.sft.completion_only_loss
+    )
     if packing:
         kw.update(max_length=config.max_length, packing_strategy="bfd")
     elif padding_free:
@@ -118,15 +128,24 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
 
     train_ds = shape(config, tokenizer, ds)
     ev = shape(config, tokenizer, eval_ds) if eval_ds is not None else None
-    args = SFTConfig(**common_args(config, out), **sft_layout(config, tokenizer, train_ds), dataset_num_proc=None,
-                     **trl_args(config, SFTConfig))
+    args = SFTConfig(
+        **common_args(config, out),
+        **sft_layout(config, tokenizer, train_ds),
+        dataset_num_proc=None,
+        **trl_args(config, SFTConfig),
+    )
     return SFTTrainer(
-        model=model, args=args, train_dataset=train_ds, eval_dataset=ev, processing_class=tokenizer,
-        callbacks=callbacks, peft_config=None if is_peft(model) else peft_config(config),
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=ev,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        peft_config=None if is_peft(model) else peft_config(config),
     )
 
 
-def row_tokens(tokenizer, rows: list[dict], fmt: str) -> list[int]:
+def row_tokens(tokenizer, rows: list[dict], fmt: PromptFormat) -> list[int]:
     """Each SFT example as TRL tokenizes it: a conversation with k replies is k examples."""
     from datasets import Dataset, disable_progress_bars
 
@@ -135,7 +154,13 @@ def row_tokens(tokenizer, rows: list[dict], fmt: str) -> list[int]:
 
 
 METHOD = TrainingMethod(
-    name="sft", kind="train", trl_config="trl.SFTConfig", build=build, shape=shape,
-    columns=(("prompt", "completion"), ("messages",), ("text",)), row_kinds=("pair", "chat", "text"),
-    row_tokens=row_tokens, words=r"\bsft\b|fine-?tun\w*|supervised|instruct\w*[- ]tun\w*",
+    name="sft",
+    kind="train",
+    trl_config="trl.SFTConfig",
+    build=build,
+    shape=shape,
+    columns=(("prompt", "completion"), ("messages",), ("text",)),
+    row_kinds=("pair", "chat", "text"),
+    row_tokens=row_tokens,
+    words=r"\bsft\b|fine-?tun\w*|supervised|instruct\w*[- ]tun\w*",
 )

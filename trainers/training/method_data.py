@@ -23,8 +23,9 @@ def _dataset(data: Any, name: str):
         # any file or folder curation.rows reads (JSONL, JSON, CSV, Parquet, a saved dataset), as canonical rows
         records = read_rows(Path(data))
         keys = list(dict.fromkeys(k for r in records for k in r))  # every row's columns (from_list takes the first's)
-        return Dataset.from_list([{k: r.get(k) for k in keys} for r in records], on_mixed_types=MIXED) \
-            if records else None
+        return (
+            Dataset.from_list([{k: r.get(k) for k in keys} for r in records], on_mixed_types=MIXED) if records else None
+        )
     if isinstance(data, Dataset):
         return data
     if isinstance(data, (list, tuple)):

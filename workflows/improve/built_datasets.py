@@ -52,7 +52,7 @@ class BuiltDataset(BaseModel):
 
 
 def _builder(kind: str, opts: BuildOptions) -> tuple[Callable[[list[dict]], list[dict]], dict[str, Any]]:
-    table = {
+    table: dict[str, tuple[Callable[[list[dict]], list[dict]], dict[str, Any]]] = {
         "sft": (partial(build_sft_examples, min_reward=opts.min_reward), {"min_reward": opts.min_reward}),
         "preference": (partial(build_preference_pairs, min_margin=opts.min_margin), {"min_margin": opts.min_margin}),
         GRPO.name: (build_grpo_groups, {}),
