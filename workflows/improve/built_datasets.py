@@ -20,9 +20,9 @@ from trainteam.curation.builders import build_grpo_groups, build_preference_pair
 from trainteam.curation.jsonl import read_jsonl
 from trainteam.curation.lineage import materialize, source_fingerprint, version_key
 from trainteam.graph import KnowledgeGraph
+from trainteam.graph.record import recorded_dataset
 from trainteam.trainers.methods.grpo import METHOD as GRPO
 from trainteam.trainers.training.config import one_of
-from trainteam.graph.record import recorded_dataset
 from trainteam.workflows.steps.curate import record_built
 
 # The grpo kind is the GRPO method's rows: prompts with their reference answers (``build_grpo_groups``).

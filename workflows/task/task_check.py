@@ -133,7 +133,8 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
                     + (f"longer than seq_len {cfg.seq_len}: cut there in training" if over
                        else f"within seq_len {cfg.seq_len}"))
     if cfg.trl:
-        yield Check(f"trl ({stage})", "ok", f"{get_method(cfg.method).trl_config.rpartition('.')[2]} takes {', '.join(sorted(cfg.trl))}")
+        trl_class = get_method(cfg.method).trl_config.rpartition(".")[2]
+        yield Check(f"trl ({stage})", "ok", f"{trl_class} takes {', '.join(sorted(cfg.trl))}")
     verdict = _run(f"plan ({stage})", lambda: plan_stage(task, stage, cfg, measure=measure))
     if not verdict.runnable:  # preflight passed, so only a repairable refusal is left: say it
         why = "; ".join(f"{r['field']}: {r['reason']}" for r in verdict.refusals)
