@@ -63,7 +63,7 @@ def curation_config(task, kind: RowKind, data=None, max_tokens: int | None = Non
     the seq_len the rows are trained at, for the over-length rule unless the task sets its own."""
     own = task.curation or {}
     config = CurationConfig.model_validate({**default_config(kind, bool((data or task.data).demo)).model_dump(), **own})
-    said_rows = own.get("rows") if isinstance(own.get("rows"), dict) else {}
+    said_rows: dict[str, Any] = own["rows"] if isinstance(own.get("rows"), dict) else {}
     if config.rows is not None and max_tokens is not None and "max_tokens" not in said_rows:
         config = config.model_copy(update={"rows": config.rows.model_copy(update={"max_tokens": max_tokens})})
     return config
@@ -93,7 +93,7 @@ def planned_config(ctx: ToolContext) -> CurationConfig:
     with open(train) as fh:
         first = [json.loads(line) for line in [next(fh, "")] if line.strip()]
     max_tokens = trained_seq_len(ctx.task, None) if ctx.task.model.path is not None else None
-    return curation_config(ctx.task, split_kind(first, train), max_tokens=max_tokens)
+    return curation_config(ctx.task, split_kind(first, str(train)), max_tokens=max_tokens)
 
 
 def record_built(graph: KnowledgeGraph, facts: DatasetFacts) -> str:

@@ -164,6 +164,7 @@ def _check(ctx: ToolContext, rows: list[dict], eval_path: str | None, why: str, 
     rows = [_shape(r) for r in rows]
     rng.shuffle(rows)
     reference = task.precheck.reference
+    heldout: list[dict[str, str]] | None
     if reference is None:
         n = max(1, min(HELDOUT_ROWS, len(rows) // 10))
         heldout, train = rows[:n], rows[n:][:PROXY_STEPS * PROXY_BATCH]
