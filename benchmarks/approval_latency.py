@@ -40,7 +40,7 @@ TASK = {
     "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_position_embeddings": 64},
     "data": {"demo": "addition", "n_train": 200, "n_eval": 16, "max_operand": 20},
     "tokenizer": {"vocab_size": 280}, "stages": ["pretrain"],
-    "training": {"pretrain": {"max_steps": 6, "per_device_batch_size": 8, "seq_len": 32}},
+    "training": {"pretrain": {"max_steps": 6, "per_device_train_batch_size": 8, "max_length": 32}},
     "budget": {"max_wall_minutes": 30},
     "require_approval": [f"p{i}" for i in range(K)],
 }

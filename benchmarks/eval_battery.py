@@ -54,7 +54,7 @@ def main() -> None:
     tok = load_tokenizer(tok_dir)
     model = build_model(ModelSpec(hidden_size=128, num_layers=2, num_heads=4), tok)
     t0 = time.perf_counter()
-    rep = train("sft", TrainConfig(max_steps=args.steps, per_device_batch_size=64, learning_rate=3e-3,
+    rep = train("sft", TrainConfig(max_steps=args.steps, per_device_train_batch_size=64, learning_rate=3e-3,
                                    output_dir=tmp / "sft", resume="never",
                                    spike=SpikeOptions(enabled=False)),
                 model, train_recs, tokenizer=tok, progress=False)

@@ -173,7 +173,7 @@ def part_qlora(smoke: bool) -> dict:
     steps = 3 if smoke else 30
     cfg = TrainConfig.model_validate({
         "method": "sft", "output_dir": str(Path(tempfile.mkdtemp(prefix="gpu-qlora-"))), "max_steps": steps,
-        "per_device_batch_size": 2 if smoke else 16, "learning_rate": 1e-3, "seq_len": 128,
+        "per_device_train_batch_size": 2 if smoke else 16, "learning_rate": 1e-3, "max_length": 128,
         "precision": "bf16" if cuda else "fp32", "save_steps": steps, "spike": {"enabled": False},
         "lora": {"r": 8, "quantize_4bit": cuda}})  # 4-bit needs CUDA: the CPU smoke trains plain LoRA
     tok = load_tokenizer(folder)

@@ -28,10 +28,10 @@ TASK = {
     "tokenizer": {"vocab_size": 300},
     "stages": ["pretrain", "sft", "grpo"],
     "training": {
-        "pretrain": {"max_steps": 60, "per_device_batch_size": 32, "seq_len": 64, "learning_rate": 0.003,
+        "pretrain": {"max_steps": 60, "per_device_train_batch_size": 32, "max_length": 64, "learning_rate": 0.003,
                      "save_steps": 30},
-        "sft": {"max_steps": 120, "per_device_batch_size": 64, "learning_rate": 0.003, "save_steps": 60},
-        "grpo": {"max_steps": 10, "per_device_batch_size": 16, "learning_rate": 0.0001, "save_steps": 10,
+        "sft": {"max_steps": 120, "per_device_train_batch_size": 64, "learning_rate": 0.003, "save_steps": 60},
+        "grpo": {"max_steps": 10, "per_device_train_batch_size": 16, "learning_rate": 0.0001, "save_steps": 10,
                  "grpo": {"num_generations": 8, "max_completion_length": 6}},
     },
     "gates": {"sft": {"metric": "exact_match", "min": 0.0}, "grpo": {"metric": "exact_match", "min": 0.0}},

@@ -82,7 +82,7 @@ def main() -> None:
                          vocab_size=len(tok))
         model = build_model(spec, tok)
         n_real = count_parameters(model)
-        cfg = TrainConfig(per_device_batch_size=BATCH, seq_len=SEQ, max_steps=30, learning_rate=3e-3,
+        cfg = TrainConfig(per_device_train_batch_size=BATCH, max_length=SEQ, max_steps=30, learning_rate=3e-3,
                           output_dir=work / f"run{h}", threads=1, spike={"enabled": False}, save_steps=None)
         p = plan(cfg, spec, hw)
         ids = torch.randint(0, len(tok), (BATCH, SEQ))

@@ -69,14 +69,14 @@ def measure(model: Path, data: list[dict], threads: int, out: Path) -> dict:
     before = plan(cfg, spec, hw, dataset_rows=len(data), row_tokens=old_row_tokens(data))
     tok = model_tokenizer(str(model))
     counted = count_tokens(tok, data, "sft")
-    per_row = counted.mean(cfg.seq_len)
+    per_row = counted.mean(cfg.max_length)
     t0 = time.perf_counter()
-    cal = calibrate(spec, cfg, cfg.per_device_batch_size * per_row, device=hw.device, tokenizer=tok)
+    cal = calibrate(spec, cfg, cfg.per_device_train_batch_size * per_row, device=hw.device, tokenizer=tok)
     cal_s = time.perf_counter() - t0
     after = plan(cfg, spec, hw, dataset_rows=len(data), row_tokens=per_row, tokens_per_second=cal.tokens_per_s)
     report = train("sft", cfg, str(model), data, tokenizer=tok, progress=False)
     tel = report.telemetry
-    computed = sum(min(n, cfg.seq_len) for n in counted.lengths)  # one epoch: every row once
+    computed = sum(min(n, cfg.max_length) for n in counted.lengths)  # one epoch: every row once
     return {
         "steps": {"before": before.max_steps, "after": after.max_steps, "run": report.steps_done},
         "tokens": {"before": before.total_tokens, "after": after.total_tokens, "run_computed": computed,

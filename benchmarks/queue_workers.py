@@ -43,7 +43,7 @@ TASK = {"name": "qsmall", "workflow": "queue_small",
         "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_position_embeddings": 64},
         "data": {"demo": "addition", "n_train": 400, "n_eval": 16, "max_operand": 20},
         "tokenizer": {"vocab_size": 280}, "stages": ["pretrain"],
-        "training": {"pretrain": {"max_steps": 30, "per_device_batch_size": 8, "seq_len": 32, "save_steps": 5}},
+        "training": {"pretrain": {"max_steps": 30, "per_device_train_batch_size": 8, "max_length": 32, "save_steps": 5}},
         "budget": {"max_wall_minutes": 30}, "require_approval": []}
 
 

@@ -144,8 +144,8 @@ def run_trainteam(threads: int | None, model_dir: Path, work: Path, out: Path, s
     from trainteam.trainers.training.tokenizer import load_tokenizer
 
     tok = load_tokenizer(model_dir)
-    cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_batch_size=BATCH, learning_rate=LR,
-                      lr_scheduler="linear", seq_len=SEQ_LEN, resume="never", threads=threads,
+    cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=LR,
+                      lr_scheduler_type="linear", max_length=SEQ_LEN, resume="never", threads=threads,
                       lora=LoraOptions(**LORA))
     counter = token_counter()
     rep = train("sft", cfg, model_dir, work / "train.jsonl", tokenizer=tok, progress=False, callbacks=[counter])

@@ -77,7 +77,7 @@ def _run(ws, task: dict) -> dict[str, dict]:
 
 def pretrained(ws, key: str, data: dict) -> str:
     """One pretraining run (the same start for the grid and the team): its final checkpoint folder."""
-    cfg = {"max_steps": 300, "per_device_batch_size": 32, "seq_len": 64, "learning_rate": 1e-3, "warmup_steps": 30}
+    cfg = {"max_steps": 300, "per_device_train_batch_size": 32, "max_length": 64, "learning_rate": 1e-3, "warmup_steps": 30}
     out = _run(ws, _task(f"{key}-pre", data, ["pretrain"], {"pretrain": cfg}, search=False))
     return out["train"]["artifacts"]["checkpoint"]
 
@@ -108,7 +108,7 @@ def one_task(root: Path, key: str, steps: list[int]) -> dict:
     ws = Workspace.open(root / key)  # a workspace per task: tasks may run side by side
     data = TASKS[key]
     base = pretrained(ws, key, data)
-    common = {"per_device_batch_size": 64, "seq_len": 64, "warmup_steps": 20}
+    common = {"per_device_train_batch_size": 64, "max_length": 64, "warmup_steps": 20}
     grid = {}
     for lr in GRID_LRS:
         for n in steps:

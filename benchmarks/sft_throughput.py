@@ -85,8 +85,8 @@ def run_variant(name: str, work: Path) -> dict:
     steps = len(rows) // BATCH
     if name == "trainteam":
         os.environ.pop("TRAINTEAM_THREADS", None)  # trainteam chooses threads from the load itself
-        cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_batch_size=BATCH, learning_rate=LR,
-                          lr_scheduler="linear", seq_len=MAX_TOK, resume="never")
+        cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=LR,
+                          lr_scheduler_type="linear", max_length=MAX_TOK, resume="never")
         rep = train("sft", cfg, work / "init", rows, tokenizer=tok, progress=False)
         runtime, tokens, model = rep.metrics["train_runtime"], rep.telemetry["tokens"], load_model(rep.final_dir)
         threads = rep.telemetry["threads"]

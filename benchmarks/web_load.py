@@ -183,7 +183,7 @@ def _train(ws: Path, name: str, steps: int, tok, data: Path, seconds: float | No
             return control
 
     out = ws / "checkpoints" / RUN / name
-    cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_batch_size=8, learning_rate=1e-3, seq_len=32,
+    cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3, max_length=32,
                       logging_steps=1, save_steps=steps, spike={"enabled": False})  # a long run: no stop at a spike
     model = build_model(ModelSpec(hidden_size=64, num_layers=2, num_heads=2, max_position_embeddings=64), tok)
     stop = [_StopAt(time.time() + seconds)] if seconds else None

@@ -167,9 +167,11 @@ def record_merged_checkpoint(graph: KnowledgeGraph, key: str, *, path: str, adap
 def record_checkpoint(graph: KnowledgeGraph, key: str, *, run_id: str, step_node: str, trained_on: str,
                       tokenizer: str | None, derived_from: str | None, path: str, stage: str,
                       metrics: Mapping[str, Any], adapter: bool, method: str | None = None,
-                      seq_len: int | None = None, prompt_format: str | None = None) -> str:
+                      seq_len: int | None = None, prompt_format: str | None = None,
+                      config: Mapping[str, Any] | None = None) -> str:
     """A stage's final weights (``key``: their content hash), produced_by the run and the step,
-    trained_on its data, using its tokenizer, derived_from the checkpoint it continued."""
+    trained_on its data, using its tokenizer, derived_from the checkpoint it continued; ``config``: the
+    resolved training config the trainer got (TRL's names), recorded with the weights it made."""
     edges = [(EdgeKind.PRODUCED_BY, node_id(NodeKind.RUN, run_id)), (EdgeKind.PRODUCED_BY, step_node),
              (EdgeKind.TRAINED_ON, trained_on)]
     if tokenizer:
@@ -177,7 +179,8 @@ def record_checkpoint(graph: KnowledgeGraph, key: str, *, run_id: str, step_node
     if derived_from:
         edges.append((EdgeKind.DERIVED_FROM, derived_from))
     return graph.link(NodeKind.CHECKPOINT, key, edges, path=path, stage=stage, run_id=run_id, metrics=dict(metrics),
-                      adapter=adapter, **_given(method=method, seq_len=seq_len, prompt_format=prompt_format))
+                      adapter=adapter, **_given(method=method, seq_len=seq_len, prompt_format=prompt_format,
+                                                config=None if config is None else dict(config)))
 
 
 # -- evaluation, gates, models ------------------------------------------------------------------

@@ -14,7 +14,9 @@ from typing import ClassVar
 
 import pytest
 from local_http import send_json, serving
+from trainteam.contract.stage_config import resolve_stage
 from trainteam.contract.step_io import ToolContext
+from trainteam.contract.train_task import TrainTask
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.evaluation.diagnosis import (
     Attempt,
@@ -29,7 +31,7 @@ from trainteam.trainers.evaluation.diagnosis import (
 )
 from trainteam.trainers.search.recipe_search import Probe, SearchReport
 from trainteam.workflows.steps.judge import judge_diagnosis, search_probes
-from trainteam.workflows.steps.retry import StopRetry, retry_config, retry_note
+from trainteam.workflows.steps.retry import StopRetry, retraining_plan, retry_note
 
 
 def falling(n: int, first: float = 2.84, floor: float = 0.8, tau: float = 120.0, noise: float = 0.05,
@@ -240,28 +242,37 @@ def _failed_gate(d: Diagnosis) -> dict:
         "stage": "sft", "judged": {"exact_match": 0.03}, "diagnosis": d.model_dump(mode="json")}}
 
 
-def test_retry_config_applies_the_failed_gates_plan_on_a_retry_only():
-    cfg = TrainConfig(method="sft", max_steps=150, learning_rate=1e-3, warmup_steps=10)
+def _task(**sft) -> TrainTask:
+    return TrainTask.model_validate({"name": "t", "model": {"path": "."}, "data": {"demo": "addition"},
+                                     "budget": {"max_wall_minutes": 5}, "stages": ["sft"], "training": {"sft": sft}})
+
+
+def _retried(ctx: ToolContext, task: TrainTask, stage: str = "sft") -> TrainConfig:
+    return resolve_stage(task, stage, retry=retraining_plan(ctx, stage))
+
+
+def test_a_retry_trains_with_the_failed_gates_plan_on_a_retry_only():
+    task = _task(max_steps=150, learning_rate=1e-3, warmup_steps=10)
+    cfg = task.train_config("sft")
     gate = _failed_gate(diagnose(evidence(falling(150))))
-    assert retry_config(_ctx(1, gate), "sft", cfg) == cfg
+    assert _retried(_ctx(1, gate), task) == cfg
     assert retry_note(_ctx(1, gate), "sft") is None
-    again = retry_config(_ctx(2, gate), "sft", cfg)
+    again = _retried(_ctx(2, gate), task)
     assert (again.max_steps, again.learning_rate, again.warmup_steps) == (600, 1e-3, 10)
     assert retry_note(_ctx(2, gate), "sft").startswith("sft retried after under-fit: more steps (max_steps 600)")
-    assert retry_config(_ctx(2, gate), "pretrain", cfg) == cfg  # the gate judged sft only
-    by_epochs = TrainConfig(method="sft", num_train_epochs=3, learning_rate=1e-3)
-    assert retry_config(_ctx(2, gate), "sft", by_epochs).max_steps == 600  # the plan's steps decide
-    assert retry_config(_ctx(2, gate), "sft", by_epochs).num_train_epochs is None
+    assert retraining_plan(_ctx(2, gate), "pretrain") is None  # the gate judged sft only
+    by_epochs = _task(num_train_epochs=3, learning_rate=1e-3)
+    assert _retried(_ctx(2, gate), by_epochs).max_steps == 600  # the plan's steps decide
+    assert _retried(_ctx(2, gate), by_epochs).num_train_epochs is None
 
 
-def test_retry_config_stops_when_the_plan_cannot_help_or_there_is_none():
-    cfg = TrainConfig(method="sft", max_steps=150)
+def test_a_retry_stops_when_the_plan_cannot_help_or_there_is_none():
     stop = _failed_gate(diagnose(evidence(falling(150), leaks=10, n_eval=32)))
     with pytest.raises(StopRetry, match="sft: no retry \\(stop\\): retraining cannot help \\(data\\)") as raised:
-        retry_config(_ctx(2, stop), "sft", cfg)
+        retraining_plan(_ctx(2, stop), "sft")
     assert raised.value.plan.action == "stop"
     assert "no retry (stop)" in retry_note(_ctx(2, stop), "sft")
     bare = {"outcome": "failed", "summary": "gate failed by the judge: x", "details": {"stage": "sft", "judged": {}}}
     with pytest.raises(StopRetry, match="gate failed sft without a diagnosis"):
-        retry_config(_ctx(2, bare), "sft", cfg)
-    assert retry_config(_ctx(2, None), "sft", cfg) == cfg
+        retraining_plan(_ctx(2, bare), "sft")
+    assert retraining_plan(_ctx(2, None), "sft") is None

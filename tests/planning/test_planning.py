@@ -156,10 +156,11 @@ ETH = HardwareSpec(device="cuda", devices_per_node=8, nodes=2, device_memory_gib
     (dict(devices_per_node=4, strategy="ddp"), SPEC, CPU2, "devices_per_node", "impossible", "has 2"),
     (dict(precision="bf16", per_device_batch_size=1, seq_len=2048), BIG,
      H100.model_copy(update={"devices_per_node": 1}), "strategy", "impossible", "GiB per device"),
-    (dict(per_device_batch_size=4096, seq_len=512), SPEC, CPU1, "per_device_batch_size", "impossible", "grad_accum"),
-    (dict(seq_len=1024), SPEC, CPU1, "seq_len", "impossible", "max_position_embeddings"),
+    (dict(per_device_batch_size=4096, seq_len=512), SPEC, CPU1, "per_device_train_batch_size", "impossible",
+     "gradient_accumulation_steps"),
+    (dict(seq_len=1024), SPEC, CPU1, "max_length", "impossible", "max_position_embeddings"),
     (dict(attn_implementation="flash_attention_2"), SPEC, CPU1, "attn_implementation", "impossible", "CUDA"),
-    (dict(use_liger=True), SPEC, CPU1, "use_liger", "impossible", "GPU"),
+    (dict(use_liger=True), SPEC, CPU1, "use_liger_kernel", "impossible", "GPU"),
     (dict(gradient_checkpointing=True, per_device_batch_size=2), SPEC, CPU1, "gradient_checkpointing", "wasteful", "fits"),
     (dict(warmup_steps=100, max_steps=100), SPEC, CPU1, "warmup_steps", "wasteful", "warm-up"),
 ])
@@ -204,11 +205,11 @@ def test_every_problem_is_reported_at_once_and_wasteful_ones_can_be_waived():
     cfg = TrainConfig(precision="bf16", use_liger=True, warmup_steps=200, max_steps=100)
     with pytest.raises(PlanRefused) as err:
         plan(cfg, SPEC, CPU1)
-    assert set(err.value.fields) == {"precision", "use_liger", "warmup_steps"}
+    assert set(err.value.fields) == {"precision", "use_liger_kernel", "warmup_steps"}
     with pytest.raises(PlanRefused) as err:  # strict=False waives only the wasteful ones
         plan(cfg, SPEC, CPU1, strict=False)
-    assert err.value.fields == ["use_liger"]
-    p = plan(cfg.model_copy(update={"use_liger": False}), SPEC, CPU1, strict=False)
+    assert err.value.fields == ["use_liger_kernel"]
+    p = plan(cfg.model_copy(update={"use_liger_kernel": False}), SPEC, CPU1, strict=False)
     assert {w.split(":")[0] for w in p.warnings} == {"precision", "warmup_steps"}
 
 
@@ -223,9 +224,10 @@ def test_recommend_chooses_strategy_by_model_size():
     assert mid.config.strategy == "zero2"
     for p in (small, big, mid):
         c = p.config
-        assert c.per_device_batch_size * c.grad_accum * p.data_parallel_size == 256 == p.global_batch_size
+        assert c.per_device_train_batch_size * c.gradient_accumulation_steps * p.data_parallel_size == 256 \
+            == p.global_batch_size
         assert p.memory.fits and any(f"strategy {c.strategy}" in r for r in p.reasons)
-    assert small.config.per_device_batch_size > big.config.per_device_batch_size
+    assert small.config.per_device_train_batch_size > big.config.per_device_train_batch_size
     with pytest.raises(PlanRefused) as err:
         recommend(70_000_000_000, H100, base=base, deepspeed_available=False)
     assert err.value.fields == ["model"] and "LoRA" in str(err.value)
@@ -236,7 +238,7 @@ def test_recommend_precision_and_cpu_choices():
     assert (fp16.config.precision, fp16.config.strategy) == ("fp16", "ddp")
     cpu = recommend(SPEC, CPU2, base=TrainConfig(attn_implementation="flash_attention_2", per_device_batch_size=16))
     assert (cpu.config.precision, cpu.config.strategy, cpu.config.attn_implementation) == ("fp32", "ddp", "sdpa")
-    assert cpu.config.per_device_batch_size * cpu.config.grad_accum * 2 == 16
+    assert cpu.config.per_device_train_batch_size * cpu.config.gradient_accumulation_steps * 2 == 16
 
 
 def test_bad_inputs_name_the_field():

@@ -120,7 +120,7 @@ def _chat_task(tmp_path, real_model, training: dict, minutes: float = 10) -> Tra
 def _slow(task: TrainTask, monkeypatch) -> Calibration:
     """A stored 9 tokens/s for the task's stage, read under the load it was taken at (issue 31's number)."""
     cfg = task.train_config("sft")
-    tokens = calibration_tokens(cfg, data_tokens(task, "sft", "sft").tokens.mean(cfg.seq_len))
+    tokens = calibration_tokens(cfg, data_tokens(task, "sft", "sft").tokens.mean(cfg.max_length))
     entry = _write(task.model, cfg, tokens, tokens_per_s=9.0, step_s=step_tokens(tokens) / 9.0)
     monkeypatch.setattr(cal_module, "load_now", lambda: BUSY)
     return entry
@@ -131,7 +131,7 @@ def test_a_searched_length_is_planned_at_what_the_budget_affords(tmp_path, cache
     over an hour of a 10-minute budget. The search chooses the length, so the plan is what the stage's share
     affords (10 min x (1 - 0.15 kept for evaluation - 0.25 for the probes)), never a refusal."""
     task = _chat_task(tmp_path, real_model, {"use_peft": True})
-    assert task.search.stages == {"sft": ["learning_rate", "max_steps", "per_device_batch_size"]}
+    assert task.search.stages == {"sft": ["learning_rate", "max_steps", "per_device_train_batch_size"]}
     _slow(task, monkeypatch)
     v = plan_stage(task, "sft", task.train_config("sft"), CPU1)
     assert v.runnable and v.throughput_source == "measured" and v.tokens_per_second == 9.0
@@ -167,10 +167,10 @@ def test_a_searched_stage_is_never_told_to_shorten_and_the_guess_says_it_is_one(
 
 
 def test_a_planner_refusal_line_names_the_stages_field_and_the_estimate():
-    line = refusal_line("sft", [{"field": "per_device_batch_size", "kind": "impossible",
+    line = refusal_line("sft", [{"field": "per_device_train_batch_size", "kind": "impossible",
                                  "reason": "needs 30.00 GiB per device, 16 GiB available (x0.9 headroom); lower the "
-                                           "micro-batch and raise grad_accum"}])
-    assert line.startswith("training.sft.per_device_batch_size: needs 30.00 GiB per device")
+                                           "micro-batch and raise gradient_accumulation_steps"}])
+    assert line.startswith("training.sft.per_device_train_batch_size: needs 30.00 GiB per device")
     assert line.endswith("(the planner's memory estimate: weights, gradients, optimizer states and activations "
                          "counted in closed form for this model's shape, trainers/planning/estimate.py)")
     assert refusal_line("pretrain", [{"field": "model", "kind": "impossible", "reason": "needs 9 GiB"}]).startswith(

@@ -52,7 +52,8 @@ def test_stages_with_own_data_and_battery_defaults():
     assert mid.data.demo == "multiplication" and mid.data.max_operand == 12
     assert mid.battery == DEFAULT_BATTERIES["mid_train"]
     assert cur.stage("long_context").data is None  # the task's data
-    assert task.train_config("long_context").seq_len == 1024 and task.train_config("long_context").method == "pretrain"
+    long_context = task.train_config("long_context")
+    assert long_context.max_length == 1024 and long_context.method == "pretrain"
     assert cur.stage("sft").battery.metrics == ["exact_match", "format_adherence"]
     assert [(g.metric, g.min) for g in cur.stage("sft").gates] == [("exact_match", 0.9)]  # one mapping = one rule
     assert cur.previous("mid_train").name == "pretrain" and cur.previous("pretrain") is None
@@ -108,10 +109,10 @@ CASES = {
                        "curriculum[1].kind: a pretrain stage starts from random init"),
     "no pretrain first": ([{"name": "sft"}], "curriculum[0].kind: without model.path the first stage pretrains"),
     "context too long": ([{"name": "pretrain", "training": {"seq_len": 64}}, LONG],
-                         "curriculum[1].training.seq_len: 2048 is longer than model.max_position_embeddings (1024)"),
+                         "curriculum[1].training.max_length: 2048 is longer than model.max_position_embeddings (1024)"),
     "context not longer": ([{"name": "pretrain", "training": {"seq_len": 64}}, {"name": "long_context",
                                                                                   "training": {"seq_len": 64}}],
-                           "curriculum[1].training.seq_len: a long_context stage trains on longer sequences"),
+                           "curriculum[1].training.max_length: a long_context stage trains on longer sequences"),
 }
 
 
@@ -154,7 +155,7 @@ def test_long_context_against_a_local_models_own_context(tmp_path):
     body = {**BASE, "model": {"path": "model"},
             "curriculum": [{"name": "mid_train", "training": {"seq_len": 64}}, LONG | {"training": {"seq_len": 256}}]}
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(body))
-    with pytest.raises(BadInput, match=r"curriculum\[1\].training.seq_len: 256 is longer than the "
+    with pytest.raises(BadInput, match=r"curriculum\[1\].training.max_length: 256 is longer than the "
                                        r"max_position_embeddings of .*model \(128\)"):
         load_task_file(tmp_path / "task.yaml")
     body["curriculum"][1]["training"]["seq_len"] = 128

@@ -90,7 +90,7 @@ def _refused(folder, task: dict, expected: str, *args: str) -> tuple[str, str]:
 def test_a_misspelt_trl_key_is_refused_with_the_closest_name(tmp_path):
     task = {**TINY_TASK, "training": {"pretrain": {"max_steps": 6, "gradient_acumulation_steps": 2}}}
     out, _ = _refused(tmp_path, task, "task.yaml: training.pretrain: unknown field 'gradient_acumulation_steps'; "
-                      "did you mean 'gradient_accumulation_steps' (trainteam's grad_accum)?")
+                      "did you mean 'gradient_accumulation_steps'?")
     assert out.strip().splitlines() == ["✗ task"]
 
 
@@ -165,6 +165,7 @@ def test_a_task_without_a_recipe_says_what_the_engineer_will_search(tmp_path):
     proc = validate(tmp_path, _write(tmp_path, task), "--no-measure")
     assert proc.returncode == 0, proc.stderr[-2000:]
     recipe = [line for line in proc.stdout.splitlines() if line.startswith("✓ recipe")]
-    assert recipe[0].startswith("✓ recipe (pretrain): learning_rate, max_steps, per_device_batch_size not given: "
+    assert recipe[0].startswith("✓ recipe (pretrain): learning_rate, max_steps, per_device_train_batch_size "
+                                "not given: "
                                 "the training engineer searches them (6 learning rates")
     assert recipe[1] == "✓ recipe (grpo): learning_rate not given: 1e-05, the default for grpo"

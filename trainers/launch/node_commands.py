@@ -104,7 +104,7 @@ def accelerate_config(plan: RunPlan, *, main_process_ip: str | None = None, main
         out["distributed_type"] = "DEEPSPEED"
         ds = {
             "zero_stage": 2 if strategy == "zero2" else 3,
-            "gradient_accumulation_steps": cfg.grad_accum,
+            "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
             "gradient_clipping": cfg.max_grad_norm,
             "offload_optimizer_device": "none",
             "offload_param_device": "none",

@@ -109,7 +109,7 @@ def expected_pace(shape: ModelShape, cfg: TrainConfig, micro_tokens: float, devi
     if fitted is not None:
         return fitted.tokens_per_s, fitted.describe(), key, found
     hw = detect_hardware()
-    fpt = train_flops_per_token(shape, cfg.seq_len, cfg.gradient_checkpointing)
+    fpt = train_flops_per_token(shape, cfg.max_length, cfg.gradient_checkpointing)
     return hw.peak_flops() * hw.mfu() / fpt, f"a FLOP guess, assumed MFU {hw.mfu():g}", key, None
 
 
@@ -121,7 +121,7 @@ def read_pace(start: dict, state, cfg: TrainConfig, shape: ModelShape | None, de
     tokens = (state.num_input_tokens_seen or 0) - start["tokens"]
     step_s = start["step_time"] / max(steps, 1)
     load = during(start["mark"], threads)
-    micro = tokens / max(steps * cfg.grad_accum, 1)
+    micro = tokens / max(steps * cfg.gradient_accumulation_steps, 1)
     left = max(0, state.max_steps - state.global_step)
     reading = PaceReading(first_step=start["step"] + 1, steps=steps, step_s=step_s,
                           tokens_per_s=tokens / max(start["step_time"], 1e-9), micro_batch_tokens=micro, load=load,

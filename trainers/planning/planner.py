@@ -88,7 +88,7 @@ class RunPlan(BaseModel):
         c, hw = self.config, self.hardware
         head = (f"{self.params:,} parameters ({self.trainable_params:,} trained) on {hw.nodes} x {hw.devices_per_node} "
                 f"{hw.device}{' ' + hw.name if hw.name else ''}: {c.strategy}, {c.precision}, micro-batch "
-                f"{c.per_device_batch_size} x accumulation {c.grad_accum}"
+                f"{c.per_device_train_batch_size} x accumulation {c.gradient_accumulation_steps}"
                 + (", gradient checkpointing" if c.gradient_checkpointing else ""))
         lines = [head] + [f"  - {r}" for r in self.reasons] + [f"  ! {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -130,7 +130,7 @@ def _memory(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, *, strategy: 
     tp = cfg.tensor_parallel_size
     mem = memory_estimate(
         shape, precision=cfg.precision, strategy=strategy or cfg.strategy, dp_size=max(1, world // tp), tp_size=tp,
-        micro_batch=micro_batch or cfg.per_device_batch_size, seq_len=cfg.seq_len,
+        micro_batch=micro_batch or cfg.per_device_train_batch_size, seq_len=cfg.max_length,
         gradient_checkpointing=cfg.gradient_checkpointing if gc is None else gc,
         attn_implementation=cfg.attn_implementation, lora_r=cfg.lora.r if cfg.lora else None,
         quantize_4bit=bool(cfg.lora and cfg.lora.quantize_4bit), device_memory_gib=hw.device_memory_gib,
@@ -158,8 +158,8 @@ def planned_steps(cfg: TrainConfig, dataset_rows: int | None, data_parallel: int
         return cfg.max_steps
     if not dataset_rows:
         raise BadInput("num_train_epochs: the planner needs the data's row count to turn epochs into steps")
-    batches = math.ceil(math.ceil(dataset_rows / data_parallel) / cfg.per_device_batch_size)
-    per_epoch = max(1, math.ceil(batches / cfg.grad_accum))
+    batches = math.ceil(math.ceil(dataset_rows / data_parallel) / cfg.per_device_train_batch_size)
+    per_epoch = max(1, math.ceil(batches / cfg.gradient_accumulation_steps))
     return max(1, math.ceil(cfg.num_train_epochs * per_epoch))
 
 
@@ -191,10 +191,11 @@ def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, steps: int | No
         no("lora.quantize_4bit", "QLoRA (4-bit bitsandbytes) needs a CUDA device")
     if cfg.attn_implementation == "flash_attention_2" and cpu:
         no("attn_implementation", "flash_attention_2 needs a CUDA device; use sdpa")
-    if cfg.use_liger and cpu:
-        no("use_liger", "Liger kernels are Triton kernels and need a GPU")
-    if cfg.seq_len > shape.max_position_embeddings:
-        no("seq_len", f"{cfg.seq_len} exceeds the model's max_position_embeddings {shape.max_position_embeddings}")
+    if cfg.use_liger_kernel and cpu:
+        no("use_liger_kernel", "Liger kernels are Triton kernels and need a GPU")
+    if cfg.max_length > shape.max_position_embeddings:
+        no("max_length", f"{cfg.max_length} exceeds the model's max_position_embeddings "
+                         f"{shape.max_position_embeddings}")
     if cfg.warmup_steps >= steps:
         no("warmup_steps", f"{cfg.warmup_steps} >= max_steps {steps}: the LR never leaves warm-up", "wasteful")
     if world % tp:
@@ -224,8 +225,8 @@ def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, steps: int | No
     mem = _memory(cfg, shape, hw)
     if not mem.fits:
         one = _memory(cfg, shape, hw, micro_batch=1)
-        field = "per_device_batch_size" if one.fits else "strategy"
-        hint = "lower the micro-batch and raise grad_accum" if one.fits else \
+        field = "per_device_train_batch_size" if one.fits else "strategy"
+        hint = "lower the micro-batch and raise gradient_accumulation_steps" if one.fits else \
             "shard (fsdp / zero3), use LoRA, or turn on gradient_checkpointing"
         no(field, f"needs {mem.total_gib:.2f} GiB per device, {hw.device_memory_gib:g} GiB available "
            f"(x{mem.headroom} headroom); {hint}")
@@ -274,20 +275,20 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int | None = None, ha
         raise PlanRefused(blocking)
     warnings = [str(r) for r in refusals if r not in blocking]
 
-    gbs = cfg.per_device_batch_size * cfg.grad_accum * dp
-    window = float(cfg.seq_len)
+    gbs = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * dp
+    window = float(cfg.max_length)
     per_row = window
     if row_tokens and cfg.method == "sft" and not cfg.sft.packing:
         per_row = min(float(row_tokens), window)  # padding-free or per-batch padding: rows, not windows
     elif row_tokens and cfg.method == "dpo":
-        window = 2.0 * cfg.seq_len  # a chosen and a rejected sequence per row
+        window = 2.0 * cfg.max_length  # a chosen and a rejected sequence per row
         per_row = min(float(row_tokens), window)
     tokens_step = int(round(gbs * per_row))
     total = tokens_step * steps
     mem = _memory(cfg, shape, hardware)
     n = shape.num_params()
     trainable = shape.lora_params(cfg.lora.r) if cfg.lora else n
-    fpt = train_flops_per_token(shape, cfg.seq_len, cfg.gradient_checkpointing)
+    fpt = train_flops_per_token(shape, cfg.max_length, cfg.gradient_checkpointing)
     tps = tokens_per_second or world * hardware.peak_flops() * hardware.mfu() / fpt
     hours = total / tps / 3600
     cost = CostEstimate(flops=fpt * total, tokens_per_second=tps, hours=hours, device_hours=hours * world,
@@ -297,10 +298,10 @@ def plan(cfg: TrainConfig, model: ModelSpec | ModelShape | int | None = None, ha
     how_long = (f"{steps} steps ({cfg.num_train_epochs:g} epochs of {dataset_rows:,} rows)" if cfg.num_train_epochs
                 else f"{steps} steps")
     reasons = notes + [
-        f"global batch {gbs} = {cfg.per_device_batch_size} per device x {cfg.grad_accum} accumulation x "
-        f"{dp} data-parallel ranks; {tokens_step:,} tokens per step "
-        + (f"(rows of ~{per_row:.1f} tokens, seq_len {cfg.seq_len}" + (f"; {row_tokens_note})" if row_tokens_note else ")")
-           if per_row < window else f"(at seq_len {cfg.seq_len})"),
+        f"global batch {gbs} = {cfg.per_device_train_batch_size} per device x {cfg.gradient_accumulation_steps} "
+        f"accumulation x {dp} data-parallel ranks; {tokens_step:,} tokens per step "
+        + (f"(rows of ~{per_row:.1f} tokens, max_length {cfg.max_length}" + (f"; {row_tokens_note})"
+           if row_tokens_note else ")") if per_row < window else f"(at max_length {cfg.max_length})"),
         f"{total:,} tokens over {how_long}",
         f"{mem.total_gib:.2f} GiB per device of {hardware.device_memory_gib:g} GiB (weights {mem.weights_gib:.2f}, "
         f"grads {mem.gradients_gib:.2f}, optimizer {mem.optimizer_gib:.2f}, activations {mem.activations_gib:.2f})",
@@ -335,13 +336,13 @@ def recommend(model: ModelSpec | ModelShape | int, hardware: HardwareSpec, *, ba
     world = hardware.world_size
     tp = base.tensor_parallel_size if world % base.tensor_parallel_size == 0 else 1
     dp = world // tp
-    gbs = global_batch_size or base.per_device_batch_size * base.grad_accum
+    gbs = global_batch_size or base.per_device_train_batch_size * base.gradient_accumulation_steps
     if gbs < dp:
         raise BadInput(f"global_batch_size: {gbs} is smaller than the {dp} data-parallel ranks")
     update, why = _device_settings(base, hardware, tp)
     strategies = _strategies(hardware, deepspeed_available)
     cfg, strategy, mb, gc = _first_fit(base, update, strategies, shape, hardware, gbs, dp)
-    why += _layout_reasons(strategy, mb, cfg.grad_accum, gc, world=world, dp=dp, gbs=gbs)
+    why += _layout_reasons(strategy, mb, cfg.gradient_accumulation_steps, gc, world=world, dp=dp, gbs=gbs)
     result = plan(cfg, shape, hardware, vocab_size=vocab_size, **plan_kwargs)
     spec = model if isinstance(model, ModelSpec) else None
     return result.model_copy(update={"params": shape.num_params(), "model": spec, "reasons": why + result.reasons})
@@ -364,8 +365,8 @@ def _device_settings(base: TrainConfig, hardware: HardwareSpec, tp: int) -> tupl
         if base.attn_implementation == "flash_attention_2":
             update["attn_implementation"] = "sdpa"
             why.append("attn_implementation sdpa: flash attention needs CUDA")
-        if base.use_liger:
-            update["use_liger"] = False
+        if base.use_liger_kernel:
+            update["use_liger_kernel"] = False
             why.append("use_liger off: Liger kernels need a GPU")
     return update, why
 
@@ -390,12 +391,13 @@ def _first_fit(base: TrainConfig, update: dict, strategies: list[str], shape: Mo
             mb = 1 << int(math.log2(cap))
             while mb >= 1:
                 cfg = base.model_copy(update={**update, "strategy": strategy, "gradient_checkpointing": gc,
-                                              "per_device_batch_size": mb, "grad_accum": math.ceil(gbs / (mb * dp))})
+                                              "per_device_train_batch_size": mb,
+                                              "gradient_accumulation_steps": math.ceil(gbs / (mb * dp))})
                 if _memory(cfg, shape, hardware).fits:
                     return cfg, strategy, mb, gc
                 mb //= 2
     full = _memory(base.model_copy(update={**update, "strategy": strategies[-1], "gradient_checkpointing": True,
-                                           "per_device_batch_size": 1}), shape, hardware)
+                                           "per_device_train_batch_size": 1}), shape, hardware)
     raise PlanRefused([Refusal(field="model", kind="impossible", reason=(
         f"needs {full.total_gib:.2f} GiB per device even with {strategies[-1]}, micro-batch 1 and gradient "
         f"checkpointing; {hardware.device_memory_gib:g} GiB available: use LoRA, a smaller model or more devices"))])

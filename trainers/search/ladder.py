@@ -155,7 +155,7 @@ def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, m
             raise BadInput("model: the plan was made from a parameter count; pass the ModelSpec")
         model = model.model
     proxy = model_ladder(model, rungs)[0]
-    cfg = config or TrainConfig(max_steps=40, per_device_batch_size=16, learning_rate=3e-3, seq_len=64,
+    cfg = config or TrainConfig(max_steps=40, per_device_train_batch_size=16, learning_rate=3e-3, max_length=64,
                                 warmup_steps=0, seed=seed)
     cfg = cfg.model_copy(update={"seed": seed})
     work_dir = Path(work_dir)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 from rich.markup import escape
 
 from trainteam.core import clock
@@ -63,7 +63,8 @@ class Probe(BaseModel):
 
     trial: int
     learning_rate: float
-    per_device_batch_size: int
+    per_device_train_batch_size: int = Field(validation_alias=AliasChoices("per_device_train_batch_size",
+                                                                           "per_device_batch_size"))
     steps: int = Field(description="optimizer steps it ran")
     values: dict[int, float] = Field(default_factory=dict, description="step -> held-out loss on the validation "
                                      "slice (lower is better)")
@@ -85,7 +86,8 @@ class Recipe(BaseModel):
 
     learning_rate: float
     max_steps: int
-    per_device_batch_size: int
+    per_device_train_batch_size: int = Field(validation_alias=AliasChoices("per_device_train_batch_size",
+                                                                           "per_device_batch_size"))
     warmup_steps: int
 
 
@@ -440,7 +442,8 @@ def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], 
 
     def objective(trial) -> float:
         lr = trial.suggest_float("learning_rate", min(report.space), max(report.space), log=True)
-        probe = Probe(trial=trial.number, learning_rate=lr, per_device_batch_size=cfg.per_device_batch_size, steps=0)
+        probe = Probe(trial=trial.number, learning_rate=lr, steps=0,
+                      per_device_train_batch_size=cfg.per_device_train_batch_size)
         report.probes.append(probe)
         _advance(probe, run, first)
         if probe.unstable or probe.pruned or first not in probe.values:
@@ -494,7 +497,8 @@ def _widen(report: SearchReport, run: ProbeRun, first: int, top: int) -> None:
             return
         say(escape(f"  the best probe at step {first} sits at the {'top' if up else 'bottom'} of the range: "
                    f"widened to lr {lr_text(lr)}"))
-        probe = Probe(trial=len(report.probes), learning_rate=lr, per_device_batch_size=run.cfg.per_device_batch_size,
+        probe = Probe(trial=len(report.probes), learning_rate=lr,
+                      per_device_train_batch_size=run.cfg.per_device_train_batch_size,
                       steps=0, widened=True)
         report.probes.append(probe)
         report.widened.append(lr)
@@ -672,8 +676,8 @@ def measure_pace(cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dic
     out, times = work_dir / "pace", []
     began = clock.now()
     try:
-        short = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None, "per_device_batch_size": batch,
-                                       "warmup_steps": 1, "warmup_ratio": None})
+        short = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None,
+                                       "per_device_train_batch_size": batch, "warmup_steps": 1, "warmup_ratio": None})
         train(cfg.method, _probe_config(short, lr, out), make_model(), rows, tokenizer=tokenizer,
               progress=f"pace ({steps} steps at lr {lr_text(lr)})", reward_funcs=reward_funcs, callbacks=[_Pace(times)])
     finally:

@@ -5,9 +5,11 @@ settings sit in a sub-model (``sft``, ``dpo``, ``grpo``, ``lora``) mapped one to
 one onto the TRL config of that method. The CLI and task files are built from
 these same classes.
 
-A TRL, transformers or Axolotl recipe's key names are accepted too
-(``gradient_accumulation_steps``, ``bf16: true``, ``lora_r``, ``micro_batch_size``...;
-``recipe_keys``), an unknown key's error names the closest known one, and ``trl:``
+A field that has a transformers/TRL counterpart carries its name (``per_device_train_batch_size``,
+``gradient_accumulation_steps``, ``max_length``, ``lr_scheduler_type``, ``use_liger_kernel``...). At the
+edge, trainteam's earlier spelling of those fields (``per_device_batch_size``, ``grad_accum``, ``seq_len``...;
+an error names the key as written) and other recipes' names (``bf16: true``, ``lora_r``, ``micro_batch_size``...;
+``key_aliases``) are accepted too, an unknown key's error names the closest known one, and ``trl:``
 passes any other field of the method's TRL config through (checked against that
 config class where TRL is imported: ``trainer_args.trl_args``).
 """
@@ -17,12 +19,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_serializer, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from trainteam.trainers.methods.names import NAMES as METHOD_NAMES
-from trainteam.trainers.training import key_aliases as recipe_keys
-
+from trainteam.trainers.training import key_aliases
 
 
 def one_of(names: tuple[str, ...]) -> Any:
@@ -48,6 +58,11 @@ Precision = Literal["fp32", "fp16", "bf16"]
 Strategy = Literal["single", "ddp", "fsdp", "zero2", "zero3"]
 
 
+def _spelled(field: str) -> AliasChoices:
+    """A field under its TRL name, or trainteam's earlier name for it (``key_aliases.EARLIER``)."""
+    return AliasChoices(field, *[old for old, new in key_aliases.EARLIER.items() if new == field])
+
+
 class _Strict(BaseModel):
     """No unknown keys; the error for one names the closest field or alias (difflib)."""
 
@@ -61,7 +76,9 @@ class _Strict(BaseModel):
             return data
         data = cls._rewrite(data)
         aliases = cls._aliases()
-        unknown = recipe_keys.unknown_keys(data, cls.model_fields, aliases, hint=cls._unknown_hint())
+        spelled = [c for f in cls.model_fields.values() if isinstance(f.validation_alias, AliasChoices)
+                   for c in f.validation_alias.choices if isinstance(c, str)]
+        unknown = key_aliases.unknown_keys(data, [*cls.model_fields, *spelled], aliases, hint=cls._unknown_hint())
         if unknown:
             raise ValueError(unknown)
         return data
@@ -228,8 +245,9 @@ class DistributedSpec(_Strict):
 
 
 class TrainConfig(_Strict):
-    """A stage's training settings. TRL/transformers/Axolotl key names are accepted as aliases
-    (``recipe_keys``); a dump holds only these names (and no max_steps with num_train_epochs)."""
+    """A stage's training settings, under TRL/transformers' names where they have one. trainteam's earlier
+    names (``EARLIER``) and other recipes' names (``key_aliases``) are accepted at the edge; a dump holds only
+    these names (and no max_steps with num_train_epochs)."""
 
     method: Method = "sft"
     output_dir: Path | None = None
@@ -238,20 +256,24 @@ class TrainConfig(_Strict):
     num_train_epochs: float | None = Field(default=None, gt=0, le=10_000, description="passes over the data instead of "
                                            "max_steps: the trainer derives the steps from the data's size and the "
                                            "batch when training starts (recorded as the stage's max_steps)")
-    per_device_batch_size: int = Field(default=8, gt=0, le=1 << 16)
-    grad_accum: int = Field(default=1, gt=0, le=1 << 16)
+    per_device_train_batch_size: int = Field(default=8, gt=0, le=1 << 16,
+                                             validation_alias=_spelled("per_device_train_batch_size"))
+    gradient_accumulation_steps: int = Field(default=1, gt=0, le=1 << 16,
+                                             validation_alias=_spelled("gradient_accumulation_steps"))
     learning_rate: float = Field(default=3e-4, gt=0, le=10)
-    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup", "warmup_stable_decay"] = "cosine"
+    lr_scheduler_type: Literal["cosine", "linear", "constant", "constant_with_warmup", "warmup_stable_decay"] = Field(
+        default="cosine", validation_alias=_spelled("lr_scheduler_type"))
     warmup_steps: int = Field(default=0, ge=0, le=10_000_000)
     warmup_ratio: float | None = Field(default=None, ge=0, lt=1, description="warm-up as a fraction of the steps, "
                                        "instead of warmup_steps")
     weight_decay: float = Field(default=0.0, ge=0)
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e12)
-    seq_len: int = Field(default=128, gt=0, le=1 << 20)
+    max_length: int = Field(default=128, gt=0, le=1 << 20, validation_alias=_spelled("max_length"),
+                            description="tokens a sequence is cut at (pretraining: the packed window)")
     precision: Precision = "fp32"
     gradient_checkpointing: bool = False
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] = "sdpa"
-    use_liger: bool = False
+    use_liger_kernel: bool = Field(default=False, validation_alias=_spelled("use_liger_kernel"))
     logging_steps: int = Field(default=1, gt=0, le=10_000_000)
     save_steps: int | None = Field(default=None, gt=0, le=10_000_000)
     save_total_limit: int = Field(default=2, gt=0, le=1000)
@@ -273,11 +295,11 @@ class TrainConfig(_Strict):
 
     @classmethod
     def _rewrite(cls, data: dict) -> dict:
-        return recipe_keys.rewrite(data)
+        return key_aliases.rewrite(data)
 
     @classmethod
     def _aliases(cls) -> list[str]:
-        return recipe_keys.alias_names()
+        return key_aliases.alias_names()
 
     @classmethod
     def _unknown_hint(cls) -> str:
@@ -287,9 +309,9 @@ class TrainConfig(_Strict):
     def _trl_not_ours(self) -> "TrainConfig":
         """A ``trl:`` key trainteam sets itself is refused, naming the field that sets it."""
         for key in self.trl:
-            ours = recipe_keys.owned_by(self.method, key)
-            if ours is None and key in recipe_keys.RENAMES:
-                ours = recipe_keys.RENAMES[key]
+            ours = key_aliases.owned_by(self.method, key)
+            if ours is None and key in key_aliases.RENAMES:
+                ours = key_aliases.RENAMES[key]
             if ours is not None:
                 raise ValueError(f"trl.{key}: trainteam sets it from {ours}; set that instead of trl.{key}")
         return self

@@ -1,10 +1,12 @@
 """The key names a TRL, transformers or Axolotl recipe uses, mapped onto TrainConfig's own.
 
-A recipe a user already has validates as written: ``gradient_accumulation_steps: 4`` is
-``grad_accum: 4``, ``bf16: true`` is ``precision: bf16``, ``lora_r: 16`` is ``lora.r: 16``,
-``micro_batch_size`` (Axolotl) is ``per_device_batch_size``. ``rewrite(data)`` turns such a
-mapping into TrainConfig's names before pydantic validates it (``config._Strict``'s
-``mode="before"`` validator calls it); the stored config holds only our names. A setting
+TrainConfig's fields carry transformers/TRL's names where they have one (``gradient_accumulation_steps``,
+``max_length``...). trainteam's earlier names for them (``EARLIER``: ``grad_accum``, ``seq_len``...) are the
+fields' validation aliases, so an old task file validates as written and an error names its key.
+Other recipes validate as written too: ``bf16: true`` is ``precision: bf16``, ``lora_r: 16`` is
+``lora.r: 16``, ``micro_batch_size`` (Axolotl) is ``per_device_train_batch_size``. ``rewrite(data)`` turns
+such a mapping into TrainConfig's names before pydantic validates it (``config._Strict``'s
+``mode="before"`` validator calls it); the stored config holds only TrainConfig's names. A setting
 given twice (an alias and our name, or two aliases of one setting) is an error naming both;
 an unknown key's error names the closest of our names and the aliases (``unknown_keys``).
 
@@ -19,18 +21,21 @@ import copy
 import difflib
 from typing import Any, Iterable
 
+# trainteam's earlier name -> the TrainConfig field (TRL's name); each field's validation alias
+EARLIER: dict[str, str] = {
+    "per_device_batch_size": "per_device_train_batch_size",
+    "grad_accum": "gradient_accumulation_steps",
+    "lr_scheduler": "lr_scheduler_type",
+    "use_liger": "use_liger_kernel",
+    "seq_len": "max_length",
+}
 # alias -> TrainConfig field; a dotted path names a sub-model's field (``lora.r``)
 RENAMES: dict[str, str] = {
     # transformers TrainingArguments (every TRL config inherits them)
-    "per_device_train_batch_size": "per_device_batch_size",
-    "gradient_accumulation_steps": "grad_accum",
-    "lr_scheduler_type": "lr_scheduler",
-    "use_liger_kernel": "use_liger",
     "activation_checkpointing": "gradient_checkpointing",
     "report_to": "tracker",
-    # TRL's SFTConfig / DPOConfig: the sequence length
-    "max_length": "seq_len",
-    "max_seq_length": "seq_len",
+    # TRL's old SFTConfig name for the sequence length
+    "max_seq_length": "max_length",
     # TRL ModelConfig (its PEFT options)
     "lora_r": "lora.r",
     "lora_alpha": "lora.alpha",
@@ -51,8 +56,8 @@ RENAMES: dict[str, str] = {
     "temperature": "grpo.temperature",
     "vllm_server_base_url": "grpo.vllm_server_url",
     # Axolotl
-    "micro_batch_size": "per_device_batch_size",
-    "sequence_len": "seq_len",
+    "micro_batch_size": "per_device_train_batch_size",
+    "sequence_len": "max_length",
     "num_epochs": "num_train_epochs",
     "sample_packing": "sft.packing",
 }
@@ -73,19 +78,20 @@ TRACKERS = ("mlflow", "tensorboard", "wandb")
 # TRL / transformers config fields trainteam sets, and the TrainConfig field that sets each
 OWNED: dict[str, str] = {
     "output_dir": "output_dir", "max_steps": "max_steps", "num_train_epochs": "num_train_epochs",
-    "per_device_train_batch_size": "per_device_batch_size", "gradient_accumulation_steps": "grad_accum",
-    "learning_rate": "learning_rate", "lr_scheduler_type": "lr_scheduler",
+    "per_device_train_batch_size": "per_device_train_batch_size",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "learning_rate": "learning_rate", "lr_scheduler_type": "lr_scheduler_type",
     "warmup_steps": "warmup_steps or warmup_ratio", "warmup_ratio": "warmup_ratio",
     "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm", "seed": "seed", "data_seed": "seed",
     "bf16": "precision", "fp16": "precision", "use_cpu": "precision (the device is this machine's)",
     "activation_checkpointing": "gradient_checkpointing", "gradient_checkpointing": "gradient_checkpointing",
-    "use_liger_kernel": "use_liger", "logging_steps": "logging_steps",
+    "use_liger_kernel": "use_liger_kernel", "logging_steps": "logging_steps",
     "logging_nan_inf_filter": "spike (NaN losses are kept for the spike monitor)",
     "save_strategy": "save_steps", "save_steps": "save_steps", "save_total_limit": "save_total_limit",
     "disable_tqdm": "progress (trainteam shows its own)",
     "include_num_input_tokens_seen": "telemetry (trainteam counts the tokens)",
     "dataloader_num_workers": "threads", "report_to": "tracker", "run_name": "tracker",
-    "max_length": "seq_len",
+    "max_length": "max_length",
 }
 METHOD_OWNED: dict[str, dict[str, str]] = {
     "pretrain": {"remove_unused_columns": "(pretraining feeds packed windows)"},
@@ -182,11 +188,16 @@ def _tracker(value: Any) -> str:
 
 def rewrite(data: dict) -> dict:
     """``data`` with every alias turned into TrainConfig's own name (a new dict; ``data`` is not changed)."""
-    if not any(k in data for k in (*RENAMES, *METHOD_KEYS, *FLAGS, "adapter")) and "max_steps" not in data \
-            and "warmup_steps" not in data:
+    if not any(k in data for k in (*RENAMES, *EARLIER, *METHOD_KEYS, *FLAGS, "adapter")) \
+            and "max_steps" not in data and "warmup_steps" not in data:
         return data
     out = copy.deepcopy(data)
     src = _Sources(data)
+    for key in [k for k in data if k in EARLIER]:  # kept as written: the field's alias (its errors name it)
+        if EARLIER[key] in data:  # both names of one field, named in the order given
+            first, second = sorted((key, EARLIER[key]), key=list(data).index)
+            raise ValueError(f"{first} and {second}: the same setting given twice; keep one")
+        src.claim(EARLIER[key], key)
     for key in [k for k in data if k in RENAMES]:
         value = out.pop(key)
         if key == "report_to":

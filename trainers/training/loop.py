@@ -203,7 +203,7 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
     from trainteam.trainers.training.spike import SpikeMonitor
     from trainteam.trainers.training.telemetry import GracefulStop, RankAgreement, Telemetry
 
-    telemetry = Telemetry(model, config.seq_len, wall_start, history)
+    telemetry = Telemetry(model, config.max_length, wall_start, history)
     pace = pace_check(config, history)  # the first steps' pace against the plan's, re-planned aloud
     spike = SpikeMonitor(config.spike, method) if config.spike.enabled else None
     stop = GracefulStop()

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers.training import key_aliases as recipe_keys
+from trainteam.trainers.training import key_aliases
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.threads import Sample, run_threads
 from trainteam.trainers.training.tracking import tracking_args
@@ -55,39 +55,36 @@ def check_runtime(config: TrainConfig) -> bool:
             raise BadInput("lora.quantize_4bit: QLoRA needs a CUDA device (bitsandbytes 4-bit)")
         if importlib.util.find_spec("bitsandbytes") is None:
             raise BadInput("lora.quantize_4bit: the bitsandbytes package is not installed")
-    if config.use_liger:
+    if config.use_liger_kernel:
         if importlib.util.find_spec("liger_kernel") is None:
-            raise BadInput("use_liger: the liger-kernel package is not installed")
+            raise BadInput("use_liger_kernel: the liger-kernel package is not installed")
     return cuda
 
 
+# TrainConfig fields that are TrainingArguments fields of the same name and meaning: passed as they are
+SAME_NAMES = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "lr_scheduler_type",
+              "weight_decay", "max_grad_norm", "seed", "use_liger_kernel", "logging_steps", "save_total_limit")
+
+
 def common_args(config: TrainConfig, output_dir: Path) -> dict:
-    """Keyword arguments valid for ``TrainingArguments`` and every TRL config."""
+    """Keyword arguments valid for ``TrainingArguments`` and every TRL config: the fields of the same name
+    as they are (``SAME_NAMES``), and what trainteam decides from the others."""
     cuda = check_runtime(config)
     return dict(
+        **config.model_dump(include=set(SAME_NAMES)),
         output_dir=str(output_dir),
         # with epochs the trainer derives the steps from its dataloader (transformers' max_steps=-1)
         max_steps=config.max_steps if config.num_train_epochs is None else -1,
         num_train_epochs=config.num_train_epochs or 1.0,
-        per_device_train_batch_size=config.per_device_batch_size,
-        gradient_accumulation_steps=config.grad_accum,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler,
         warmup_steps=config.warmup_ratio if config.warmup_ratio is not None else config.warmup_steps,
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        seed=config.seed,
         data_seed=config.seed,
         bf16=config.precision == "bf16",
         fp16=config.precision == "fp16",
         use_cpu=not cuda,
         activation_checkpointing=config.gradient_checkpointing,  # TRL configs default it to True
-        use_liger_kernel=config.use_liger,
-        logging_steps=config.logging_steps,
         logging_nan_inf_filter=False,
         save_strategy="steps" if config.save_steps else "no",
         save_steps=config.save_steps or 500,
-        save_total_limit=config.save_total_limit,
         disable_tqdm=True,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0,
@@ -105,11 +102,11 @@ def trl_args(config: TrainConfig, cls: type, where: str = "trl") -> dict:
         return {}
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
     for key in config.trl:
-        ours = recipe_keys.owned_by(config.method, key) or recipe_keys.RENAMES.get(key)
+        ours = key_aliases.owned_by(config.method, key) or key_aliases.RENAMES.get(key)
         if ours is not None:
             raise BadInput(f"{where}.{key}: trainteam sets it from {ours}; set that instead of {where}.{key}")
         if key not in fields:
-            near = recipe_keys.did_you_mean(key, fields)
+            near = key_aliases.did_you_mean(key, fields)
             raise BadInput(f"{where}.{key}: not a field of TRL's {cls.__name__}"
                            + (f"; did you mean {near!r}?" if near else ""))
     _check_values(cls, config, where)

@@ -33,7 +33,8 @@ def _row_tokens(data: Path | None, spec, cfg) -> float | None:
     except BadInput as exc:
         raise BadInput(f"--data: {exc}") from None
     if getattr(spec, "path", None) is not None and rows:
-        return count_tokens(model_tokenizer(str(spec.path), spec.chat_template), rows, cfg.method).mean(cfg.seq_len) or None
+        tokenizer = model_tokenizer(str(spec.path), spec.chat_template)
+        return count_tokens(tokenizer, rows, cfg.method).mean(cfg.max_length) or None
     per_row = row_tokens_bound(rows)
     if per_row is None:
         raise BadInput(f"--data: {data} holds no text")

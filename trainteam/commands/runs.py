@@ -51,6 +51,25 @@ def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
         console.print(f"  approval {a['id']}: {a['status']}", highlight=False)
     for stage, found in view["search"].items():
         console.print(search_line(stage, found), highlight=False, markup=False)
+    for entry in view["trained"]:
+        console.print(trained_line(entry), highlight=False, markup=False)
+
+
+# What a trained line shows of a resolved config (``runs show --json`` has all of it), in TRL's names
+SHOWN = ("method", "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
+         "gradient_accumulation_steps", "max_length", "warmup_steps", "warmup_ratio", "lr_scheduler_type",
+         "weight_decay", "max_grad_norm", "precision", "seed", "threads")
+
+
+def trained_line(entry: dict) -> str:
+    """One line for what an attempt trained a stage with: the resolved config's main settings."""
+    cfg = entry["config"]
+    shown = [f"{k} {cfg[k]:g}" if isinstance(cfg[k], float) else f"{k} {cfg[k]}" for k in SHOWN
+             if cfg.get(k) is not None and not (k == "max_steps" and cfg.get("num_train_epochs") is not None)]
+    if cfg.get("lora"):
+        shown.append(f"lora r {cfg['lora'].get('r')}")
+    shown += [f"trl.{k} {v}" for k, v in (cfg.get("trl") or {}).items()]
+    return f"  trained {entry['step']}#{entry['visit']} {entry['stage']}: " + ", ".join(shown)
 
 
 def search_line(stage: str, found: dict) -> str:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.trainers.methods.method_registry import METHODS, get_method
 
-SEARCHABLE = ("learning_rate", "max_steps", "per_device_batch_size")
+SEARCHABLE = ("learning_rate", "max_steps", "per_device_train_batch_size")
 SEARCHED_METHODS = ("pretrain", "sft")
 
 

@@ -31,7 +31,7 @@ from trainteam.core.inputfiles import load_yaml_file
 from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
 from trainteam.curation.rows import check_columns
-from trainteam.trainers.training import key_aliases as recipe_keys
+from trainteam.trainers.training import key_aliases
 from trainteam.trainers.methods.method_registry import METHODS, align_methods, train_methods
 from trainteam.trainers.training.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.evaluation.battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
@@ -213,9 +213,9 @@ class CurriculumStage(_Strict):
 
 def with_method(block: Any, method: str | None) -> Any:
     """A stage's training block that holds a method's own TRL key (``beta``, ``loss_type``) gets the
-    stage's method when it names none, so the key reaches that method's section (``recipe_keys``)."""
+    stage's method when it names none, so the key reaches that method's section (``key_aliases``)."""
     if isinstance(block, dict) and method is not None and "method" not in block \
-            and any(k in block for k in recipe_keys.METHOD_KEYS):
+            and any(k in block for k in key_aliases.METHOD_KEYS):
         return {"method": method, **block}
     return block
 
@@ -449,13 +449,13 @@ def check_context_length(stages: list[CurriculumStage], model: ModelSpec) -> Non
         where = f"the max_position_embeddings of {model.path} ({limit})"
     longest = 0
     for i, s in enumerate(stages):
-        seq = s.train_config().seq_len
+        seq = s.train_config().max_length
         if s.kind == "long_context":
             if seq <= longest:
-                raise ValueError(f"curriculum[{i}].training.seq_len: a long_context stage trains on longer "
+                raise ValueError(f"curriculum[{i}].training.max_length: a long_context stage trains on longer "
                                  f"sequences than the stages before it ({seq} is not longer than {longest})")
             if limit is not None and seq > limit:
-                raise ValueError(f"curriculum[{i}].training.seq_len: {seq} is longer than {where}; the model "
+                raise ValueError(f"curriculum[{i}].training.max_length: {seq} is longer than {where}; the model "
                                  f"cannot attend that far (build it with a larger max_position_embeddings)")
         longest = max(longest, seq)
 

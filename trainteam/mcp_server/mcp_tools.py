@@ -35,14 +35,13 @@ from trainteam.curation.dedup import NearDupConfig
 from trainteam.curation.pipeline import CurationConfig, planned_version
 from trainteam.graph import NodeKind
 from trainteam.graph.knowledge import UnknownNode
-from trainteam.trainers.training.config import TrainConfig
 from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.report.evidence import approval_evidence_view
 from trainteam.workflows.engine.runner import check_new_run_id, check_runnable, new_run_id
 from trainteam.workflows.engine.spec import builtin_names, load_builtin
 from trainteam.workflows.task.stage_plan import plan_stage
 from trainteam.workflows.steps.curate import curate_recorded
-from trainteam.workflows.steps.plans import StageOverrides
+from trainteam.contract.stage_config import StageOverrides, with_overrides
 from trainteam.workflows.engine.store import ApprovalStore, RunStore
 from trainteam.contract.train_task import TrainTask, load_task_file, parse_task
 from trainteam.workflows.report.views import resolve, run_public, runs_public, short_id
@@ -196,8 +195,7 @@ def _task(args: ExecuteWorkflowArgs) -> TrainTask:
     for stage, ov in args.overrides.items():
         if stage not in task.stage_names():
             raise BadInput(f"overrides: stage {stage!r} is not in the task's stages {task.stage_names()}")
-        cfg = TrainConfig.model_validate({**task.train_config(stage).model_dump(), **ov.model_dump(exclude_none=True)})
-        task = task.with_training(stage, cfg)
+        task = with_overrides(task, stage, ov)
     return task
 
 

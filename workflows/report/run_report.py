@@ -180,7 +180,7 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 ## Recipe search
 
 {% for s in r.searches -%}
-**{{ s.stage }}** ({{ s.method }}): {{ s.probes|length }} probes{% if s.run_steps %} towards the stage's {{ s.run_steps }} steps (all to step {{ s.rungs[0] }}, the best third to {{ s.probe_steps }}){% endif %}, scored by {{ s.objective }} on {{ s.validation_rows }} rows cut from the training data, {{ "%.0f"|format(s.spent_s) }} of {{ "%.0f"|format(s.budget_s) }} s; chosen{% if s.decided_by != "offline" %} by {{ s.decided_by }}{% endif %}: {% if s.chosen %}learning rate {{ "%g"|format(s.chosen.learning_rate) }}, {{ s.chosen.max_steps }} steps, batch {{ s.chosen.per_device_batch_size }}{% else %}nothing{% endif %}{% if s.continued_from %}; the stage's run went on from the chosen probe's step {{ s.continued_from }}{% endif %}
+**{{ s.stage }}** ({{ s.method }}): {{ s.probes|length }} probes{% if s.run_steps %} towards the stage's {{ s.run_steps }} steps (all to step {{ s.rungs[0] }}, the best third to {{ s.probe_steps }}){% endif %}, scored by {{ s.objective }} on {{ s.validation_rows }} rows cut from the training data, {{ "%.0f"|format(s.spent_s) }} of {{ "%.0f"|format(s.budget_s) }} s; chosen{% if s.decided_by != "offline" %} by {{ s.decided_by }}{% endif %}: {% if s.chosen %}learning rate {{ "%g"|format(s.chosen.learning_rate) }}, {{ s.chosen.max_steps }} steps, batch {{ s.chosen.per_device_train_batch_size }}{% else %}nothing{% endif %}{% if s.continued_from %}; the stage's run went on from the chosen probe's step {{ s.continued_from }}{% endif %}
 
 | trial | learning rate | steps | objective by step (lower is better) | end |
 | ---: | ---: | ---: | --- | --- |
@@ -470,7 +470,7 @@ def _stage_records(cur, metrics: dict[str, float]) -> list[StageRecord]:
         done = next((metrics[f"{step}.{s.name}.steps"] for step in ("train", "align")
                      if f"{step}.{s.name}.steps" in metrics), None)
         cfg = s.train_config()
-        rows.append(StageRecord(name=s.name, kind=s.kind, method=s.method, data=data, seq_len=cfg.seq_len,
+        rows.append(StageRecord(name=s.name, kind=s.kind, method=s.method, data=data, seq_len=cfg.max_length,
                                 steps=int(done) if done is not None else None))
     return rows
 

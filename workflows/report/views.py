@@ -45,7 +45,21 @@ def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
         for a in approvals.list(run_id=run_id)
     ]
     view["search"] = searches_in(attempts)
+    view["trained"] = trained_in(attempts)
     return view
+
+
+def trained_in(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each attempt of a training step gave the trainer, stage by stage, in order: the resolved config
+    (``trainteam.contract.stage_config``, TRL's names) its output records (``details.configs``)."""
+    out: list[dict[str, Any]] = []
+    for a in attempts:
+        output = a.get("output") if isinstance(a.get("output"), dict) else {}
+        for stage, config in ((output.get("details") or {}).get("configs") or {}).items():
+            entry = {"step": a["step"], "visit": a["visit"], "stage": stage, "config": config}
+            if isinstance(config, dict) and entry not in out:  # a paused persona run and its continuation: one
+                out.append(entry)
+    return out
 
 
 SEARCH_FIELDS = ("stage", "method", "objective", "prior", "space", "widened", "run_steps", "warmup_steps", "rungs",

@@ -11,9 +11,10 @@ what is left (``accept_curation``). A split left empty is an error, never a trai
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from trainteam.contract.step_io import NeedsPerson, Resume, StepResult, ToolContext
 from trainteam.core.errors import BadInput
@@ -28,8 +29,8 @@ from trainteam.graph import KnowledgeGraph, NodeKind, node_id
 from trainteam.graph.record import record_dataset, record_derived_from, recorded_dataset
 from trainteam.trainers.training.chat_templates import apply_chat_template
 from trainteam.trainers.training.tokenizer import load_tokenizer
-from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.steps.corpus import eval_sets
+from trainteam.workflows.task.curriculum import curriculum_from_task
 
 CUT_AT_SEQ_LEN = ("sft", "dpo")  # the methods whose trainer cuts a row longer than seq_len
 _EXAMPLES = 3  # examples per rule in an approval's evidence
@@ -74,7 +75,7 @@ def trained_seq_len(task, stage: str | None) -> int | None:
     rows (SFT, DPO): the stages without data of their own read the task's split (``stage`` None)."""
     readers = [s for s in curriculum_from_task(task).stages
                if (s.data is None if stage is None else s.name == stage) and s.method in CUT_AT_SEQ_LEN]
-    return min((s.training.seq_len for s in readers), default=None)
+    return min((s.training.max_length for s in readers), default=None)
 
 
 def split_kind(rows: list[dict], path: str) -> RowKind:

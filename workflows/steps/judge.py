@@ -22,6 +22,7 @@ from trainteam.trainers.evaluation.diagnosis import (
 )
 from trainteam.trainers.evaluation.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage
+from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
@@ -306,23 +307,28 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
 
 
 def _attempt_settings(ctx: ToolContext, stage: str, trained: StepResult) -> dict:
-    """The settings the judged attempt trained with: the train step's record of them when it keeps
-    one, else the task's, the recipe search's choice, and on a retry the plan it followed."""
-    cfg = ctx.task.train_config(stage)
+    """The settings the judged attempt trained with: the train step's record of them (the resolved config,
+    ``trainteam.contract.stage_config``) when it keeps one, else the task's, the recipe search's choice, and on
+    a retry the plan it followed."""
+    details = trained.details
+    recorded = (details.get("configs") or {}).get(stage) or {}
+    whole = "method" in recorded  # the whole resolved config (an earlier version kept four of its fields)
+    cfg = TrainConfig.model_validate(recorded) if whole else ctx.task.train_config(stage)
     out = {"method": cfg.method, "max_steps": cfg.max_steps, "num_train_epochs": cfg.num_train_epochs,
            "learning_rate": cfg.learning_rate, "warmup_steps": cfg.warmup_steps,
-           "batch_rows": cfg.per_device_batch_size * cfg.grad_accum * cfg.devices_per_node * cfg.num_nodes}
-    details = trained.details
+           "batch_rows": cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * cfg.devices_per_node
+           * cfg.num_nodes}
+    if whole:
+        return out
     chosen = ((details.get("search") or {}).get(stage) or {}).get("chosen") or {}
     out.update({k: chosen[k] for k in ("learning_rate", "max_steps", "warmup_steps") if chosen.get(k) is not None})
-    if chosen.get("per_device_batch_size"):
-        out["batch_rows"] = int(chosen["per_device_batch_size"]) * cfg.grad_accum * cfg.devices_per_node * cfg.num_nodes
+    if chosen.get("per_device_train_batch_size"):
+        out["batch_rows"] = (int(chosen["per_device_train_batch_size"]) * cfg.gradient_accumulation_steps
+                             * cfg.devices_per_node * cfg.num_nodes)
     before = ctx.outputs.get(ctx.step) if ctx.visit > 1 else None
     diagnosis = gate_diagnosis(before) if before else None
     if diagnosis is not None and diagnosis.plan.stage == stage and diagnosis.plan.retrains:
         out.update(diagnosis.plan.changes.given())
-    recorded = (details.get("configs") or {}).get(stage) or {}
-    out.update({k: v for k, v in recorded.items() if k in out and v is not None})
     return out
 
 

@@ -4,40 +4,26 @@ A plan-first tool called without ``execute=true`` returns its plan and does noth
 for ``train`` / ``align`` the run planner's accounting per stage still to train (no torch),
 for ``curate`` the filters it would apply, for the rest what it would run. ``TrainArgs``
 lets the engineer change a stage's settings for a reason the planner gave; they pass the
-same TrainConfig validation as a task file.
+same TrainConfig validation as a task file (``trainteam.contract.stage_config``).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from trainteam.agents.briefing import spent_minutes
+from trainteam.contract.stage_config import StageOverrides, resolve_stage, with_overrides
 from trainteam.contract.step_io import PlanFirstArgs, ToolContext
-from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.search.recipe_search import sec_per_step
-from trainteam.workflows.task.curriculum import curriculum_from_task
-from trainteam.workflows.task.stage_plan import plan_stage
 from trainteam.workflows.steps.curate import planned_config
 from trainteam.workflows.steps.recipe import searched_before
-from trainteam.workflows.steps.retry import StopRetry, retry_config
+from trainteam.workflows.steps.retry import StopRetry, retraining_plan
 from trainteam.workflows.steps.train import stage_progress
-
-
-class StageOverrides(BaseModel):
-    """Settings the engineer may change for a stage, each for a reason the planner gave."""
-
-    model_config = ConfigDict(extra="forbid")
-    max_steps: int | None = Field(default=None, gt=0)
-    per_device_batch_size: int | None = Field(default=None, gt=0)
-    grad_accum: int | None = Field(default=None, gt=0)
-    learning_rate: float | None = Field(default=None, gt=0, lt=1)
-    precision: Literal["fp32", "fp16", "bf16"] | None = None
-    gradient_checkpointing: bool | None = None
-    strategy: Literal["single", "ddp", "fsdp", "zero2", "zero3"] | None = None
-    seq_len: int | None = Field(default=None, gt=0)
+from trainteam.workflows.task.curriculum import curriculum_from_task
+from trainteam.workflows.task.stage_plan import plan_stage
 
 
 class TrainArgs(PlanFirstArgs):
@@ -55,12 +41,10 @@ def apply_overrides(ctx: ToolContext, args: TrainArgs) -> ToolContext:
     for stage, ov in args.overrides.items():
         if stage not in task.stage_names():
             raise ModelRetry(f"overrides: stage {stage!r} is not in the task's stages {task.stage_names()}")
-        changes = ov.model_dump(exclude_none=True)
         try:
-            cfg = TrainConfig.model_validate({**task.train_config(stage).model_dump(), **changes})
+            task = with_overrides(task, stage, ov)
         except ValidationError as exc:
             raise ModelRetry(f"overrides.{stage}: {exc.errors()[0]['msg']}") from None
-        task = task.with_training(stage, cfg)
     return replace(ctx, task=task)
 
 
@@ -79,23 +63,21 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
         finished, done_steps = stage_progress(ctx, stage)
         if finished:
             continue
-        cfg = task.train_config(stage)
         found = searched_before(ctx, stage)  # a search done on an earlier visit: its recipe, not the placeholders
-        if found is not None and found.chosen is not None:
-            cfg = cfg.model_copy(update=found.chosen.model_dump())
-        if tool == "train":
-            try:  # a retry follows the judge's diagnosis
-                cfg = retry_config(ctx, stage, cfg)
-            except StopRetry as stop:
-                out["stages"][stage] = {"runnable": False, "refusals": [{"field": "retry", "reason": str(stop)}]}
-                continue
+        try:  # a retry follows the judge's diagnosis
+            retry = retraining_plan(ctx, stage) if tool == "train" else None
+        except StopRetry as stop:
+            out["stages"][stage] = {"runnable": False, "refusals": [{"field": "retry", "reason": str(stop)}]}
+            continue
+        cfg = resolve_stage(task, stage, recipe=found.chosen if found is not None else None, retry=retry)
         verdict = plan_stage(task, stage, cfg)
         left = max(0.0, 1.0 - done_steps / cfg.max_steps)
         if found is not None and found.probes:  # the pace the probes measured on this machine, not the planner's guess
             verdict = verdict.model_copy(update={"est_minutes": round(cfg.max_steps * sec_per_step(found) / 60, 3)})
         total += verdict.est_minutes * left
-        out["stages"][stage] = {"max_steps": cfg.max_steps, "per_device_batch_size": cfg.per_device_batch_size,
-                                "learning_rate": cfg.learning_rate, "seq_len": cfg.seq_len, "steps_done": done_steps,
+        out["stages"][stage] = {"max_steps": cfg.max_steps, "learning_rate": cfg.learning_rate,
+                                "per_device_train_batch_size": cfg.per_device_train_batch_size,
+                                "max_length": cfg.max_length, "steps_done": done_steps,
                                 **verdict.model_dump(exclude={"stage"})}
         searched = (task.search.stages or {}).get(stage)
         if searched:  # these settings are the search's to choose, within the budget: the numbers above are placeholders

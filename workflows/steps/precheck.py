@@ -35,23 +35,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
 from trainteam.contract.step_io import NeedsPerson, Resume, StepResult, ToolContext
+from trainteam.core.errors import BadInput
 from trainteam.curation import read_jsonl
 from trainteam.curation.formats import row_kind
 from trainteam.curation.rows import read_rows
-from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.search.ladder import (
     LadderVerdict,
     ProxyRun,
     compare_datasets,
     model_ladder,
 )
+from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.trainers.training.tokenizer import train_tokenizer as fit
 from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.task.stage_plan import plan_stage
-
-from trainteam.core.errors import BadInput
 
 PROXY_STEPS, PROXY_BATCH, PROXY_LR = 150, 16, 1e-2  # measured on the smallest rung: see the module's note
 PROXY_MAX_SEQ = 128
@@ -222,9 +222,9 @@ def _tokenizer(task, rows: list[dict], out: Path):
 
 def _proxy_config(task, proxy) -> TrainConfig:
     first = curriculum_from_task(task).training_stages()[:1]
-    seq_len = task.train_config(first[0].name).seq_len if first else PROXY_MAX_SEQ
-    return TrainConfig(max_steps=PROXY_STEPS, per_device_batch_size=PROXY_BATCH, learning_rate=PROXY_LR,
-                       warmup_steps=0, seq_len=min(seq_len, PROXY_MAX_SEQ, proxy.max_position_embeddings),
+    seq_len = task.train_config(first[0].name).max_length if first else PROXY_MAX_SEQ
+    return TrainConfig(max_steps=PROXY_STEPS, per_device_train_batch_size=PROXY_BATCH, learning_rate=PROXY_LR,
+                       warmup_steps=0, max_length=min(seq_len, PROXY_MAX_SEQ, proxy.max_position_embeddings),
                        threads=task.threads)
 
 
@@ -250,7 +250,8 @@ def _learnability(v: LadderVerdict, kind: str, why: str, where: str, seconds: fl
 
 def _ladder(v: LadderVerdict, why: str, reference: str, seconds: float) -> PrecheckVerdict:
     return PrecheckVerdict(check="ladder", verdict=v.verdict, accept=v.accept, why_run=why,
-                           against=f"precheck.reference {reference}", ratio=v.ratio, data=v.custom, baseline=v.reference,
+                           against=f"precheck.reference {reference}", ratio=v.ratio, data=v.custom,
+                           baseline=v.reference,
                            heldout=v.heldout, heldout_rows=v.heldout_rows, proxy=_proxy(v), seconds=seconds,
                            reasons=v.reasons if not v.accept else [*v.reasons, _AS_GOOD[v.verdict]])
 

@@ -25,6 +25,7 @@ from rich.markup import escape
 from trainteam.core import clock
 from trainteam.core.errors import BadInput
 from trainteam.agents.decisions import decide
+from trainteam.contract.stage_config import resolve_stage
 from trainteam.contract.step_io import ToolContext
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph import NodeKind, node_id
@@ -115,10 +116,10 @@ def _estimate_pace(ctx: ToolContext, stage: str, cfg: TrainConfig) -> float:
 
 @dataclass
 class StageRecipe:
-    """How a stage trains: its config, the search behind it, and for a length the search chose, the
-    training rows without the validation slice and the plateau check that may end the run early."""
+    """What the search decided for a stage: its report (``report.chosen``: the recipe the stage-config resolver
+    applies, ``trainteam.contract.stage_config``), and for a length the search chose, the training rows without
+    the validation slice and the plateau check that may end the run early."""
 
-    cfg: TrainConfig
     report: SearchReport | None = None
     rows: list[dict] | None = None
     callbacks: list = field(default_factory=list)
@@ -127,23 +128,22 @@ class StageRecipe:
 
 def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], data_path: Path, tokenizer,
                 later: list[str], reward_funcs=None) -> StageRecipe:
-    """The stage's recipe: the searched settings chosen (the task's config when nothing is searched)."""
+    """The stage's recipe: the searched settings chosen (no report when nothing is searched)."""
     cfg = ctx.task.train_config(stage)
     searched = (ctx.task.search.stages or {}).get(stage)
     if not searched:
-        return StageRecipe(cfg)
+        return StageRecipe()
     rows = read_jsonl(data_path)
     report = searched_before(ctx, stage)
     if report is None:
         report = _search(ctx, stage, cfg, searched, make_model, rows, tokenizer, later, reward_funcs)
-    chosen = {} if report.chosen is None else {**report.chosen.model_dump(), "num_train_epochs": None,
-                                               "warmup_ratio": None}  # the probes' warm-up, in steps
-    out = StageRecipe(cfg.model_copy(update=chosen), report)
+    out = StageRecipe(report)
     if report.validation_rows and len(rows) >= MIN_ROWS:  # the probes' rows: the chosen probe's run goes on over them
         out.rows, val_rows = split_rows(rows, ctx.task.data.seed)
         if "max_steps" in searched:
             score = _scorer(ctx, stage, tokenizer, val_rows)[1]
-            out.callbacks = [Plateau(report, score, plateau_every(out.cfg.max_steps))]
+            length = resolve_stage(ctx.task, stage, recipe=report.chosen).max_steps
+            out.callbacks = [Plateau(report, score, plateau_every(length))]
     probe = _continuing(report)
     if probe is not None and Path(probe.checkpoint).is_dir():
         out.warm_start = Path(probe.checkpoint)
@@ -167,7 +167,7 @@ def _given_steps(cfg: TrainConfig, searched: list[str], rows: int, batch: int) -
         return None
     if cfg.max_steps:
         return cfg.max_steps
-    return max(1, math.ceil((cfg.num_train_epochs or 1) * rows / (batch * cfg.grad_accum)))
+    return max(1, math.ceil((cfg.num_train_epochs or 1) * rows / (batch * cfg.gradient_accumulation_steps)))
 
 
 def _warmup(cfg: TrainConfig, steps: int) -> int:
@@ -217,7 +217,8 @@ def _prior(task, cfg: TrainConfig, from_scratch: bool) -> tuple[list[float], flo
 def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str], make_model, rows: list[dict],
             tokenizer, later: list[str], reward_funcs) -> SearchReport:
     task = ctx.task
-    batch = cfg.per_device_batch_size if "per_device_batch_size" not in searched else default_batch(len(rows))
+    batch = (cfg.per_device_train_batch_size if "per_device_train_batch_size" not in searched
+             else default_batch(len(rows)))
     probe_s, share_s = _time_shares(ctx, stage, later)
     given_steps = _given_steps(cfg, searched, len(rows), batch)
     from_scratch = task.model.path is None and stage == task.stage_names()[0]  # random init: no weights before it
@@ -255,7 +256,7 @@ def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int,
     top = probe_length(probe_s - (clock.now() - began) - setups, pace, trials)
     waste_s = setups + wasted_tops(trials) * top * pace
     steps = given_steps or final_steps(share_s - (clock.now() - began) - waste_s, pace, len(train_rows), batch,
-                                       cfg.grad_accum, _epochs(task), FIRST_RUNG * TOP_OF_RUN)
+                                       cfg.gradient_accumulation_steps, _epochs(task), FIRST_RUNG * TOP_OF_RUN)
     half = max(1, steps // TOP_OF_RUN)
     warmup = probe_warmup(_warmup(cfg, steps), min(top, half), _gave_warmup(cfg))
     top = max(1, min(max(top, 2 * warmup), half))  # past the warm-up, if half the stage allows
@@ -272,7 +273,7 @@ def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int,
         why += "; the validation rows carry no answers to check"
     report.reasons.append(f"the rungs rank by {report.objective} where it separates the probes, else by held-out "
                           f"loss ({why})")
-    final = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None, "per_device_batch_size": batch,
+    final = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None, "per_device_train_batch_size": batch,
                                    "warmup_steps": warmup, "warmup_ratio": None})
     run_probes(report, final, make_model, train_rows, score, tokenizer, seed=task.data.seed, work_dir=work,
                reward_funcs=reward_funcs)
@@ -293,7 +294,8 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
             ctx, rows, batch, share_s)))
     elif given_steps is None:
         pace = _estimate_pace(ctx, report.stage, cfg)
-        steps = final_steps(share_s - report.spent_s, pace, rows, batch, cfg.grad_accum, _epochs(ctx.task), 9)
+        steps = final_steps(share_s - report.spent_s, pace, rows, batch, cfg.gradient_accumulation_steps,
+                            _epochs(ctx.task), 9)
         report.reasons.append(f"{steps} steps: " + _length_reason(ctx, rows, batch, share_s, pace))
     else:
         steps = given_steps
@@ -301,7 +303,7 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
         report.continued_from = int(Path(chosen.checkpoint).name.rsplit("-", 1)[-1])
         report.reasons.append(f"trial {chosen.trial}'s run goes on from its step {report.continued_from} to {steps}")
     warmup = report.warmup_steps if report.warmup_steps is not None and chosen is not None else _warmup(cfg, steps)
-    report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_batch_size=batch, warmup_steps=warmup)
+    report.chosen = Recipe(learning_rate=lr, max_steps=steps, per_device_train_batch_size=batch, warmup_steps=warmup)
     log.info("recipe for %s: %s", report.stage, report.chosen)
 
 

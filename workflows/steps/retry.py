@@ -2,18 +2,16 @@
 
 The gate step diagnoses a failure (``trainers.diagnosis``) and stores the diagnosis, with its
 bounded retry plan, in its output (``details["diagnosis"]``). When the workflow loops back to the
-training step (visit > 1), ``retry_config`` applies that plan to the stage the gate judged: the
-plan's new values for ``max_steps`` / ``num_train_epochs`` / ``learning_rate`` / ``warmup_steps``
-replace the stage's, and a plan that does not retrain (``stop``, ``more_data``) raises
-``StopRetry`` with its reason. Other stages, and visit 1, keep their settings.
+training step (visit > 1), ``retraining_plan`` hands that plan for the stage the gate judged to the
+stage-config resolver (``trainteam.contract.stage_config.resolve_stage``): the plan's new values for
+``max_steps`` / ``num_train_epochs`` / ``learning_rate`` / ``warmup_steps`` replace the stage's, and a
+plan that does not retrain (``stop``, ``more_data``) raises ``StopRetry`` with its reason. Other stages,
+and visit 1, have no plan.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainteam.contract.step_io import StepResult, ToolContext
-from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.evaluation.diagnosis import Diagnosis, RetryPlan
 
 
@@ -55,19 +53,13 @@ def retry_plan(ctx: ToolContext, stage: str) -> RetryPlan | None:
     return diagnosis.plan
 
 
-def retry_config(ctx: ToolContext, stage: str, cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with the failed gate's plan applied on a retry visit; unchanged on visit 1 and for
-    stages the gate did not judge. ``StopRetry`` when the plan does not retrain."""
+def retraining_plan(ctx: ToolContext, stage: str) -> RetryPlan | None:
+    """The failed gate's plan for ``stage`` on a retry visit (the resolver applies it); None on visit 1 and
+    for stages the gate did not judge. ``StopRetry`` when the plan does not retrain."""
     plan = retry_plan(ctx, stage)
-    if plan is None:
-        return cfg
-    if not plan.retrains:
+    if plan is not None and not plan.retrains:
         raise StopRetry(retry_note(ctx, stage) or plan.reason, plan)
-    changes = plan.changes.given()
-    data = {**cfg.model_dump(), **changes}
-    if "max_steps" in changes and "num_train_epochs" not in changes:
-        data["num_train_epochs"] = None  # a stage trained by epochs whose plan sets steps: the steps decide
-    return TrainConfig.model_validate(data)
+    return plan
 
 
 def retry_note(ctx: ToolContext, stage: str) -> str | None:

@@ -22,10 +22,10 @@ import hashlib
 import json
 import random
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainteam.contract.stage_config import StageAttempt, recorded, resolve_stage
 from trainteam.contract.step_io import (Carried, Decision, NeedsPerson, Resume, StepResult, ToolContext,
                                         budget_overrun)
 from trainteam.core.hashing import weights_hash
@@ -51,8 +51,8 @@ from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.headroom import skip_align
 from trainteam.workflows.steps.judge import measure_stage
-from trainteam.workflows.steps.recipe import find_recipe
-from trainteam.workflows.steps.retry import StopRetry, retry_config, retry_note
+from trainteam.workflows.steps.recipe import StageRecipe, find_recipe
+from trainteam.workflows.steps.retry import StopRetry, retraining_plan, retry_note
 
 
 def _records(path: str) -> list[dict]:
@@ -96,11 +96,14 @@ def _templated_tokenizer(ctx: ToolContext, model_path: Path, template: str) -> t
 
 
 def _checkpoint_node(ctx: ToolContext, final_dir: Path, stage: str, data_node: str, tok_node: str | None,
-                     parent: str | None, metrics: dict, method: str | None = None, seq_len: int | None = None) -> str:
+                     parent: str | None, metrics: dict, config=None) -> str:
+    """The stage's final weights in the graph, with the resolved config (``config``) they were trained with."""
     return record_checkpoint(ctx.graph, weights_hash(final_dir)[:16], run_id=ctx.run_id, step_node=ctx.step_node,
                              trained_on=data_node, tokenizer=tok_node, derived_from=parent, path=str(final_dir),
                              stage=stage, metrics=metrics, adapter=(final_dir / "adapter_config.json").exists(),
-                             method=method, seq_len=seq_len, prompt_format=folder_prompt_format(final_dir))
+                             method=config.method if config else None, seq_len=config.max_length if config else None,
+                             prompt_format=folder_prompt_format(final_dir),
+                             config=recorded(config) if config else None)
 
 
 class _Stage:
@@ -125,7 +128,7 @@ class _Stage:
         self.events: list[dict] = list(before.events)
         self.spikes: list[dict] = list(before.spikes)
         self.attempt: dict[str, Any] = {}  # this attempt's folder and LR factor (what a spike proposal builds on)
-        self.configs: dict[str, dict] = {}  # stage -> what it trained with (rate, length, batch): the judge reads it
+        self.configs: dict[str, dict] = {}  # stage -> the resolved config it trained with: the judge, runs show
 
     def _out(self, stage: str) -> Path:
         return self.ctx.ws.dir("checkpoints") / self.ctx.run_id / f"{stage}-v{self.ctx.visit}"
@@ -142,13 +145,14 @@ class _Stage:
                 return node, final
         return None
 
-    def _config(self, stage: str, model, warm_start: Path | None = None):
-        """The stage's TrainConfig for this attempt, and the rollback proposal it applies. A first attempt with
-        a ``warm_start`` (the recipe search's chosen probe) begins from it: its checkpoint moves into the
-        stage's folder, and ``resume="auto"`` continues it."""
+    def _config(self, stage: str, model, recipe: StageRecipe | None = None, completion_length: int | None = None):
+        """The stage's TrainConfig for this attempt (``resolve_stage``: the task's, the recipe's, a retry's and
+        this attempt's settings, in TRL's names), and the rollback proposal it applies. A first attempt with a
+        ``warm_start`` (the recipe search's chosen probe) begins from it: its checkpoint moves into the stage's
+        folder, and ``resume="auto"`` continues it."""
         ctx = self.ctx
         # a retry after a failed gate follows the judge's diagnosis (more steps, another rate; StopRetry: none helps)
-        cfg = retry_config(ctx, stage, ctx.task.train_config(stage))
+        retry = retraining_plan(ctx, stage)
         out, factor, proposal = self._out(stage), 1.0, None
         restart = ctx.decided.restart
         if restart is not None and restart.stage == stage:
@@ -159,19 +163,24 @@ class _Stage:
             event = {"stage": stage, "step": restart.spike_step, "kind": "restart"}
             if event not in self.events:  # the same restart resumed (more budget, a crash) is one restart
                 self.events.append(event)
-        elif _continues(warm_start, cfg) and not list_checkpoints(out):
-            out.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(warm_start), str(out / warm_start.name))
-            shutil.rmtree(warm_start.parent, ignore_errors=True)  # the rest of the probe's folder: nothing to keep
+        chosen = recipe.report.chosen if recipe is not None and recipe.report is not None else None
+        cfg = resolve_stage(ctx.task, stage, recipe=chosen, retry=retry, attempt=StageAttempt(out, factor),
+                            completion_length=completion_length)
+        warm_start = recipe.warm_start if recipe is not None else None
+        if restart is None or restart.stage != stage:
+            if warm_start is not None and _continues(warm_start, cfg) and not list_checkpoints(out):
+                out.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(warm_start), str(out / warm_start.name))
+                shutil.rmtree(warm_start.parent, ignore_errors=True)  # the rest of the probe's folder: nothing to keep
         self.attempt = {"output_dir": out, "lr_factor": factor, "input": model}
-        cfg = cfg.model_copy(update={"output_dir": out, "resume": "auto", "learning_rate": cfg.learning_rate * factor})
-        self.configs[stage] = cfg.model_dump(include={"learning_rate", "max_steps", "warmup_steps", "num_train_epochs"})
+        self.configs[stage] = recorded(cfg)  # once per attempt: what the trainer gets
         return cfg, proposal
 
-    def run(self, stage: str, model, data, parent: str | None, data_node: str, callbacks: list | None = None,
-            warm_start: Path | None = None):
+    def run(self, stage: str, model, data, parent: str | None, data_node: str, recipe: StageRecipe | None = None,
+            completion_length: int | None = None):
         ctx = self.ctx
-        cfg, proposal = self._config(stage, model, warm_start)
+        cfg, proposal = self._config(stage, model, recipe, completion_length)
+        callbacks = recipe.callbacks if recipe is not None else None
         if ctx.task.distributed is not None:  # the same training, in launched processes (trainers/launch/supervisor.py)
             report = train_launched(cfg.method, cfg, model, data, tokenizer=self.tokenizer, dist=ctx.task.distributed,
                                     apply_proposal=proposal, answer=ctx.task.answer)
@@ -189,10 +198,10 @@ class _Stage:
         tel = {("steps_this_attempt" if k == "steps" else k): float(v) for k, v in report.telemetry.items()
                if isinstance(v, (int, float))}
         stage_metrics = {**tel, "final_loss": report.losses[-1][1] if report.losses else float("nan"),
-                         "steps": float(report.steps_done), "seq_len": float(cfg.seq_len)}
+                         "steps": float(report.steps_done), "seq_len": float(cfg.max_length)}
         self.metrics.update({f"{stage}.{k}": v for k, v in stage_metrics.items()})
         node = _checkpoint_node(ctx, Path(report.final_dir), stage, data_node, self.tok_node, parent,
-                                stage_metrics, method=cfg.method, seq_len=cfg.seq_len)
+                                stage_metrics, config=cfg)
         return node, report
 
     def stopped(self, stage: str, report) -> StepResult:
@@ -204,7 +213,8 @@ class _Stage:
                      "overrun_s": overrun}
             return StepResult(outcome="over_budget", metrics=self.metrics,
                               summary=f"{stage}: budget reached at step {report.steps_done}; checkpoint kept",
-                              details={"stage": stage, **where, **self.carried().model_dump()},
+                              details={"stage": stage, **where, **self.carried().model_dump(),
+                                       "configs": self.configs},
                               needs=over_budget(self.ctx, where, self.carried()))
         return self.spike_result(stage, report)
 
@@ -219,7 +229,7 @@ class _Stage:
         self.spikes.append({"stage": stage, "step": step, "metric": ev.get("metric"), "value": ev.get("value"),
                             "rule": ev.get("rule"), "z": ev.get("z")})
         details = {"stage": stage, "losses": self.curves, "events": self.events, "spikes": self.spikes,
-                   "evidence": ev}
+                   "evidence": ev, "configs": self.configs}
         if refusal is not None:
             return self._unresolved(stage, step, refusal, details)
         proposal = self._proposal(stage, step, report, ev, previous)
@@ -344,12 +354,11 @@ def train(ctx: ToolContext) -> StepResult:
             parent, final_dir = reused
         else:
             later = names[i + 1:] + ([align.name] if align else [])
-            runner.ctx, recipe = _with_recipe(runner.ctx, st.name, model, tokenizer, data_path, later)
+            recipe = _recipe(runner.ctx, st.name, model, tokenizer, data_path, later)
             if model is None:
                 model = build_model(task.model, tokenizer)
             try:
-                parent, report = runner.run(st.name, model, recipe.rows or data_path, parent, data_node,
-                                            callbacks=recipe.callbacks, warm_start=recipe.warm_start)
+                parent, report = runner.run(st.name, model, recipe.rows or data_path, parent, data_node, recipe)
             except StopRetry as stop:  # the judge's plan: retraining cannot fix what failed
                 return StepResult(outcome="error", summary=str(stop), metrics=runner.metrics,
                                   details={"stages": names[: i + 1], "retry": "stopped", **record})
@@ -379,15 +388,11 @@ def train(ctx: ToolContext) -> StepResult:
     )
 
 
-def _with_recipe(ctx: ToolContext, stage: str, model, tokenizer, data_path: Path, later: list[str]):
-    """(the context whose task trains ``stage`` with its recipe, the recipe): the searched settings
-    (``task.search``) chosen; the context unchanged for a stage the task gave a recipe."""
-    task = ctx.task
-    make = (lambda: build_model(task.model, tokenizer)) if model is None else (lambda: model)
-    recipe = find_recipe(ctx, stage, make, data_path, tokenizer, later)
-    if recipe.report is None:
-        return ctx, recipe
-    return replace(ctx, task=task.with_training(stage, recipe.cfg)), recipe
+def _recipe(ctx: ToolContext, stage: str, model, tokenizer, data_path: Path, later: list[str]) -> StageRecipe:
+    """The stage's recipe: the searched settings (``task.search``) chosen, or none for a stage the task gave a
+    recipe (the resolver applies it: ``resolve_stage``)."""
+    make = (lambda: build_model(ctx.task.model, tokenizer)) if model is None else (lambda: model)
+    return find_recipe(ctx, stage, make, data_path, tokenizer, later)
 
 
 def _continues(warm_start: Path | None, cfg) -> bool:
@@ -519,8 +524,9 @@ def align(ctx: ToolContext) -> StepResult:
         answer_tokens = eval_budget(ctx, st, tokenizer).tokens  # the model's own answers, as long as the judge's
         train_data = (_preference_pairs(ctx, ckpt, tokenizer, records, answer_tokens) if method == "dpo" and not given
                       else records)
-        runner.ctx = _completion_length(ctx, st, tokenizer)
-        node, report = runner.run(st.name, ckpt, train_data, start.checkpoint_node, data_node)
+        # GRPO's completions as long as the answer checks' (``eval_budget``) unless the task sets their length
+        node, report = runner.run(st.name, ckpt, train_data, start.checkpoint_node, data_node,
+                                  completion_length=answer_tokens)
         if node is None:
             return runner.stopped(st.name, report)
         final_dir = Path(report.final_dir)
@@ -528,18 +534,9 @@ def align(ctx: ToolContext) -> StepResult:
     return StepResult(
         summary=what, artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)}, metrics=runner.metrics,
         nodes={"checkpoint": node}, details={"stages": [st.name], "losses": runner.curves, "events": runner.events,
-                                             "spikes": runner.spikes,
+                                             "spikes": runner.spikes, "configs": runner.configs,
                                              "trained_on": [*_trained_on(ctx), str(data_path)]},
     )
-
-
-def _completion_length(ctx: ToolContext, st, tokenizer) -> ToolContext:
-    """GRPO's completions as long as the answer checks' (``eval_budget``) unless the task sets their length."""
-    cfg = ctx.task.train_config(st.name)
-    if cfg.method != "grpo" or "max_completion_length" in cfg.grpo.model_fields_set:
-        return ctx
-    grpo = cfg.grpo.model_copy(update={"max_completion_length": eval_budget(ctx, st, tokenizer).tokens})
-    return replace(ctx, task=ctx.task.with_training(st.name, cfg.model_copy(update={"grpo": grpo})))
 
 
 def _trained_on(ctx: ToolContext) -> list[str]:

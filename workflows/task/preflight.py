@@ -85,9 +85,9 @@ def _plans(task: TrainTask, source: str) -> None:
                            "processes is launched by the task's distributed block (distributed: {strategy: ddp, "
                            "num_processes: 2}); remove strategy, devices_per_node and num_nodes here")
         data = task.stage_data(stage)
-        batch = cfg.per_device_batch_size * cfg.grad_accum
+        batch = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
         if data.demo is not None and cfg.method in ("pretrain", "sft") and batch > data.n_train:
-            raise BadInput(f"{source}: training.{stage}.per_device_batch_size: a batch of {batch} rows is more "
+            raise BadInput(f"{source}: training.{stage}.per_device_train_batch_size: a batch of {batch} rows is more "
                            f"than the {data.n_train} training rows")
         verdict = plan_stage(task, stage, cfg, hw)
         if not verdict.runnable:

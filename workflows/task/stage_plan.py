@@ -41,8 +41,8 @@ from trainteam.trainers.planning.calibrate import Calibration, calibrate, lookup
 from trainteam.trainers.search.recipe_search import default_batch, final_steps
 from trainteam.trainers.planning.tokens import SAMPLE_ROWS, RowTokens, bytes_bound, count_tokens, model_tokenizer
 
-FIXABLE = ("max_steps", "per_device_batch_size", "grad_accum", "learning_rate", "precision",
-           "gradient_checkpointing", "strategy", "seq_len")
+FIXABLE = ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "precision",
+           "gradient_checkpointing", "strategy", "max_length")
 
 
 class StageVerdict(BaseModel):
@@ -123,7 +123,7 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
                         total_tokens=p.total_tokens, est_minutes=round(p.cost.hours * 60, 3),
                         est_cost_usd=round(p.cost.cost, 4), memory_gib=round(p.memory.total_gib, 3),
                         max_steps=p.max_steps, examples=counted.examples if counted is not None else None,
-                        row_tokens=round(tokens.mean(p.config.seq_len), 2) if tokens is not None else None,
+                        row_tokens=round(tokens.mean(p.config.max_length), 2) if tokens is not None else None,
                         row_tokens_source=tokens.source if tokens is not None else None,
                         longest_row=tokens.longest if tokens is not None else None,
                         tokens_per_second=round(p.cost.tokens_per_second, 2),
@@ -135,9 +135,9 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
 def _fixes(task, cfg, hw, vocab, refused: PlanRefused) -> dict[str, Any]:
     """The settings that repair the planner's refusals where it can confirm one (see the module's notes)."""
     fixes: dict[str, Any] = {}
-    if any(r.field == "seq_len" for r in refused.refusals) and task.model.path is None:
-        fixes["seq_len"] = task.model.max_position_embeddings
-    if any(r.field != "seq_len" for r in refused.refusals):
+    if any(r.field == "max_length" for r in refused.refusals) and task.model.path is None:
+        fixes["max_length"] = task.model.max_position_embeddings
+    if any(r.field != "max_length" for r in refused.refusals):
         try:
             rec = recommend(task.model, hw, base=cfg.model_copy(update=fixes), vocab_size=vocab, strict=False).config
         except PlanRefused:
@@ -176,18 +176,19 @@ def _searched_length(task, stage: str, cfg, p, counted: DataTokens | None, attem
     if p.max_steps * step_s <= share:
         return p, None
     examples = counted.examples if counted is not None and counted.examples else None
-    batch = default_batch(examples) if examples and "per_device_batch_size" in searched[stage] else cfg.per_device_batch_size
+    batch = (default_batch(examples) if examples and "per_device_train_batch_size" in searched[stage]
+             else cfg.per_device_train_batch_size)
     epochs = task.search.max_epochs if task.model.path is not None and examples else None
-    steps = final_steps(share, step_s * batch / cfg.per_device_batch_size, examples or 1, batch, cfg.grad_accum,
-                        epochs, 1)
+    steps = final_steps(share, step_s * batch / cfg.per_device_train_batch_size, examples or 1, batch,
+                        cfg.gradient_accumulation_steps, epochs, 1)
     try:
-        fitted = attempt(cfg.model_copy(update={"max_steps": steps, "per_device_batch_size": batch,
+        fitted = attempt(cfg.model_copy(update={"max_steps": steps, "per_device_train_batch_size": batch,
                                                 "warmup_steps": min(cfg.warmup_steps, steps - 1)}))
     except PlanRefused:
         return p, None  # the placeholder's plan stands; the search sets the length before anything trains
     note = (f"max_steps: the recipe search's to choose; planned at {steps} steps, what this stage's "
             f"{share / 60:.1f} min of the {allowed / 60:g} min budget afford after the probes at "
-            f"{step_s * batch / cfg.per_device_batch_size:.2f} s a step"
+            f"{step_s * batch / cfg.per_device_train_batch_size:.2f} s a step"
             + (f" (at most {epochs:g} passes over {examples} examples)" if epochs else "")
             + f"; its placeholder {p.max_steps} steps would take {p.cost.hours * 60:.1f} min")
     return fitted, note
@@ -260,11 +261,11 @@ def _plan_inputs(task, cfg, counted: DataTokens | None, device: str, vocab: int 
     tokens = counted.tokens
     examples = counted.examples
     if cfg.method == "pretrain" and examples:
-        examples = max(1, int(counted.rows * tokens.mean() / cfg.seq_len))  # packed windows of seq_len
+        examples = max(1, int(counted.rows * tokens.mean() / cfg.max_length))  # packed windows of seq_len
     out["dataset_rows"] = examples
     per_sequence = 2 if cfg.method == "dpo" else 1
     if cfg.method in ("sft", "dpo") and tokens.lengths:
-        out["row_tokens"] = tokens.mean(cfg.seq_len, per_sequence)
+        out["row_tokens"] = tokens.mean(cfg.max_length, per_sequence)
         out["row_tokens_note"] = ("counted with the model's tokenizer" if tokens.source == "tokenizer"
                                   else "an upper bound from UTF-8 bytes")
     cal = _calibration(task, cfg, out.get("row_tokens"), device, vocab, measure)
@@ -276,7 +277,7 @@ def _plan_inputs(task, cfg, counted: DataTokens | None, device: str, vocab: int 
 
 def calibration_tokens(cfg, row_tokens: float | None) -> float:
     """Tokens of one micro-batch as the trainer computes it: rows of ``row_tokens`` (SFT, DPO), else windows."""
-    return cfg.per_device_batch_size * (row_tokens or cfg.seq_len)
+    return cfg.per_device_train_batch_size * (row_tokens or cfg.max_length)
 
 
 def _calibration(task, cfg, row_tokens: float | None, device: str, vocab: int | None,

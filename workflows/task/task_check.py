@@ -128,10 +128,10 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
     if counted is not None:
         tokens = counted.tokens
         rows = f"{counted.rows:,} training rows" if counted.rows else "training rows"
-        over = tokens.longest > cfg.seq_len and cfg.method in ("sft", "dpo")
+        over = tokens.longest > cfg.max_length and cfg.method in ("sft", "dpo")
         yield Check(f"tokens ({stage})", "warn" if over else "ok", f"{rows}; {tokens.describe()}; "
-                    + (f"longer than seq_len {cfg.seq_len}: cut there in training" if over
-                       else f"within seq_len {cfg.seq_len}"))
+                    + (f"longer than max_length {cfg.max_length}: cut there in training" if over
+                       else f"within max_length {cfg.max_length}"))
     if cfg.trl:
         trl_class = get_method(cfg.method).trl_config.rpartition(".")[2]
         yield Check(f"trl ({stage})", "ok", f"{trl_class} takes {', '.join(sorted(cfg.trl))}")
