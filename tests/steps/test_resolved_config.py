@@ -14,7 +14,8 @@ def test_the_recorded_config_is_what_the_trainer_got(tmp_path, ws):
     import torch
 
     task = write_task(tmp_path, training={"pretrain": TRAINING})
-    run = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r-cfg", "-q", timeout=900)
+    run = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r-cfg", "-q", "--yes",
+              timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
 
     trained = run_view(ws, "r-cfg")["trained"]

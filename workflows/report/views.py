@@ -54,7 +54,7 @@ def trained_in(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (``trainteam.contract.stage_config``, TRL's names) its output records (``details.configs``)."""
     out: list[dict[str, Any]] = []
     for a in attempts:
-        output = a.get("output") if isinstance(a.get("output"), dict) else {}
+        output = found if isinstance(found := a.get("output"), dict) else {}
         for stage, config in ((output.get("details") or {}).get("configs") or {}).items():
             entry = {"step": a["step"], "visit": a["visit"], "stage": stage, "config": config}
             if isinstance(config, dict) and entry not in out:  # a paused persona run and its continuation: one
@@ -92,7 +92,7 @@ def searches_in(attempts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     a later visit's (a retry reads the same search back) replaces an earlier one's."""
     out: dict[str, dict[str, Any]] = {}
     for a in attempts:
-        output = a.get("output") if isinstance(a.get("output"), dict) else {}
+        output = found if isinstance(found := a.get("output"), dict) else {}
         for stage, report in ((output.get("details") or {}).get("search") or {}).items():
             if isinstance(report, dict):
                 out[stage] = search_public(report)
