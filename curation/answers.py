@@ -53,17 +53,35 @@ class AnswerSpec(BaseModel):
 
     kind: AnswerKind = "exact"
     ignore_case: bool = Field(default=True, description="exact/regex/choice: compare case-folded")
-    strip_surrounding: bool = Field(default=True, description="exact/regex/choice: drop surrounding whitespace "
-                                    "and punctuation (quotes, brackets, a closing full stop)")
-    collapse_whitespace: bool = Field(default=True, description="exact/regex/choice: runs of whitespace count as one space")
-    pattern: str | None = Field(default=None, max_length=500, validate_default=True,
-                                description="regex: searched in the output; its first group (or the match) is the answer")
-    full_match: bool = Field(default=False, description="regex: the whole output (surrounding whitespace aside) must match")
-    labels: list[str] | None = Field(default=None, max_length=1000, validate_default=True,
-                                     description="choice: the labels an output may name")
-    function: str | None = Field(default=None, max_length=300, validate_default=True,
-                                 description='verifier: "package.module:fn", fn(answer, reference) -> bool | float')
-    min_score: float = Field(default=1.0, allow_inf_nan=False, description="verifier: a float at or above this is correct")
+    strip_surrounding: bool = Field(
+        default=True,
+        description="exact/regex/choice: drop surrounding whitespace "
+        "and punctuation (quotes, brackets, a closing full stop)",
+    )
+    collapse_whitespace: bool = Field(
+        default=True, description="exact/regex/choice: runs of whitespace count as one space"
+    )
+    pattern: str | None = Field(
+        default=None,
+        max_length=500,
+        validate_default=True,
+        description="regex: searched in the output; its first group (or the match) is the answer",
+    )
+    full_match: bool = Field(
+        default=False, description="regex: the whole output (surrounding whitespace aside) must match"
+    )
+    labels: list[str] | None = Field(
+        default=None, max_length=1000, validate_default=True, description="choice: the labels an output may name"
+    )
+    function: str | None = Field(
+        default=None,
+        max_length=300,
+        validate_default=True,
+        description='verifier: "package.module:fn", fn(answer, reference) -> bool | float',
+    )
+    min_score: float = Field(
+        default=1.0, allow_inf_nan=False, description="verifier: a float at or above this is correct"
+    )
 
     @field_validator("pattern")
     @classmethod
@@ -112,8 +130,10 @@ class AnswerSpec(BaseModel):
         if self.kind == "verifier":
             off = [f for f in _NORMALISING if not getattr(self, f)]
             if off:
-                raise ValueError(f"{off[0]}: a verifier gets the answer as the model wrote it (stripped); "
-                                 "normalise inside the function")
+                raise ValueError(
+                    f"{off[0]}: a verifier gets the answer as the model wrote it (stripped); "
+                    "normalise inside the function"
+                )
         return self
 
     # -- reading an output ------------------------------------------------------------------
@@ -239,8 +259,9 @@ class AnswerSpec(BaseModel):
         try:
             got = fn(answer, str(reference).strip())
         except Exception as exc:
-            raise BadInput(f"answer.function: {self.function} raised {type(exc).__name__}: {exc} "
-                           f"on answer {answer[:60]!r}") from None
+            raise BadInput(
+                f"answer.function: {self.function} raised {type(exc).__name__}: {exc} on answer {answer[:60]!r}"
+            ) from None
         if isinstance(got, bool):
             return 1.0 if got else 0.0
         if isinstance(got, (int, float)) and math.isfinite(got):
@@ -277,8 +298,10 @@ def load_verifier(path: str) -> Callable[[str, str], Any]:
     try:
         mod = importlib.import_module(module)
     except Exception as exc:  # the user's module: any error in it means it does not import
-        raise ValueError(f"{path}: module {module!r} does not import ({type(exc).__name__}: {exc}); "
-                         "install it, or put its folder on PYTHONPATH") from None
+        raise ValueError(
+            f"{path}: module {module!r} does not import ({type(exc).__name__}: {exc}); "
+            "install it, or put its folder on PYTHONPATH"
+        ) from None
     fn = getattr(mod, name, None)
     if fn is None:
         raise ValueError(f"{path}: module {module!r} has no {name!r}")
@@ -287,8 +310,14 @@ def load_verifier(path: str) -> Callable[[str, str], Any]:
     return fn
 
 
-NUMERIC = AnswerSpec(kind="regex", pattern=r"-?\d+", full_match=True, ignore_case=False, strip_surrounding=False,
-                     collapse_whitespace=False)
+NUMERIC = AnswerSpec(
+    kind="regex",
+    pattern=r"-?\d+",
+    full_match=True,
+    ignore_case=False,
+    strip_surrounding=False,
+    collapse_whitespace=False,
+)
 
 
 def default_answer(demo: bool) -> AnswerSpec:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from trainteam.core.errors import BadInput
 

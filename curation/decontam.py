@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,7 +66,7 @@ class EvalIndex:
             self._filters[n] = bits
 
     @classmethod
-    def build(cls, eval_sets: Mapping[str, Iterable[Mapping]], config: DecontamConfig | None = None) -> "EvalIndex":
+    def build(cls, eval_sets: Mapping[str, Iterable[Mapping]], config: DecontamConfig | None = None) -> EvalIndex:
         config = config or DecontamConfig()
         names: list[str] = []
         texts: list[str] = []
@@ -110,7 +111,7 @@ class EvalIndex:
             if match.size == 0:
                 continue
             docs = np.searchsorted(g_off, match, side="right") - 1
-            for m, d, p in zip(match.tolist(), docs.tolist(), pos.tolist()):
+            for m, d, p in zip(match.tolist(), docs.tolist(), pos.tolist(), strict=True):
                 hits[d].append((m - int(g_off[d]), n, int(owner[p])))
         return hits
 
@@ -141,7 +142,10 @@ def apply_hits(record: dict, hits: list[tuple[int, int, int]], index: EvalIndex)
     if spans is None:
         return DecontamOutcome([], leaked, "dropped")
     cuts = sorted(
-        (max(0, spans[w][0] - cfg.margin_chars), min(len(text), spans[min(w + n, len(spans)) - 1][1] + cfg.margin_chars))
+        (
+            max(0, spans[w][0] - cfg.margin_chars),
+            min(len(text), spans[min(w + n, len(spans)) - 1][1] + cfg.margin_chars),
+        )
         for w, n, _ in hits
     )
     pieces: list[str] = []
@@ -155,7 +159,12 @@ def apply_hits(record: dict, hits: list[tuple[int, int, int]], index: EvalIndex)
     if not pieces or len(pieces) > cfg.max_pieces:
         return DecontamOutcome([], leaked, "dropped")
     kept = [
-        {**record, "id": f"{record['id']}#part{k}", "text": p, "meta": {**record.get("meta", {}), "cut_from": record["id"]}}
+        {
+            **record,
+            "id": f"{record['id']}#part{k}",
+            "text": p,
+            "meta": {**record.get("meta", {}), "cut_from": record["id"]},
+        }
         for k, p in enumerate(pieces)
     ]
     return DecontamOutcome(kept, leaked, "cut")
@@ -165,4 +174,4 @@ def decontaminate(records: Sequence[dict], index: EvalIndex, words: Words | None
     """Check a batch of ``{id, text, meta}`` records against the eval index
     (``words``: their :func:`~trainteam.curation.text.tokenize`, when the caller has it)."""
     hits = index.find([r["text"] for r in records], words)
-    return [apply_hits(r, h, index) for r, h in zip(records, hits)]
+    return [apply_hits(r, h, index) for r, h in zip(records, hits, strict=True)]

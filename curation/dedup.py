@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import bisect
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -152,7 +152,9 @@ class MinHashLSH:
         keys = (used * self._band_mult).sum(axis=2, dtype=np.uint64)
         keys ^= np.arange(self.bands, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15)
         if empty.any():  # documents without words never collide with anything
-            keys[empty] = np.random.default_rng(self.n_docs).integers(0, 2**63, size=(int(empty.sum()), self.bands), dtype=np.uint64)
+            keys[empty] = np.random.default_rng(self.n_docs).integers(
+                0, 2**63, size=(int(empty.sum()), self.bands), dtype=np.uint64
+            )
         self._keys.append(keys)
         self.n_docs += n
 
@@ -263,4 +265,4 @@ class ExactDeduper:
 
     def batch_words(self, ids: Sequence[str], words: Words) -> list[str | None]:
         """:meth:`check` for documents already tokenized (``text.tokenize``)."""
-        return [self.check(i, d) for i, d in zip(ids, content_hashes(words.hashes, words.offsets))]
+        return [self.check(i, d) for i, d in zip(ids, content_hashes(words.hashes, words.offsets), strict=True)]

@@ -29,7 +29,7 @@ class ArithmeticConfig(BaseModel):
     fixed_width: bool = Field(True, description="zero-pad operands and answer to one width: 08+64=072")
 
     @model_validator(mode="after")
-    def _enough_problems(self) -> "ArithmeticConfig":
+    def _enough_problems(self) -> ArithmeticConfig:
         space = _problem_space(self.task, self.max_operand)
         if self.n_eval > space // 2:
             raise ValueError(

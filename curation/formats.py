@@ -20,8 +20,9 @@ Rows come in four canonical shapes (``row_kind``): text, pair (prompt/completion
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 RowKind = Literal["text", "pair", "chat", "preference"]
 PromptFormat = Literal["plain", "chat"]
@@ -31,6 +32,7 @@ Prompt = str | list[Message]
 
 def row_kind(rec: Mapping[str, Any]) -> RowKind:
     """Which of the canonical shapes a row has (preference before pair: both have ``prompt``)."""
+
     def has(*keys: str) -> bool:  # a column a table gives every row may hold None in this one
         return all(rec.get(k) is not None for k in keys)
 
@@ -59,8 +61,14 @@ def renders_tool_calls(tokenizer) -> bool:
     empty answer, which a model would then learn."""
     if prompt_format(tokenizer) != "chat":
         return False
-    probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": _PROBE_TOOL, "arguments": {}}}]}]
+    probe = [
+        {"role": "user", "content": "x"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": _PROBE_TOOL, "arguments": {}}}],
+        },
+    ]
     try:
         return _PROBE_TOOL in tokenizer.apply_chat_template(probe, tokenize=False)
     except Exception:  # a template that raises on tool calls (jinja errors, raise_exception) renders none
@@ -82,6 +90,7 @@ def folder_prompt_format(folder) -> PromptFormat:
 
 
 # -- rows as conversations ---------------------------------------------------------------------
+
 
 def _last_assistant(messages: Sequence[Message]) -> int:
     for i in range(len(messages) - 1, -1, -1):
@@ -132,8 +141,11 @@ def completion_content(completion: Any) -> str:
     if isinstance(completion, Mapping):
         return str(completion.get("content") or "")
     if isinstance(completion, Sequence):
-        return "".join(completion_content(c) for c in completion if not isinstance(c, Mapping)
-                       or c.get("role", "assistant") == "assistant")
+        return "".join(
+            completion_content(c)
+            for c in completion
+            if not isinstance(c, Mapping) or c.get("role", "assistant") == "assistant"
+        )
     return str(completion)
 
 
@@ -146,23 +158,28 @@ def _plain(prompt: Prompt) -> str:
 
 # -- rendering -----------------------------------------------------------------------------------
 
-def prompt_text(tokenizer, prompt: Prompt, fmt: PromptFormat = "plain", *, system: str | None = None,
-                tools: list | None = None) -> str:
+
+def prompt_text(
+    tokenizer, prompt: Prompt, fmt: PromptFormat = "plain", *, system: str | None = None, tools: list | None = None
+) -> str:
     """The context a model is given: ``</s>12+34=`` (plain), or the chat template's rendering
     of the turns up to the assistant's header (chat)."""
     if fmt == "chat":
-        return tokenizer.apply_chat_template(as_messages(prompt, system), tools=tools, tokenize=False,
-                                             add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            as_messages(prompt, system), tools=tools, tokenize=False, add_generation_prompt=True
+        )
     sep = tokenizer.bos_token or tokenizer.eos_token or ""
     return sep + _plain(as_messages(prompt, system) if system else prompt)
 
 
-def prompt_ids(tokenizer, prompt: Prompt, fmt: PromptFormat = "plain", *, system: str | None = None,
-               tools: list | None = None) -> list[int]:
+def prompt_ids(
+    tokenizer, prompt: Prompt, fmt: PromptFormat = "plain", *, system: str | None = None, tools: list | None = None
+) -> list[int]:
     """Token ids of ``prompt_text``; chat prompts are tokenized by the template itself, as TRL does."""
     if fmt == "chat":
-        out = tokenizer.apply_chat_template(as_messages(prompt, system), tools=tools, tokenize=True,
-                                            add_generation_prompt=True, return_dict=True)
+        out = tokenizer.apply_chat_template(
+            as_messages(prompt, system), tools=tools, tokenize=True, add_generation_prompt=True, return_dict=True
+        )
         return list(out["input_ids"])
     return tokenizer(prompt_text(tokenizer, prompt, system=system), add_special_tokens=False)["input_ids"]
 
@@ -179,8 +196,12 @@ def example_ids(tokenizer, rec: Mapping[str, Any], fmt: PromptFormat) -> tuple[l
     system, tools = rec.get("system"), rec.get("tools")
     if fmt == "chat":
         p = prompt_ids(tokenizer, prompt, fmt, system=system, tools=tools)
-        full = tokenizer.apply_chat_template(as_messages(prompt, system) + [{"role": "assistant", "content": reference}],
-                                             tools=tools, tokenize=True, return_dict=True)["input_ids"]
+        full = tokenizer.apply_chat_template(
+            as_messages(prompt, system) + [{"role": "assistant", "content": reference}],
+            tools=tools,
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"]
         return p, list(full)
     text = prompt_text(tokenizer, prompt, system=system)
     p = tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from trainteam.core.errors import BadInput
 
@@ -79,7 +80,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return list(iter_jsonl(path))
 
 
-def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> Path:
+def write_jsonl(records: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
     """Write records atomically (temp file + rename) so a crash never leaves half a dataset."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -22,7 +23,7 @@ from trainteam.core.hashing import file_fingerprint
 from trainteam.curation.jsonl import write_jsonl
 
 # The recorded facts of a version key (its ``path``, ``content_hash``, ...), or None.
-Recorded = Callable[[str], Optional[Mapping[str, Any]]]
+Recorded = Callable[[str], Mapping[str, Any] | None]
 
 
 class DatasetFacts(BaseModel):
@@ -34,9 +35,9 @@ class DatasetFacts(BaseModel):
     counts: dict[str, int]
     params: dict[str, Any]
     inputs: list[tuple[str, str]] = Field(description="(fingerprint, name) of each input it was built from")
-    checked_against: list[tuple[str, str]] = Field(default_factory=list,
-                                                   description="(fingerprint, name) of each eval set it was "
-                                                               "decontaminated against")
+    checked_against: list[tuple[str, str]] = Field(
+        default_factory=list, description="(fingerprint, name) of each eval set it was decontaminated against"
+    )
     builder: str | None = None
     report: str | None = None
 
@@ -114,7 +115,13 @@ def materialize(
         return key, Path(node["path"]), None
     path = write_jsonl(build(), Path(out_dir) / f"{key}.jsonl")
     names = {name: str(src) if isinstance(src, (str, Path)) else name for name, src in inputs.items()}
-    facts = DatasetFacts(key=key, path=str(path), content_hash=file_fingerprint(path),
-                         counts={"output": sum(1 for _ in path.open("rb"))}, params=dict(params),
-                         inputs=[(fp, names[name]) for name, fp in fps.items()], builder=kind)
+    facts = DatasetFacts(
+        key=key,
+        path=str(path),
+        content_hash=file_fingerprint(path),
+        counts={"output": sum(1 for _ in path.open("rb"))},
+        params=dict(params),
+        inputs=[(fp, names[name]) for name, fp in fps.items()],
+        builder=kind,
+    )
     return key, path, facts

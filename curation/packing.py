@@ -13,7 +13,8 @@ A tokenizer is passed in, never imported here.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Literal
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import completion_text, prompt_text

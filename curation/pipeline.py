@@ -23,13 +23,16 @@ import tempfile
 import time
 import uuid
 from array import array
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.core.errors import BadInput
+from trainteam.core.hashing import file_fingerprint
 from trainteam.curation.decontam import DecontamConfig, EvalIndex, decontaminate
 from trainteam.curation.dedup import ExactDeduper, MinHashLSH, NearDupConfig, NearDupResult
 from trainteam.curation.jsonl import read_jsonl
@@ -46,8 +49,6 @@ from trainteam.curation.quality import QualityConfig, QualityFilter
 from trainteam.curation.row_checks import RowChecker, RowChecksConfig, RowExample, contents, prompt_side, row_of
 from trainteam.curation.sources import SkipCounter, iter_records, source_name
 from trainteam.curation.text import Words, tokenize
-from trainteam.core.errors import BadInput
-from trainteam.core.hashing import file_fingerprint
 
 _DUP_FLAGS = ("near_dup_of", "exact_dup_of")
 
@@ -65,11 +66,19 @@ class CurationConfig(BaseModel):
     quality: QualityConfig | None = Field(default_factory=QualityConfig)
     decontam: DecontamConfig | None = Field(default_factory=DecontamConfig)
     near_dedup: NearDupConfig | None = Field(default_factory=NearDupConfig)
-    rows: RowChecksConfig | None = Field(None, description="chat, prompt/completion and preference rows: the "
-                                         "row-level checks; records come from row_checks.row_records")
-    max_drop_fraction: float | None = Field(0.5, ge=0, le=1, description="more of the input removed than this "
-                                            "and a run stops to ask a person (None: never asks); not part "
-                                            "of the version, which it does not change")
+    rows: RowChecksConfig | None = Field(
+        None,
+        description="chat, prompt/completion and preference rows: the "
+        "row-level checks; records come from row_checks.row_records",
+    )
+    max_drop_fraction: float | None = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="more of the input removed than this "
+        "and a run stops to ask a person (None: never asks); not part "
+        "of the version, which it does not change",
+    )
     batch_size: int = Field(2000, ge=1, le=1_000_000)
     max_listed: int = Field(1000, ge=0, description="ids listed per category in the report (counts are exact)")
 
@@ -95,7 +104,8 @@ class CurationReport(BaseModel):
     leak_cut_ids: list[str] = Field(default_factory=list)
     exact_duplicates: list[tuple[str, str]] = Field(default_factory=list, description="(dropped id, kept id)")
     near_duplicates: list[tuple[str, str, float]] = Field(
-        default_factory=list, description="(dropped, kept, Jaccard of the pair; in a chain, the dropped doc's best verified match)"
+        default_factory=list,
+        description="(dropped, kept, Jaccard of the pair; in a chain, the dropped doc's best verified match)",
     )
     lsh: dict[str, int] = Field(default_factory=dict)
     injected: dict[str, InjectedCount] = Field(default_factory=dict)
@@ -103,8 +113,9 @@ class CurationReport(BaseModel):
     unchecked_eval_examples: list[str] = Field(default_factory=list)
     seconds: float = 0.0
     records: list[dict] | None = Field(None, exclude=True, description="the output, when no out_dir was given")
-    facts: DatasetFacts | None = Field(None, exclude=True, description="the version built in out_dir, for the "
-                                                                       "caller to record (None when reused)")
+    facts: DatasetFacts | None = Field(
+        None, exclude=True, description="the version built in out_dir, for the caller to record (None when reused)"
+    )
 
     def summary(self) -> str:
         c = self.counts
@@ -112,7 +123,8 @@ class CurationReport(BaseModel):
             f"dataset version {self.version}" + (" (reused: already curated)" if self.reused else ""),
             f"  input {c.get('input', 0)}  ->  output {c.get('output', 0)}",
             f"  skipped malformed {c.get('skipped_bad', 0)}, row checks {c.get('row_dropped', 0)}, "
-            f"exact dups {c.get('exact_duplicates', 0)}, quality {c.get('quality_dropped', 0)}, leaks dropped {c.get('leak_dropped', 0)} / cut {c.get('leak_cut', 0)}, "
+            f"exact dups {c.get('exact_duplicates', 0)}, quality {c.get('quality_dropped', 0)}, "
+            f"leaks dropped {c.get('leak_dropped', 0)} / cut {c.get('leak_cut', 0)}, "
             f"near dups {c.get('near_duplicates', 0)}",
         ]
         for name, n in self.injected.items():
@@ -134,12 +146,18 @@ class CurationReport(BaseModel):
         c = self.counts
         found: dict[str, tuple[int, list[str]]] = {
             "skipped_malformed": (c.get("skipped_bad", 0), self.skipped_examples[:limit]),
-            "exact_duplicates": (c.get("exact_duplicates", 0),
-                                 [f"{d} (same as {k})" for d, k in self.exact_duplicates[:limit]]),
-            "eval_leaks": (c.get("leak_dropped", 0) + c.get("leak_cut", 0),
-                           (self.leak_dropped_ids + self.leak_cut_ids)[:limit]),
-            "near_duplicates": (c.get("near_duplicates", 0),
-                                [f"{d} (~{k}, Jaccard {s:.2f})" for d, k, s in self.near_duplicates[:limit]]),
+            "exact_duplicates": (
+                c.get("exact_duplicates", 0),
+                [f"{d} (same as {k})" for d, k in self.exact_duplicates[:limit]],
+            ),
+            "eval_leaks": (
+                c.get("leak_dropped", 0) + c.get("leak_cut", 0),
+                (self.leak_dropped_ids + self.leak_cut_ids)[:limit],
+            ),
+            "near_duplicates": (
+                c.get("near_duplicates", 0),
+                [f"{d} (~{k}, Jaccard {s:.2f})" for d, k, s in self.near_duplicates[:limit]],
+            ),
         }
         for rule, n in self.row_dropped.items():
             found[f"rows.{rule}"] = (n, [f"{e.id}: {e.why}" for e in self.row_examples.get(rule, [])[:limit]])
@@ -197,8 +215,18 @@ class _Run:
     def __init__(self, config: CurationConfig, eval_sets: dict[str, list[dict]], tokenizer: Any = None):
         self.cfg = config
         self.counts = dict.fromkeys(
-            ("input", "skipped_bad", "row_dropped", "exact_duplicates", "quality_dropped", "leak_dropped", "leak_cut",
-             "near_duplicates", "output"), 0
+            (
+                "input",
+                "skipped_bad",
+                "row_dropped",
+                "exact_duplicates",
+                "quality_dropped",
+                "leak_dropped",
+                "leak_cut",
+                "near_duplicates",
+                "output",
+            ),
+            0,
         )
         self.injected = {k: InjectedCount() for k in ("duplicates", "leaks", "junk")}
         self.rows = RowChecker(config.rows, tokenizer) if config.rows else None
@@ -207,8 +235,7 @@ class _Run:
         decontam = config.decontam
         if decontam is not None and self.rows is not None:
             decontam = decontam.model_copy(update={"mode": "drop"})  # a conversation is dropped, never cut
-        self.index = EvalIndex.build(_index_sets(eval_sets, config.rows), decontam) \
-            if decontam and eval_sets else None
+        self.index = EvalIndex.build(_index_sets(eval_sets, config.rows), decontam) if decontam and eval_sets else None
         self.lsh = MinHashLSH(config.near_dedup) if config.near_dedup else None
         self.leaked: dict[str, set[str]] = {}
         self.exact_pairs: list[tuple[str, str]] = []
@@ -227,18 +254,18 @@ class _Run:
 
     def _keep(self, batch: list[dict], words: Words, keep, counter: str) -> tuple[list[dict], Words]:
         """The records where ``keep`` is true; the others counted under ``counter`` (and as caught)."""
-        for rec, k in zip(batch, keep):
+        for rec, k in zip(batch, keep, strict=True):
             if not k:
                 self.counts[counter] += 1
                 self._caught(rec)
-        return [r for r, k in zip(batch, keep) if k], words.select(keep)
+        return [r for r, k in zip(batch, keep, strict=True) if k], words.select(keep)
 
     def stage_one(self, batch: list[dict]) -> tuple[list[dict], Words]:
         """Row checks, exact dedup, quality, decontamination; returns the records that go on and
         their words. The batch is tokenized once and every stage reads that (a record cut by
         decontamination is tokenized again; its pieces go after the batch's clean records)."""
         for rec in batch:
-            for flag, name in zip(self._flags(rec), ("duplicates", "leaks", "junk")):
+            for flag, name in zip(self._flags(rec), ("duplicates", "leaks", "junk"), strict=True):
                 if flag:
                     self.injected[name].injected += 1
         words = tokenize([r["text"] for r in batch], stats=self.quality is not None)
@@ -247,7 +274,7 @@ class _Run:
             batch, words = self._keep(batch, words, keep, "row_dropped")
         if self.exact is not None and batch:
             firsts = self.exact.batch_words([r["id"] for r in batch], words)
-            for rec, first in zip(batch, firsts):
+            for rec, first in zip(batch, firsts, strict=True):
                 if first is not None and len(self.exact_pairs) < self.cfg.max_listed:
                     self.exact_pairs.append((rec["id"], first))
             batch, words = self._keep(batch, words, [f is None for f in firsts], "exact_duplicates")
@@ -255,10 +282,10 @@ class _Run:
             verdicts = self.quality.batch([r["text"] for r in batch], words, ids=[r["id"] for r in batch])
             batch, words = self._keep(batch, words, verdicts, "quality_dropped")
         if self.index is not None and batch:
-            batch, words = self._decontaminate(batch, words)
+            batch, words = self._decontaminate(batch, words, self.index)
         return batch, words
 
-    def _decontaminate(self, batch: list[dict], words: Words) -> tuple[list[dict], Words]:
+    def _decontaminate(self, batch: list[dict], words: Words, index: EvalIndex) -> tuple[list[dict], Words]:
         """Drop (or cut) the records that share an n-gram with an eval example; rows are compared on
         their prompt side (``row_checks.prompt_side``) or contents (``leaks_on``), text on the text."""
         listed = self.cfg.max_listed
@@ -268,7 +295,7 @@ class _Run:
             found = tokenize([side(row_of(r)) for r in batch])
         clean = np.ones(len(batch), dtype=bool)
         pieces: list[dict] = []
-        for k, (rec, outcome) in enumerate(zip(batch, decontaminate(batch, self.index, found))):
+        for k, (rec, outcome) in enumerate(zip(batch, decontaminate(batch, index, found), strict=True)):
             if outcome.action == "clean":
                 continue
             clean[k] = False
@@ -282,7 +309,7 @@ class _Run:
             target = self.leak_dropped if outcome.action == "dropped" else self.leak_cut
             if len(target) < listed:
                 target.append(rec["id"])
-        batch, words = [r for r, k in zip(batch, clean) if k], words.select(clean)
+        batch, words = [r for r, k in zip(batch, clean, strict=True) if k], words.select(clean)
         if pieces:
             batch, words = batch + pieces, words.concat(tokenize([p["text"] for p in pieces]))
         return batch, words
@@ -346,7 +373,7 @@ def curate(
     run = _Run(config, evals, tokenizer)
     skipped = SkipCounter()
     tmp = tempfile.TemporaryDirectory(prefix="curate-") if out_dir is None else None
-    work = Path(out_dir) if out_dir is not None else Path(tmp.name)
+    work = Path(tmp.name) if tmp is not None else Path(out_dir or ".")
     work.mkdir(parents=True, exist_ok=True)
     final = work / "data.jsonl"
     # Two runs of one workspace may build the same version at once: each writes its own files and
@@ -354,19 +381,15 @@ def curate(
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     spill, staged = work / f".stage1-{tag}.jsonl", work / f".data-{tag}.jsonl"
     stream_hash = RecordsFingerprint() if corpus_fp is None else None
-    records = iter_records(
-        corpus, text_field=config.text_field, skip_bad=config.skip_bad, skipped=skipped,
-        txt_mode=config.txt_mode, streaming=config.streaming,
-    )
     try:
-        near = _first_pass(run, records, spill, stream_hash, progress)
+        near = _first_pass(run, _records(corpus, config, skipped), spill, stream_hash, progress)
         near_pairs = _second_pass(spill, staged, near, run, config.max_listed)
         staged.replace(final)
     finally:
         spill.unlink(missing_ok=True)
         staged.unlink(missing_ok=True)
     run.counts["skipped_bad"] = skipped.count
-    fp = corpus_fp or stream_hash.hexdigest()
+    fp = stream_hash.hexdigest() if stream_hash is not None else corpus_fp or ""
     report = _report(run, _key(fp, eval_fps, params), near, near_pairs, skipped)
     if out_dir is None:
         report.records = read_jsonl(final) if final.stat().st_size else []
@@ -378,14 +401,31 @@ def curate(
     if out_dir is not None:
         report_path = work / "report.json"
         report.facts = DatasetFacts(
-            key=report.version, path=str(final), content_hash=report.content_hash, counts=run.counts, params=params,
-            inputs=[(fp, source_name(corpus))], checked_against=[(efp, f"eval:{n}") for n, efp in eval_fps.items()],
+            key=report.version,
+            path=str(final),
+            content_hash=report.content_hash,
+            counts=run.counts,
+            params=params,
+            inputs=[(fp, source_name(corpus))],
+            checked_against=[(efp, f"eval:{n}") for n, efp in eval_fps.items()],
             report=str(report_path),
         )
         staged_report = work / f".report-{tag}.json"
         staged_report.write_text(report.model_dump_json(indent=1))
         staged_report.replace(report_path)
     return report
+
+
+def _records(corpus: Any, config: CurationConfig, skipped: SkipCounter) -> Iterator[dict]:
+    """The corpus read as the config says, its unreadable records counted in ``skipped``."""
+    return iter_records(
+        corpus,
+        text_field=config.text_field,
+        skip_bad=config.skip_bad,
+        skipped=skipped,
+        txt_mode=config.txt_mode,
+        streaming=config.streaming,
+    )
 
 
 def _reused(recorded: Recorded, key: str) -> CurationReport | None:
@@ -397,8 +437,9 @@ def _reused(recorded: Recorded, key: str) -> CurationReport | None:
     return None
 
 
-def _first_pass(run: _Run, records: Iterator[dict], spill: Path, stream_hash: RecordsFingerprint | None,
-                progress: bool) -> NearDupResult | None:
+def _first_pass(
+    run: _Run, records: Iterator[dict], spill: Path, stream_hash: RecordsFingerprint | None, progress: bool
+) -> NearDupResult | None:
     """Exact dedup, quality and decontamination batch by batch, the survivors spilled to ``spill``
     (byte offsets kept) while their LSH band keys are indexed; then the near-duplicate candidate
     pairs verified from the spill (None without near-dup dedup)."""
@@ -408,9 +449,15 @@ def _first_pass(run: _Run, records: Iterator[dict], spill: Path, stream_hash: Re
     offsets = array("q")
     console = Console(stderr=True)  # stdout stays machine-readable
     bar = Progress(  # a live bar on a terminal only: piped, its last frame (a spinner glyph) would be noise
-        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("kept {task.fields[kept]}"), TimeElapsedColumn(), disable=not (progress and console.is_terminal),
-        transient=False, console=console,
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("kept {task.fields[kept]}"),
+        TimeElapsedColumn(),
+        disable=not (progress and console.is_terminal),
+        transient=False,
+        console=console,
     )
     with bar, spill.open("wb") as out:
         task = bar.add_task("curating: dedup, quality, decontamination", total=None, kept=0)
@@ -437,8 +484,9 @@ def _first_pass(run: _Run, records: Iterator[dict], spill: Path, stream_hash: Re
     return near
 
 
-def _report(run: _Run, version: str, near: NearDupResult | None, near_pairs: list[tuple[str, str, float]],
-            skipped: SkipCounter) -> CurationReport:
+def _report(
+    run: _Run, version: str, near: NearDupResult | None, near_pairs: list[tuple[str, str, float]], skipped: SkipCounter
+) -> CurationReport:
     """What the chain kept, dropped and found, by stage."""
     return CurationReport(
         version=version,
@@ -452,7 +500,12 @@ def _report(run: _Run, version: str, near: NearDupResult | None, near_pairs: lis
         leak_cut_ids=run.leak_cut,
         exact_duplicates=run.exact_pairs,
         near_duplicates=near_pairs,
-        lsh={"bands": run.lsh.bands, "rows": run.lsh.rows, "candidates": near.candidates, "verified_pairs": len(near.pairs)}
+        lsh={
+            "bands": run.lsh.bands,
+            "rows": run.lsh.rows,
+            "candidates": near.candidates,
+            "verified_pairs": len(near.pairs),
+        }
         if run.lsh is not None and near is not None
         else {},
         injected=run.injected,
@@ -465,8 +518,9 @@ def _key(corpus_fp: str, eval_fps: Mapping[str, str], params: Mapping[str, Any])
     return version_key("curated", {"corpus": corpus_fp, **{f"eval:{n}": f for n, f in eval_fps.items()}}, params)
 
 
-def planned_version(corpus: Any, eval_sets: Mapping[str, Any] | None = None, config: CurationConfig | None = None,
-                    tokenizer: Any = None) -> str | None:
+def planned_version(
+    corpus: Any, eval_sets: Mapping[str, Any] | None = None, config: CurationConfig | None = None, tokenizer: Any = None
+) -> str | None:
     """The version ``curate`` will produce, known before any work when the corpus can be
     fingerprinted up front (files, lists, saved datasets); None for one-shot streams."""
     config = config or CurationConfig()
@@ -491,12 +545,15 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     tokenizer's serialized state), special tokens and chat template."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     state = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
-    extra = json.dumps([tokenizer.bos_token, tokenizer.eos_token, getattr(tokenizer, "chat_template", None)],
-                       default=str)
+    extra = json.dumps(
+        [tokenizer.bos_token, tokenizer.eos_token, getattr(tokenizer, "chat_template", None)], default=str
+    )
     return hashlib.blake2b((state + extra).encode(), digest_size=16).hexdigest()
 
 
-def _second_pass(spill: Path, final: Path, near: NearDupResult | None, run: _Run, listed: int) -> list[tuple[str, str, float]]:
+def _second_pass(
+    spill: Path, final: Path, near: NearDupResult | None, run: _Run, listed: int
+) -> list[tuple[str, str, float]]:
     """Copy the survivors of near-dup removal from the spill to the output."""
     if near is None:
         spill.replace(final)

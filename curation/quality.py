@@ -13,7 +13,7 @@ document, more than dedup and decontamination together.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,10 +35,16 @@ class QualityConfig(BaseModel):
     max_mean_word_length: float | None = 10.0
     max_symbol_word_ratio: float | None = Field(0.1, description="'#' and '...' per word")
     min_alpha_word_fraction: float | None = Field(0.8, description="words with at least one letter")
-    max_non_alpha_char_fraction: float | None = Field(0.4, description="C4-like: non-space characters that are not letters")
+    max_non_alpha_char_fraction: float | None = Field(
+        0.4, description="C4-like: non-space characters that are not letters"
+    )
     max_duplicate_line_fraction: float | None = 0.3
-    max_top_bigram_char_fraction: float | None = Field(0.2, description="chars covered by the most frequent word 2-gram")
-    max_duplicate_5gram_char_fraction: float | None = Field(0.15, description="chars in word 5-grams that occur more than once")
+    max_top_bigram_char_fraction: float | None = Field(
+        0.2, description="chars covered by the most frequent word 2-gram"
+    )
+    max_duplicate_5gram_char_fraction: float | None = Field(
+        0.15, description="chars in word 5-grams that occur more than once"
+    )
     min_stop_words: int | None = Field(2, ge=0, description="distinct Gopher stop words present")
 
 
@@ -58,10 +64,18 @@ def _sorted_runs(grams: np.ndarray, goff: np.ndarray):
     return order, run_start, run_len, (k[run_start] >> np.uint64(44)).astype(np.int64)
 
 
-def _repetition(words: Words, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+def _stats(words: Words) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(word lengths, has a letter, per document non-space and non-letter bytes): ``tokenize(stats=True)``'s."""
+    lengths, letters, nonspace, nonalpha = words.lengths, words.has_letter, words.doc_nonspace, words.doc_nonalpha
+    if lengths is None or letters is None or nonspace is None or nonalpha is None:
+        raise ValueError("the quality rules read the word stats: tokenize(texts, stats=True)")
+    return lengths, letters, nonspace, nonalpha
+
+
+def _repetition(words: Words, wlen: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
     """Per document: (chars in the most frequent bigram x its count, chars in repeated 5-grams),
-    both as fractions of the document's word characters."""
-    off, wlen = words.offsets, words.lengths
+    both as fractions of the document's word characters (``wlen``: each word's)."""
+    off = words.offsets
     counts = np.diff(off)
     total = per_doc_sum(wlen, off).astype(np.float64)
     top = np.zeros(n_docs)
@@ -116,9 +130,10 @@ class QualityFilter:
         n = len(texts)
         if words is None or words.lengths is None:
             words = tokenize(texts, stats=True)
+        wlen, letters, nonspace, nonalpha = _stats(words)
         n_words = np.diff(words.offsets)
         safe_words = np.maximum(n_words, 1)
-        chars = per_doc_sum(words.lengths, words.offsets)
+        chars = per_doc_sum(wlen, words.offsets)
         out: dict[str, np.ndarray] = {}
         if c.min_words is not None:
             out["min_words"] = n_words >= c.min_words
@@ -130,26 +145,28 @@ class QualityFilter:
         if c.max_mean_word_length is not None:
             out["max_mean_word_length"] = mean_len <= c.max_mean_word_length
         if c.max_symbol_word_ratio is not None:
-            symbols = np.fromiter((t.count("#") + t.count("...") + t.count("…") for t in texts), dtype=np.int64, count=n)
+            symbols = np.fromiter(
+                (t.count("#") + t.count("...") + t.count("…") for t in texts), dtype=np.int64, count=n
+            )
             out["max_symbol_word_ratio"] = symbols / safe_words <= c.max_symbol_word_ratio
         if c.min_alpha_word_fraction is not None:
-            alpha = per_doc_sum(words.has_letter, words.offsets)
+            alpha = per_doc_sum(letters, words.offsets)
             out["min_alpha_word_fraction"] = alpha / safe_words >= c.min_alpha_word_fraction
         if c.max_non_alpha_char_fraction is not None:
-            frac = words.doc_nonalpha / np.maximum(words.doc_nonspace, 1)
+            frac = nonalpha / np.maximum(nonspace, 1)
             out["max_non_alpha_char_fraction"] = frac <= c.max_non_alpha_char_fraction
         if c.max_duplicate_line_fraction is not None:
             dl = np.fromiter((_duplicate_line_fraction(t) for t in texts), dtype=np.float64, count=n)
             out["max_duplicate_line_fraction"] = dl <= c.max_duplicate_line_fraction
         if c.max_top_bigram_char_fraction is not None or c.max_duplicate_5gram_char_fraction is not None:
-            top, dup = _repetition(words, n)
+            top, dup = _repetition(words, wlen, n)
             if c.max_top_bigram_char_fraction is not None:
                 out["max_top_bigram_char_fraction"] = top <= c.max_top_bigram_char_fraction
             if c.max_duplicate_5gram_char_fraction is not None:
                 out["max_duplicate_5gram_char_fraction"] = dup <= c.max_duplicate_5gram_char_fraction
         if c.min_stop_words is not None:
             present = sum((per_doc_sum(words.hashes == h, words.offsets) > 0).astype(np.int64) for h in _STOP_HASHES)
-            out["min_stop_words"] = present >= c.min_stop_words
+            out["min_stop_words"] = np.asarray(present >= c.min_stop_words)
         return out
 
     def failed_rules(self, texts: Sequence[str], words: Words | None = None) -> list[str | None]:

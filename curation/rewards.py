@@ -26,7 +26,9 @@ class RewardWeights(BaseModel):
     exact: float = 1.0
     format: float = 0.2
     length: float = 0.1
-    target_chars: int | None = Field(None, ge=1, description="longer answers lose the length reward; default: the reference's length")
+    target_chars: int | None = Field(
+        None, ge=1, description="longer answers lose the length reward; default: the reference's length"
+    )
 
 
 class RewardBreakdown(BaseModel):
@@ -36,8 +38,9 @@ class RewardBreakdown(BaseModel):
     total: float
 
 
-def score_reward(completion: str, reference: str, weights: RewardWeights | None = None,
-                 answer: AnswerSpec = NUMERIC) -> RewardBreakdown:
+def score_reward(
+    completion: str, reference: str, weights: RewardWeights | None = None, answer: AnswerSpec = NUMERIC
+) -> RewardBreakdown:
     """Exact = ``answer.score`` (1 for a correct answer; a verifier's own score); format = 1 for a
     well-formed answer (``answer.well_formed``); length = 1 up to the target, falling linearly to 0
     at twice the target (rambling is penalized)."""
@@ -57,7 +60,10 @@ def reward_func(weights: RewardWeights | None = None, answer_field: str = "answe
 
     def composite_reward(completions, **columns):
         refs = columns[answer_field]
-        return [score_reward(completion_content(c), r, weights, answer).total for c, r in zip(completions, refs)]
+        return [
+            score_reward(completion_content(c), r, weights, answer).total
+            for c, r in zip(completions, refs, strict=True)
+        ]
 
     composite_reward.__name__ = "composite_reward"
     return composite_reward
@@ -67,7 +73,7 @@ def exact_answer_reward(spec: AnswerSpec = NUMERIC):
     """1 for a correct answer (a verifier's score): ``score_reward``'s exact term."""
 
     def exact_answer(completions, answer, **_):
-        return [spec.score(completion_content(c), str(a)) for c, a in zip(completions, answer)]
+        return [spec.score(completion_content(c), str(a)) for c, a in zip(completions, answer, strict=True)]
 
     return exact_answer
 
@@ -79,7 +85,7 @@ def format_reward(eos_token_id: int | None, spec: AnswerSpec = NUMERIC):
         ids = completion_ids or [[] for _ in completions]
         return [
             0.2 if (len(i) > 0 and i[-1] == eos_token_id and spec.well_formed(completion_content(c))) else 0.0
-            for c, i in zip(completions, ids)
+            for c, i in zip(completions, ids, strict=True)
         ]
 
     return well_formed

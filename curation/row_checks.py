@@ -31,7 +31,8 @@ would make two short, different rows near duplicates of each other, and every ro
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,12 +52,19 @@ class RowChecksConfig(BaseModel):
     truncated: bool = True
     empty_answer: bool = True
     same_chosen_rejected: bool = True
-    max_tokens: int | None = Field(None, ge=1, description="over_length: drop rows longer than this many tokens "
-                                   "(in a run: the seq_len of the stages that train on the rows); needs a tokenizer")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="over_length: drop rows longer than this many tokens "
+        "(in a run: the seq_len of the stages that train on the rows); needs a tokenizer",
+    )
     max_examples: int = Field(5, ge=0, le=1000, description="examples kept per rule in the report")
-    leaks_on: Literal["prompt", "row"] = Field("prompt", description="what decontamination compares of a row and "
-                                               "of the eval rows: the prompt side (what is asked), or the whole "
-                                               "row's contents (asked and answered)")
+    leaks_on: Literal["prompt", "row"] = Field(
+        "prompt",
+        description="what decontamination compares of a row and "
+        "of the eval rows: the prompt side (what is asked), or the whole "
+        "row's contents (asked and answered)",
+    )
 
 
 class RowExample(BaseModel):
@@ -68,6 +76,7 @@ class RowExample(BaseModel):
 
 
 # -- renderings ----------------------------------------------------------------------------------
+
 
 def _blank(value: Any) -> bool:
     return value is None or not str(value).strip()
@@ -98,8 +107,9 @@ def render(row: Mapping[str, Any]) -> str:
     if kind == "chat":
         return "\n".join(_turn_text(m) for m in row["messages"] if m.get("role") != "system")
     prompt = row["prompt"]
-    lines = [f"user: {prompt}"] if isinstance(prompt, str) else [
-        _turn_text(m) for m in prompt if m.get("role") != "system"]
+    lines = (
+        [f"user: {prompt}"] if isinstance(prompt, str) else [_turn_text(m) for m in prompt if m.get("role") != "system"]
+    )
     for side in ("chosen", "rejected"):
         lines += [f"{side}: " + " ".join(_turn_text(m) for m in _side_turns(row[side]))]
     return "\n".join(lines)
@@ -141,8 +151,11 @@ def row_records(rows: Iterable[Mapping[str, Any]], source: str = "row") -> Itera
         except (ValueError, KeyError, TypeError) as exc:
             raise BadInput(f"{source}: row {k + 1}: {exc}") from None
         drop = ("id", "text") if row_kind(row) == "text" else ("id",)  # a text row's text is the record's
-        yield {"id": str(rid) if rid is not None else f"{source}:{k + 1}", "text": text,
-               "meta": {key: v for key, v in row.items() if key not in drop}}
+        yield {
+            "id": str(rid) if rid is not None else f"{source}:{k + 1}",
+            "text": text,
+            "meta": {key: v for key, v in row.items() if key not in drop},
+        }
 
 
 def row_of(record: Mapping[str, Any]) -> dict:
@@ -225,7 +238,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def _preference_problems(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     prompt = row["prompt"]
-    found = []
+    found: list[tuple[str, str] | None] = []
     if isinstance(prompt, str):
         if _blank(prompt):
             found.append(("empty_turn", "the prompt is blank"))
@@ -251,6 +264,7 @@ def problems(row: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 # -- tokens --------------------------------------------------------------------------------------
 
+
 def _as_turns(prompt: Any, system: Any) -> list[dict]:
     if isinstance(prompt, str):
         return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
@@ -258,8 +272,11 @@ def _as_turns(prompt: Any, system: Any) -> list[dict]:
 
 
 def _answer_turns(value: Any) -> list[dict]:
-    return [{"role": "assistant", "content": value}] if isinstance(value, str) else [
-        {k: v for k, v in m.items() if v is not None} for m in value]
+    return (
+        [{"role": "assistant", "content": value}]
+        if isinstance(value, str)
+        else [{k: v for k, v in m.items() if v is not None} for m in value]
+    )
 
 
 def conversations(row: Mapping[str, Any]) -> list[list[dict]]:
@@ -283,8 +300,12 @@ def _plain_text(tokenizer, conv: list[dict]) -> str:
     per line, then the answer and eos (``formats.prompt_text`` / ``completion_text``, plain)."""
     sep = tokenizer.bos_token or tokenizer.eos_token or ""
     *prompt, answer = conv
-    return sep + "\n".join(str(m.get("content") or "") for m in prompt) + str(answer.get("content") or "") + (
-        tokenizer.eos_token or "")
+    return (
+        sep
+        + "\n".join(str(m.get("content") or "") for m in prompt)
+        + str(answer.get("content") or "")
+        + (tokenizer.eos_token or "")
+    )
 
 
 def token_lengths(tokenizer, rows: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -299,17 +320,21 @@ def token_lengths(tokenizer, rows: Sequence[Mapping[str, Any]]) -> list[int]:
             texts.append(str(row.get("text") or ""))
             owner.append(k)
         for conv in convs:
-            texts.append(tokenizer.apply_chat_template(conv, tools=row.get("tools"), tokenize=False) if chat
-                         else _plain_text(tokenizer, conv))
+            texts.append(
+                tokenizer.apply_chat_template(conv, tools=row.get("tools"), tokenize=False)
+                if chat
+                else _plain_text(tokenizer, conv)
+            )
             owner.append(k)
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     out = [0] * len(rows)
-    for k, seq in zip(owner, ids):
+    for k, seq in zip(owner, ids, strict=True):
         out[k] = max(out[k], len(seq))
     return out
 
 
 # -- the checker ---------------------------------------------------------------------------------
+
 
 class RowChecker:
     """Applies the configured rules to batches of rows; ``dropped[rule]`` counts what each
@@ -319,8 +344,10 @@ class RowChecker:
         self.config = config or RowChecksConfig()
         c = self.config
         if c.max_tokens is not None and tokenizer is None:
-            raise BadInput("curation.rows.max_tokens: over-length rows are counted with the task's tokenizer, "
-                           "and there is none to count with (set max_tokens: null)")
+            raise BadInput(
+                "curation.rows.max_tokens: over-length rows are counted with the task's tokenizer, "
+                "and there is none to count with (set max_tokens: null)"
+            )
         self.tokenizer = tokenizer
         self.rules = [r for r in RULES if (getattr(c, r) if r != "over_length" else c.max_tokens is not None)]
         self.dropped: dict[str, int] = dict.fromkeys(self.rules, 0)
@@ -334,7 +361,7 @@ class RowChecker:
     def batch(self, ids: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[bool]:
         """Keep/drop verdicts for a batch of rows, counted per rule."""
         keep = [True] * len(rows)
-        for k, (rid, row) in enumerate(zip(ids, rows)):
+        for k, (rid, row) in enumerate(zip(ids, rows, strict=True)):
             broken = next(((r, why) for r, why in problems(row) if r in self.dropped), None)
             if broken is not None:
                 keep[k] = False
@@ -342,7 +369,7 @@ class RowChecker:
         limit = self.config.max_tokens
         if limit is not None:
             alive = [k for k, ok in enumerate(keep) if ok]
-            for k, n in zip(alive, token_lengths(self.tokenizer, [rows[k] for k in alive])):
+            for k, n in zip(alive, token_lengths(self.tokenizer, [rows[k] for k in alive]), strict=True):
                 if n > limit:
                     keep[k] = False
                     self._drop("over_length", ids[k], f"{n} tokens > {limit} (the stage's seq_len)", rows[k])

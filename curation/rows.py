@@ -27,9 +27,10 @@ row and the column: ``train.parquet: row 12: column 'messages': turn 2 has no 'c
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Iterator, Mapping, NoReturn
+from typing import Any, NoReturn, cast
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import RowKind
@@ -38,9 +39,21 @@ from trainteam.curation.sources import iter_items
 COLUMNS = ("text", "prompt", "completion", "messages", "system", "chosen", "rejected", "tools")
 PROMPT_NAMES = ("prompt", "instruction", "question")
 COMPLETION_NAMES = ("completion", "output", "response", "answer")
-ROLES = {"system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant",
-         "bot": "assistant", "model": "assistant", "chatgpt": "assistant", "function_call": "assistant",
-         "tool": "tool", "function": "tool", "observation": "tool", "ipython": "tool"}
+ROLES = {
+    "system": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "gpt": "assistant",
+    "bot": "assistant",
+    "model": "assistant",
+    "chatgpt": "assistant",
+    "function_call": "assistant",
+    "tool": "tool",
+    "function": "tool",
+    "observation": "tool",
+    "ipython": "tool",
+}
 # Names no extra column keeps: they belong to a shape (read, or of another shape).
 _SHAPE_NAMES = (*COLUMNS, "conversations")
 _LIST_COLUMNS = ("messages", "conversations", "tools")  # an empty string there is an empty cell
@@ -68,8 +81,9 @@ def check_columns(columns: Mapping[str, str]) -> None:
         raise ValueError(f"column {dup!r} is mapped twice")
 
 
-def iter_rows(source: Any, *, columns: Mapping[str, str] | None = None, split: str | None = None,
-              limit: int | None = None) -> Iterator[Row]:
+def iter_rows(
+    source: Any, *, columns: Mapping[str, str] | None = None, split: str | None = None, limit: int | None = None
+) -> Iterator[Row]:
     """Every row of ``source`` (a path, or records in memory) as a canonical ``Row``, in order;
     ``split`` picks one split of a source that has several; ``limit`` stops after that many."""
     if columns:
@@ -82,8 +96,9 @@ def iter_rows(source: Any, *, columns: Mapping[str, str] | None = None, split: s
         yield canonical_row(raw, where, columns)
 
 
-def read_rows(source: Any, *, columns: Mapping[str, str] | None = None, split: str | None = None,
-              limit: int | None = None) -> list[dict[str, Any]]:
+def read_rows(
+    source: Any, *, columns: Mapping[str, str] | None = None, split: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
     """The canonical records of ``source`` (a sample of the first ``limit`` with ``limit``)."""
     return [r.record for r in iter_rows(source, columns=columns, split=split, limit=limit)]
 
@@ -147,6 +162,7 @@ def canonical_row(raw: Any, where: str, columns: Mapping[str, str] | None = None
     if not isinstance(raw, dict):
         raise BadInput(f"{where}: expected an object of named columns, got {type(raw).__name__}")
     cells = _Cells(raw, columns, where)
+    kind: RowKind
     if cells.has("chosen") or cells.has("rejected"):
         kind, record = "preference", _preference(cells)
     elif cells.has("messages") or cells.has("conversations"):
@@ -156,12 +172,15 @@ def canonical_row(raw: Any, where: str, columns: Mapping[str, str] | None = None
     elif cells.has("text"):
         kind, record = "text", {"text": cells.string("text")}
     else:
-        raise BadInput(f"{where}: no column to read a row from: expected text, prompt/completion, messages "
-                       f"(or conversations) or chosen/rejected; found {sorted(raw)[:8]} (map yours with data.columns)")
+        raise BadInput(
+            f"{where}: no column to read a row from: expected text, prompt/completion, messages "
+            f"(or conversations) or chosen/rejected; found {sorted(raw)[:8]} (map yours with data.columns)"
+        )
     return Row(kind, {**record, **cells.extras()}, where)
 
 
 # -- shapes -------------------------------------------------------------------------------------
+
 
 def _prompt(cells: _Cells, col: str) -> str:
     """The prompt text: Alpaca's ``instruction`` gets its ``input`` (or ``context``) after a blank line."""
@@ -178,13 +197,19 @@ def _prompt(cells: _Cells, col: str) -> str:
 def _pair(cells: _Cells) -> tuple[RowKind, dict]:
     p_col = cells.first(PROMPT_NAMES)
     c_col = cells.first(COMPLETION_NAMES)
+    assert p_col is not None  # canonical_row reads a pair only where a prompt column is
     if c_col is None:
         cells.missing("completion", "a prompt needs its completion (or output, response, answer)")
     prompt, completion = cells.rec[p_col], cells.rec[c_col]
     if isinstance(prompt, list) or isinstance(completion, list):  # TRL's conversational prompt/completion
-        turns = _turns(cells, p_col) if isinstance(prompt, list) else [{"role": "user", "content": _prompt(cells, p_col)}]
-        answer = _turns(cells, c_col) if isinstance(completion, list) else [
-            {"role": "assistant", "content": cells.string(c_col)}]
+        turns = (
+            _turns(cells, p_col) if isinstance(prompt, list) else [{"role": "user", "content": _prompt(cells, p_col)}]
+        )
+        answer = (
+            _turns(cells, c_col)
+            if isinstance(completion, list)
+            else [{"role": "assistant", "content": cells.string(c_col)}]
+        )
         return "chat", _with_system(cells, {"messages": turns + answer})
     record = {"prompt": _prompt(cells, p_col), "completion": cells.string(c_col)}
     system = cells.optional_string("system")
@@ -223,7 +248,7 @@ def _preference(cells: _Cells) -> dict:
     if p_col is not None:
         prompt = _turns(cells, p_col) if isinstance(cells.rec[p_col], list) else _prompt(cells, p_col)
     elif as_turns:
-        prompt, chosen, rejected = _shared_start(cells, chosen, rejected)
+        prompt, chosen, rejected = _shared_start(cells, cast(list, chosen), cast(list, rejected))  # as_turns
     else:
         cells.missing("prompt", "plain-text chosen/rejected answers need the prompt they answer")
     record = {"prompt": prompt, "chosen": chosen, "rejected": rejected}
@@ -242,6 +267,7 @@ def _shared_start(cells: _Cells, chosen: list, rejected: list) -> tuple[list, li
 
 
 # -- turns --------------------------------------------------------------------------------------
+
 
 def _turns(cells: _Cells, col: str) -> list[dict]:
     value = cells.take(col)
@@ -322,4 +348,3 @@ def _tools(cells: _Cells) -> list[dict]:
     if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
         cells.fail("tools", "expected a list of tool schemas (objects)")
     return value
-

@@ -27,19 +27,37 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Literal
 
-from trainteam.curation.jsonl import SkipCounter, iter_jsonl
 from trainteam.core.errors import BadInput
+from trainteam.curation.jsonl import SkipCounter, iter_jsonl
 
-__all__ = ["DATA_SUFFIXES", "SkipCounter", "canonical_split", "iter_items", "iter_records", "pick_split",
-           "source_name", "split_names"]
+__all__ = [
+    "DATA_SUFFIXES",
+    "SkipCounter",
+    "canonical_split",
+    "iter_items",
+    "iter_records",
+    "pick_split",
+    "source_name",
+    "split_names",
+]
 
 Item = tuple[str, str, Any]  # (where, default id, raw row)
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".txt")
-SPLITS = {"train": "train", "training": "train", "test": "test", "testing": "test", "validation": "validation",
-          "valid": "validation", "val": "validation", "dev": "validation", "eval": "validation"}
+SPLITS = {
+    "train": "train",
+    "training": "train",
+    "test": "test",
+    "testing": "test",
+    "validation": "validation",
+    "valid": "validation",
+    "val": "validation",
+    "dev": "validation",
+    "eval": "validation",
+}
 JSON_CONTAINERS = ("data", "rows", "records", "examples", "instances")
 _SAVED_META = ("dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json")
 
@@ -57,6 +75,7 @@ def canonical_split(name: str) -> str:
 
 # -- {id, text, meta} for curation ---------------------------------------------------------------
 
+
 def _to_record(raw: Any, where: str, default_id: str, text_field: str) -> dict:
     """Shape one raw item as ``{id, text, meta}``; raise BadInput naming ``where``."""
     if isinstance(raw, str):
@@ -67,9 +86,11 @@ def _to_record(raw: Any, where: str, default_id: str, text_field: str) -> dict:
     if not isinstance(text, str):
         reason = "missing" if text is None else f"not a string ({type(text).__name__})"
         raise BadInput(f"{where}: field {text_field!r} is {reason}")
-    meta = raw.get("meta") if isinstance(raw.get("meta"), dict) else {
-        k: v for k, v in raw.items() if k not in (text_field, "id", "meta")
-    }
+    meta = (
+        raw.get("meta")
+        if isinstance(raw.get("meta"), dict)
+        else {k: v for k, v in raw.items() if k not in (text_field, "id", "meta")}
+    )
     rid = raw.get("id")
     return {"id": str(rid) if rid is not None else default_id, "text": text, "meta": meta}
 
@@ -105,12 +126,14 @@ def iter_records(
             raise BadInput(f"{path}: no such file or folder")
         items: Iterable[Item] = _streamed_files(path)
     else:
-        items = iter_items(source, skip_bad=skip_bad, skipped=skipped, txt_mode=txt_mode, batch_size=batch_size,
-                           split=split)
+        items = iter_items(
+            source, skip_bad=skip_bad, skipped=skipped, txt_mode=txt_mode, batch_size=batch_size, split=split
+        )
     yield from _shape(items, text_field, skip_bad, skipped)
 
 
 # -- raw rows from any source ------------------------------------------------------------------
+
 
 def iter_items(
     source: Any,
@@ -143,8 +166,9 @@ def iter_items(
     yield from _file_items(path, split, skip_bad, skipped, txt_mode, batch_size)
 
 
-def _file_items(path: Path, split: str | None, skip_bad: bool, skipped: SkipCounter | None, txt_mode: str,
-                batch_size: int) -> Iterator[Item]:
+def _file_items(
+    path: Path, split: str | None, skip_bad: bool, skipped: SkipCounter | None, txt_mode: str, batch_size: int
+) -> Iterator[Item]:
     suffix = path.suffix.lower()
     if suffix == ".json":
         yield from _json_items(path, split, skip_bad, skipped)
@@ -205,7 +229,7 @@ def _csv_items(path: Path, delimiter: str) -> Iterator[Item]:
                 continue  # a blank line
             if len(row) != len(header):
                 raise BadInput(f"{path}:{start}: {len(row)} fields, the header has {len(header)}")
-            yield f"{path}:{start}", f"{path.stem}:{start}", dict(zip(header, row))
+            yield f"{path}:{start}", f"{path.stem}:{start}", dict(zip(header, row, strict=True))
     except csv.Error as exc:
         raise BadInput(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
 
@@ -252,6 +276,7 @@ def _parquet_items(path: Path, batch_size: int) -> Iterator[Item]:
 
 # -- JSON ----------------------------------------------------------------------------------------
 
+
 def _load_json(path: Path) -> Any:
     """The JSON value of a file, or None when it is JSON Lines (several values, one a line)."""
     raw = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
@@ -272,8 +297,9 @@ def _json_splits(data: Any) -> dict[str, str]:
     """Canonical split name -> key of a JSON object that holds its rows by split."""
     if not isinstance(data, dict):
         return {}
-    return {canonical_split(k): k for k, v in data.items() if canonical_split(k) in SPLITS.values()
-            and isinstance(v, list)}
+    return {
+        canonical_split(k): k for k, v in data.items() if canonical_split(k) in SPLITS.values() and isinstance(v, list)
+    }
 
 
 def _json_items(path: Path, split: str | None, skip_bad: bool, skipped: SkipCounter | None) -> Iterator[Item]:
@@ -299,14 +325,15 @@ def _json_rows(data: Any, path: Path, split: str | None) -> tuple[str | None, li
     if isinstance(data, list):
         return None, data
     if isinstance(data, dict):
-        key = next((k for k in JSON_CONTAINERS if isinstance(data.get(k), list)), None)
-        if key is not None:
-            return key, data[key]
+        container = next((k for k in JSON_CONTAINERS if isinstance(data.get(k), list)), None)
+        if container is not None:
+            return container, data[container]
         return None, [data]  # one object: one row (JSON Lines of one line)
     raise BadInput(f"{path}: expected a list of objects or an object of rows, got {type(data).__name__}")
 
 
 # -- splits ------------------------------------------------------------------------------------
+
 
 def pick_split(split: str | None, available: list[str], where: str | Path) -> str:
     """The split asked for (by its name, or its canonical name), else ``train``, else the only one."""
@@ -350,8 +377,14 @@ def _file_split(rel: Path) -> str | None:
 
 
 def _data_files(path: Path) -> list[Path]:
-    files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in DATA_SUFFIXES
-             and p.name not in _SAVED_META and not any(x.startswith(".") for x in p.relative_to(path).parts)]
+    files = [
+        p
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+        and p.suffix.lower() in DATA_SUFFIXES
+        and p.name not in _SAVED_META
+        and not any(x.startswith(".") for x in p.relative_to(path).parts)
+    ]
     if not files:
         raise BadInput(f"{path}: no {', '.join(DATA_SUFFIXES)} files and not a saved dataset")
     return files
@@ -367,13 +400,20 @@ def _split_files(path: Path, split: str | None) -> list[Path]:
         return files
     loose = [f for f, s in named.items() if s is None]
     if loose:
-        raise BadInput(f"{path}: {loose[0].relative_to(path)} names no split while other files do "
-                       f"(train.*, test.*, validation.*); rename it, or give one file")
-    chosen = pick_split(None if split is None else canonical_split(split), list(dict.fromkeys(named.values())), path)
+        raise BadInput(
+            f"{path}: {loose[0].relative_to(path)} names no split while other files do "
+            f"(train.*, test.*, validation.*); rename it, or give one file"
+        )
+    chosen = pick_split(
+        None if split is None else canonical_split(split),
+        list(dict.fromkeys(s for s in named.values() if s is not None)),
+        path,
+    )
     return [f for f, s in named.items() if s == chosen]
 
 
 # -- datasets ----------------------------------------------------------------------------------
+
 
 def _is_saved_dataset(path: Path) -> bool:
     return any((path / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json"))
@@ -395,8 +435,8 @@ def _saved_items(path: Path, split: str | None, batch_size: int) -> Iterator[Ite
         raise BadInput(f"{path}: a saved Dataset is one split; it has no split {split!r}")
     for start in range(0, len(ds), batch_size):
         batch = ds[start : start + batch_size]
-        for j, values in enumerate(zip(*batch.values())):
-            yield f"{name}: row {start + j}", f"{path.name}:{start + j}", dict(zip(batch, values))
+        for j, values in enumerate(zip(*batch.values(), strict=True)):
+            yield f"{name}: row {start + j}", f"{path.name}:{start + j}", dict(zip(batch, values, strict=True))
 
 
 def _memory_items(ds: Any, name: str) -> Iterator[Item]:

@@ -10,12 +10,15 @@ holds out a seeded share of the training rows (``held_out``).
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, TypeVar
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.sources import canonical_split, pick_split, split_names
+
+R = TypeVar("R", bound=Mapping[str, Any])  # a row: a dict read from JSONL, or any mapping
 
 HELD_OUT_MAX = 500  # rows held out of a training source at most: exact match generates for each
 EVAL_SPLITS = ("validation", "test")
@@ -38,23 +41,29 @@ class SplitPlan:
     eval: Part | None  # None: held out of the training rows
 
 
-def plan_splits(path: Path, eval_path: Path | None = None, *, split: str | None = None,
-                eval_split: str | None = None) -> SplitPlan:
+def plan_splits(
+    path: Path, eval_path: Path | None = None, *, split: str | None = None, eval_split: str | None = None
+) -> SplitPlan:
     """The training part and the held-out part of a dataset (see the module's docstring)."""
     splits = split_names(path)
     train_split = pick_split(split, splits, path) if splits else split
     train = Part(Path(path), train_split)
+    ev: Part | None
     if eval_path is not None:
-        ev = Part(Path(eval_path), eval_split if eval_split is not None else _eval_split(split_names(eval_path),
-                                                                                           eval_path))
+        ev = Part(
+            Path(eval_path), eval_split if eval_split is not None else _eval_split(split_names(eval_path), eval_path)
+        )
     elif eval_split is not None:
         ev = Part(Path(path), pick_split(eval_split, splits, path) if splits else eval_split)
     else:
         others = [s for s in splits if canonical_split(s) != canonical_split(train_split or "train")]
         found = next((s for want in EVAL_SPLITS for s in others if canonical_split(s) == want), None)
         ev = Part(Path(path), found) if found is not None else None
-    if ev is not None and ev.path == train.path and canonical_split(ev.split or "train") == canonical_split(
-            train.split or "train"):
+    if (
+        ev is not None
+        and ev.path == train.path
+        and canonical_split(ev.split or "train") == canonical_split(train.split or "train")
+    ):
         raise BadInput(f"{path}: the held-out rows would be the training split ({train.split or 'train'})")
     return SplitPlan(train, ev)
 
@@ -65,7 +74,9 @@ def _eval_split(splits: list[str], where: Path) -> str | None:
         return None
     found = next((s for want in EVAL_SPLITS for s in splits if canonical_split(s) == want), None)
     if found is None and len(splits) != 1:
-        raise BadInput(f"{where}: has splits {', '.join(splits)} and none is validation or test; name the one to hold out")
+        raise BadInput(
+            f"{where}: has splits {', '.join(splits)} and none is validation or test; name the one to hold out"
+        )
     return found or splits[0]
 
 
@@ -83,14 +94,17 @@ def held_out_groups(keys: Iterable[str], fraction: float, seed: int, where: str 
     all), drawn with ``seed``; every row of a chosen group is held out, so no group is on both sides."""
     groups = sorted(set(keys))
     if len(groups) < 2:
-        raise BadInput(f"{where}: {len(groups)} group{'s' if len(groups) != 1 else ''} ({', '.join(groups)}): "
-                       "too few to hold one out with none of its rows in training")
+        raise BadInput(
+            f"{where}: {len(groups)} group{'s' if len(groups) != 1 else ''} ({', '.join(groups)}): "
+            "too few to hold one out with none of its rows in training"
+        )
     k = min(max(1, round(len(groups) * fraction)), len(groups) - 1)
     return frozenset(random.Random(seed).sample(groups, k))
 
 
-def split_by_group(rows: list[Mapping[str, Any]], by: str, fraction: float, seed: int,
-                   where: str = "rows") -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+def split_by_group(
+    rows: Sequence[R], by: str, fraction: float, seed: int, where: str = "rows"
+) -> tuple[list[R], list[R]]:
     """``(training rows, held-out rows)``: whole groups of rows (same ``by`` field) held out."""
     missing = next((k for k, r in enumerate(rows) if not isinstance(r.get(by), str) or not r[by]), None)
     if missing is not None:

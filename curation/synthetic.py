@@ -9,7 +9,7 @@ passage of an eval set; both are recorded so a report can say how many were caug
 from __future__ import annotations
 
 import random
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,7 +25,32 @@ STOP_WORDS = (
 
 GOPHER_STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 
-_ONSETS = ["b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "br", "cl", "st", "tr", "pl", "gr", "sh", "ch"]
+_ONSETS = [
+    "b",
+    "c",
+    "d",
+    "f",
+    "g",
+    "h",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "w",
+    "br",
+    "cl",
+    "st",
+    "tr",
+    "pl",
+    "gr",
+    "sh",
+    "ch",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ou", "io"]
 _CODAS = ["", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ng"]
 
@@ -36,7 +61,9 @@ def make_vocabulary(size: int, seed: int = 0) -> list[str]:
     words: list[str] = []
     seen = set(STOP_WORDS)
     while len(words) < size:
-        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(rng.choice((1, 2, 2, 3))))
+        w = "".join(
+            rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(rng.choice((1, 2, 2, 3)))
+        )
         if w not in seen:
             seen.add(w)
             words.append(w)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class Words:
     doc_nonspace: np.ndarray | None = None
     doc_nonalpha: np.ndarray | None = None
 
-    def select(self, keep: np.ndarray | Sequence[bool]) -> "Words":
+    def select(self, keep: np.ndarray | Sequence[bool]) -> Words:
         """The words of the documents where ``keep`` is true, in order (stats included)."""
         keep = np.asarray(keep, dtype=bool)
         counts = np.diff(self.offsets)
@@ -85,11 +85,15 @@ class Words:
             return None if a is None else (a[keep] if per_doc else a[word_mask])
 
         return Words(
-            self.hashes[word_mask], offsets, pick(self.lengths, False), pick(self.has_letter, False),
-            pick(self.doc_nonspace, True), pick(self.doc_nonalpha, True),
+            self.hashes[word_mask],
+            offsets,
+            pick(self.lengths, False),
+            pick(self.has_letter, False),
+            pick(self.doc_nonspace, True),
+            pick(self.doc_nonalpha, True),
         )
 
-    def concat(self, other: "Words") -> "Words":
+    def concat(self, other: Words) -> Words:
         """Hashes and offsets of ``self``'s documents followed by ``other``'s (stats dropped)."""
         offsets = np.concatenate((self.offsets, other.offsets[1:] + self.offsets[-1]))
         return Words(np.concatenate((self.hashes, other.hashes)), offsets)

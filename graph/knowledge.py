@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Column, Integer, String, Table, UniqueConstraint, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from trainteam.core.db import JSONText, metadata, utcnow
-from trainteam.graph.kinds import EdgeKind, NodeKind, node_id
 from trainteam.core.ids import check_ref
+from trainteam.graph.kinds import EdgeKind, NodeKind, node_id
 
 if TYPE_CHECKING:  # networkx costs ~0.15 s to import: only queries load it
     import networkx as nx
@@ -61,9 +62,7 @@ class KnowledgeGraph:
         try:
             with self.engine.begin() as conn:
                 conn.execute(
-                    nodes_table.insert().values(
-                        id=nid, kind=kind.value, attrs=_jsonable(attrs), created_at=utcnow()
-                    )
+                    nodes_table.insert().values(id=nid, kind=kind.value, attrs=_jsonable(attrs), created_at=utcnow())
                 )
         except IntegrityError:
             pass  # already recorded: facts are immutable
@@ -84,7 +83,9 @@ class KnowledgeGraph:
         except IntegrityError:
             pass
 
-    def link(self, kind: NodeKind | str, key: str, edges: Iterable[tuple[EdgeKind | str, str]] = (), **attrs: Any) -> str:
+    def link(
+        self, kind: NodeKind | str, key: str, edges: Iterable[tuple[EdgeKind | str, str]] = (), **attrs: Any
+    ) -> str:
         """Add a node and its out-edges in one call: ``link(Checkpoint, k, [(produced_by, run)])``."""
         nid = self.add_node(kind, key, **attrs)
         for edge_kind, dst in edges:
@@ -111,7 +112,7 @@ class KnowledgeGraph:
             rows = conn.execute(query).mappings().all()
         return [{"id": r["id"], "kind": r["kind"], "created_at": r["created_at"], **r["attrs"]} for r in rows]
 
-    def to_networkx(self) -> "nx.MultiDiGraph":
+    def to_networkx(self) -> nx.MultiDiGraph:
         import networkx as nx
 
         g = nx.MultiDiGraph()
@@ -128,15 +129,20 @@ class KnowledgeGraph:
             return ref
         check_ref(ref, "graph node")
         with self.engine.connect() as conn:
-            rows = [r for r in conn.execute(select(nodes_table.c.id).where(
-                nodes_table.c.id.endswith(f":{ref}", autoescape=True))).all() if r[0].endswith(f":{ref}")]
+            rows = [
+                r
+                for r in conn.execute(
+                    select(nodes_table.c.id).where(nodes_table.c.id.endswith(f":{ref}", autoescape=True))
+                ).all()
+                if r[0].endswith(f":{ref}")
+            ]
         if len(rows) == 1:
             return rows[0][0]
         if not rows:
             raise UnknownNode(f"graph node {ref!r} does not exist")
         raise UnknownNode(f"graph node {ref!r} is ambiguous: {', '.join(r[0] for r in rows[:5])}")
 
-    def lineage(self, ref: str) -> "nx.MultiDiGraph":
+    def lineage(self, ref: str) -> nx.MultiDiGraph:
         """Every ancestor of a node (what it was derived from, transitively), as a subgraph."""
         import networkx as nx
 

@@ -16,24 +16,64 @@ import importlib
 from typing import TYPE_CHECKING
 
 _EXPORTS = {
-    "TrainConfig": "training.config", "ModelSpec": "training.config", "TokenizerConfig": "training.config", "LoraOptions": "training.config",
-    "SFTOptions": "training.config", "DPOOptions": "training.config", "GRPOOptions": "training.config", "SpikeOptions": "training.config",
-        "TrainReport": "training.results", "RestartProposal": "training.results", "EvalResult": "training.results",
-    "train_tokenizer": "training.tokenizer", "load_tokenizer": "training.tokenizer",
-    "build_model": "training.models", "load_model": "training.models",
+    "TrainConfig": "training.config",
+    "ModelSpec": "training.config",
+    "TokenizerConfig": "training.config",
+    "LoraOptions": "training.config",
+    "SFTOptions": "training.config",
+    "DPOOptions": "training.config",
+    "GRPOOptions": "training.config",
+    "SpikeOptions": "training.config",
+    "TrainReport": "training.results",
+    "RestartProposal": "training.results",
+    "EvalResult": "training.results",
+    "train_tokenizer": "training.tokenizer",
+    "load_tokenizer": "training.tokenizer",
+    "build_model": "training.models",
+    "load_model": "training.models",
     "train": "training.loop",
     "exact_match": "evaluation.battery",
     "merge_adapters": "training.merge",
-    "SpikeDetector": "training.spike", "heldout_loss": "evaluation.battery",
+    "SpikeDetector": "training.spike",
+    "heldout_loss": "evaluation.battery",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [  # the names of _EXPORTS, written out so that linters and type checkers see the re-exports
+    "DPOOptions",
+    "EvalResult",
+    "GRPOOptions",
+    "LoraOptions",
+    "ModelSpec",
+    "RestartProposal",
+    "SFTOptions",
+    "SpikeDetector",
+    "SpikeOptions",
+    "TokenizerConfig",
+    "TrainConfig",
+    "TrainReport",
+    "build_model",
+    "exact_match",
+    "heldout_loss",
+    "load_model",
+    "load_tokenizer",
+    "merge_adapters",
+    "train",
+    "train_tokenizer",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainteam.trainers.training.loop import train
-    from trainteam.trainers.training.config import (DPOOptions, GRPOOptions, LoraOptions, ModelSpec, SFTOptions, SpikeOptions,
-                                           TokenizerConfig, TrainConfig)
     from trainteam.trainers.evaluation.battery import exact_match, heldout_loss
+    from trainteam.trainers.training.config import (
+        DPOOptions,
+        GRPOOptions,
+        LoraOptions,
+        ModelSpec,
+        SFTOptions,
+        SpikeOptions,
+        TokenizerConfig,
+        TrainConfig,
+    )
+    from trainteam.trainers.training.loop import train
     from trainteam.trainers.training.merge import merge_adapters
     from trainteam.trainers.training.models import build_model, load_model
     from trainteam.trainers.training.results import EvalResult, RestartProposal, TrainReport

@@ -18,13 +18,13 @@ matches, a decoding that drops part of the answer) is blind, whatever any model 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.answers import AnswerSpec
-from trainteam.curation.formats import example, example_ids, prompt_format, row_kind
+from trainteam.curation.formats import PromptFormat, example, example_ids, prompt_format, row_kind
 
 MAX_NEW_TOKENS = 4096  # per generated answer: beyond it a greedy eval is hours on a CPU
 DEFAULT_NEW_TOKENS = 8  # no answer to size from (text rows): the length a bare battery uses
@@ -34,8 +34,9 @@ class GenerationBudget(BaseModel):
     """The generation length the run's answer checks use, and where it came from."""
 
     tokens: int = Field(gt=0, le=MAX_NEW_TOKENS, description="max_new_tokens of every answer check")
-    longest_answer: int | None = Field(default=None, description="tokens the longest reference answer needs, "
-                                       "its end-of-answer token included")
+    longest_answer: int | None = Field(
+        default=None, description="tokens the longest reference answer needs, its end-of-answer token included"
+    )
     row: int | None = Field(default=None, description="that answer's row in the held-out set (0-based)")
     sized: bool = Field(description="true: sized from the references; false: the task's own value")
 
@@ -44,8 +45,10 @@ class GenerationBudget(BaseModel):
             return f"{self.tokens} new tokens (the task's eval.max_new_tokens)"
         if self.longest_answer is None:
             return f"{self.tokens} new tokens (no reference answers to size from)"
-        return (f"{self.tokens} new tokens (the longest held-out answer, row {self.row + 1}, takes "
-                f"{self.longest_answer} with its end; plus a margin)")
+        return (
+            f"{self.tokens} new tokens (the longest held-out answer, row {(self.row or 0) + 1}, takes "
+            f"{self.longest_answer} with its end; plus a margin)"
+        )
 
 
 def margin(tokens: int) -> int:
@@ -53,7 +56,7 @@ def margin(tokens: int) -> int:
     return max(4, math.ceil(tokens / 4))
 
 
-def answer_tokens(tokenizer, rec: dict, fmt: str) -> int:
+def answer_tokens(tokenizer, rec: dict, fmt: PromptFormat) -> int:
     """Tokens the answer of a pair or chat row takes when the model writes it, ending with the token
     generation stops at (EOS, or the template's end of turn): the rendered answer's tail less what
     the template adds after that token."""
@@ -68,8 +71,14 @@ def answer_tokens(tokenizer, rec: dict, fmt: str) -> int:
     return max(1, tail - after_end)
 
 
-def size_generation(tokenizer, rows: Sequence[dict], *, set_value: int | None = None,
-                    field: str = "eval.max_new_tokens", where: str = "the held-out rows") -> GenerationBudget:
+def size_generation(
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    set_value: int | None = None,
+    field: str = "eval.max_new_tokens",
+    where: str = "the held-out rows",
+) -> GenerationBudget:
     """The generation length for ``rows`` (the held-out set): ``set_value`` when the task gives one and
     every reference fits in it (else ``BadInput`` naming ``field`` and the row), else the longest
     reference answer plus ``margin``. Rows without an answer (text) are not sized."""
@@ -83,27 +92,33 @@ def size_generation(tokenizer, rows: Sequence[dict], *, set_value: int | None = 
             longest, row = n, i
     if set_value is not None:
         if row is not None and set_value < longest:
-            raise BadInput(f"{field}: {set_value} is shorter than the answer of row {row + 1} of {where} "
-                           f"({longest} tokens with its end, with this model's tokenizer): no answer check could "
-                           f"score it right; leave {field} out to size it from the answers, or set at least {longest}")
+            raise BadInput(
+                f"{field}: {set_value} is shorter than the answer of row {row + 1} of {where} "
+                f"({longest} tokens with its end, with this model's tokenizer): no answer check could "
+                f"score it right; leave {field} out to size it from the answers, or set at least {longest}"
+            )
         return GenerationBudget(tokens=set_value, longest_answer=longest or None, row=row, sized=False)
     if row is None:
         return GenerationBudget(tokens=DEFAULT_NEW_TOKENS, sized=True)
-    return GenerationBudget(tokens=min(MAX_NEW_TOKENS, longest + margin(longest)), longest_answer=longest, row=row,
-                            sized=True)
+    return GenerationBudget(
+        tokens=min(MAX_NEW_TOKENS, longest + margin(longest)), longest_answer=longest, row=row, sized=True
+    )
 
 
-def reference_match(tokenizer, rows: Sequence[dict], answer: AnswerSpec, max_new_tokens: int) -> tuple[float, list[str]]:
+def reference_match(
+    tokenizer, rows: Sequence[dict], answer: AnswerSpec, max_new_tokens: int
+) -> tuple[float, list[str]]:
     """(the share of answer rows whose reference, written as the model would write it and cut at
     ``max_new_tokens``, the answer check scores right; up to 3 references it does not, as decoded)."""
     fmt = prompt_format(tokenizer)
-    right, total, misses = 0, 0, []
+    right, total = 0, 0
+    misses: list[str] = []
     for rec in rows:
         if row_kind(rec) not in ("pair", "chat"):
             continue
         prompt, full = example_ids(tokenizer, rec, fmt)
         n = answer_tokens(tokenizer, rec, fmt)  # the answer's tokens and the token generation stops at
-        written = list(full[len(prompt): len(prompt) + n - 1])[:max_new_tokens]
+        written = list(full[len(prompt) : len(prompt) + n - 1])[:max_new_tokens]
         text = tokenizer.decode(written, skip_special_tokens=True).strip()
         ok = n <= max_new_tokens and answer.is_correct(text, example(rec)[1])
         right, total = right + ok, total + 1

@@ -125,8 +125,9 @@ class GateEvidence(BaseModel):
     metric: str = "exact_match"
     value: float | None = Field(None, description="the gate metric measured")
     bar: float | None = Field(None, description="the threshold it failed")
-    losses: list[tuple[int, float | None]] = Field(default_factory=list,
-                                                   description="(step, training loss); None: not finite")
+    losses: list[tuple[int, float | None]] = Field(
+        default_factory=list, description="(step, training loss); None: not finite"
+    )
     heldout_loss: float | None = None
     earlier: list[Attempt] = Field(default_factory=list)
     steps: int = Field(0, ge=0, description="optimizer steps the stage ran")
@@ -173,8 +174,10 @@ class Measured(BaseModel):
 
     def line(self) -> str:
         """The numbers measured, as ``name value`` pairs (the ones not measured left out)."""
-        return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                         for k, v in self.model_dump(exclude_none=True).items())
+        return ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in self.model_dump(exclude_none=True).items()
+        )
 
 
 class ConfigChanges(BaseModel):
@@ -238,23 +241,29 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def measure(ev: GateEvidence) -> Measured:
     """The curve's shape and the other numbers the rules read, from the raw evidence."""
     ys = [y for _, y in ev.losses]
-    finite = [y for y in ys if _finite(y) is not None]
+    finite = [y for y in ys if y is not None and math.isfinite(y)]
     bad_heldout = ev.heldout_loss is not None and _finite(ev.heldout_loss) is None
-    m = Measured(nonfinite=len(ys) - len(finite) + bad_heldout, spikes=ev.spikes, heldout_loss=_finite(ev.heldout_loss),
-                 n_train=ev.n_train, steps=ev.steps, learning_rate=ev.learning_rate)
+    m = Measured(
+        nonfinite=len(ys) - len(finite) + bad_heldout,
+        spikes=ev.spikes,
+        heldout_loss=_finite(ev.heldout_loss),
+        n_train=ev.n_train,
+        steps=ev.steps,
+        learning_rate=ev.learning_rate,
+    )
     if finite:
         q = max(1, len(finite) // 4)
         last = fmean(finite[-q:])
-        windows = [fmean(finite[i:i + q]) for i in range(len(finite) - q + 1)]
+        windows = [fmean(finite[i : i + q]) for i in range(len(finite) - q + 1)]
         m.first_loss, m.final_loss = finite[0], last
         m.rise = _ratio(max(finite), finite[0])
         m.late_rise = _ratio(last, min(windows))
         if len(finite) >= 2:
-            before = fmean(finite[-2 * q:-q]) if len(finite) >= 2 * q else finite[0]
+            before = fmean(finite[-2 * q : -q]) if len(finite) >= 2 * q else finite[0]
             m.tail_drop = _ratio(before - last, before)
     m.gap_ratio = _ratio(m.heldout_loss, m.final_loss)
     prev = next((a for a in reversed(ev.earlier) if _finite(a.heldout_loss) is not None), None)
-    if prev is not None and m.heldout_loss is not None:
+    if prev is not None and prev.heldout_loss is not None and m.heldout_loss is not None:
         m.heldout_change = _ratio(m.heldout_loss - prev.heldout_loss, prev.heldout_loss)
     if ev.n_train:
         m.epochs = round(ev.steps * ev.batch_rows / ev.n_train, 3)
@@ -277,9 +286,17 @@ def affordable_steps(ev: GateEvidence) -> int | None:
 
 def blind(ev: GateEvidence, reason: str) -> Diagnosis:
     """The gate's own verdict that its metric could not measure the stage: no retrain helps."""
-    return Diagnosis(kind="measurement", summary=reason[:500], evidence=measure(ev),
-                     plan=RetryPlan(action="stop", stage=ev.stage, reason="the metric must see the task before a "
-                                    "retrain can be judged: fix the answer check (eval.max_new_tokens, answer:)"))
+    return Diagnosis(
+        kind="measurement",
+        summary=reason[:500],
+        evidence=measure(ev),
+        plan=RetryPlan(
+            action="stop",
+            stage=ev.stage,
+            reason="the metric must see the task before a "
+            "retrain can be judged: fix the answer check (eval.max_new_tokens, answer:)",
+        ),
+    )
 
 
 def diagnose(ev: GateEvidence) -> Diagnosis:
@@ -304,11 +321,20 @@ def _cause(ev: GateEvidence, m: Measured) -> _Cause:
         return found
     few = ev.n_train is not None and ev.n_train < FEW_ROWS
     if few and m.drop_fraction is not None and m.drop_fraction > (ev.max_drop_fraction or 0.5):
-        return _Cause("data", f"curation removed {m.drop_fraction:.0%} of the rows, {ev.n_train} are left, and the "
-                              f"loss flattened at {_show(m.final_loss)}: too little data left", "more_data")
-    return _Cause("under_fit", f"the training loss flattened at {_show(m.final_loss)} with held-out loss "
-                               f"{_show(m.heldout_loss)} close to it: no sign of over-fit or instability, so a "
-                               "longer run at this rate", "more_steps", 2.0)
+        return _Cause(
+            "data",
+            f"curation removed {m.drop_fraction:.0%} of the rows, {ev.n_train} are left, and the "
+            f"loss flattened at {_show(m.final_loss)}: too little data left",
+            "more_data",
+        )
+    return _Cause(
+        "under_fit",
+        f"the training loss flattened at {_show(m.final_loss)} with held-out loss "
+        f"{_show(m.heldout_loss)} close to it: no sign of over-fit or instability, so a "
+        "longer run at this rate",
+        "more_steps",
+        2.0,
+    )
 
 
 def _show(x: float | None) -> str:
@@ -319,52 +345,78 @@ def _instability(m: Measured) -> _Cause | None:
     if m.nonfinite:
         return _Cause("instability", f"{m.nonfinite} losses were not finite", "lower_lr", 0.1)
     if m.rise is not None and m.rise >= RISE:
-        return _Cause("instability", f"the training loss rose to {m.rise:.2f}× its first value "
-                                     f"({_show(m.first_loss)})", "lower_lr", 0.1 if m.rise >= 2 else 0.3)
+        return _Cause(
+            "instability",
+            f"the training loss rose to {m.rise:.2f}× its first value ({_show(m.first_loss)})",
+            "lower_lr",
+            0.1 if m.rise >= 2 else 0.3,
+        )
     if m.spikes:
         return _Cause("instability", f"the spike monitor saw {m.spikes} loss spike(s) in this stage", "lower_lr", 0.3)
     if m.late_rise is not None and m.late_rise >= LATE_RISE:
-        return _Cause("instability", f"the training loss ended {m.late_rise:.2f}× above its best stretch "
-                                     "(diverging)", "lower_lr", 0.3)
+        return _Cause(
+            "instability",
+            f"the training loss ended {m.late_rise:.2f}× above its best stretch (diverging)",
+            "lower_lr",
+            0.3,
+        )
     return None
 
 
 def _data(ev: GateEvidence, m: Measured) -> _Cause | None:
     if m.leak_share is not None and m.leak_share >= LEAK_SHARE:
-        return _Cause("data", f"{ev.leaks} eval problems ({m.leak_share:.0%}) also occur in the training data: "
-                              "the split is suspect, so the gate cannot be judged on it", "stop")
+        return _Cause(
+            "data",
+            f"{ev.leaks} eval problems ({m.leak_share:.0%}) also occur in the training data: "
+            "the split is suspect, so the gate cannot be judged on it",
+            "stop",
+        )
     if ev.n_train is not None and ev.n_train < MIN_ROWS:
-        return _Cause("data", f"{ev.n_train} training rows (fewer than {MIN_ROWS}) are too few to learn from",
-                      "more_data")
+        return _Cause(
+            "data", f"{ev.n_train} training rows (fewer than {MIN_ROWS}) are too few to learn from", "more_data"
+        )
     return None
 
 
 def _over_fit(ev: GateEvidence, m: Measured) -> _Cause | None:
-    if m.gap_ratio is not None and m.gap_ratio >= GAP_RATIO and m.heldout_loss - m.final_loss >= GAP_NATS:
-        seen = (f"held-out loss {m.heldout_loss:.3g} is {m.gap_ratio:.1f}× the training loss "
-                f"{m.final_loss:.3g} (over-fit)")
+    gap = m.heldout_loss - m.final_loss if m.heldout_loss is not None and m.final_loss is not None else None
+    if m.gap_ratio is not None and m.gap_ratio >= GAP_RATIO and gap is not None and gap >= GAP_NATS:
+        seen = (
+            f"held-out loss {m.heldout_loss:.3g} is {m.gap_ratio:.1f}× the training loss {m.final_loss:.3g} (over-fit)"
+        )
     elif m.heldout_change is not None and m.heldout_change >= HELDOUT_ROSE and (m.tail_drop or 0) > 0:
         seen = f"held-out loss rose {m.heldout_change:.0%} against the earlier attempt while training loss fell"
     else:
         return None
     dropped = m.drop_fraction is not None and m.drop_fraction > (ev.max_drop_fraction or 0.5)
     if dropped:
-        return _Cause("data", f"{seen}; curation removed {m.drop_fraction:.0%} of the rows: the model memorised "
-                              "what was left", "more_data")
+        return _Cause(
+            "data",
+            f"{seen}; curation removed {m.drop_fraction:.0%} of the rows: the model memorised what was left",
+            "more_data",
+        )
     if (m.epochs or 0) >= MEMORISED_EPOCHS:
-        return _Cause("data", f"{seen}; each of the {ev.n_train} rows was seen {m.epochs:.0f} times: the model "
-                              "memorised them", "more_data")
+        return _Cause(
+            "data",
+            f"{seen}; each of the {ev.n_train} rows was seen {m.epochs:.0f} times: the model memorised them",
+            "more_data",
+        )
     return _Cause("over_fit", seen, "fewer_steps", 0.5)
 
 
 def _ceiling(m: Measured) -> _Cause | None:
     flat_curve = m.tail_drop is None or m.tail_drop < STILL_FALLING
     flat_probes = m.probe_spread is not None and m.probe_spread <= FLAT
-    if not (flat_probes and flat_curve and m.heldout_loss is not None and m.heldout_loss >= (1 - FLAT) * m.probe_best):
+    near_best = m.heldout_loss is not None and m.probe_best is not None and m.heldout_loss >= (1 - FLAT) * m.probe_best
+    if not (flat_probes and flat_curve and near_best):
         return None
-    return _Cause("ceiling", f"the probes reached held-out loss {m.probe_best:.3g} within {m.probe_spread:.1%} of "
-                             f"each other at every learning rate, and the run ended on a flat curve at "
-                             f"{m.heldout_loss:.3g}: neither the rate nor more steps moves it", "stop")
+    return _Cause(
+        "ceiling",
+        f"the probes reached held-out loss {m.probe_best:.3g} within {m.probe_spread:.1%} of "
+        f"each other at every learning rate, and the run ended on a flat curve at "
+        f"{m.heldout_loss:.3g}: neither the rate nor more steps moves it",
+        "stop",
+    )
 
 
 def _under_fit(ev: GateEvidence, m: Measured) -> _Cause | None:
@@ -374,15 +426,23 @@ def _under_fit(ev: GateEvidence, m: Measured) -> _Cause | None:
     barely = m.final_loss >= BARELY * m.first_loss
     moved = f"{m.first_loss:.3g} → {m.final_loss:.3g} in {ev.steps} steps"
     if barely and ev.steps >= LONG_ENOUGH and not falling:
-        return _Cause("under_fit", f"the training loss barely moved ({moved}): the learning rate "
-                                   f"{ev.learning_rate:g} is too low", "higher_lr",
-                      LR_BOUNDS[1] if m.final_loss >= STUCK * m.first_loss else 3.0)
+        return _Cause(
+            "under_fit",
+            f"the training loss barely moved ({moved}): the learning rate {ev.learning_rate:g} is too low",
+            "higher_lr",
+            LR_BOUNDS[1] if m.final_loss >= STUCK * m.first_loss else 3.0,
+        )
     if falling:
-        return _Cause("under_fit", f"the training loss was still falling at the end ({m.tail_drop:.1%} over the "
-                                   f"last quarter; {moved})", "more_steps", MAX_STEPS_FACTOR)
+        return _Cause(
+            "under_fit",
+            f"the training loss was still falling at the end ({m.tail_drop:.1%} over the last quarter; {moved})",
+            "more_steps",
+            MAX_STEPS_FACTOR,
+        )
     if barely:
-        return _Cause("under_fit", f"the training loss barely moved in a short run ({moved})", "more_steps",
-                      MAX_STEPS_FACTOR)
+        return _Cause(
+            "under_fit", f"the training loss barely moved in a short run ({moved})", "more_steps", MAX_STEPS_FACTOR
+        )
     return None
 
 
@@ -400,8 +460,11 @@ def probe_spread(probes: list[ProbePoint]) -> tuple[float | None, float | None]:
 def _bounded(ev: GateEvidence, m: Measured, cause: _Cause) -> RetryPlan:
     """The plan for the cause's action, inside the bounds; ``stop`` when they leave nothing that helps."""
     if cause.action in ("stop", "more_data"):
-        why = ("retraining on the same rows cannot help: more (or less duplicated) training rows are needed"
-               if cause.action == "more_data" else f"retraining cannot help ({cause.kind.replace('_', '-')})")
+        why = (
+            "retraining on the same rows cannot help: more (or less duplicated) training rows are needed"
+            if cause.action == "more_data"
+            else f"retraining cannot help ({cause.kind.replace('_', '-')})"
+        )
         return RetryPlan(action=cause.action, stage=ev.stage, reason=why)
     if cause.action in ("lower_lr", "higher_lr"):
         if m.affordable_steps is not None and m.affordable_steps < ev.max_steps:
@@ -409,8 +472,12 @@ def _bounded(ev: GateEvidence, m: Measured, cause: _Cause) -> RetryPlan:
         lo, hi = LR_BOUNDS
         factor = min(hi, max(lo, cause.factor))
         lr = float(f"{ev.learning_rate * factor:.3g}")
-        return RetryPlan(action=cause.action, stage=ev.stage, changes=ConfigChanges(learning_rate=lr),
-                         reason=f"{factor:g}× the attempt's learning rate {ev.learning_rate:g}")
+        return RetryPlan(
+            action=cause.action,
+            stage=ev.stage,
+            changes=ConfigChanges(learning_rate=lr),
+            reason=f"{factor:g}× the attempt's learning rate {ev.learning_rate:g}",
+        )
     return _steps_plan(ev, m, cause)
 
 
@@ -445,15 +512,24 @@ def _steps_plan(ev: GateEvidence, m: Measured, cause: _Cause) -> RetryPlan:
 def _best_earlier_steps(ev: GateEvidence) -> int | None:
     """The step count of an earlier, shorter attempt whose held-out loss was lower than this one's."""
     here = _finite(ev.heldout_loss)
-    better = [a for a in ev.earlier if here is not None and _finite(a.heldout_loss) is not None
-              and a.heldout_loss < here and 0 < a.steps < ev.max_steps]
-    return min(better, key=lambda a: a.heldout_loss).steps if better else None
+    better = [
+        (loss, a.steps)
+        for a in ev.earlier
+        if here is not None
+        and (loss := _finite(a.heldout_loss)) is not None
+        and loss < here
+        and 0 < a.steps < ev.max_steps
+    ]
+    return min(better, key=lambda b: b[0])[1] if better else None
 
 
 def _no_budget(ev: GateEvidence, m: Measured) -> RetryPlan:
-    return RetryPlan(action="stop", stage=ev.stage,
-                     reason=f"the budget left allows {m.affordable_steps} steps of {ev.stage} at "
-                            f"{ev.seconds_per_step:.3g} s a step: too few for a retry that changes the outcome")
+    return RetryPlan(
+        action="stop",
+        stage=ev.stage,
+        reason=f"the budget left allows {m.affordable_steps} steps of {ev.stage} at "
+        f"{ev.seconds_per_step:.3g} s a step: too few for a retry that changes the outcome",
+    )
 
 
 def check_diagnosis(d: Diagnosis, ev: GateEvidence) -> str | None:
@@ -474,20 +550,28 @@ def check_plan(plan: RetryPlan, ev: GateEvidence) -> str | None:
     if not ch.given():
         return f"plan.changes: {plan.action} with no change retrains the same run (seeded: the same result)"
     lo, hi = LR_BOUNDS
-    if ch.learning_rate is not None and not (lo * ev.learning_rate * 0.999 <= ch.learning_rate
-                                             <= hi * ev.learning_rate * 1.001):
-        return (f"plan.changes.learning_rate {ch.learning_rate:g}: outside {lo:g}×–{hi:g}× of the attempt's "
-                f"{ev.learning_rate:g}")
+    if ch.learning_rate is not None and not (
+        lo * ev.learning_rate * 0.999 <= ch.learning_rate <= hi * ev.learning_rate * 1.001
+    ):
+        return (
+            f"plan.changes.learning_rate {ch.learning_rate:g}: outside {lo:g}×–{hi:g}× of the attempt's "
+            f"{ev.learning_rate:g}"
+        )
     if ch.max_steps is not None:
         if ch.max_steps > MAX_STEPS_FACTOR * ev.max_steps:
             return f"plan.changes.max_steps {ch.max_steps}: over {MAX_STEPS_FACTOR:g}× the attempt's {ev.max_steps}"
         afford = affordable_steps(ev)
         if afford is not None and ch.max_steps > afford:
             return f"plan.changes.max_steps {ch.max_steps}: the budget left allows {afford} steps"
-    if ch.num_train_epochs is not None and ev.num_train_epochs is not None \
-            and ch.num_train_epochs > MAX_STEPS_FACTOR * ev.num_train_epochs:
-        return (f"plan.changes.num_train_epochs {ch.num_train_epochs:g}: over {MAX_STEPS_FACTOR:g}× the attempt's "
-                f"{ev.num_train_epochs:g}")
+    if (
+        ch.num_train_epochs is not None
+        and ev.num_train_epochs is not None
+        and ch.num_train_epochs > MAX_STEPS_FACTOR * ev.num_train_epochs
+    ):
+        return (
+            f"plan.changes.num_train_epochs {ch.num_train_epochs:g}: over {MAX_STEPS_FACTOR:g}× the attempt's "
+            f"{ev.num_train_epochs:g}"
+        )
     return _agrees(plan, ev)
 
 
@@ -496,9 +580,15 @@ def _agrees(plan: RetryPlan, ev: GateEvidence) -> str | None:
     ch, a = plan.changes, plan.action
     steps = ch.max_steps or ev.max_steps
     lr = ch.learning_rate or ev.learning_rate
-    by_epochs = ch.num_train_epochs is not None and ev.num_train_epochs is not None
-    more = ch.num_train_epochs > ev.num_train_epochs if by_epochs else steps > ev.max_steps
-    fewer = ch.num_train_epochs < ev.num_train_epochs if by_epochs else steps < ev.max_steps
-    wrong = ((a == "more_steps" and not more) or (a == "fewer_steps" and not fewer)
-             or (a == "lower_lr" and lr >= ev.learning_rate) or (a == "higher_lr" and lr <= ev.learning_rate))
+    new_epochs, old_epochs = ch.num_train_epochs, ev.num_train_epochs
+    if new_epochs is not None and old_epochs is not None:
+        more, fewer = new_epochs > old_epochs, new_epochs < old_epochs
+    else:
+        more, fewer = steps > ev.max_steps, steps < ev.max_steps
+    wrong = (
+        (a == "more_steps" and not more)
+        or (a == "fewer_steps" and not fewer)
+        or (a == "lower_lr" and lr >= ev.learning_rate)
+        or (a == "higher_lr" and lr <= ev.learning_rate)
+    )
     return f"plan.action {a}: its changes {ch.given()} do not go that way" if wrong else None

@@ -11,7 +11,8 @@ record, never a flag an agent could set).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Literal, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -25,8 +26,13 @@ LOWER_IS_BETTER = ("loss", "perplexity", "ppl", "repetition", "error", "latency"
 # nothing measures, or ``exact_match >= 2``, could never pass, and would only fail after
 # hours of training. lm-eval-harness results are ``lm_eval/<task>/<metric>`` (any finite bound).
 METRIC_RANGES: dict[str, tuple[float, float | None]] = {
-    "exact_match": (0.0, 1.0), "format_adherence": (0.0, 1.0), "determinism": (0.0, 1.0),
-    "repetition_rate": (0.0, 1.0), "heldout_loss": (0.0, None), "perplexity": (1.0, None), "reference_match": (0.0, 1.0),
+    "exact_match": (0.0, 1.0),
+    "format_adherence": (0.0, 1.0),
+    "determinism": (0.0, 1.0),
+    "repetition_rate": (0.0, 1.0),
+    "heldout_loss": (0.0, None),
+    "perplexity": (1.0, None),
+    "reference_match": (0.0, 1.0),
 }
 
 
@@ -35,13 +41,17 @@ def check_metric(metric: str, **bounds: float | None) -> None:
     if metric.startswith("lm_eval/") and metric.count("/") == 2:
         return
     if metric not in METRIC_RANGES:
-        raise ValueError(f"metric {metric!r} is not measured by any eval "
-                         f"(one of {', '.join(METRIC_RANGES)}, or lm_eval/<task>/<metric>)")
+        raise ValueError(
+            f"metric {metric!r} is not measured by any eval "
+            f"(one of {', '.join(METRIC_RANGES)}, or lm_eval/<task>/<metric>)"
+        )
     lo, hi = METRIC_RANGES[metric]
     for name, b in bounds.items():
         if b is not None and (b < lo or (hi is not None and b > hi)):
-            raise ValueError(f"{name} {b:g}: {metric} lies in [{lo:g}, {'inf' if hi is None else f'{hi:g}'}], "
-                             "so the gate could never be decided by it")
+            raise ValueError(
+                f"{name} {b:g}: {metric} lies in [{lo:g}, {'inf' if hi is None else f'{hi:g}'}], "
+                "so the gate could never be decided by it"
+            )
 
 
 def lower_is_better(metric: str) -> bool:
@@ -62,7 +72,7 @@ class GateRule(BaseModel):
     higher_is_better: bool | None = Field(default=None, description="None: inferred from the metric name")
 
     @model_validator(mode="after")
-    def _has_a_test(self) -> "GateRule":
+    def _has_a_test(self) -> GateRule:
         if self.min is None and self.max is None and self.max_regression is None:
             raise ValueError(f"gate rule on {self.metric!r}: give min, max or max_regression")
         check_metric(self.metric, min=self.min, max=self.max)
@@ -102,7 +112,9 @@ class GateDecision(BaseModel):
 
     @property
     def summary(self) -> str:
-        head = "passed" if self.passed else ("failed, accepted by " + self.accepted_by if self.accepted_by else "failed")
+        head = (
+            "passed" if self.passed else ("failed, accepted by " + self.accepted_by if self.accepted_by else "failed")
+        )
         return f"gate {self.stage}: {head}: " + "; ".join(self.reasons)
 
 
@@ -145,43 +157,87 @@ def evaluate_gate(
         missing = f"{rule.metric} was not measured in stage {stage}"
         if rule.min is not None:
             ok = value is not None and value >= rule.min
-            checks.append(GateCheck(metric=rule.metric, kind="min", value=value, threshold=rule.min, passed=ok,
-                                    reason=missing if value is None else
-                                    f"{rule.metric} {value:.4g} {'>=' if ok else '<'} min {rule.min:.4g}"))
+            checks.append(
+                GateCheck(
+                    metric=rule.metric,
+                    kind="min",
+                    value=value,
+                    threshold=rule.min,
+                    passed=ok,
+                    reason=missing
+                    if value is None
+                    else f"{rule.metric} {value:.4g} {'>=' if ok else '<'} min {rule.min:.4g}",
+                )
+            )
         if rule.max is not None:
             ok = value is not None and value <= rule.max
-            checks.append(GateCheck(metric=rule.metric, kind="max", value=value, threshold=rule.max, passed=ok,
-                                    reason=missing if value is None else
-                                    f"{rule.metric} {value:.4g} {'<=' if ok else '>'} max {rule.max:.4g}"))
+            checks.append(
+                GateCheck(
+                    metric=rule.metric,
+                    kind="max",
+                    value=value,
+                    threshold=rule.max,
+                    passed=ok,
+                    reason=missing
+                    if value is None
+                    else f"{rule.metric} {value:.4g} {'<=' if ok else '>'} max {rule.max:.4g}",
+                )
+            )
         if rule.max_regression is not None:
             checks.append(_regression(rule, stage, value, previous, previous_stage, missing))
     if not checks:
         raise BadInput(f"gate {stage}: no rules to judge (give the stage gates in the task)")
     passed = all(c.passed for c in checks)
-    return GateDecision(stage=stage, passed=passed, checks=checks, reasons=[c.reason for c in checks],
-                        previous_stage=previous_stage)
+    return GateDecision(
+        stage=stage, passed=passed, checks=checks, reasons=[c.reason for c in checks], previous_stage=previous_stage
+    )
 
 
-def _regression(rule: GateRule, stage: str, value: float | None, previous: Mapping[str, Any] | None,
-                previous_stage: str | None, missing: str) -> GateCheck:
+def _regression(
+    rule: GateRule,
+    stage: str,
+    value: float | None,
+    previous: Mapping[str, Any] | None,
+    previous_stage: str | None,
+    missing: str,
+) -> GateCheck:
     prev = _num((previous or {}).get(rule.metric))
     limit = float(rule.max_regression or 0.0)
     if prev is None:
         # Nothing to regress from (first stage, or the metric is new here): the rule holds.
-        return GateCheck(metric=rule.metric, kind="regression", value=value, threshold=limit, passed=value is not None,
-                         reason=missing if value is None else f"{rule.metric}: no previous stage value to compare")
+        return GateCheck(
+            metric=rule.metric,
+            kind="regression",
+            value=value,
+            threshold=limit,
+            passed=value is not None,
+            reason=missing if value is None else f"{rule.metric}: no previous stage value to compare",
+        )
     if value is None:
-        return GateCheck(metric=rule.metric, kind="regression", value=None, threshold=limit, previous=prev,
-                         passed=False, reason=missing)
+        return GateCheck(
+            metric=rule.metric,
+            kind="regression",
+            value=None,
+            threshold=limit,
+            previous=prev,
+            passed=False,
+            reason=missing,
+        )
     drop = (prev - value) if rule.higher_better else (value - prev)
     ok = drop <= limit + 1e-12
     where = previous_stage or "previous stage"
     verb = "dropped" if rule.higher_better else "rose"
-    reason = (f"{rule.metric} {verb} {abs(drop):.4g} against {where} ({prev:.4g} -> {value:.4g}), "
-              f"{'within' if ok else 'beyond'} allowed {limit:.4g}") if drop > 0 else (
-              f"{rule.metric} did not regress against {where} ({prev:.4g} -> {value:.4g})")
-    return GateCheck(metric=rule.metric, kind="regression", value=value, threshold=limit, previous=prev,
-                     passed=ok, reason=reason)
+    reason = (
+        (
+            f"{rule.metric} {verb} {abs(drop):.4g} against {where} ({prev:.4g} -> {value:.4g}), "
+            f"{'within' if ok else 'beyond'} allowed {limit:.4g}"
+        )
+        if drop > 0
+        else (f"{rule.metric} did not regress against {where} ({prev:.4g} -> {value:.4g})")
+    )
+    return GateCheck(
+        metric=rule.metric, kind="regression", value=value, threshold=limit, previous=prev, passed=ok, reason=reason
+    )
 
 
 def accept_failed_gate(decision: GateDecision, approval: Mapping[str, Any]) -> GateDecision:
@@ -192,6 +248,7 @@ def accept_failed_gate(decision: GateDecision, approval: Mapping[str, Any]) -> G
         return decision
     status, person = approval.get("status"), approval.get("decided_by")
     if status != "approved" or not person:
-        raise BadInput(f"approval {approval.get('id')!r}: a failed gate needs an approved decision by a person "
-                       f"(status {status!r})")
+        raise BadInput(
+            f"approval {approval.get('id')!r}: a failed gate needs an approved decision by a person (status {status!r})"
+        )
     return decision.model_copy(update={"accepted_by": str(person), "approval_id": approval.get("id")})

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field
@@ -31,8 +32,9 @@ class LmEvalResult(BaseModel):
         try:
             return self.tasks[task][name]
         except KeyError:
-            raise BadInput(f"lm-eval result: no metric {name!r} for task {task!r} "
-                           f"(have {sorted(self.tasks.get(task, {}))})") from None
+            raise BadInput(
+                f"lm-eval result: no metric {name!r} for task {task!r} (have {sorted(self.tasks.get(task, {}))})"
+            ) from None
 
 
 def write_exact_match_task(
@@ -59,7 +61,9 @@ def write_exact_match_task(
             try:
                 prompt, answer = example(r)
             except (KeyError, ValueError):
-                raise BadInput(f"lm-eval task {name}: record {i} needs 'prompt' and 'completion', or 'messages'") from None
+                raise BadInput(
+                    f"lm-eval task {name}: record {i} needs 'prompt' and 'completion', or 'messages'"
+                ) from None
             context = prompt_text(tokenizer, query(r), fmt)
             fh.write(json.dumps({"context": context, "answer": answer}) + "\n")
             n += 1
@@ -76,8 +80,9 @@ def write_exact_match_task(
         "doc_to_target": "{{answer}}",
         "target_delimiter": "",
         "generation_kwargs": {"until": stop, "do_sample": False, "max_gen_toks": max_new_tokens},
-        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True,
-                         "regexes_to_ignore": ["\\s+"]}],
+        "metric_list": [
+            {"metric": "exact_match", "aggregation": "mean", "higher_is_better": True, "regexes_to_ignore": ["\\s+"]}
+        ],
         "metadata": {"version": 1.0},
     }
     path = out / f"{name}.yaml"
@@ -115,29 +120,52 @@ def run_lm_eval(
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
         raise BadInput(f"lm-eval tasks {unknown}: not defined under {include} (found {sorted(manager.all_tasks)[:10]})")
-    model_args = {"pretrained": str(ckpt), "tokenizer": str(tokenizer_path or ckpt), "dtype": "float32",
-                  "trust_remote_code": False}
+    model_args = {
+        "pretrained": str(ckpt),
+        "tokenizer": str(tokenizer_path or ckpt),
+        "dtype": "float32",
+        "trust_remote_code": False,
+    }
     out = simple_evaluate(
-        model="hf", model_args=model_args, tasks=list(tasks), task_manager=manager, batch_size=batch_size,
-        device=device, limit=limit, log_samples=False, bootstrap_iters=0, write_out=False,
+        model="hf",
+        model_args=model_args,
+        tasks=list(tasks),
+        task_manager=manager,
+        batch_size=batch_size,
+        device=device,
+        limit=limit,
+        log_samples=False,
+        bootstrap_iters=0,
+        write_out=False,
     )
     if out is None:  # only on non-zero ranks of a distributed run
         raise BadInput("lm-eval returned no results (not rank 0)")
     metrics: dict[str, dict[str, float]] = {}
     for task, vals in out["results"].items():
         metrics[task] = {
-            k.split(",")[0]: float(v) for k, v in vals.items()
+            k.split(",")[0]: float(v)
+            for k, v in vals.items()
             if isinstance(v, (int, float)) and "_stderr" not in k and k not in ("alias", "sample_len")
         }
-    n_samples = {t: int(v.get("effective", v.get("original", 0))) if isinstance(v, dict) else int(v)
-                 for t, v in out.get("n-samples", {}).items()}
+    n_samples = {
+        t: int(v["effective"] if "effective" in v else v.get("original", 0)) if isinstance(v, dict) else int(v)
+        for t, v in out.get("n-samples", {}).items()
+    }
     result = LmEvalResult(checkpoint=str(ckpt), tasks=metrics, n_samples=n_samples)
     if out_dir is not None:
         p = Path(out_dir)
         p.mkdir(parents=True, exist_ok=True)
         path = p / "lm_eval_results.json"
-        path.write_text(json.dumps({"results": out["results"], "n-samples": out.get("n-samples", {}),
-                                    "config": {"model_args": model_args, "tasks": tasks, "limit": limit}},
-                                   indent=1, default=str))
+        path.write_text(
+            json.dumps(
+                {
+                    "results": out["results"],
+                    "n-samples": out.get("n-samples", {}),
+                    "config": {"model_args": model_args, "tasks": tasks, "limit": limit},
+                },
+                indent=1,
+                default=str,
+            )
+        )
         result.results_path = str(path)
     return result

@@ -40,11 +40,11 @@ from pydantic import BaseModel, Field
 from trainteam.core.errors import TrainteamError
 from trainteam.curation.answers import AnswerSpec
 from trainteam.curation.jsonl import write_jsonl
-from trainteam.trainers.training import budget
-from trainteam.trainers.training.config import DistributedSpec, ModelSpec, TrainConfig
 from trainteam.trainers.launch.node_commands import LaunchSpec, free_port, launch_commands, write_accelerate_config
 from trainteam.trainers.launch.worker import WorkerJob
 from trainteam.trainers.planning import detect_hardware, plan
+from trainteam.trainers.training import budget
+from trainteam.trainers.training.config import DistributedSpec, ModelSpec, TrainConfig
 from trainteam.trainers.training.results import RestartProposal, TrainReport
 
 log = logging.getLogger("trainteam.launched")
@@ -56,39 +56,63 @@ _EXIT_RE = re.compile(r"exitcode\s*:\s*(-?\d+)\)?\s*(?:\(pid:|local_rank:\s*\d+\
 _CLOSING_RE = re.compile(r"Sending process (\d+) closing signal")
 
 # Run by this interpreter in front of the launcher: SIGTERM the launcher when its parent dies.
-_SHIM = ("import ctypes, os, signal, sys\n"
-         "try:\n"
-         "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
-         "except (AttributeError, OSError):\n"
-         "    pass\n"
-         "if os.getppid() != int(sys.argv[1]):\n"
-         "    sys.exit(1)  # the parent died before the death signal was armed\n"
-         "os.execvp(sys.argv[2], sys.argv[2:])\n")
+_SHIM = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "except (AttributeError, OSError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)  # the parent died before the death signal was armed\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 class LaunchFailed(TrainteamError):
     """Every attempt of a launched stage lost a rank."""
 
 
-def train_launched(method: str, config: TrainConfig, model: Any, data: Any, *, tokenizer, dist: DistributedSpec,
-                   eval_data: Any = None, apply_proposal: RestartProposal | None = None,
-                   answer: AnswerSpec | None = None) -> TrainReport:
+def train_launched(
+    method: str,
+    config: TrainConfig,
+    model: Any,
+    data: Any,
+    *,
+    tokenizer,
+    dist: DistributedSpec,
+    eval_data: Any = None,
+    apply_proposal: RestartProposal | None = None,
+    answer: AnswerSpec | None = None,
+) -> TrainReport:
     """Train like ``training.train`` but in ``dist.num_processes`` launched processes (see the module
     docstring); returns rank 0's report. ``config.output_dir`` is the stage's folder, as for ``train``."""
+    assert config.output_dir is not None  # the stage's folder, set by the step
     out = Path(config.output_dir)
     ldir = out / "launch"
     ranks = ldir / "ranks"
     config = config.model_copy(update={"method": method, **dist.train_fields()})
     model_path = _model_folder(model, tokenizer, ldir)
-    job = WorkerJob(method=method, config=config, model=ModelSpec(path=model_path), tokenizer=_tokenizer_folder(tokenizer, ldir),
-                    data=_data_file(data, ldir / "data.jsonl"), results_dir=ranks, model_path=model_path,
-                    eval_data=_data_file(eval_data, ldir / "eval.jsonl") if eval_data is not None else None,
-                    apply_proposal=apply_proposal, answer=answer)
+    job = WorkerJob(
+        method=method,
+        config=config,
+        model=ModelSpec(path=model_path),
+        tokenizer=_tokenizer_folder(tokenizer, ldir),
+        data=_data_file(data, ldir / "data.jsonl"),
+        results_dir=ranks,
+        model_path=model_path,
+        eval_data=_data_file(eval_data, ldir / "eval.jsonl") if eval_data is not None else None,
+        apply_proposal=apply_proposal,
+        answer=answer,
+    )
     failures: list[dict] = []
     for attempt in range(1, dist.max_restarts + 2):
         c = budget.current()  # what the run may still spend, as each launch starts
-        job_file = job.model_copy(update={"budget_left_s": c.left_s() if c is not None else None,
-                                          "budget_allowed_s": c.allowed_s if c is not None else 0.0}).save(ldir / "job.json")
+        job_file = job.model_copy(
+            update={
+                "budget_left_s": c.left_s() if c is not None else None,
+                "budget_allowed_s": c.allowed_s if c is not None else 0.0,
+            }
+        ).save(ldir / "job.json")
         spec = _spec(config, model_path, dist, ldir, job_file)
         if attempt == 1:
             _write_other_nodes(spec, dist, ldir)
@@ -99,8 +123,10 @@ def train_launched(method: str, config: TrainConfig, model: Any, data: Any, *, t
             return TrainReport.model_validate_json((ranks / "report.json").read_text())
         failures.append(outcome)
         log.warning("launched %s, attempt %d: %s", method, attempt, outcome["why"])
-    raise LaunchFailed(f"distributed {method}: {failures[-1]['why']} (attempt {len(failures)} of "
-                       f"{dist.max_restarts + 1}; log {failures[-1]['log']})")
+    raise LaunchFailed(
+        f"distributed {method}: {failures[-1]['why']} (attempt {len(failures)} of "
+        f"{dist.max_restarts + 1}; log {failures[-1]['log']})"
+    )
 
 
 def _model_folder(model: Any, tokenizer, ldir: Path) -> Path:
@@ -140,10 +166,19 @@ def _spec(config: TrainConfig, model_path: Path, dist: DistributedSpec, ldir: Pa
     ip = dist.main_process_ip or "127.0.0.1"
     cfg_file = None
     if dist.launcher == "accelerate":
-        cfg_file = write_accelerate_config(p, ldir, main_process_ip=dist.main_process_ip if dist.num_machines > 1 else None,
-                                           main_process_port=port)
-    return launch_commands(p, "trainteam.trainers.launch.worker", [str(job_file)], launcher=dist.launcher,
-                           module=True, config_file=cfg_file, main_process_ip=ip, main_process_port=port)
+        cfg_file = write_accelerate_config(
+            p, ldir, main_process_ip=dist.main_process_ip if dist.num_machines > 1 else None, main_process_port=port
+        )
+    return launch_commands(
+        p,
+        "trainteam.trainers.launch.worker",
+        [str(job_file)],
+        launcher=dist.launcher,
+        module=True,
+        config_file=cfg_file,
+        main_process_ip=ip,
+        main_process_port=port,
+    )
 
 
 def _write_other_nodes(spec: LaunchSpec, dist: DistributedSpec, ldir: Path) -> None:
@@ -177,10 +212,18 @@ def _attempt(spec: LaunchSpec, dist: DistributedSpec, ranks: Path, ldir: Path, a
     why = None
     if not ok:
         why = _why(dead, rc, log_path)
-    return {"attempt": attempt, "ok": ok, "launcher_exit": rc, "dead_rank": dead.rank if dead else None,
-            "pids": watch.pids, "lost_ranks": [e.model_dump() for e in lost],
-            "seconds": round(time.monotonic() - t0, 2), "log": str(log_path), "why": why,
-            "command": spec.shell(dist.machine_rank)}
+    return {
+        "attempt": attempt,
+        "ok": ok,
+        "launcher_exit": rc,
+        "dead_rank": dead.rank if dead else None,
+        "pids": watch.pids,
+        "lost_ranks": [e.model_dump() for e in lost],
+        "seconds": round(time.monotonic() - t0, 2),
+        "log": str(log_path),
+        "why": why,
+        "command": spec.shell(dist.machine_rank),
+    }
 
 
 def _start(spec: LaunchSpec, machine_rank: int, log_fh) -> subprocess.Popen:
@@ -189,8 +232,14 @@ def _start(spec: LaunchSpec, machine_rank: int, log_fh) -> subprocess.Popen:
     if local.is_file():  # the launcher of this interpreter's venv, not whatever is first on PATH
         cmd[0] = str(local)
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-c", _SHIM, str(os.getpid()), *cmd], env=env, stdout=log_fh,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", _SHIM, str(os.getpid()), *cmd],
+        env=env,
+        stdout=log_fh,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 class RankEnd(BaseModel):
@@ -199,13 +248,18 @@ class RankEnd(BaseModel):
     rank: int
     pid: int | None = None
     dead_at: float | None = Field(default=None, description="wall time the supervisor first saw it dead")
-    stopped: bool = Field(default=False, description="alive when the launcher's agent or the supervisor "
-                                                     "began stopping the launch: not what ended it")
-    error: str | None = Field(default=None, description="the exception it recorded as it died; None: it "
-                                                        "died without raising (a signal, a crash)")
+    stopped: bool = Field(
+        default=False,
+        description="alive when the launcher's agent or the supervisor began stopping the launch: not what ended it",
+    )
+    error: str | None = Field(
+        default=None,
+        description="the exception it recorded as it died; None: it died without raising (a signal, a crash)",
+    )
     error_at: float | None = None
-    launcher_exit: int | None = Field(default=None, description="its exit code in the launcher's failure "
-                                                                "summary (negative: the signal)")
+    launcher_exit: int | None = Field(
+        default=None, description="its exit code in the launcher's failure summary (negative: the signal)"
+    )
 
 
 class _Watch:
@@ -266,8 +320,13 @@ def _rank_ends(watch: _Watch, alive_at_stop: set[int], log_path: Path) -> list[R
     ends = []
     for rank in watch.look():
         pid = watch.pids.get(rank)
-        end = RankEnd(rank=rank, pid=pid, dead_at=watch.dead_at.get(rank), launcher_exit=codes.get(pid),
-                      stopped=rank in alive_at_stop or pid in signalled)
+        end = RankEnd(
+            rank=rank,
+            pid=pid,
+            dead_at=watch.dead_at.get(rank),
+            launcher_exit=codes.get(pid) if pid is not None else None,
+            stopped=rank in alive_at_stop or pid in signalled,
+        )
         try:
             err = json.loads((watch.ranks / f"rank{rank}.error.json").read_text())
             end = end.model_copy(update={"error": str(err.get("error"))[:500], "error_at": err.get("time")})
@@ -283,8 +342,15 @@ def _first_dead(ends: list[RankEnd]) -> RankEnd | None:
     raising (killed by a signal, out of memory, a crash) over one that raised; then the earliest."""
     if not ends:
         return None
-    return min(ends, key=lambda e: (e.stopped, e.error is not None,
-                                    (e.error_at if e.error is not None else e.dead_at) or float("inf"), e.rank))
+    return min(
+        ends,
+        key=lambda e: (
+            e.stopped,
+            e.error is not None,
+            (e.error_at if e.error is not None else e.dead_at) or float("inf"),
+            e.rank,
+        ),
+    )
 
 
 def _why(dead: RankEnd | None, rc: int | None, log_path: Path) -> str:

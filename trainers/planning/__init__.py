@@ -16,6 +16,15 @@ from trainteam.trainers.planning.planner import (
 )
 
 __all__ = [
-    "CostEstimate", "HardwareSpec", "MemoryEstimate", "ModelShape", "PlanRefused", "Refusal", "RunPlan",
-    "check", "detect_hardware", "plan", "recommend",
+    "CostEstimate",
+    "HardwareSpec",
+    "MemoryEstimate",
+    "ModelShape",
+    "PlanRefused",
+    "Refusal",
+    "RunPlan",
+    "check",
+    "detect_hardware",
+    "plan",
+    "recommend",
 ]

@@ -23,8 +23,9 @@ def _left_of(entry: dict[str, Any]) -> float:
     return float(entry.get("est_minutes") or 0.0) * (max(0.0, 1.0 - done / steps) if steps else 1.0)
 
 
-def over_budget(stages: dict[str, dict[str, Any]], est_minutes: float, left_minutes: float,
-                budget_minutes: float) -> str:
+def over_budget(
+    stages: dict[str, dict[str, Any]], est_minutes: float, left_minutes: float, budget_minutes: float
+) -> str:
     """The change that makes ``est_minutes`` fit ``left_minutes`` of a ``budget_minutes`` budget, as one
     clause: the budget to raise, the steps to cut (the stage needing most time, if its length is the
     task's), and how each stage's estimate was made."""
@@ -38,8 +39,10 @@ def over_budget(stages: dict[str, dict[str, Any]], est_minutes: float, left_minu
         steps = (entry.get("steps_done") or 0) + (math.floor(room * 60 / pace) if pace > 0 and room > 0 else 0)
         searched = "max_steps" in ((entry.get("searched") or {}).get("settings") or [])
         if not searched and pace > 0 and steps > (entry.get("steps_done") or 0):
-            out.append(f"lower training.{name}.max_steps to at most {steps} (from {entry.get('max_steps')}; "
-                       f"{pace:.2f} s a step)")
+            out.append(
+                f"lower training.{name}.max_steps to at most {steps} (from {entry.get('max_steps')}; "
+                f"{pace:.2f} s a step)"
+            )
     notes = [f"{n}: {e['estimate_note']}" for n, e in runnable.items() if e.get("estimate_note")]
     text = " or ".join(out)
     return text + (f"; the estimate: {'; '.join(notes)}" if notes else "")

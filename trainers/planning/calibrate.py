@@ -31,16 +31,15 @@ import math
 import os
 import platform
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers.training.config import ModelSpec, TrainConfig
-from trainteam.trainers.training.models import build_model
 from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.load import (
     Load,
@@ -53,6 +52,8 @@ from trainteam.trainers.planning.load import (
     speed_ratio,
     threads_under,
 )
+from trainteam.trainers.training.config import ModelSpec, TrainConfig
+from trainteam.trainers.training.models import build_model
 from trainteam.trainers.training.threads import cpu_sample
 from trainteam.trainers.training.trainer_args import choose_threads, peft_config
 
@@ -73,8 +74,10 @@ class Calibration(BaseModel):
     device: str
     model: str
     measured_at: str
-    source: Literal["calibration", "run"] = Field(default="calibration", description="calibration: timed steps on "
-                                                  "random tokens (validate); run: a run's own first steps")
+    source: Literal["calibration", "run"] = Field(
+        default="calibration",
+        description="calibration: timed steps on random tokens (validate); run: a run's own first steps",
+    )
     load: Load | None = Field(default=None, description="the load it was measured under (CPU)")
     measured_tokens_per_s: float | None = Field(default=None, description="as measured, when tokens_per_s is scaled")
     note: str | None = Field(default=None, description="how this reading was fitted to now: scaled, or retaken")
@@ -82,13 +85,18 @@ class Calibration(BaseModel):
     def describe(self) -> str:
         """How the throughput was made, for a plan's reasons and a refusal: "measured 160 tokens/s at load 0.3 ..."."""
         steps = f"{self.steps} step{'s' if self.steps != 1 else ''}"
-        what = (f"{steps} of {self.tokens_per_step} tokens" if self.source == "calibration"
-                else f"the first {steps} of a run")
+        what = (
+            f"{steps} of {self.tokens_per_step} tokens"
+            if self.source == "calibration"
+            else f"the first {steps} of a run"
+        )
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}" if self.threads else self.device
         at = f" at {self.load.describe()}" if self.load is not None else ""
         when = self.measured_at[:16].replace("T", " ")
-        text = (f"measured {self.measured_tokens_per_s or self.tokens_per_s:,.0f} tokens/s on this machine{at} "
-                f"on {when} ({what}, {threads})")
+        text = (
+            f"measured {self.measured_tokens_per_s or self.tokens_per_s:,.0f} tokens/s on this machine{at} "
+            f"on {when} ({what}, {threads})"
+        )
         return text + (f"; {self.note}" if self.note else "")
 
 
@@ -141,8 +149,16 @@ def cache_key(spec: ModelSpec, cfg: TrainConfig, tokens: float, *, device: str, 
 def shape_key(signature: str, cfg: TrainConfig, tokens: float, *, device: str) -> str:
     """The cache key of a model (``model_signature``), a training setup and a micro-batch of ``tokens``."""
     lora = cfg.lora.model_dump_json() if cfg.lora else "full"
-    parts = [KEY_VERSION, signature, machine_id(device), cfg.precision, cfg.attn_implementation,
-             str(cfg.gradient_checkpointing), lora, str(step_tokens(tokens))]
+    parts = [
+        KEY_VERSION,
+        signature,
+        machine_id(device),
+        cfg.precision,
+        cfg.attn_implementation,
+        str(cfg.gradient_checkpointing),
+        lora,
+        str(step_tokens(tokens)),
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
@@ -164,16 +180,31 @@ def fit(cal: Calibration, now: Load, threads: int | None) -> Calibration | None:
         return cal
     tps = cal.tokens_per_s * ratio
     n = credited(cal.threads or cal.load.threads, t_now)
-    note = (f"scaled x{ratio:.2f} to the {now.describe()} now ({n} thread{'s' if n > 1 else ''} would get "
-            f"{cores_for(now, n):.2f} cores, it got {cal.load.share:.2f}"
-            + (f"; the run's other {t_now - n} not counted until measured" if t_now > n else "")
-            + f"): {tps:,.0f} tokens/s")
-    return cal.model_copy(update={"tokens_per_s": tps, "step_s": cal.step_s / ratio,
-                                  "measured_tokens_per_s": cal.tokens_per_s, "note": note})
+    note = (
+        f"scaled x{ratio:.2f} to the {now.describe()} now ({n} thread{'s' if n > 1 else ''} would get "
+        f"{cores_for(now, n):.2f} cores, it got {cal.load.share:.2f}"
+        + (f"; the run's other {t_now - n} not counted until measured" if t_now > n else "")
+        + f"): {tps:,.0f} tokens/s"
+    )
+    return cal.model_copy(
+        update={
+            "tokens_per_s": tps,
+            "step_s": cal.step_s / ratio,
+            "measured_tokens_per_s": cal.tokens_per_s,
+            "note": note,
+        }
+    )
 
 
-def lookup(spec: ModelSpec, cfg: TrainConfig, tokens: float, *, device: str, vocab_size: int | None = None,
-           now: Load | None = None) -> Calibration | None:
+def lookup(
+    spec: ModelSpec,
+    cfg: TrainConfig,
+    tokens: float,
+    *,
+    device: str,
+    vocab_size: int | None = None,
+    now: Load | None = None,
+) -> Calibration | None:
     """The stored measurement for this model, machine and shape fitted to the load ``now`` (default: a
     short probe, ``load.load_now``), or None; imports no torch."""
     found = cached(cache_key(spec, cfg, tokens, device=device, vocab_size=vocab_size))
@@ -228,13 +259,23 @@ def _stored_fits(found: Calibration, device: str, now: Load | None, threads: int
     if fitted is found:
         return True, None
     then = found.load.describe() if found.load is not None else "an unrecorded load"
-    return False, (f"retaken: the stored {found.tokens_per_s:,.0f} tokens/s was measured at {then}, "
-                   f"the {now.describe()} now")
+    return False, (
+        f"retaken: the stored {found.tokens_per_s:,.0f} tokens/s was measured at {then}, the {now.describe()} now"
+    )
 
 
-def calibrate(spec: ModelSpec, cfg: TrainConfig, tokens: float, *, device: str, tokenizer=None,
-              vocab_size: int | None = None, min_seconds: float = 2.0, max_steps: int = 5,
-              now: Load | None = None) -> Calibration:
+def calibrate(
+    spec: ModelSpec,
+    cfg: TrainConfig,
+    tokens: float,
+    *,
+    device: str,
+    tokenizer=None,
+    vocab_size: int | None = None,
+    min_seconds: float = 2.0,
+    max_steps: int = 5,
+    now: Load | None = None,
+) -> Calibration:
     """Read back, or measure and store, the throughput of ``cfg``'s training of ``spec`` at ``tokens``
     per step on ``device`` (this machine's: ``HardwareSpec.device``). A stored measurement taken under
     another load than ``now`` (default: a short probe) is measured again, not scaled."""
@@ -249,9 +290,17 @@ def calibrate(spec: ModelSpec, cfg: TrainConfig, tokens: float, *, device: str, 
     n = step_tokens(tokens)
     model = _model(spec, cfg, tokenizer, vocab_size).to(device)
     step_s, steps, load = _time_steps(model, cfg, n, device, min_seconds, max_steps)
-    cal = Calibration(tokens_per_s=n / step_s, step_s=step_s, tokens_per_step=n, steps=steps, threads=threads,
-                      device=device, model=str(spec.path or "random init"), load=load if device == "cpu" else None,
-                      measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    cal = Calibration(
+        tokens_per_s=n / step_s,
+        step_s=step_s,
+        tokens_per_step=n,
+        steps=steps,
+        threads=threads,
+        device=device,
+        model=str(spec.path or "random init"),
+        load=load if device == "cpu" else None,
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
     _store(key, cal)
     if cal.load is not None:
         remember(cal.load)
@@ -284,8 +333,9 @@ class _NoTokenizer:
         return self.size
 
 
-def _time_steps(model, cfg: TrainConfig, n: int, device: str, min_seconds: float,
-                max_steps: int) -> tuple[float, int, Load]:
+def _time_steps(
+    model, cfg: TrainConfig, n: int, device: str, min_seconds: float, max_steps: int
+) -> tuple[float, int, Load]:
     """Mean seconds of a training step on one row of ``n`` random tokens after one warm-up step, the steps
     timed, and the load while they ran (the neighbours' cores, the cores this process got)."""
     import torch

@@ -42,7 +42,7 @@ class ModelShape(BaseModel):
     tie_word_embeddings: bool = True
 
     @classmethod
-    def from_spec(cls, spec, vocab_size: int | None = None) -> "ModelShape":
+    def from_spec(cls, spec, vocab_size: int | None = None) -> ModelShape:
         """From a ``ModelSpec``; a spec with ``path`` is read from its ``config.json``."""
         if spec.path is not None:
             return cls.from_config_json(Path(spec.path) / "config.json")
@@ -50,42 +50,61 @@ class ModelShape(BaseModel):
         if vocab is None:
             raise BadInput("model.vocab_size: unknown; give it in the spec or pass the tokenizer's vocab_size")
         return cls(
-            arch=spec.arch, hidden_size=spec.hidden_size, num_layers=spec.num_layers,
-            num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads or spec.num_heads,
-            intermediate_size=spec.intermediate_size or 4 * spec.hidden_size, vocab_size=vocab,
-            max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True,
+            arch=spec.arch,
+            hidden_size=spec.hidden_size,
+            num_layers=spec.num_layers,
+            num_heads=spec.num_heads,
+            num_kv_heads=spec.num_kv_heads or spec.num_heads,
+            intermediate_size=spec.intermediate_size or 4 * spec.hidden_size,
+            vocab_size=vocab,
+            max_position_embeddings=spec.max_position_embeddings,
+            tie_word_embeddings=True,
         )
 
     @classmethod
-    def from_config_json(cls, path: Path) -> "ModelShape":
+    def from_config_json(cls, path: Path) -> ModelShape:
         if not path.is_file():
             raise BadInput(f"model.path: {path} not found (a local HF model folder has a config.json)")
         return cls.from_config(json.loads(path.read_text()), where=path)
 
     @classmethod
-    def from_config(cls, c: dict, where: Path | str = "config") -> "ModelShape":
+    def from_config(cls, c: dict, where: Path | str = "config") -> ModelShape:
         """From a transformers config as a dict (a folder's config.json, or ``model.config.to_dict()``)."""
         arch = c.get("model_type", "llama")
         if arch == "gpt2":
             h = c["n_embd"]
-            return cls(arch="gpt2", hidden_size=h, num_layers=c["n_layer"], num_heads=c["n_head"],
-                       num_kv_heads=c["n_head"], intermediate_size=c.get("n_inner") or 4 * h,
-                       vocab_size=c["vocab_size"], max_position_embeddings=c.get("n_positions", 1024),
-                       tie_word_embeddings=c.get("tie_word_embeddings", True))
+            return cls(
+                arch="gpt2",
+                hidden_size=h,
+                num_layers=c["n_layer"],
+                num_heads=c["n_head"],
+                num_kv_heads=c["n_head"],
+                intermediate_size=c.get("n_inner") or 4 * h,
+                vocab_size=c["vocab_size"],
+                max_position_embeddings=c.get("n_positions", 1024),
+                tie_word_embeddings=c.get("tie_word_embeddings", True),
+            )
         try:
-            return cls(arch=arch, hidden_size=c["hidden_size"], num_layers=c["num_hidden_layers"],
-                       num_heads=c["num_attention_heads"],
-                       num_kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
-                       intermediate_size=c["intermediate_size"], vocab_size=c["vocab_size"],
-                       max_position_embeddings=c.get("max_position_embeddings", 2048),
-                       tie_word_embeddings=c.get("tie_word_embeddings", False))
+            return cls(
+                arch=arch,
+                hidden_size=c["hidden_size"],
+                num_layers=c["num_hidden_layers"],
+                num_heads=c["num_attention_heads"],
+                num_kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
+                intermediate_size=c["intermediate_size"],
+                vocab_size=c["vocab_size"],
+                max_position_embeddings=c.get("max_position_embeddings", 2048),
+                tie_word_embeddings=c.get("tie_word_embeddings", False),
+            )
         except KeyError as exc:
             raise BadInput(f"model.path: {where} lacks {exc.args[0]}") from None
 
     def signature(self) -> str:
         """What a step's speed depends on, as text: the same for the same architecture in any folder."""
-        return (f"{self.arch}:h{self.hidden_size}:L{self.num_layers}:a{self.num_heads}/{self.num_kv_heads}:"
-                f"i{self.intermediate_size}:v{self.vocab_size}")
+        return (
+            f"{self.arch}:h{self.hidden_size}:L{self.num_layers}:a{self.num_heads}/{self.num_kv_heads}:"
+            f"i{self.intermediate_size}:v{self.vocab_size}"
+        )
 
     @property
     def head_dim(self) -> int:
@@ -140,9 +159,20 @@ def state_bytes_per_param(precision: str, strategy: str) -> tuple[float, float, 
 
 
 def memory_estimate(
-    shape: ModelShape, *, precision: str, strategy: str, dp_size: int, tp_size: int,
-    micro_batch: int, seq_len: int, gradient_checkpointing: bool, attn_implementation: str,
-    lora_r: int | None, quantize_4bit: bool, device_memory_gib: float, cuda: bool,
+    shape: ModelShape,
+    *,
+    precision: str,
+    strategy: str,
+    dp_size: int,
+    tp_size: int,
+    micro_batch: int,
+    seq_len: int,
+    gradient_checkpointing: bool,
+    attn_implementation: str,
+    lora_r: int | None,
+    quantize_4bit: bool,
+    device_memory_gib: float,
+    cuda: bool,
 ) -> MemoryEstimate:
     n = shape.num_params() / tp_size
     w_b, g_b, o_b = state_bytes_per_param(precision, strategy)
@@ -158,20 +188,40 @@ def memory_estimate(
         grads, opt = grads / dp_size, opt / dp_size
     if strategy in ("zero3", "fsdp"):
         weights = weights / dp_size
-    act = activation_bytes(shape, micro_batch=micro_batch, seq_len=seq_len, precision=precision,
-                           gradient_checkpointing=gradient_checkpointing,
-                           attn_implementation=attn_implementation) / tp_size
+    act = (
+        activation_bytes(
+            shape,
+            micro_batch=micro_batch,
+            seq_len=seq_len,
+            precision=precision,
+            gradient_checkpointing=gradient_checkpointing,
+            attn_implementation=attn_implementation,
+        )
+        / tp_size
+    )
     overhead = 1.0 * GIB if cuda else 0.3 * GIB  # CUDA context + allocator slack; Python + libs on CPU
     parts = [weights, grads, opt, act, overhead]
     return MemoryEstimate(
-        weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=opt / GIB,
-        activations_gib=act / GIB, overhead_gib=overhead / GIB, total_gib=sum(parts) / GIB,
-        device_memory_gib=device_memory_gib, headroom=0.9,
+        weights_gib=weights / GIB,
+        gradients_gib=grads / GIB,
+        optimizer_gib=opt / GIB,
+        activations_gib=act / GIB,
+        overhead_gib=overhead / GIB,
+        total_gib=sum(parts) / GIB,
+        device_memory_gib=device_memory_gib,
+        headroom=0.9,
     )
 
 
-def activation_bytes(shape: ModelShape, *, micro_batch: int, seq_len: int, precision: str,
-                     gradient_checkpointing: bool, attn_implementation: str) -> float:
+def activation_bytes(
+    shape: ModelShape,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    precision: str,
+    gradient_checkpointing: bool,
+    attn_implementation: str,
+) -> float:
     """Bytes autograd keeps for backward, plus the logits gradient alive when backward starts.
 
     Per token and layer a SwiGLU block (Llama, Qwen2) saves ``10h + 4I`` values (norm inputs

@@ -19,8 +19,18 @@ Fabric = Literal["none", "ethernet", "infiniband", "nvlink"]
 # Dense bf16/fp16 tensor-core peak per device (TFLOP/s, no sparsity), by a substring of the
 # device name. Used only for time and cost estimates; a person can override `peak_tflops`.
 _GPU_PEAK_TFLOPS = {
-    "B200": 2250.0, "H200": 989.0, "H100": 989.0, "H800": 989.0, "A100": 312.0, "A800": 312.0,
-    "L40S": 362.0, "L40": 181.0, "A10": 125.0, "L4": 121.0, "V100": 125.0, "T4": 65.0,
+    "B200": 2250.0,
+    "H200": 989.0,
+    "H100": 989.0,
+    "H800": 989.0,
+    "A100": 312.0,
+    "A800": 312.0,
+    "L40S": 362.0,
+    "L40": 181.0,
+    "A10": 125.0,
+    "L4": 121.0,
+    "V100": 125.0,
+    "T4": 65.0,
 }
 
 
@@ -41,15 +51,18 @@ class HardwareSpec(BaseModel):
     device_memory_gib: float = Field(default=8.0, gt=0)
     bf16: bool = Field(default=False, description="native bf16 math (Ampere+ GPUs; CPUs with AMX/AVX512-BF16)")
     fabric: Fabric = "none"
-    memory_budget: bool = Field(default=False, description="device_memory_gib is a person's budget "
-                                "(budget.max_memory_gib), less than the device has")
+    memory_budget: bool = Field(
+        default=False,
+        description="device_memory_gib is a person's budget (budget.max_memory_gib), less than the device has",
+    )
     price_per_device_hour: float = Field(default=0.0, ge=0, description="currency units per device-hour")
     peak_tflops: float | None = Field(default=None, gt=0, description="per device, in the training precision")
-    assumed_mfu: float | None = Field(default=None, gt=0, le=1,
-                                      description="model FLOPs utilisation for time estimates (default by device)")
+    assumed_mfu: float | None = Field(
+        default=None, gt=0, le=1, description="model FLOPs utilisation for time estimates (default by device)"
+    )
 
     @model_validator(mode="after")
-    def _fabric_for_many_nodes(self) -> "HardwareSpec":
+    def _fabric_for_many_nodes(self) -> HardwareSpec:
         if self.nodes > 1 and self.fabric == "none":
             raise ValueError("fabric: nodes > 1 need a network fabric (ethernet, infiniband or nvlink)")
         return self
@@ -108,9 +121,12 @@ def detect_hardware(*, price_per_device_hour: float = 0.0, processes: int | None
             props = torch.cuda.get_device_properties(0)
             fabric: Fabric = "nvlink" if n > 1 and _has_nvlink() else "none"
             return HardwareSpec(
-                device="cuda", name=props.name, devices_per_node=n,
+                device="cuda",
+                name=props.name,
+                devices_per_node=n,
                 device_memory_gib=round(props.total_memory / 2**30, 2),
-                bf16=bool(torch.cuda.is_bf16_supported()), fabric=fabric,
+                bf16=bool(torch.cuda.is_bf16_supported()),
+                fabric=fabric,
                 price_per_device_hour=price_per_device_hour,
             )
     import psutil
@@ -121,9 +137,12 @@ def detect_hardware(*, price_per_device_hour: float = 0.0, processes: int | None
     ghz = (freq.max or freq.current or 2500.0) / 1000 if freq else 2.5
     per_proc_cores = max(1, cores // procs)
     return HardwareSpec(
-        device="cpu", name=f"cpu x{cores}", devices_per_node=procs,
+        device="cpu",
+        name=f"cpu x{cores}",
+        devices_per_node=procs,
         device_memory_gib=round(psutil.virtual_memory().total / 2**30 / procs, 2),
-        bf16=_cpu_bf16(), price_per_device_hour=price_per_device_hour,
+        bf16=_cpu_bf16(),
+        price_per_device_hour=price_per_device_hour,
         peak_tflops=per_proc_cores * 32 * ghz / 1000,
     )
 
@@ -131,7 +150,7 @@ def detect_hardware(*, price_per_device_hour: float = 0.0, processes: int | None
 def _has_nvlink() -> bool:
     """NVLink between GPU 0 and 1, asked through NVML when pynvml is installed; else no."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)

@@ -105,8 +105,13 @@ def _probe(seconds: float) -> Load:
         pass
     after, cpu1 = cpu_sample(), time.thread_time()
     share = (cpu1 - cpu0) / max(after[2] - mark[2], 1e-9)
-    return Load(neighbours=round(neighbours_between(mark, after), 3), share=round(max(share, 0.01), 3), threads=1,
-                cores=os.cpu_count() or 1, load1=round(os.getloadavg()[0], 2))
+    return Load(
+        neighbours=round(neighbours_between(mark, after), 3),
+        share=round(max(share, 0.01), 3),
+        threads=1,
+        cores=os.cpu_count() or 1,
+        load1=round(os.getloadavg()[0], 2),
+    )
 
 
 _last: tuple[float, Load] | None = None
@@ -131,5 +136,10 @@ def during(mark: tuple[float, float, float], threads: int) -> Load:
     """The load over the work since ``mark`` (a ``cpu_sample()``) done by this process on ``threads`` threads."""
     now = cpu_sample()
     wall = max(now[2] - mark[2], 1e-9)
-    return Load(neighbours=round(neighbours_between(mark, now), 3), share=round(max((now[1] - mark[1]) / wall, 0.01), 3),
-                threads=threads, cores=os.cpu_count() or 1, load1=round(os.getloadavg()[0], 2))
+    return Load(
+        neighbours=round(neighbours_between(mark, now), 3),
+        share=round(max((now[1] - mark[1]) / wall, 0.01), 3),
+        threads=threads,
+        cores=os.cpu_count() or 1,
+        load1=round(os.getloadavg()[0], 2),
+    )

@@ -30,15 +30,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import PromptFormat, prompt_format, prompt_ids
-from trainteam.trainers.training.models import load_model
 from trainteam.trainers.serving.tool_calls import (
     StreamedCalls,
     ToolRequestError,
@@ -48,6 +48,7 @@ from trainteam.trainers.serving.tool_calls import (
     template_messages,
     tool_set,
 )
+from trainteam.trainers.training.models import load_model
 from trainteam.trainers.training.tokenizer import load_tokenizer
 
 Backend = Literal["auto", "transformers", "vllm"]
@@ -119,17 +120,23 @@ class ChatModel:
         max_new = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
         if not isinstance(max_new, int) or max_new <= 0:
             raise _RequestError(HTTPStatus.BAD_REQUEST, "max_tokens: a positive integer is required", "max_tokens")
-        temperature = float(body.get("temperature") if body.get("temperature") is not None else 0.0)
+        given_temperature = body.get("temperature")
+        temperature = float(given_temperature) if given_temperature is not None else 0.0
         tok = self.tokenizer
         try:
             tools = tool_set(body)
         except ToolRequestError as exc:
             raise _RequestError(exc.status, exc.message, exc.param) from None
         ids = self._prompt_ids(messages, tools.tools)
-        enc = {"input_ids": torch.tensor([ids], device=self.model.device),
-               "attention_mask": torch.ones(1, len(ids), dtype=torch.long, device=self.model.device)}
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id,
-                                  "eos_token_id": tok.eos_token_id}
+        enc = {
+            "input_ids": torch.tensor([ids], device=self.model.device),
+            "attention_mask": torch.ones(1, len(ids), dtype=torch.long, device=self.model.device),
+        }
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new,
+            "pad_token_id": tok.pad_token_id,
+            "eos_token_id": tok.eos_token_id,
+        }
         if temperature > 0:
             kwargs.update(do_sample=True, temperature=temperature, top_p=float(body.get("top_p") or 1.0))
             if body.get("seed") is not None:
@@ -162,12 +169,13 @@ class ChatModel:
             message["tool_calls"] = calls
         finish = "tool_calls" if calls else ("stop" if stopped else "length")
         return {
-            **self._head(), "object": "chat.completion",
+            **self._head(),
+            "object": "chat.completion",
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
             "usage": self._usage(req.n_prompt, len(gen) + int(stopped)),
         }
 
-    def stream(self, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def stream(self, body: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """``chat.completion.chunk`` objects as tokens are generated (transformers' streamer); with
         tools, content and each tool call as the parser closes it (``delta.tool_calls``)."""
         import torch
@@ -185,8 +193,11 @@ class ChatModel:
                 result["out"] = self.model.generate(**req.enc, **req.kwargs, streamer=streamer)
 
         def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {**head, "object": "chat.completion.chunk",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return {
+                **head,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
 
         with self._lock:
             worker = threading.Thread(target=_run, daemon=True)
@@ -210,8 +221,10 @@ class ChatModel:
             yield {**head, "object": "chat.completion.chunk", "choices": [], "usage": self._usage(req.n_prompt, n_gen)}
 
     def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": self.model_id, "object": "model", "created": self.created,
-                                             "owned_by": "trainteam"}]}
+        return {
+            "object": "list",
+            "data": [{"id": self.model_id, "object": "model", "created": self.created, "owned_by": "trainteam"}],
+        }
 
 
 def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -241,7 +254,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_stream(self, chunks: Iterator[dict[str, Any]]) -> None:
+    def _send_stream(self, chunks: Generator[dict[str, Any], None, None]) -> None:
         """Server-sent events; the first chunk is made before the headers go out, so a bad
         request still gets a JSON error."""
         first = next(chunks)
@@ -305,8 +318,11 @@ class _ChatHandler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise _RequestError(HTTPStatus.BAD_REQUEST, "body: a JSON object is required")
         if body.get("model") not in (None, self.chat.model_id):
-            raise _RequestError(HTTPStatus.NOT_FOUND, f"model {body.get('model')!r} is not served here "
-                                f"(serving {self.chat.model_id!r})", "model")
+            raise _RequestError(
+                HTTPStatus.NOT_FOUND,
+                f"model {body.get('model')!r} is not served here (serving {self.chat.model_id!r})",
+                "model",
+            )
         if body.get("stream"):
             return self._send_stream(self.chat.stream(body))
         self._send(HTTPStatus.OK, self.chat.complete(body))
@@ -335,7 +351,7 @@ class ChatServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "ChatServer":
+    def start(self) -> ChatServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="trainteam-serve", daemon=True)
         self._thread.start()
         return self
@@ -349,7 +365,7 @@ class ChatServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> "ChatServer":
+    def __enter__(self) -> ChatServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -372,16 +388,36 @@ def choose_backend(backend: Backend = "auto") -> Literal["transformers", "vllm"]
 def vllm_command(path: str | Path, model_id: str, port: int, api_key: str | None = None) -> list[str]:
     """vLLM's own OpenAI server on the checkpoint folder (remote code stays off; tool calls parsed
     by its Hermes parser, the shape ``served_tools`` parses)."""
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path),
-           "--served-model-name", model_id, "--host", "127.0.0.1", "--port", str(port),
-           "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]  # the tool-call contract ours keeps
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(path),
+        "--served-model-name",
+        model_id,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+    ]  # the tool-call contract ours keeps
     if api_key:
         cmd += ["--api-key", api_key]
     return cmd
 
 
-def serve_model(path: str | Path, model_id: str, *, port: int, backend: Backend = "auto",
-                api_key: str | None = None, max_new_tokens: int = 64) -> ChatServer | subprocess.Popen:
+def serve_model(
+    path: str | Path,
+    model_id: str,
+    *,
+    port: int,
+    backend: Backend = "auto",
+    api_key: str | None = None,
+    max_new_tokens: int = 64,
+) -> ChatServer | subprocess.Popen:
     """Start serving: a started ``ChatServer`` (transformers) or the vLLM server process."""
     if choose_backend(backend) == "vllm":
         return subprocess.Popen(vllm_command(path, model_id, port, api_key))

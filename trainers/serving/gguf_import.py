@@ -102,8 +102,9 @@ def _convert(source: Path, staging: Path, progress: Progress) -> dict:
     progress("reloading the saved folder to compare logits ...")
     diff = _logits_diff(model, tokenizer, staging)
     if not diff <= LOGITS_TOLERANCE:
-        raise ImportCheckFailed(f"{source.name}: reloaded logits differ by {diff:.3g} (> {LOGITS_TOLERANCE:g}); "
-                                "nothing was written")
+        raise ImportCheckFailed(
+            f"{source.name}: reloaded logits differ by {diff:.3g} (> {LOGITS_TOLERANCE:g}); nothing was written"
+        )
     return {
         "architecture": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),

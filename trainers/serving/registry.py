@@ -102,16 +102,18 @@ def checkpoint_hash(path: Path) -> str:
     weights = sorted(p for p in path.glob("*.safetensors"))
     if not weights:
         found = sorted(p.name for p in path.glob("*.bin")) or ["nothing"]
-        raise BadInput(f"checkpoint {path}: no *.safetensors weights (found {', '.join(found)}); "
-                       "checkpoints must be safetensors")
+        raise BadInput(
+            f"checkpoint {path}: no *.safetensors weights (found {', '.join(found)}); checkpoints must be safetensors"
+        )
     files = weights + sorted(path / n for n in _IDENTITY_FILES if (path / n).is_file())
     return named_files_hash(sorted(files, key=lambda p: p.name))
 
 
 def _role_tag(role: str) -> str:
     if not _ROLE_RE.match(role or ""):
-        raise BadInput(f"role: {role!r} is not a valid role name (letters, digits, _ . -; at most 64; "
-                       "persona:NAME for a persona)")
+        raise BadInput(
+            f"role: {role!r} is not a valid role name (letters, digits, _ . -; at most 64; persona:NAME for a persona)"
+        )
     return f"role:{role}"
 
 
@@ -122,7 +124,7 @@ class ModelRegistry:
         self.engine = engine
 
     @classmethod
-    def of(cls, ws) -> "ModelRegistry":
+    def of(cls, ws) -> ModelRegistry:
         return cls(ws.engine)
 
     # -- writing -------------------------------------------------------------
@@ -152,8 +154,15 @@ class ModelRegistry:
         if run_id:
             lin.setdefault("run_id", run_id)
         record = dict(
-            id=model_id, content_hash=digest, name=name or path.name, path=str(path), base=base,
-            stage=stage, metrics=dict(metrics or {}), lineage=lin, created_at=utcnow(),
+            id=model_id,
+            content_hash=digest,
+            name=name or path.name,
+            path=str(path),
+            base=base,
+            stage=stage,
+            metrics=dict(metrics or {}),
+            lineage=lin,
+            created_at=utcnow(),
         )
         try:
             with self.engine.begin() as conn:
@@ -207,8 +216,13 @@ class ModelRegistry:
         with self.engine.connect() as conn:
             rows = conn.execute(select(models_table).where(models_table.c.id == ref)).mappings().all()
             if not rows and prefix_allowed(ref):  # LIKE ignores case on SQLite: keep literal prefixes only
-                rows = [r for r in conn.execute(select(models_table).where(
-                    models_table.c.id.startswith(ref, autoescape=True))).mappings() if r["id"].startswith(ref)]
+                rows = [
+                    r
+                    for r in conn.execute(
+                        select(models_table).where(models_table.c.id.startswith(ref, autoescape=True))
+                    ).mappings()
+                    if r["id"].startswith(ref)
+                ]
             if not rows:
                 rows = conn.execute(select(models_table).where(models_table.c.name == ref)).mappings().all()
         if not rows:

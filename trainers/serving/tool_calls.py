@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Iterator
 from http import HTTPStatus
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -49,7 +50,7 @@ class ToolSet(BaseModel):
 def _check_tool(i: int, tool: Any) -> None:
     where = f"tools[{i}]"
     if not isinstance(tool, dict):
-        raise ToolRequestError(where, "an object {\"type\": \"function\", \"function\": {...}} is required")
+        raise ToolRequestError(where, 'an object {"type": "function", "function": {...}} is required')
     if tool.get("type", "function") != "function":
         raise ToolRequestError(f"{where}.type", f"only 'function' tools are served, not {tool.get('type')!r}")
     fn = tool.get("function")
@@ -81,8 +82,7 @@ def tool_set(body: dict[str, Any]) -> ToolSet:
         raise ToolRequestError("tool_choice", f"{choice!r} is not one of none, auto, required or a function")
     name = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
     if not isinstance(choice, dict) or choice.get("type", "function") != "function" or not isinstance(name, str):
-        raise ToolRequestError("tool_choice", "an object {\"type\": \"function\", \"function\": {\"name\": ...}} "
-                                              "is required")
+        raise ToolRequestError("tool_choice", 'an object {"type": "function", "function": {"name": ...}} is required')
     if name not in names:
         raise ToolRequestError("tool_choice.function.name", f"{name!r} is not one of the tools ({', '.join(names)})")
     return ToolSet(tools=[t for t in tools if t["function"]["name"] == name], parse=True)
@@ -116,14 +116,20 @@ def response_template(tokenizer) -> dict[str, Any]:
     own = getattr(tokenizer, "response_template", None)
     if own:
         return own
-    ends = sorted({t for t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", tokenizer.eos_token) if t}, key=len,
-                  reverse=True)
+    ends = sorted(
+        {t for t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", tokenizer.eos_token) if t}, key=len, reverse=True
+    )
     return {
         "defaults": {"role": "assistant"},
         "start_anchor": "<|im_start|>assistant\n",
         "fields": {
-            "tool_calls": {"open_pattern": r"\s*<tool_call>", "close": "</tool_call>", "repeats": True,
-                           "content": "json", "transform": {"type": "function", "function": "{content}"}},
+            "tool_calls": {
+                "open_pattern": r"\s*<tool_call>",
+                "close": "</tool_call>",
+                "repeats": True,
+                "content": "json",
+                "transform": {"type": "function", "function": "{content}"},
+            },
             "content": {"close_pattern": r"\s*(?:" + "|".join(re.escape(t) for t in ends) + ")", "content": "text"},
         },
     }
@@ -147,8 +153,12 @@ def _openai_call(value: Any, index: int) -> dict[str, Any]:
         args = json.loads(args or "{}")
     if not isinstance(args, dict):
         raise ValueError("tool call arguments are not an object")
-    return {"index": index, "id": f"call_{secrets.token_hex(12)}", "type": "function",
-            "function": {"name": fn["name"], "arguments": json.dumps(args)}}
+    return {
+        "index": index,
+        "id": f"call_{secrets.token_hex(12)}",
+        "type": "function",
+        "function": {"name": fn["name"], "arguments": json.dumps(args)},
+    }
 
 
 def parse_output(tokenizer, raw: str, clean: str, prefix: str, tools: ToolSet) -> tuple[str | None, list | None]:
@@ -190,7 +200,7 @@ class StreamedCalls:
             deltas = [d for ev in events for d in self._deltas(ev)]
         except (ValueError, KeyError, TypeError, AttributeError, RuntimeError):
             self.failed = True
-            rest = self._since_close[len(self._content_since_close):]
+            rest = self._since_close[len(self._content_since_close) :]
             if rest:
                 yield {"content": rest}
             return

@@ -31,7 +31,9 @@ def _trl_dir() -> Path:
 
     spec = importlib.util.find_spec("trl")
     if spec is None or not spec.submodule_search_locations:
-        raise BadInput("model.chat_template: TRL is not installed (its chat_templates folder holds the named templates)")
+        raise BadInput(
+            "model.chat_template: TRL is not installed (its chat_templates folder holds the named templates)"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "chat_templates"
 
 
@@ -44,8 +46,10 @@ def template_text(value: str) -> tuple[str, str]:
         return path.read_text(encoding="utf-8"), f"the chat template in {path}"
     path = _trl_dir() / f"{value}.jinja"
     if not path.is_file():
-        raise BadInput(f"model.chat_template: {value!r} is not a chat template TRL ships (tool-calling ChatML ones: "
-                       f"{', '.join(CHATML_TOOL_TEMPLATES)}), nor a .jinja file")
+        raise BadInput(
+            f"model.chat_template: {value!r} is not a chat template TRL ships (tool-calling ChatML ones: "
+            f"{', '.join(CHATML_TOOL_TEMPLATES)}), nor a .jinja file"
+        )
     return path.read_text(encoding="utf-8"), f"TRL's {value} chat template"
 
 
@@ -56,8 +60,9 @@ def apply_chat_template(tokenizer, value: str) -> str:
     vocab = tokenizer.get_vocab()
     missing = sorted({t for t in _SPECIAL.findall(text) if t not in vocab})
     if missing:
-        raise BadInput(f"model.chat_template: {label} needs the tokens {', '.join(missing)}, which the model's "
-                       "vocabulary lacks")
+        raise BadInput(
+            f"model.chat_template: {label} needs the tokens {', '.join(missing)}, which the model's vocabulary lacks"
+        )
     tokenizer.chat_template = text
     _add_response_parser(tokenizer)
     if not renders_tool_calls(tokenizer):

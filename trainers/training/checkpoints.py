@@ -116,8 +116,13 @@ def latest_complete(output_dir: Path, *, quarantine: bool = True) -> Path | None
         # its rollback (bad batches skipped, LR scaled), not from the older plain checkpoint.
         latest = rollback
     for ckpt, why, dest in skipped:
-        log.warning("checkpoint %s is %s; skipping it%s; resuming from %s", ckpt, why,
-                    f" (moved aside to {dest.name})" if dest else "", latest or "scratch (no complete checkpoint)")
+        log.warning(
+            "checkpoint %s is %s; skipping it%s; resuming from %s",
+            ckpt,
+            why,
+            f" (moved aside to {dest.name})" if dest else "",
+            latest or "scratch (no complete checkpoint)",
+        )
     return latest
 
 
@@ -158,7 +163,9 @@ def _latest_rollback(output_dir: Path, *, quarantine: bool = True) -> Path | Non
             found.append(p)
             continue
         dest = _move_aside(p, "damaged") if quarantine else None
-        log.warning("rollback %s is damaged (%s); skipping it%s", p, why, f" (moved aside to {dest.name})" if dest else "")
+        log.warning(
+            "rollback %s is damaged (%s); skipping it%s", p, why, f" (moved aside to {dest.name})" if dest else ""
+        )
     return max(found, key=_state_step, default=None)
 
 

@@ -10,8 +10,8 @@ nothing heavy, so any room may call it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Callable, Iterator
 
 Sink = Callable[[str], None]
 

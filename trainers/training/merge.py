@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.training.models import load_model
@@ -30,8 +31,10 @@ def check_adapters(adapters: Sequence[Path], weights: Sequence[float] | None = N
         configs.append(json.loads((Path(a) / "adapter_config.json").read_text()))
     bases = {str(c.get("base_model_name_or_path")) for c in configs}
     if len(bases) > 1:  # e.g. an align adapter trained on base + SFT beside the SFT adapter itself
-        raise BadInput(f"adapters: trained on different bases ({', '.join(sorted(bases))}); averaging them "
-                       "mixes deltas of different models — merge each onto its own base, in order")
+        raise BadInput(
+            f"adapters: trained on different bases ({', '.join(sorted(bases))}); averaging them "
+            "mixes deltas of different models — merge each onto its own base, in order"
+        )
     if weights is not None and len(weights) != len(adapters):
         raise BadInput(f"weights: {len(weights)} weights for {len(adapters)} adapters")
     return configs
@@ -62,15 +65,22 @@ def merge_adapters(
     check_adapters(adapters, weights)
     if not 0 < density <= 1:
         raise BadInput(f"density: {density} is outside (0, 1]")
-    base_model = load_model(_base_of(adapters[0])) if base is None else (load_model(Path(base)) if isinstance(base, (str, Path)) else base)
+    base_model = (
+        load_model(_base_of(adapters[0]))
+        if base is None
+        else (load_model(Path(base)) if isinstance(base, (str, Path)) else base)
+    )
     names = [f"a{i}" for i in range(len(adapters))]  # PEFT adapter names must not contain "."
     model = PeftModel.from_pretrained(base_model, str(adapters[0]), adapter_name=names[0], local_files_only=True)
-    for name, path in zip(names[1:], adapters[1:]):
+    for name, path in zip(names[1:], adapters[1:], strict=True):
         model.load_adapter(str(path), adapter_name=name, local_files_only=True)
     kw = {"density": density} if "ties" in combination_type or "dare" in combination_type else {}
     model.add_weighted_adapter(
-        adapters=names, weights=list(weights or [1.0] * len(names)), adapter_name="merged",
-        combination_type=combination_type, **kw,
+        adapters=names,
+        weights=list(weights or [1.0] * len(names)),
+        adapter_name="merged",
+        combination_type=combination_type,
+        **kw,
     )
     model.set_adapter("merged")
     merged = model.merge_and_unload(adapter_names=["merged"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.training.config import ModelSpec
@@ -20,14 +21,24 @@ def _config_kwargs(spec: ModelSpec, tokenizer) -> dict:
     )
     if spec.arch == "gpt2":
         return dict(
-            vocab_size=vocab, n_embd=spec.hidden_size, n_layer=spec.num_layers, n_head=spec.num_heads,
-            n_inner=inter, n_positions=spec.max_position_embeddings, **ids,
+            vocab_size=vocab,
+            n_embd=spec.hidden_size,
+            n_layer=spec.num_layers,
+            n_head=spec.num_heads,
+            n_inner=inter,
+            n_positions=spec.max_position_embeddings,
+            **ids,
         )
     return dict(
-        vocab_size=vocab, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads or spec.num_heads,
-        intermediate_size=inter, max_position_embeddings=spec.max_position_embeddings,
-        tie_word_embeddings=True, **ids,
+        vocab_size=vocab,
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads or spec.num_heads,
+        intermediate_size=inter,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        **ids,
     )
 
 
@@ -72,7 +83,7 @@ def load_model(path: Path, *, attn_implementation: str | None = None, dtype=None
         return AutoPeftModelForCausalLM.from_pretrained(str(path), local_files_only=True, is_trainable=True)
     if not (path / "config.json").is_file():
         raise BadInput(f"model.path: {path} is not a local model folder (no config.json)")
-    kwargs = {"local_files_only": True, "trust_remote_code": False}
+    kwargs: dict[str, Any] = {"local_files_only": True, "trust_remote_code": False}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if dtype is not None:

@@ -7,12 +7,12 @@ import logging
 import os
 import time
 import warnings
+from typing import Any
 
 from transformers import TrainerCallback
 
 from trainteam.trainers.training import console_lines
 from trainteam.trainers.training.step_lines import Cadence, Clock, StepState, every_s, say_plain, step_line
-
 
 _QUIET = False
 
@@ -45,8 +45,8 @@ def quiet_libraries() -> None:
 class RichProgress(TrainerCallback):
     def __init__(self, label: str):
         self.label = label
-        self.progress = None
-        self.task = None
+        self.progress: Any = None  # rich's Progress, made when training begins (rank 0)
+        self.task: Any = None
         self.status = ""
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -56,8 +56,12 @@ class RichProgress(TrainerCallback):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[status]}"), transient=False,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[status]}"),
+            transient=False,
             console=Console(stderr=True),  # stdout stays machine-readable (--json)
         )
         self.progress.start()
@@ -69,7 +73,11 @@ class RichProgress(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.progress is not None and logs:
-            parts = [f"{k}={logs[k]:.4g}" for k in ("loss", "grad_norm", "learning_rate", "reward") if isinstance(logs.get(k), (int, float))]
+            parts = [
+                f"{k}={logs[k]:.4g}"
+                for k in ("loss", "grad_norm", "learning_rate", "reward")
+                if isinstance(logs.get(k), (int, float))
+            ]
             self.progress.update(self.task, status=" ".join(parts))
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -125,8 +133,14 @@ class StepLines(TrainerCallback):
 
     def _say(self, state, final: bool = False) -> None:
         now = self.clock()
-        snapshot = StepState(label=self.label, step=state.global_step, max_steps=int(state.max_steps or 0),
-                             steps_done=state.global_step - self.steps0, elapsed_s=now - self.start,
-                             tokens=int((state.num_input_tokens_seen or 0) - self.tokens0), loss=self.loss)
+        snapshot = StepState(
+            label=self.label,
+            step=state.global_step,
+            max_steps=int(state.max_steps or 0),
+            steps_done=state.global_step - self.steps0,
+            elapsed_s=now - self.start,
+            tokens=int((state.num_input_tokens_seen or 0) - self.tokens0),
+            loss=self.loss,
+        )
         if say_plain(step_line(snapshot, final)):
             self.said_step = state.global_step

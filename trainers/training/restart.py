@@ -100,8 +100,8 @@ def lr_sync_callback():
             lambdas = getattr(sched, "lr_lambdas", None)
             if optimizer is None or sched is None or lambdas is None:
                 return
-            lrs = [base * fn(sched.last_epoch) for base, fn in zip(sched.base_lrs, lambdas)]
-            for group, lr in zip(optimizer.param_groups, lrs):
+            lrs = [base * fn(sched.last_epoch) for base, fn in zip(sched.base_lrs, lambdas, strict=True)]
+            for group, lr in zip(optimizer.param_groups, lrs, strict=True):
                 group["lr"] = lr
             sched._last_lr = lrs
 

@@ -28,8 +28,10 @@ class TrainReport(BaseModel):
     final_dir: Path
     stopped_reason: Literal["completed", "spike", "interrupted", "budget"] = "completed"
     proposal: RestartProposal | None = None
-    spike_evidence: dict[str, Any] | None = Field(default=None, description="what the monitor saw (value, window "
-                                                  "mean and std, z), also when no checkpoint allows a proposal")
+    spike_evidence: dict[str, Any] | None = Field(
+        default=None,
+        description="what the monitor saw (value, window mean and std, z), also when no checkpoint allows a proposal",
+    )
     telemetry: dict[str, Any] = Field(default_factory=dict)
     resumed_from: Path | None = None
     log_history: list[dict[str, Any]] = Field(default_factory=list, description="every numeric log entry, by step")

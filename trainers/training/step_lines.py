@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from rich.markup import escape
 
@@ -106,7 +106,7 @@ class RowLines:
 def eval_label(what: str) -> str:
     """``evaluation (exact match)`` (a budget stop's wording) reads ``evaluation: exact match`` in a line."""
     if what.startswith("evaluation (") and what.endswith(")"):
-        return f"evaluation: {what[len('evaluation ('):-1]}"
+        return f"evaluation: {what[len('evaluation (') : -1]}"
     return what
 
 

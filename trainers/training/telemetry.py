@@ -48,13 +48,25 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
 from trainteam.trainers.training.checkpoints import checkpoint_bytes
 
 # Dense bf16 peaks (FLOP/s) of common accelerators; CPUs are estimated from cores × clock.
-_GPU_PEAKS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12, "4090": 165e12, "3090": 71e12, "V100": 125e12, "T4": 65e12}
+_GPU_PEAKS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "A10": 125e12,
+    "L4": 121e12,
+    "4090": 165e12,
+    "3090": 71e12,
+    "V100": 125e12,
+    "T4": 65e12,
+}
 _CONTEXT_SAMPLE = 1024  # training rows read to measure the attention context
 
 
@@ -146,7 +158,7 @@ def matmul_weights(model) -> tuple[int, int]:
 
 def _attention_dims(model) -> tuple[int, int]:
     """(layers, width of the attention scores: heads × head_dim, else hidden size)."""
-    cfg = getattr(model, "config", None)
+    cfg: Any = getattr(model, "config", None)
     cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 0) or 0
     hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", 0) or 0
@@ -161,8 +173,14 @@ def flop_counts(model, context: float) -> dict:
     attn = layers * width * context
     forward = 2.0 * n_mm + 4.0 * attn
     backward = 2.0 * n_mm + 8.0 * attn + 2.0 * n_train
-    return {"matmul_weights": n_mm, "trainable_matmul_weights": n_train, "attention_context": float(context),
-            "forward": forward, "backward": backward, "total": forward + backward}
+    return {
+        "matmul_weights": n_mm,
+        "trainable_matmul_weights": n_train,
+        "attention_context": float(context),
+        "forward": forward,
+        "backward": backward,
+        "total": forward + backward,
+    }
 
 
 def flops_per_token(model, seq_len: float) -> float:
@@ -176,7 +194,7 @@ def _segments(rows, cols) -> list[int]:
     if "seq_lengths" in cols:
         return [int(x) for s in rows["seq_lengths"] for x in s]
     if {"prompt_ids", "chosen_ids", "rejected_ids"} <= set(cols):
-        pairs = zip(rows["prompt_ids"], rows["chosen_ids"], rows["rejected_ids"])
+        pairs = zip(rows["prompt_ids"], rows["chosen_ids"], rows["rejected_ids"], strict=True)
         return [len(p) + len(c) for p, chosen, rejected in pairs for c in (chosen, rejected)]
     if "input_ids" in cols:
         return [len(ids) for ids in rows["input_ids"]]
@@ -243,7 +261,7 @@ class RunHistory:
         if not attempts:
             return None
         kept, wall = current_step_time, current_wall
-        for prev, nxt in zip(attempts[:-1], attempts[1:]):
+        for prev, nxt in zip(attempts[:-1], attempts[1:], strict=True):
             wall += max(0.0, prev[-1]["time"] - prev[0]["time"]) + prev[0].get("setup_s", 0.0)
             resume_step = nxt[0].get("resume_step") or 0
             saved = [e for e in prev if e.get("event") in ("save", "end") and e.get("step") == resume_step]
@@ -279,8 +297,8 @@ class Telemetry(TrainerCallback):
         self.world_size = 1
         self.bf16 = False
         self.step_time = 0.0
-        self._t_step = None
-        self._t_end = None
+        self._t_step: float | None = None
+        self._t_end: float | None = None
         self.save_time = 0.0
         self.save_bytes = 0
         self.saves: list[Path] = []
@@ -335,7 +353,9 @@ class Telemetry(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs:
-            self.logs.append({"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))}})
+            self.logs.append(
+                {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))}}
+            )
             if self.history is not None and state.is_world_process_zero:  # the live curve (`trainteam web`)
                 self.history.record("log", **self.logs[-1])
             if isinstance(logs.get("loss"), (int, float)):

@@ -6,8 +6,8 @@ symbol and a small model cannot learn arithmetic over opaque number tokens.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.training.config import TokenizerConfig
@@ -28,7 +28,7 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig, out_dir: Path
             f"({len(specials) + len(alphabet)})"
         )
     tok = Tokenizer(models.BPE(unk_token="<unk>" if "<unk>" in specials else None))
-    steps = [pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    steps: list[pre_tokenizers.PreTokenizer] = [pre_tokenizers.ByteLevel(add_prefix_space=False)]
     if config.split_digits:
         steps.insert(0, pre_tokenizers.Digits(individual_digits=True))
     tok.pre_tokenizer = pre_tokenizers.Sequence(steps)
@@ -73,7 +73,9 @@ def load_tokenizer(path: Path, padding_side: str = "left"):
     path = Path(path)
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
         raise BadInput(f"{path}: not a tokenizer folder (no tokenizer.json)")
-    tok = AutoTokenizer.from_pretrained(str(path), padding_side=padding_side, trust_remote_code=False, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(
+        str(path), padding_side=padding_side, trust_remote_code=False, local_files_only=True
+    )
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok

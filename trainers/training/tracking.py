@@ -27,9 +27,11 @@ _INSTALL = {"mlflow": "'trainteam[tracking]'", "tensorboard": "tensorboardX", "w
 _OURS: set[str] = set()  # MLFLOW_TRACKING_URI values trainteam itself set in this process
 
 
-def tracker_dir(tracker: str, output_dir: Path) -> Path | None:
-    return {"mlflow": Path(output_dir) / "mlruns", "tensorboard": Path(output_dir) / "tensorboard",
-            "wandb": Path(output_dir) / "wandb"}.get(tracker)
+_DIRS = {"mlflow": "mlruns", "tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def tracker_dir(tracker: str, output_dir: Path) -> Path:
+    return Path(output_dir) / _DIRS[tracker]
 
 
 def installed(tracker: str) -> bool:
