@@ -41,7 +41,7 @@ def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(t
     steps = sorted(p["steps"] for p in probes)
     assert steps[-2:] == [18, 18] and set(steps[:-2]) <= {1, 2}  # every probe to 2, the best third to 18
     chosen = report["chosen"]
-    assert chosen["max_steps"] == 36 and chosen["per_device_batch_size"] == 8  # what the task gave is kept
+    assert chosen["max_steps"] == 36 and chosen["per_device_train_batch_size"] == 8  # what the task gave is kept
     assert chosen["learning_rate"] in report["space"] + report["widened"] and report["decided_by"] == "offline"
     # each rung's comparison, as it was made: who went on from step 2, and the choice at 18 with its reason
     first, last = report["comparisons"][0], report["comparisons"][-1]
