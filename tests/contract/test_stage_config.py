@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from trainteam.contract.search_spec import SearchSpec
 from trainteam.contract.stage_config import StageAttempt, StageOverrides, resolve_stage, with_overrides
 from trainteam.contract.train_task import load_task_file
 from trainteam.trainers.evaluation.diagnosis import ConfigChanges, RetryPlan
@@ -64,6 +65,8 @@ def test_recipe_then_retry_then_attempt(tmp_path):
     # a recipe stored by an earlier version (its batch under trainteam's earlier name) reads the same
     assert Recipe.model_validate({**recipe.model_dump(exclude={"per_device_train_batch_size"}),
                                   "per_device_batch_size": 16}) == recipe
+    stored = SearchSpec.model_validate({"stages": {"sft": ["learning_rate", "per_device_batch_size"]}})
+    assert stored.stages == {"sft": ["learning_rate", "per_device_train_batch_size"]}  # and a stored search's list
     retry = RetryPlan(action="more_steps", stage="sft", reason="under-fit", changes=ConfigChanges(max_steps=160))
     cfg = resolve_stage(task, "sft", recipe=recipe, retry=retry, attempt=StageAttempt(tmp_path / "a", 0.25))
     assert (cfg.learning_rate, cfg.max_steps, cfg.num_train_epochs, cfg.per_device_train_batch_size,

@@ -17,9 +17,10 @@ without a learning rate takes its method's default (its record's ``default_lr``)
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainteam.trainers.methods.method_registry import METHODS, get_method
+from trainteam.trainers.training.key_aliases import EARLIER
 
 SEARCHABLE = ("learning_rate", "max_steps", "per_device_train_batch_size")
 SEARCHED_METHODS = ("pretrain", "sft")
@@ -32,7 +33,8 @@ class SearchSpec(BaseModel):
     enabled: bool | None = Field(default=None, description="None: search each pretrain/SFT stage whose block gives "
                                  "neither learning_rate nor max_steps/num_train_epochs; true: search whatever a stage "
                                  "does not give; false: never (the library defaults)")
-    budget_fraction: float = Field(default=0.25, gt=0, le=0.5, description="share of the time budget the probes may use")
+    budget_fraction: float = Field(default=0.25, gt=0, le=0.5,
+                                   description="share of the time budget the probes may use")
     trials: int = Field(default=6, ge=2, le=64, description="learning rates tried (log-spaced over a prior's range, "
                         "widened past an edge the best probe sits at), pruned by successive halving")
     max_epochs: float = Field(default=3.0, gt=0, le=1000, description="a searched length of a model folder's "
@@ -42,6 +44,12 @@ class SearchSpec(BaseModel):
                                                 "the settings the engineer chooses")
     align_lr: dict[str, float] = Field(default_factory=dict, description="filled when the task is read: a DPO/GRPO "
                                        "stage that gave no learning rate -> the method's default it trains at")
+
+    @field_validator("stages")
+    @classmethod
+    def _trl_names(cls, v: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        """A run stored before the settings took TRL's names reads them under those names."""
+        return None if v is None else {stage: [EARLIER.get(s, s) for s in names] for stage, names in v.items()}
 
 
 def searched_settings(spec: SearchSpec, given: dict[str, set[str]], methods: dict[str, str]) -> dict[str, list[str]]:
