@@ -73,3 +73,26 @@ def test_a_busy_neighbour_gets_its_core_and_the_count_then_stays(tmp_path, tiny,
         spinner.wait()
     assert rep.telemetry["threads"] <= (os.cpu_count() or 1) - 1
     assert set(log.seen) == {rep.telemetry["threads"]}  # chosen once, never changed while training
+
+
+def test_one_rule_for_the_run_and_its_trainer(monkeypatch):
+    """The engine fixes a run's count and the trainer sets torch's by the same rule (``threads.run_threads``)."""
+    from trainteam.trainers.training.threads import run_threads
+    from trainteam.trainers.training.trainer_args import choose_threads
+
+    for var in ("LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRAINTEAM_THREADS", "3")
+    assert run_threads(None) == 3 and run_threads(2) == 2  # the task's (or the run's recorded) count wins
+    monkeypatch.setenv("TRAINTEAM_THREADS", "0")  # unset in effect: measured, never 0 threads
+    assert 1 <= run_threads(None, sample_s=0.05) <= (os.cpu_count() or 1)
+    monkeypatch.delenv("TRAINTEAM_THREADS")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert run_threads(None) == max(1, (os.cpu_count() or 1) // 2)  # launched ranks share the node's cores
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("TRAINTEAM_THREADS", "1")
+        assert choose_threads(TrainConfig(output_dir=".")) == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
