@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainteam.contract.train_task import TrainTask, load_task_file, parse_task
 from trainteam.core.errors import BadInput
 from trainteam.workflows.engine.approvals import approval_public, decide
-from trainteam.workflows.requests.submission import parse_request
 from trainteam.workflows.engine.runner import enqueue_run, prepare_run, resume_foreground, run_foreground
 from trainteam.workflows.engine.store import ApprovalStore
-from trainteam.contract.train_task import TrainTask, load_task_file, parse_task
 from trainteam.workflows.report.views import run_public
+from trainteam.workflows.requests.submission import parse_request
 from trainteam.workspace import Workspace
 
 
@@ -31,8 +31,15 @@ def _task(task: Any, source: str = "task"):
     return parse_task(task, source)
 
 
-def execute_workflow(name: str = "train_model", task: Any = None, *, workspace=None, run_id: str | None = None,
-                     progress: bool = True, detach: bool = False) -> dict[str, Any]:
+def execute_workflow(
+    name: str = "train_model",
+    task: Any = None,
+    *,
+    workspace=None,
+    run_id: str | None = None,
+    progress: bool = True,
+    detach: bool = False,
+) -> dict[str, Any]:
     """Run a workflow to its end (or until it fails) in this process; returns the run view.
     ``detach``: put it on the run queue for `trainteam worker` processes and return at once."""
     if task is None:

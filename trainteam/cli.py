@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
-from typing import Optional
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -33,7 +32,7 @@ def load_commands(module: str) -> dict:
 class _Commands(MutableMapping):
     """The root group's commands: every name in COMMANDS, its module imported on first lookup."""
 
-    def __init__(self, loaded: dict):
+    def __init__(self, loaded: Mapping):
         self.loaded = dict(loaded)
 
     def __getitem__(self, name: str):
@@ -60,14 +59,15 @@ class LazyGroup(TyperGroup):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.commands = _Commands(self.commands)
+        self._lazy = _Commands(self.commands)
+        self.commands = self._lazy
         self._describing = False
 
     def list_commands(self, ctx) -> list[str]:
         return list(self.commands)
 
     def get_command(self, ctx, cmd_name: str):
-        if self._describing and cmd_name in COMMANDS and cmd_name not in self.commands.loaded:
+        if self._describing and cmd_name in COMMANDS and cmd_name not in self._lazy.loaded:
             return TyperCommand(cmd_name, help=COMMANDS[cmd_name][1])
         return self.commands.get(cmd_name)
 
@@ -91,7 +91,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
-    workspace: Optional[Path] = typer.Option(
+    workspace: Path | None = typer.Option(
         None, "--workspace", "-w", envvar="TRAINTEAM_HOME", help="workspace folder (default ./.trainteam)"
     ),
 ) -> None:
@@ -128,7 +128,8 @@ def _damaged_database(exc: BaseException) -> str | None:
 
     sa_exc = sys.modules.get("sqlalchemy.exc")  # imported only by commands that used SQLAlchemy
     kinds = (sqlite3.DatabaseError,) + ((sa_exc.DatabaseError,) if sa_exc else ())
-    seen, cur = set(), exc
+    seen: set[int] = set()
+    cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen and not isinstance(cur, kinds):
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__

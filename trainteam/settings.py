@@ -44,9 +44,7 @@ class Settings(BaseSettings):
         return v
 
     home: Path = Field(default=Path(".trainteam"), description="workspace folder")
-    database_url: str | None = Field(
-        default=None, description="app database; default sqlite:///<home>/trainteam.db"
-    )
+    database_url: str | None = Field(default=None, description="app database; default sqlite:///<home>/trainteam.db")
     dbos_database_url: str | None = Field(
         default=None,
         description="DBOS system database; default sqlite:///<home>/dbos.sqlite. "
@@ -58,6 +56,4 @@ class Settings(BaseSettings):
     # run started by version 1 is not replayed by code that would misread its records.
     app_version: str = "trainteam-2"
     notification_polling_s: float = Field(default=0.05, gt=0, le=0.1)
-    approval_wait_s: float = Field(
-        default=7 * 24 * 3600, gt=0, description="how long a run waits for a decision"
-    )
+    approval_wait_s: float = Field(default=7 * 24 * 3600, gt=0, description="how long a run waits for a decision")

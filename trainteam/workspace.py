@@ -42,7 +42,7 @@ class Workspace:
         self.settings = settings
 
     @classmethod
-    def open(cls, root: str | Path | None = None, settings: Settings | None = None) -> "Workspace":
+    def open(cls, root: str | Path | None = None, settings: Settings | None = None) -> Workspace:
         settings = settings or Settings()
         root_path = Path(root) if root is not None else settings.home
         if root_path.exists() and not root_path.is_dir():
@@ -51,7 +51,9 @@ class Workspace:
         try:
             root_path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise BadInput(f"workspace: cannot create {root_path} ({exc.strerror}); choose another --workspace") from None
+            raise BadInput(
+                f"workspace: cannot create {root_path} ({exc.strerror}); choose another --workspace"
+            ) from None
         ws = cls(root_path, settings)
         ws.check_database()
         ws.check_writable()
@@ -83,8 +85,11 @@ class Workspace:
     def check_database(self) -> None:
         """A damaged trainteam.db is one line (zero bytes counts once the schema was recorded)."""
         if self.database_path is not None:
-            dbread.check_database(self.database_path, must_hold_data=self.marker.is_file(),
-                                  why_data=f"{dbread.MARKER} says its schema was created")
+            dbread.check_database(
+                self.database_path,
+                must_hold_data=self.marker.is_file(),
+                why_data=f"{dbread.MARKER} says its schema was created",
+            )
 
     def check_dbos_database(self, runs: bool = True) -> None:
         """A damaged dbos.sqlite is one line, before DBOS opens it (``engine.launch`` calls this).
@@ -92,12 +97,18 @@ class Workspace:
         path = dbread.sqlite_path(self.dbos_database_url)
         if path is None:
             return
-        dbread.check_database(path, must_hold_data=(lambda: self._runs_exist()) if runs else False,
-                              why_data="the workspace has runs", wait_s=1.0)
+        dbread.check_database(
+            path,
+            must_hold_data=(lambda: self._runs_exist()) if runs else False,
+            why_data="the workspace has runs",
+            wait_s=1.0,
+        )
         dbread.hold(path)  # DBOS opens it next (engine.launch): no plain open() of it after this
         if path.exists() and not _can_write(path):
-            raise BadInput(f"workspace {self.root} is read-only: {path.name} cannot be written by this user; "
-                           "make it writable, or choose another --workspace")
+            raise BadInput(
+                f"workspace {self.root} is read-only: {path.name} cannot be written by this user; "
+                "make it writable, or choose another --workspace"
+            )
 
     def _runs_exist(self) -> bool:
         from sqlalchemy import text
@@ -117,12 +128,16 @@ class Workspace:
             os.close(fd)
             probe.unlink()
         except OSError as exc:
-            raise BadInput(f"workspace {self.root} is read-only: cannot create a file in it ({exc.strerror}); "
-                           "make it writable for this user, or choose another --workspace") from None
+            raise BadInput(
+                f"workspace {self.root} is read-only: cannot create a file in it ({exc.strerror}); "
+                "make it writable for this user, or choose another --workspace"
+            ) from None
         db = self.database_path
         if db is not None and db.exists() and not _can_write(db):
-            raise BadInput(f"workspace {self.root} is read-only: {db.name} cannot be written by this user; "
-                           "make it writable, or choose another --workspace")
+            raise BadInput(
+                f"workspace {self.root} is read-only: {db.name} cannot be written by this user; "
+                "make it writable, or choose another --workspace"
+            )
 
     def _record_schema(self) -> None:
         """Write ``workspace.json`` once (atomically) when the workspace's own SQLite schema exists."""

@@ -31,8 +31,14 @@ from trainteam.trainers.planning import RunPlan
 Launcher = Literal["accelerate", "torchrun"]
 
 # The decoder block class FSDP wraps one unit at a time, by architecture.
-LAYER_CLASSES = {"llama": "LlamaDecoderLayer", "qwen2": "Qwen2DecoderLayer", "gpt2": "GPT2Block",
-                 "mistral": "MistralDecoderLayer", "qwen3": "Qwen3DecoderLayer", "gemma2": "Gemma2DecoderLayer"}
+LAYER_CLASSES = {
+    "llama": "LlamaDecoderLayer",
+    "qwen2": "Qwen2DecoderLayer",
+    "gpt2": "GPT2Block",
+    "mistral": "MistralDecoderLayer",
+    "qwen3": "Qwen3DecoderLayer",
+    "gemma2": "Gemma2DecoderLayer",
+}
 
 
 class LaunchSpec(BaseModel):
@@ -55,8 +61,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def accelerate_config(plan: RunPlan, *, main_process_ip: str | None = None, main_process_port: int = 29500,
-                      layer_cls: str | None = None) -> dict:
+def accelerate_config(
+    plan: RunPlan, *, main_process_ip: str | None = None, main_process_port: int = 29500, layer_cls: str | None = None
+) -> dict:
     """The accelerate config dict of a plan (``distributed_type`` from its strategy)."""
     cfg = plan.config
     cpu = plan.hardware.device == "cpu"
@@ -120,11 +127,18 @@ def accelerate_config(plan: RunPlan, *, main_process_ip: str | None = None, main
     return out
 
 
-def write_accelerate_config(plan: RunPlan, out_dir: Path, *, main_process_ip: str | None = None,
-                            main_process_port: int = 29500, layer_cls: str | None = None) -> Path:
+def write_accelerate_config(
+    plan: RunPlan,
+    out_dir: Path,
+    *,
+    main_process_ip: str | None = None,
+    main_process_port: int = 29500,
+    layer_cls: str | None = None,
+) -> Path:
     """Write ``accelerate_<strategy>.yaml`` under ``out_dir``; every node uses the same file."""
-    data = accelerate_config(plan, main_process_ip=main_process_ip, main_process_port=main_process_port,
-                             layer_cls=layer_cls)
+    data = accelerate_config(
+        plan, main_process_ip=main_process_ip, main_process_port=main_process_port, layer_cls=layer_cls
+    )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"accelerate_{plan.config.strategy}.yaml"
@@ -155,8 +169,10 @@ def validate_accelerate_config(path: Path) -> dict:
         raise BadInput(f"config_file: {path}: {exc}") from None
     procs = cluster.num_processes if cluster.num_processes and cluster.num_processes > 0 else 1
     if procs > 1 and (cluster.use_cpu or cluster.distributed_type.value == "MULTI_CPU"):
-        raise BadInput(f"config_file: {path}: use_cpu / MULTI_CPU with {procs} processes makes accelerate run ONE "
-                       "process; use distributed_type MULTI_GPU (the Trainer joins CPU ranks with gloo) or torchrun")
+        raise BadInput(
+            f"config_file: {path}: use_cpu / MULTI_CPU with {procs} processes makes accelerate run ONE "
+            "process; use distributed_type MULTI_GPU (the Trainer joins CPU ranks with gloo) or torchrun"
+        )
     parser = launch_command_parser()
     known = {a.dest for a in parser._actions}
     for section, prefix in (("fsdp_config", "fsdp_"), ("deepspeed_config", "")):
@@ -167,14 +183,21 @@ def validate_accelerate_config(path: Path) -> dict:
     args = parser.parse_args(["--config_file", str(path), "train.py"])
     try:
         args, _, _ = _validate_launch_command(args)
-        summary = {"distributed_type": str(cluster.distributed_type.value), "num_processes": args.num_processes,
-                   "num_machines": args.num_machines, "mixed_precision": args.mixed_precision}
+        summary = {
+            "distributed_type": str(cluster.distributed_type.value),
+            "num_processes": args.num_processes,
+            "num_machines": args.num_machines,
+            "mixed_precision": args.mixed_precision,
+        }
         if args.use_fsdp:
             env = prepare_multi_gpu_env(argparse.Namespace(**vars(args)))
             with mock.patch.dict(os.environ, env):
                 plugin = FullyShardedDataParallelPlugin()
-            summary.update(fsdp_version=plugin.fsdp_version, wrap=plugin.transformer_cls_names_to_wrap,
-                           reshard_after_forward=plugin.reshard_after_forward)
+            summary.update(
+                fsdp_version=plugin.fsdp_version,
+                wrap=plugin.transformer_cls_names_to_wrap,
+                reshard_after_forward=plugin.reshard_after_forward,
+            )
         elif args.use_deepspeed:
             fields = list(cluster.deepspeed_config) + ["mixed_precision"]
             args.deepspeed_fields_from_accelerate_config = ",".join(fields)
@@ -187,9 +210,17 @@ def validate_accelerate_config(path: Path) -> dict:
     return summary
 
 
-def launch_commands(plan: RunPlan, target: str | Path, args: list[str] | None = None, *,
-                    launcher: Launcher = "accelerate", module: bool = False, config_file: Path | None = None,
-                    main_process_ip: str = "127.0.0.1", main_process_port: int = 29500) -> LaunchSpec:
+def launch_commands(
+    plan: RunPlan,
+    target: str | Path,
+    args: list[str] | None = None,
+    *,
+    launcher: Launcher = "accelerate",
+    module: bool = False,
+    config_file: Path | None = None,
+    main_process_ip: str = "127.0.0.1",
+    main_process_port: int = 29500,
+) -> LaunchSpec:
     """The command of every node for ``target`` (a script, or a module with ``module=True``).
 
     accelerate: ``accelerate launch --config_file F --num_machines N --num_processes P
@@ -209,8 +240,18 @@ def launch_commands(plan: RunPlan, target: str | Path, args: list[str] | None = 
         if config_file is None:
             raise BadInput("config_file: accelerate launch needs the file from write_accelerate_config")
         for rank in range(nodes):
-            cmd = ["accelerate", "launch", "--config_file", str(config_file), "--num_machines", str(nodes),
-                   "--num_processes", str(plan.world_size), "--machine_rank", str(rank)]
+            cmd = [
+                "accelerate",
+                "launch",
+                "--config_file",
+                str(config_file),
+                "--num_machines",
+                str(nodes),
+                "--num_processes",
+                str(plan.world_size),
+                "--machine_rank",
+                str(rank),
+            ]
             if cfg.strategy == "ddp":
                 cmd.append("--multi_gpu")
             if nodes > 1:
@@ -219,22 +260,45 @@ def launch_commands(plan: RunPlan, target: str | Path, args: list[str] | None = 
             commands.append(cmd + tail)
     elif launcher == "torchrun":
         if cfg.strategy not in ("single", "ddp"):
-            raise BadInput(f"launcher: torchrun carries no {cfg.strategy} settings; use accelerate with the config file")
+            raise BadInput(
+                f"launcher: torchrun carries no {cfg.strategy} settings; use accelerate with the config file"
+            )
         for rank in range(nodes):
             if nodes == 1:
                 cmd = ["torchrun", "--standalone", "--nnodes", "1", "--nproc_per_node", str(per_node)]
             else:
-                cmd = ["torchrun", "--nnodes", str(nodes), "--nproc_per_node", str(per_node), "--node_rank", str(rank),
-                       "--master_addr", main_process_ip, "--master_port", str(main_process_port)]
+                cmd = [
+                    "torchrun",
+                    "--nnodes",
+                    str(nodes),
+                    "--nproc_per_node",
+                    str(per_node),
+                    "--node_rank",
+                    str(rank),
+                    "--master_addr",
+                    main_process_ip,
+                    "--master_port",
+                    str(main_process_port),
+                ]
             commands.append(cmd + tail)
     else:
         raise BadInput(f"launcher: {launcher!r} is not accelerate or torchrun")
     return LaunchSpec(launcher=launcher, commands=commands, env=env, config_file=config_file)
 
 
-def prepare_distributed_run(plan: RunPlan, *, model, tokenizer: Path, data: Path, out_dir: Path,
-                            method: str = "sft", eval_data: Path | None = None, launcher: Launcher = "accelerate",
-                            main_process_ip: str = "127.0.0.1", main_process_port: int | None = None) -> LaunchSpec:
+def prepare_distributed_run(
+    plan: RunPlan,
+    *,
+    model,
+    tokenizer: Path,
+    data: Path,
+    out_dir: Path,
+    method: str = "sft",
+    eval_data: Path | None = None,
+    launcher: Launcher = "accelerate",
+    main_process_ip: str = "127.0.0.1",
+    main_process_port: int | None = None,
+) -> LaunchSpec:
     """Everything a cluster needs for one planned run, written under ``out_dir``: the accelerate
     config, the worker's job file (training output in ``out_dir/run``, per-rank records in
     ``out_dir/ranks``) and the command of every node. Nothing runs here.
@@ -242,15 +306,30 @@ def prepare_distributed_run(plan: RunPlan, *, model, tokenizer: Path, data: Path
     out_dir = Path(out_dir)
     port = main_process_port or (free_port() if plan.config.num_nodes == 1 else 29500)
     config = plan.config.model_copy(update={"output_dir": out_dir / "run"})
-    job = WorkerJob(method=method, config=config, model=model, tokenizer=Path(tokenizer), data=Path(data),
-                    eval_data=Path(eval_data) if eval_data else None, results_dir=out_dir / "ranks")
+    job = WorkerJob(
+        method=method,
+        config=config,
+        model=model,
+        tokenizer=Path(tokenizer),
+        data=Path(data),
+        eval_data=Path(eval_data) if eval_data else None,
+        results_dir=out_dir / "ranks",
+    )
     job_file = job.save(out_dir / "job.json")
     cfg_file = None
     if launcher == "accelerate":
         ip = main_process_ip if plan.config.num_nodes > 1 else None
         cfg_file = write_accelerate_config(plan, out_dir, main_process_ip=ip, main_process_port=port)
-    return launch_commands(plan, "trainteam.trainers.launch.worker", [str(job_file)], launcher=launcher, module=True,
-                           config_file=cfg_file, main_process_ip=main_process_ip, main_process_port=port)
+    return launch_commands(
+        plan,
+        "trainteam.trainers.launch.worker",
+        [str(job_file)],
+        launcher=launcher,
+        module=True,
+        config_file=cfg_file,
+        main_process_ip=main_process_ip,
+        main_process_port=port,
+    )
 
 
 def _argv_env(spec: LaunchSpec, machine_rank: int, extra_env: dict[str, str] | None) -> tuple[list[str], dict]:
@@ -261,15 +340,22 @@ def _argv_env(spec: LaunchSpec, machine_rank: int, extra_env: dict[str, str] | N
     return cmd, {**os.environ, **spec.env, **(extra_env or {})}
 
 
-def start_launch(spec: LaunchSpec, *, machine_rank: int = 0, cwd: Path | None = None,
-                 extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_launch(
+    spec: LaunchSpec, *, machine_rank: int = 0, cwd: Path | None = None, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """Start one node's command in the background (output captured); the caller waits."""
     cmd, env = _argv_env(spec, machine_rank, extra_env)
     return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def run_launch(spec: LaunchSpec, *, machine_rank: int = 0, timeout: float | None = None,
-               cwd: Path | None = None, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_launch(
+    spec: LaunchSpec,
+    *,
+    machine_rank: int = 0,
+    timeout: float | None = None,
+    cwd: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     """Run one node's command here and wait; a failure raises with the tail of its output."""
     cmd, env = _argv_env(spec, machine_rank, extra_env)
     proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)

@@ -18,10 +18,10 @@ from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.jsonl import read_jsonl
-from trainteam.trainers.training.config import ModelSpec, TrainConfig
-from trainteam.trainers.training.models import build_model
 from trainteam.trainers.planning import RunPlan
+from trainteam.trainers.training.config import ModelSpec, TrainConfig
 from trainteam.trainers.training.loop import train
+from trainteam.trainers.training.models import build_model
 
 Verdict = Literal["better", "comparable", "worse", "unlearnable"]
 
@@ -74,10 +74,15 @@ def model_ladder(spec: ModelSpec, rungs: int = 3, *, min_hidden: int = 32) -> li
             kv = max(1, min(heads, cur.num_kv_heads // 2))
             while heads % kv:
                 kv -= 1
-        smaller = cur.model_copy(update={
-            "hidden_size": hidden, "num_layers": max(1, cur.num_layers // 2), "num_heads": heads,
-            "num_kv_heads": kv, "intermediate_size": cur.intermediate_size // 2 if cur.intermediate_size else None,
-        })
+        smaller = cur.model_copy(
+            update={
+                "hidden_size": hidden,
+                "num_layers": max(1, cur.num_layers // 2),
+                "num_heads": heads,
+                "num_kv_heads": kv,
+                "intermediate_size": cur.intermediate_size // 2 if cur.intermediate_size else None,
+            }
+        )
         if smaller == cur:
             break
         out.insert(0, ModelSpec.model_validate(smaller.model_dump()))
@@ -101,8 +106,16 @@ def _method(records: list[dict], name: str) -> str:
     raise BadInput(f"{name}: records need 'text' or 'prompt'/'completion'; found {sorted(first)}")
 
 
-def _proxy_run(name: str, method: str, config: TrainConfig, proxy: ModelSpec, tokenizer, records: list[dict],
-               heldout: list[dict], out: Path) -> ProxyRun:
+def _proxy_run(
+    name: str,
+    method: str,
+    config: TrainConfig,
+    proxy: ModelSpec,
+    tokenizer,
+    records: list[dict],
+    heldout: list[dict],
+    out: Path,
+) -> ProxyRun:
     model = build_model(proxy, tokenizer, attn_implementation=config.attn_implementation, seed=config.seed)
     cfg = config.model_copy(update={"output_dir": out / name, "resume": "never", "save_steps": None})
     report = train(method, cfg, model, records, tokenizer=tokenizer, eval_data=heldout, progress=False)
@@ -110,15 +123,31 @@ def _proxy_run(name: str, method: str, config: TrainConfig, proxy: ModelSpec, to
     if "eval_loss" not in report.metrics or not losses:
         raise BadInput(f"{name}: the proxy run produced no held-out loss")
     k = max(1, min(3, len(losses) // 3))
-    return ProxyRun(name=name, rows=len(records), heldout_loss=float(report.metrics["eval_loss"]),
-                    first_loss=sum(losses[:k]) / k, last_loss=sum(losses[-k:]) / k, steps=report.steps_done,
-                    tokens=report.telemetry.get("tokens"))
+    return ProxyRun(
+        name=name,
+        rows=len(records),
+        heldout_loss=float(report.metrics["eval_loss"]),
+        first_loss=sum(losses[:k]) / k,
+        last_loss=sum(losses[-k:]) / k,
+        steps=report.steps_done,
+        tokens=report.telemetry.get("tokens"),
+    )
 
 
-def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, model: "ModelSpec | RunPlan",
-                     work_dir: Path,
-                     config: TrainConfig | None = None, eval_data: Any = None, heldout_fraction: float = 0.1,
-                     tolerance: float = 0.05, rungs: int = 3, seed: int = 0) -> dict[str, LadderVerdict]:
+def compare_datasets(
+    candidates: dict[str, Any],
+    reference: Any,
+    *,
+    tokenizer,
+    model: ModelSpec | RunPlan,
+    work_dir: Path,
+    config: TrainConfig | None = None,
+    eval_data: Any = None,
+    heldout_fraction: float = 0.1,
+    tolerance: float = 0.05,
+    rungs: int = 3,
+    seed: int = 0,
+) -> dict[str, LadderVerdict]:
     """Judge each candidate data set against ``reference`` with one shared reference proxy run.
 
     ``model`` is the planned (target) model, or the ``RunPlan`` made for it; the proxy is the
@@ -155,8 +184,9 @@ def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, m
             raise BadInput("model: the plan was made from a parameter count; pass the ModelSpec")
         model = model.model
     proxy = model_ladder(model, rungs)[0]
-    cfg = config or TrainConfig(max_steps=40, per_device_train_batch_size=16, learning_rate=3e-3, max_length=64,
-                                warmup_steps=0, seed=seed)
+    cfg = config or TrainConfig(
+        max_steps=40, per_device_train_batch_size=16, learning_rate=3e-3, max_length=64, warmup_steps=0, seed=seed
+    )
     cfg = cfg.model_copy(update={"seed": seed})
     work_dir = Path(work_dir)
     ref_run = _proxy_run("reference", method, cfg, proxy, tokenizer, ref, heldout, work_dir)
@@ -164,8 +194,9 @@ def compare_datasets(candidates: dict[str, Any], reference: Any, *, tokenizer, m
     verdicts = {}
     for name, recs in parsed.items():
         run = _proxy_run(name, method, cfg, proxy, tokenizer, recs, heldout, work_dir)
-        verdicts[name] = _judge(run, ref_run, tolerance=tolerance, heldout=where, heldout_rows=len(heldout),
-                                proxy=proxy)
+        verdicts[name] = _judge(
+            run, ref_run, tolerance=tolerance, heldout=where, heldout_rows=len(heldout), proxy=proxy
+        )
     return verdicts
 
 
@@ -177,8 +208,9 @@ def ladder_precheck(custom: Any, reference: Any, **kwargs) -> LadderVerdict:
     return compare_datasets({"custom": custom}, reference, **kwargs)["custom"]
 
 
-def _judge(run: ProxyRun, ref: ProxyRun, *, tolerance: float, heldout: str, heldout_rows: int,
-           proxy: ModelSpec) -> LadderVerdict:
+def _judge(
+    run: ProxyRun, ref: ProxyRun, *, tolerance: float, heldout: str, heldout_rows: int, proxy: ModelSpec
+) -> LadderVerdict:
     ratio = run.heldout_loss / ref.heldout_loss
     reasons = [
         f"held-out loss on {heldout}: {run.name} {run.heldout_loss:.4f} vs reference {ref.heldout_loss:.4f} "
@@ -190,8 +222,10 @@ def _judge(run: ProxyRun, ref: ProxyRun, *, tolerance: float, heldout: str, held
     verdict: Verdict
     if run.last_loss >= run.first_loss * 0.98:
         verdict = "unlearnable"
-        reasons.append(f"{run.name}: the proxy's training loss did not fall; the data has no learnable signal "
-                       "at this budget (or is corrupt)")
+        reasons.append(
+            f"{run.name}: the proxy's training loss did not fall; the data has no learnable signal "
+            "at this budget (or is corrupt)"
+        )
     elif ratio > 1 + tolerance:
         verdict = "worse"
         reasons.append(f"{run.name} teaches the proxy less about the held-out set than the reference does")
@@ -199,6 +233,15 @@ def _judge(run: ProxyRun, ref: ProxyRun, *, tolerance: float, heldout: str, held
         verdict = "better"
     else:
         verdict = "comparable"
-    return LadderVerdict(verdict=verdict, accept=verdict in ("better", "comparable"), custom=run, reference=ref,
-                         ratio=ratio, tolerance=tolerance, heldout=heldout, heldout_rows=heldout_rows, proxy=proxy,
-                         reasons=reasons)
+    return LadderVerdict(
+        verdict=verdict,
+        accept=verdict in ("better", "comparable"),
+        custom=run,
+        reference=ref,
+        ratio=ratio,
+        tolerance=tolerance,
+        heldout=heldout,
+        heldout_rows=heldout_rows,
+        proxy=proxy,
+        reasons=reasons,
+    )

@@ -13,16 +13,20 @@ commands' own.
 
 COMMANDS = {
     "serve": ("serve", "Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."),
-    "execute-workflow": ("execute", "Run a workflow on a task in this process, durably: if the process dies, "
-                                    "`trainteam runs resume RUN` continues where it stopped."),
+    "execute-workflow": (
+        "execute",
+        "Run a workflow on a task in this process, durably: if the process dies, "
+        "`trainteam runs resume RUN` continues where it stopped.",
+    ),
     "worker": ("execute", "Serve runs: takes queued runs and resumes runs whose process died, on any host."),
     "demo": ("execute", "The team at work on the bundled demo request, submitted in natural language."),
     "plan": ("plan", "Plan a run: tokens, memory per device, time and cost, and why; refuse what cannot work."),
-    "validate": ("validate", "Check a task completely (task, model, data, tokens, trl, plan) without starting a "
-                             "run; writes nothing."),
+    "validate": (
+        "validate",
+        "Check a task completely (task, model, data, tokens, trl, plan) without starting a run; writes nothing.",
+    ),
     "submit": ("submit", "Submit a training request in natural language; the ml_orchestrator turns it into a task."),
-    "replay": ("replay", "Show a past run step by step (persona, prompt, tool calls, results, decisions, "
-                         "approvals)."),
+    "replay": ("replay", "Show a past run step by step (persona, prompt, tool calls, results, decisions, approvals)."),
     "models": ("models", "Registered models and the roles they serve."),
     "runs": ("runs", "Past and current runs."),
     "approvals": ("approvals", "Gated actions waiting for a person."),
@@ -30,12 +34,17 @@ COMMANDS = {
     "workflows": ("workflows", "Workflow specs."),
     "curate": ("curate", "Curate training data: dedup, decontaminate, filter, version."),
     "transcripts": ("transcripts", "Recorded agent runs (redacted pydantic-ai messages)."),
-    "mcp": ("mcp_command", "Serve the team's curation and training tools, runs, approvals and lineage over MCP "
-                           "(stdio, or --http PORT)."),
+    "mcp": (
+        "mcp_command",
+        "Serve the team's curation and training tools, runs, approvals and lineage over MCP (stdio, or --http PORT).",
+    ),
     "web": ("web", "Serve the web console (runs, live curves, approvals, lineage) until interrupted."),
-    "self-improve": ("self_improve", "The team trains the model that runs the team: its runs' transcripts → "
-                                     "tool-calling SFT → measured against the offline policy on held-out runs → "
-                                     "gated → bound to the personas."),
+    "self-improve": (
+        "self_improve",
+        "The team trains the model that runs the team: its runs' transcripts → "
+        "tool-calling SFT → measured against the offline policy on held-out runs → "
+        "gated → bound to the personas.",
+    ),
 }
 
 COMMAND_MODULES = list(dict.fromkeys(module for module, _ in COMMANDS.values()))

@@ -37,8 +37,15 @@ def _header(console, view) -> None:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
-    rows = [("approval", f"{view.short_id}  ({view.id})"), ("action", view.action), ("status", view.status),
-            ("run", view.run_id), ("step", view.step), ("asked by", view.requested_by), ("asked at", view.created_at)]
+    rows = [
+        ("approval", f"{view.short_id}  ({view.id})"),
+        ("action", view.action),
+        ("status", view.status),
+        ("run", view.run_id),
+        ("step", view.step),
+        ("asked by", view.requested_by),
+        ("asked at", view.created_at),
+    ]
     if view.decided_by:
         rows += [("decided by", view.decided_by), ("decided at", view.decided_at or "")]
     if view.note:
@@ -49,14 +56,17 @@ def _header(console, view) -> None:
 
 
 def _register(console, ev) -> None:
-    metrics = Table("metric", "value", title=f"metrics of the weights to register ({ev.stage or '?'})",
-                    title_justify="left")
+    metrics = Table(
+        "metric", "value", title=f"metrics of the weights to register ({ev.stage or '?'})", title_justify="left"
+    )
     for k, v in sorted(ev.metrics.items()):
         metrics.add_row(_e(k), _num(v))
     console.print(metrics)
     gates = Table("gate", "stage", "verdict", "why", title="gates", title_justify="left")
     for g in ev.gates:
-        verdict = "[green]pass[/green]" if g.passed else ("[yellow]accepted[/yellow]" if g.promoted else "[red]fail[/red]")
+        verdict = (
+            "[green]pass[/green]" if g.passed else ("[yellow]accepted[/yellow]" if g.promoted else "[red]fail[/red]")
+        )
         gates.add_row(_e(g.step), _e(g.stage or ""), verdict, _e("; ".join(g.reasons)))
     console.print(gates)
     if ev.checkpoint is not None:
@@ -71,12 +81,17 @@ def _register(console, ev) -> None:
 
 
 def _spike(console, ev) -> None:
-    console.print(f"[bold]loss spike[/bold] in {_e(ev.stage or '?')} at step {ev.spike_step}: {_e(ev.metric)} "
-                  f"{_num(ev.value)} against a window mean of {_num(ev.window_mean)} ± {_num(ev.window_std)}"
-                  + (f" (z {ev.z:.1f}, rule {_e(ev.rule)})" if ev.z is not None else ""), highlight=False)
+    console.print(
+        f"[bold]loss spike[/bold] in {_e(ev.stage or '?')} at step {ev.spike_step}: {_e(ev.metric)} "
+        f"{_num(ev.value)} against a window mean of {_num(ev.window_mean)} ± {_num(ev.window_std)}"
+        + (f" (z {ev.z:.1f}, rule {_e(ev.rule)})" if ev.z is not None else ""),
+        highlight=False,
+    )
     if ev.curve:
-        console.print(f"  curve  {sparkline([p.loss for p in ev.curve])}  steps {ev.curve[0].step}–{ev.curve[-1].step}",
-                      highlight=False)
+        console.print(
+            f"  curve  {sparkline([p.loss for p in ev.curve])}  steps {ev.curve[0].step}–{ev.curve[-1].step}",
+            highlight=False,
+        )
         console.print("  " + "  ".join(f"{p.step}:{p.loss:.4g}" for p in ev.curve), highlight=False)
     if ev.earlier_spikes:
         console.print(f"  {ev.earlier_spikes} earlier spike(s) in this step", highlight=False)
@@ -85,9 +100,12 @@ def _spike(console, ev) -> None:
 def _budget(console, ev) -> None:
     spent = f"{ev.spent_seconds / 60:.1f} min" if ev.spent_seconds is not None else _e(ev.where or "?")
     cost = f", ${ev.spent_usd:.2f}" if ev.spent_usd else ""
-    console.print(f"[bold]budget[/bold] spent {spent}{cost} of {_num(ev.allowed_minutes)} min allowed"
-                  f" (task: {_num(ev.max_wall_minutes)} min, ${_num(ev.max_cost_usd)}); "
-                  f"approving adds {_num(ev.extra_minutes)} min", highlight=False)
+    console.print(
+        f"[bold]budget[/bold] spent {spent}{cost} of {_num(ev.allowed_minutes)} min allowed"
+        f" (task: {_num(ev.max_wall_minutes)} min, ${_num(ev.max_cost_usd)}); "
+        f"approving adds {_num(ev.extra_minutes)} min",
+        highlight=False,
+    )
     if ev.overrun_s is not None:
         console.print(f"  over by {ev.overrun_s:.0f} s", highlight=False)
 
@@ -105,5 +123,7 @@ def render_approval(console, view) -> None:
         typed |= {"where", "overrun_s"}
     for key, value in view.evidence.items():
         if key not in typed:
-            console.print(f"[bold]{_e(key)}[/bold] {_e(value if isinstance(value, str) else json.dumps(value, default=str))}",
-                          highlight=False)
+            console.print(
+                f"[bold]{_e(key)}[/bold] {_e(value if isinstance(value, str) else json.dumps(value, default=str))}",
+                highlight=False,
+            )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from trainteam.commands.common import console, print_json, read_stores, workspace
@@ -18,7 +16,7 @@ approvals_app = typer.Typer(help="Gated actions waiting for a person.", no_args_
 @approvals_app.command("list")
 def list_(
     status: str = typer.Option("pending", help="pending | approved | rejected | expired | all"),
-    run: Optional[str] = typer.Option(None, "--run", help="only this run"),
+    run: str | None = typer.Option(None, "--run", help="only this run"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     if status != "all" and status not in APPROVAL_STATUSES:
@@ -35,8 +33,9 @@ def list_(
 
     table = Table("id", "run", "step", "action", "status", "requested by", "created")
     for r in rows:
-        table.add_row(short_id(r["id"]), r["run_id"], r["step"], r["action"], r["status"], r["requested_by"],
-                      r["created_at"][:19])
+        table.add_row(
+            short_id(r["id"]), r["run_id"], r["step"], r["action"], r["status"], r["requested_by"], r["created_at"][:19]
+        )
     console.print(table)
     console.print("[dim]`trainteam approvals show ID` shows the evidence; ID is the short id or the full one[/dim]")
 
@@ -53,7 +52,7 @@ def show(approval_id: str, as_json: bool = typer.Option(False, "--json")) -> Non
     render_approval(console, approval_evidence_view(row))
 
 
-def _decide(approval_id: str, approve: bool, note: Optional[str], by: Optional[str], as_json: bool) -> None:
+def _decide(approval_id: str, approve: bool, note: str | None, by: str | None, as_json: bool) -> None:
     from trainteam.workflows.engine.approvals import decide
 
     row = decide(workspace(), approval_id, approve=approve, by=by, note=note)
@@ -65,8 +64,8 @@ def _decide(approval_id: str, approve: bool, note: Optional[str], by: Optional[s
 @approvals_app.command("approve")
 def approve(
     approval_id: str,
-    note: Optional[str] = typer.Option(None, "--note", help="why"),
-    by: Optional[str] = typer.Option(None, "--by", help="who decides (default: your user name)"),
+    note: str | None = typer.Option(None, "--note", help="why"),
+    by: str | None = typer.Option(None, "--by", help="who decides (default: your user name)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     _decide(approval_id, True, note, by, as_json)
@@ -75,8 +74,8 @@ def approve(
 @approvals_app.command("reject")
 def reject(
     approval_id: str,
-    note: Optional[str] = typer.Option(None, "--note", help="why"),
-    by: Optional[str] = typer.Option(None, "--by", help="who decides (default: your user name)"),
+    note: str | None = typer.Option(None, "--note", help="why"),
+    by: str | None = typer.Option(None, "--by", help="who decides (default: your user name)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     _decide(approval_id, False, note, by, as_json)

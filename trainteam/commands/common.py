@@ -19,7 +19,7 @@ class _LazyConsole:
 
     def __init__(self, **options: Any):
         self._options = options
-        self._console = None
+        self._console: Any = None
 
     def __getattr__(self, name: str):
         if self._console is None:
@@ -67,8 +67,9 @@ def err(message: str) -> None:
     """The one-line error: masked (a library's message may echo a key) and printed as text, not markup."""
     from rich.markup import escape
 
-    err_console.print(f"[red]error:[/red] {escape(redact_text(str(message)))}", highlight=False, markup=True,
-                      soft_wrap=True)
+    err_console.print(
+        f"[red]error:[/red] {escape(redact_text(str(message)))}", highlight=False, markup=True, soft_wrap=True
+    )
 
 
 def print_json(data: Any) -> None:

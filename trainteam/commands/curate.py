@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from trainteam.commands.common import console, load_config_file, print_json, workspace
 from trainteam.core.errors import BadInput, format_validation_error
+
+if TYPE_CHECKING:
+    from trainteam.curation.formats import RowKind
 
 curate_app = typer.Typer(help="Curate training data: dedup, decontaminate, filter, version.", no_args_is_help=True)
 
@@ -25,7 +28,7 @@ def _eval_sets(specs: list[str]) -> dict[str, Path]:
     return out
 
 
-def _load_config(path: Optional[Path], kind: str = "text"):
+def _load_config(path: Path | None, kind: RowKind = "text"):
     from trainteam.curation.pipeline import CurationConfig
     from trainteam.workflows.steps.curate import default_config
 
@@ -72,25 +75,44 @@ def _split(report, by: str, fraction: float, seed: int) -> dict:
     rows = [{"id": r["id"], **row_of(r)} for r in read_jsonl(Path(report.output))]
     train, held = split_by_group(rows, by, fraction, seed, where=report.output)
     folder = Path(report.output).parent
-    paths = {"train": write_jsonl(train, folder / "train.jsonl"), "heldout": write_jsonl(held, folder / "heldout.jsonl")}
-    return {"by": by, "fraction": fraction, "seed": seed, "train_rows": len(train), "heldout_rows": len(held),
-            "heldout_groups": sorted({r[by] for r in held}), **{k: str(v) for k, v in paths.items()}}
+    paths = {
+        "train": write_jsonl(train, folder / "train.jsonl"),
+        "heldout": write_jsonl(held, folder / "heldout.jsonl"),
+    }
+    return {
+        "by": by,
+        "fraction": fraction,
+        "seed": seed,
+        "train_rows": len(train),
+        "heldout_rows": len(held),
+        "heldout_groups": sorted({r[by] for r in held}),
+        **{k: str(v) for k, v in paths.items()},
+    }
 
 
 @curate_app.command("run")
 def run(
-    corpus: Path = typer.Argument(..., help=".jsonl / .txt / .parquet file, or a folder of them, or a saved HF dataset"),
-    eval_: List[str] = typer.Option([], "--eval", help="NAME=PATH of an eval set to decontaminate against (repeatable)"),
-    config: Optional[Path] = typer.Option(None, "--config", help="CurationConfig as YAML or JSON"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="output folder (default: workspace datasets/<version>)"),
+    corpus: Path = typer.Argument(
+        ..., help=".jsonl / .txt / .parquet file, or a folder of them, or a saved HF dataset"
+    ),
+    eval_: list[str] = typer.Option(
+        [], "--eval", help="NAME=PATH of an eval set to decontaminate against (repeatable)"
+    ),
+    config: Path | None = typer.Option(None, "--config", help="CurationConfig as YAML or JSON"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="output folder (default: workspace datasets/<version>)"),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="skip and count malformed lines instead of stopping"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-    heldout_by: Optional[str] = typer.Option(None, "--heldout-by", help="hold out whole groups of rows by this "
-                                             "field (run_id: no run on both sides), after dedup: writes "
-                                             "train.jsonl and heldout.jsonl beside the curated rows; for transcripts set "
-                                             "near_dedup: null, as one step's turns in two runs are near duplicates"),
-    heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", min=0.0, max=1.0,
-                                           help="share of the groups held out (at least one, never all)"),
+    heldout_by: str | None = typer.Option(
+        None,
+        "--heldout-by",
+        help="hold out whole groups of rows by this "
+        "field (run_id: no run on both sides), after dedup: writes "
+        "train.jsonl and heldout.jsonl beside the curated rows; for transcripts set "
+        "near_dedup: null, as one step's turns in two runs are near duplicates",
+    ),
+    heldout_fraction: float = typer.Option(
+        0.2, "--heldout-fraction", min=0.0, max=1.0, help="share of the groups held out (at least one, never all)"
+    ),
     seed: int = typer.Option(0, "--seed", help="which groups are held out"),
 ) -> None:
     """Run the whole chain and record the result as a DatasetVersion in the knowledge graph.
@@ -118,14 +140,17 @@ def run(
     if report.node_id:
         console.print(f"  graph node {report.node_id}", highlight=False)
     if split:
-        console.print(f"  held out by {heldout_by}: {split['heldout_rows']} rows of {len(split['heldout_groups'])} "
-                      f"({', '.join(split['heldout_groups'])}) → {split['heldout']}; {split['train_rows']} → "
-                      f"{split['train']}", highlight=False)
+        console.print(
+            f"  held out by {heldout_by}: {split['heldout_rows']} rows of {len(split['heldout_groups'])} "
+            f"({', '.join(split['heldout_groups'])}) → {split['heldout']}; {split['train_rows']} → "
+            f"{split['train']}",
+            highlight=False,
+        )
 
 
 @curate_app.command("demo")
 def demo(
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets/demo)"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets/demo)"),
     docs: int = typer.Option(2000, "--docs", min=1, help="English-like documents (before injected ones)"),
     task: str = typer.Option("addition", "--task", help="addition | subtraction | multiplication"),
     n_train: int = typer.Option(20000, "--n-train", min=0),
@@ -161,9 +186,9 @@ def demo(
 def build(
     kind: str = typer.Argument(..., help="sft | preference | grpo"),
     source: Path = typer.Argument(..., help=".jsonl of traces (sft) or scored samples {prompt, completion, reward}"),
-    min_reward: Optional[float] = typer.Option(None, "--min-reward", help="sft: keep traces with at least this reward"),
+    min_reward: float | None = typer.Option(None, "--min-reward", help="sft: keep traces with at least this reward"),
     min_margin: float = typer.Option(0.0, "--min-margin", help="preference: reward gap a pair needs"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets)"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="folder (default: workspace datasets)"),
 ) -> None:
     """Build an SFT / preference / GRPO dataset, recorded as a DatasetVersion (built once per input and options)."""
     from trainteam.workflows.improve.built_datasets import BuildOptions, build_recorded, planned_build
@@ -172,8 +197,10 @@ def build(
     planned_build(kind, source, opts)  # a bad kind or a missing source: one line, before the workspace opens
     ws = workspace()
     built = build_recorded(ws.graph, kind, source, opts, out or ws.dir("datasets"))
-    console.print(f"{kind} dataset {built.version}: {built.rows} rows in {built.path}" + (" (reused)" if built.reused else ""),
-                  highlight=False)
+    console.print(
+        f"{kind} dataset {built.version}: {built.rows} rows in {built.path}" + (" (reused)" if built.reused else ""),
+        highlight=False,
+    )
 
 
 def register(app: typer.Typer) -> None:

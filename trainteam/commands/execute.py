@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -41,8 +40,10 @@ class PreApprover:
         while not self.stop.wait(0.05):
             for row in store.list("pending", self.run_id):
                 decide(self.ws, row["id"], approve=True, by=self.person, note="approved up front with --yes")
-                err_console.print(f"[green]approved[/green] {row['action']} at {row['step']} "
-                                  f"(as {self.person}, --yes)", highlight=False)
+                err_console.print(
+                    f"[green]approved[/green] {row['action']} at {row['step']} (as {self.person}, --yes)",
+                    highlight=False,
+                )
 
     def __enter__(self):
         self.thread.start()
@@ -53,12 +54,21 @@ class PreApprover:
         self.thread.join(timeout=5)
 
 
-def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool, as_json: bool,
-            yes: bool = False, report: bool = False, detach: bool = False) -> int:
+def execute(
+    workflow: str,
+    task,
+    source: str,
+    run_id: str | None,
+    quiet: bool,
+    as_json: bool,
+    yes: bool = False,
+    report: bool = False,
+    detach: bool = False,
+) -> int:
     """Run ``task`` (a TrainTask, or a task file path) to its end in this process, or with
     ``detach`` put it on the run queue for `trainteam worker` processes."""
-    from trainteam.workflows.engine.runner import enqueue_run, prepare_run, run_foreground
     from trainteam.contract.train_task import load_task_file
+    from trainteam.workflows.engine.runner import enqueue_run, prepare_run, run_foreground
 
     if isinstance(task, (str, Path)):
         task = load_task_file(Path(task))
@@ -70,12 +80,16 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
         if as_json:
             print_json(run_public(ws, run_id))
         else:
-            console.print(f"run {run_id}: queued for `trainteam worker` (follow it with `trainteam runs show "
-                          f"{run_id}`; its output: {ws.dir('logs') / 'runs' / (run_id + '.log')})", highlight=False)
+            console.print(
+                f"run {run_id}: queued for `trainteam worker` (follow it with `trainteam runs show "
+                f"{run_id}`; its output: {ws.dir('logs') / 'runs' / (run_id + '.log')})",
+                highlight=False,
+            )
         return 0
     if not quiet:
-        err_console.print(f"run [bold]{run_id}[/bold]: workflow {spec.name}, task {task.name} "
-                          f"(workspace {ws.root})", highlight=False)
+        err_console.print(
+            f"run [bold]{run_id}[/bold]: workflow {spec.name}, task {task.name} (workspace {ws.root})", highlight=False
+        )
     try:
         if yes:
             import getpass
@@ -91,11 +105,17 @@ def execute(workflow: str, task, source: str, run_id: Optional[str], quiet: bool
     if as_json:
         print_json(run_public(ws, run_id))
     elif quiet and result["status"] != "completed":  # quiet hides progress, never why a run did not complete
-        err_console.print(f"run {run_id}: {result['status']}" + (f" — {result['error']}" if result.get("error") else "")
-                          + f" (`trainteam runs show {run_id}`)", highlight=False)
+        err_console.print(
+            f"run {run_id}: {result['status']}"
+            + (f" — {result['error']}" if result.get("error") else "")
+            + f" (`trainteam runs show {run_id}`)",
+            highlight=False,
+        )
     elif not quiet:
-        console.print(f"run {run_id}: [bold]{result['status']}[/bold]" +
-                      (f" — {result['error']}" if result.get("error") else ""), highlight=False)
+        console.print(
+            f"run {run_id}: [bold]{result['status']}[/bold]" + (f" — {result['error']}" if result.get("error") else ""),
+            highlight=False,
+        )
         if report:
             from trainteam.workflows.report.run_report import write_run_report
 
@@ -110,12 +130,13 @@ def register(app: typer.Typer) -> None:
     def execute_workflow(
         workflow: str = typer.Argument(..., help="bundled workflow name (train_model) or a spec YAML path"),
         task: Path = typer.Option(..., "--task", "-t", help="task YAML file"),
-        run_id: Optional[str] = typer.Option(None, "--run-id", help="choose the run id (default: generated)"),
+        run_id: str | None = typer.Option(None, "--run-id", help="choose the run id (default: generated)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
         as_json: bool = typer.Option(False, "--json", help="print the finished run as JSON"),
         yes: bool = typer.Option(False, "--yes", "-y", help="approve this run's gated actions up front, as you"),
-        detach: bool = typer.Option(False, "--detach", "-d", help="put the run on the queue for `trainteam worker` "
-                                    "processes and return at once"),
+        detach: bool = typer.Option(
+            False, "--detach", "-d", help="put the run on the queue for `trainteam worker` processes and return at once"
+        ),
     ) -> None:
         """Run a workflow on a task in this process, durably: if the process dies,
         `trainteam runs resume RUN` continues where it stopped.
@@ -128,12 +149,15 @@ def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker(
         once: bool = typer.Option(False, "--once", help="exit when the queue is empty and this worker's runs ended"),
-        concurrency: int = typer.Option(1, "--concurrency", min=1, help="runs this worker takes at once "
-                                        "(the queue's limit per worker)"),
-        global_concurrency: Optional[int] = typer.Option(None, "--global-concurrency", min=1,
-                                                         help="runs all workers take at once (default: no limit)"),
-        poll: float = typer.Option(1.0, min=0.05,
-                                   help="seconds between looks at the queue and for runs of dead processes"),
+        concurrency: int = typer.Option(
+            1, "--concurrency", min=1, help="runs this worker takes at once (the queue's limit per worker)"
+        ),
+        global_concurrency: int | None = typer.Option(
+            None, "--global-concurrency", min=1, help="runs all workers take at once (default: no limit)"
+        ),
+        poll: float = typer.Option(
+            1.0, min=0.05, help="seconds between looks at the queue and for runs of dead processes"
+        ),
     ) -> None:
         """Serve runs: takes queued runs and resumes runs whose process died, on any host.
 
@@ -150,8 +174,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("demo")
     def demo(
-        yes: bool = typer.Option(False, "--yes", "-y", help="approve the demo's gated actions (registering the "
-                                 "model) up front, as you; without it the run waits for `trainteam approvals`"),
+        yes: bool = typer.Option(
+            False,
+            "--yes",
+            "-y",
+            help="approve the demo's gated actions (registering the "
+            "model) up front, as you; without it the run waits for `trainteam approvals`",
+        ),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
         """The team at work on the bundled demo request, submitted in natural language."""

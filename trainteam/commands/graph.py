@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,8 +13,10 @@ graph_app = typer.Typer(help="The knowledge graph of runs, data and models.", no
 
 
 @graph_app.command("lineage")
-def lineage(node: str = typer.Argument(..., help="node id (Model:abc) or its unique key"),
-            as_json: bool = typer.Option(False, "--json")) -> None:
+def lineage(
+    node: str = typer.Argument(..., help="node id (Model:abc) or its unique key"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Every ancestor of a node: what it was derived from, trained on, produced by."""
     from trainteam.graph.knowledge import UnknownNode
 
@@ -34,8 +35,10 @@ def lineage(node: str = typer.Argument(..., help="node id (Model:abc) or its uni
 
 
 @graph_app.command("export")
-def export(fmt: str = typer.Option("json", "--format", help="graphml | json"),
-           out: Optional[Path] = typer.Option(None, "--out", "-o", help="file (default: workspace/reports/graph.FMT)")) -> None:
+def export(
+    fmt: str = typer.Option("json", "--format", help="graphml | json"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="file (default: workspace/reports/graph.FMT)"),
+) -> None:
     if fmt not in ("graphml", "json"):
         raise BadInput(f"--format: unknown format {fmt!r} (graphml, json)")
     if out is not None:
@@ -47,8 +50,10 @@ def export(fmt: str = typer.Option("json", "--format", help="graphml | json"),
 
 
 @graph_app.command("nodes")
-def nodes(kind: Optional[str] = typer.Option(None, help="only this kind (Model, Run, ...)"),
-          as_json: bool = typer.Option(False, "--json")) -> None:
+def nodes(
+    kind: str | None = typer.Option(None, help="only this kind (Model, Run, ...)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     from trainteam.graph import NodeKind
 
     if kind is not None and kind not in {k.value for k in NodeKind}:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from trainteam.commands.common import STATE
 
 
 def mcp_command(
-    http: Optional[int] = typer.Option(None, "--http", min=1, max=65535, metavar="PORT",
-                                       help="serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio"),
+    http: int | None = typer.Option(
+        None,
+        "--http",
+        min=1,
+        max=65535,
+        metavar="PORT",
+        help="serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio",
+    ),
 ) -> None:
     """Serve the team's curation and training tools, runs, approvals and lineage over MCP (stdio, or --http PORT).
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -37,13 +36,13 @@ def _options(**given):
     return opts
 
 
-def _train(ws, task_dict: dict, run_id: Optional[str], yes: bool, quiet: bool) -> dict:
+def _train(ws, task_dict: dict, run_id: str | None, yes: bool, quiet: bool) -> dict:
     """The SFT as a ``train_model`` run in this process (``--yes``: its approvals granted up front, as you)."""
     import getpass
 
     from trainteam.commands.execute import PreApprover
-    from trainteam.workflows.engine.runner import prepare_run, run_foreground
     from trainteam.contract.train_task import TrainTask
+    from trainteam.workflows.engine.runner import prepare_run, run_foreground
 
     task = TrainTask.model_validate(task_dict)
     new = prepare_run("train_model", task, "self-improve", run_id, "--run-id", lambda: ws)
@@ -55,12 +54,12 @@ def _train(ws, task_dict: dict, run_id: Optional[str], yes: bool, quiet: bool) -
         return run_foreground(new.ws, new.spec, new.task, new.run_id, progress=not quiet)
 
 
-def self_improve(opts, run_id: Optional[str], yes: bool, quiet: bool) -> dict:
+def self_improve(opts, run_id: str | None, yes: bool, quiet: bool) -> dict:
     """The loop, step by step; returns what each step gave (also printed as --json)."""
     import getpass
 
-    from trainteam.workflows.improve import self_improve as loop
     from trainteam.workflows.engine.runner import check_new_run_id, new_run_id
+    from trainteam.workflows.improve import self_improve as loop
 
     ws = workspace()
     run_id = check_new_run_id(ws, run_id) if run_id is not None else new_run_id("self-improve")
@@ -69,8 +68,11 @@ def self_improve(opts, run_id: Optional[str], yes: bool, quiet: bool) -> dict:
     data = loop.build_data(ws, rows, folder, opts.heldout_fraction, opts.seed)
     out: dict = {"rows": len(rows), "data": data.model_dump(mode="json")}
     if not quiet:
-        err_console.print(f"data: {len(rows)} rows → {data.train_rows} train, {data.heldout_rows} held out "
-                          f"(runs {', '.join(data.heldout_runs)})", highlight=False)
+        err_console.print(
+            f"data: {len(rows)} rows → {data.train_rows} train, {data.heldout_rows} held out "
+            f"(runs {', '.join(data.heldout_runs)})",
+            highlight=False,
+        )
     task = loop.sft_task(opts, data)
     (folder / "task.json").write_text(json.dumps(task, indent=1))
     run = _train(ws, task, run_id, yes, quiet)
@@ -81,9 +83,13 @@ def self_improve(opts, run_id: Optional[str], yes: bool, quiet: bool) -> dict:
         return out
     agreement = loop.evaluate(Path(rec.path), data.heldout, opts.bind, opts.max_new_tokens)
     passed, why = loop.gate(agreement.agreement, opts.min_agreement)
-    out.update(model=rec.id, model_path=rec.path, agreement=agreement.model_dump(mode="json"), gate={"passed": passed, "why": why})
-    bind_cmd = " ".join(f"trainteam models bind {rec.id} --role persona:{p} --prompt {opts.prompt};"
-                        for p in opts.bind)
+    out.update(
+        model=rec.id,
+        model_path=rec.path,
+        agreement=agreement.model_dump(mode="json"),
+        gate={"passed": passed, "why": why},
+    )
+    bind_cmd = " ".join(f"trainteam models bind {rec.id} --role persona:{p} --prompt {opts.prompt};" for p in opts.bind)
     if not passed:
         out["status"] = "gate_failed"
     elif yes:
@@ -93,53 +99,87 @@ def self_improve(opts, run_id: Optional[str], yes: bool, quiet: bool) -> dict:
     return out
 
 
+def _print_outcome(out: dict) -> None:
+    a = out.get("agreement") or {}
+    agreement = (
+        f" (names {a.get('name_agreement')}, all but the reason {a.get('action_agreement')}, "
+        f"{a.get('turns')} held-out calls)"
+    )
+    console.print(
+        f"self-improve: {out['status']}"
+        + (f" — {out['gate']['why']}" if "gate" in out else "")
+        + (agreement if a else ""),
+        highlight=False,
+    )
+    if out.get("bind"):
+        console.print(f"bind (a person's call): {out['bind']}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("self-improve")
     def self_improve_cmd(
         model: Path = typer.Option(..., "--model", help="the base model folder (a local instruct model)"),
-        run: Optional[List[str]] = typer.Option(None, "--run", help="learn from these runs (repeatable; default: "
-                                                "every run that completed with its gates passed)"),
-        persona: Optional[List[str]] = typer.Option(None, "--persona", help="rows of these personas (default all)"),
-        bind: Optional[List[str]] = typer.Option(None, "--bind", help="personas measured and bound (repeatable; "
-                                                 "default training_engineer)"),
+        run: list[str] | None = typer.Option(
+            None,
+            "--run",
+            help="learn from these runs (repeatable; default: every run that completed with its gates passed)",
+        ),
+        persona: list[str] | None = typer.Option(None, "--persona", help="rows of these personas (default all)"),
+        bind: list[str] | None = typer.Option(
+            None, "--bind", help="personas measured and bound (repeatable; default training_engineer)"
+        ),
         prompt: str = typer.Option("compact", "--prompt", help="compact (short brief, the step's tool) or full"),
         chat_template: str = typer.Option("qwen2_5", "--chat-template", help="a template that writes tool calls"),
         steps: int = typer.Option(150, "--steps", help="LoRA SFT steps"),
         lr: float = typer.Option(1e-3, "--lr"),
         max_length: int = typer.Option(1024, "--max-length", help="tokens kept per pair, from its end"),
         grad_accum: int = typer.Option(1, "--grad-accum"),
-        gradient_checkpointing: bool = typer.Option(True, "--gradient-checkpointing/--no-gradient-checkpointing",
-                                                    help="recompute activations (less memory; ~15 % slower steps "
-                                                    "in bf16, ~70 % in fp32): kept under --max-memory-gib, dropped "
-                                                    "by the planner where the run fits the machine without it"),
-        max_memory_gib: Optional[float] = typer.Option(None, "--max-memory-gib", help="the training run's memory "
-                                                       "budget: the planner keeps gradient checkpointing where it "
-                                                       "is needed to fit (default: this machine's memory)"),
-        precision: str = typer.Option("auto", "--precision", help="auto (bf16 where the CPU or GPU computes it "
-                                      "natively, else fp32), fp32 or bf16"),
+        gradient_checkpointing: bool = typer.Option(
+            True,
+            "--gradient-checkpointing/--no-gradient-checkpointing",
+            help="recompute activations (less memory; ~15 % slower steps in bf16, ~70 % in fp32): kept under "
+            "--max-memory-gib, dropped by the planner where the run fits the machine without it",
+        ),
+        max_memory_gib: float | None = typer.Option(
+            None,
+            "--max-memory-gib",
+            help="the training run's memory budget: the planner keeps gradient checkpointing where it is needed "
+            "to fit (default: this machine's memory)",
+        ),
+        precision: str = typer.Option(
+            "auto", "--precision", help="auto (bf16 where the CPU or GPU computes it natively, else fp32), fp32 or bf16"
+        ),
         heldout_fraction: float = typer.Option(0.34, "--heldout-fraction", help="share of the runs held out"),
-        min_agreement: float = typer.Option(0.95, "--min-agreement", help="the gate: tool-call agreement on "
-                                            "held-out steps"),
-        run_id: Optional[str] = typer.Option(None, "--run-id", help="the training run's id"),
+        min_agreement: float = typer.Option(
+            0.95, "--min-agreement", help="the gate: tool-call agreement on held-out steps"
+        ),
+        run_id: str | None = typer.Option(None, "--run-id", help="the training run's id"),
         yes: bool = typer.Option(False, "--yes", "-y", help="approve registering and binding up front, as you"),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """The team trains the model that runs the team: its runs' transcripts → tool-calling SFT → measured
         against the offline policy on held-out runs → gated → bound to the personas."""
-        opts = _options(model=model, runs=run or [], personas=persona or [], bind=bind or None, prompt=prompt,
-                        chat_template=chat_template, steps=steps, learning_rate=lr, max_length=max_length,
-                        grad_accum=grad_accum, gradient_checkpointing=gradient_checkpointing, precision=precision,
-                        max_memory_gib=max_memory_gib, heldout_fraction=heldout_fraction, min_agreement=min_agreement)
+        opts = _options(
+            model=model,
+            runs=run or [],
+            personas=persona or [],
+            bind=bind or None,
+            prompt=prompt,
+            chat_template=chat_template,
+            steps=steps,
+            learning_rate=lr,
+            max_length=max_length,
+            grad_accum=grad_accum,
+            gradient_checkpointing=gradient_checkpointing,
+            precision=precision,
+            max_memory_gib=max_memory_gib,
+            heldout_fraction=heldout_fraction,
+            min_agreement=min_agreement,
+        )
         out = self_improve(opts, run_id, yes, quiet or as_json)
         if as_json:
             print_json(out)
         else:
-            a = out.get("agreement") or {}
-            console.print(f"self-improve: {out['status']}" + (f" — {out['gate']['why']}" if "gate" in out else "")
-                          + (f" (names {a.get('name_agreement')}, all but the reason {a.get('action_agreement')}, "
-                             f"{a.get('turns')} held-out calls)" if a else ""),
-                          highlight=False)
-            if out.get("bind"):
-                console.print(f"bind (a person's call): {out['bind']}", highlight=False)
+            _print_outcome(out)
         raise typer.Exit(0 if out["status"] in ("bound", "needs_approval") else 1)

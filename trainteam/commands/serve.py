@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import cast
 
 import typer
 
@@ -16,8 +17,12 @@ def serve(
     model: str = typer.Argument(..., help="model id, unique id prefix, name, or role:NAME"),
     port: int = typer.Option(8000, "--port", "-p", min=0, max=65535, help="port on 127.0.0.1 (0: any free port)"),
     backend: str = typer.Option("auto", "--backend", help="auto | transformers | vllm"),
-    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", min=1, help="default when a request gives "
-                                              "none (default: the answer length the model was judged at, else 64)"),
+    max_new_tokens: int | None = typer.Option(
+        None,
+        "--max-new-tokens",
+        min=1,
+        help="default when a request gives none (default: the answer length the model was judged at, else 64)",
+    ),
 ) -> None:
     """Serve until interrupted. Set TRAINTEAM_SERVE_API_KEY to require that bearer key."""
     from trainteam.trainers.serving.registry import ModelRegistry
@@ -26,12 +31,18 @@ def serve(
         raise BadInput(f"--backend: unknown backend {backend!r} (auto, transformers, vllm)")
     reg = ModelRegistry.of(workspace())
     rec = reg.pick_for_role(model[5:]) if model.startswith("role:") else reg.get(model)
-    from trainteam.trainers.serving.endpoint import ChatServer, serve_model
+    from trainteam.trainers.serving.endpoint import Backend, ChatServer, serve_model
 
     api_key = os.environ.get("TRAINTEAM_SERVE_API_KEY") or None
     max_new_tokens = max_new_tokens or int(rec.lineage.get("answer_tokens") or DEFAULT_MAX_NEW_TOKENS)
-    server = serve_model(rec.path, rec.id, port=port, backend=backend, api_key=api_key,  # type: ignore[arg-type]
-                         max_new_tokens=max_new_tokens)
+    server = serve_model(
+        rec.path,
+        rec.id,
+        port=port,
+        backend=cast(Backend, backend),  # one of its names: checked above
+        api_key=api_key,
+        max_new_tokens=max_new_tokens,
+    )
     if isinstance(server, ChatServer):
         console.print(f"serving {rec.id} ({rec.name}) at {server.base_url}", highlight=False)
         try:

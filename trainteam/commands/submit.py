@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 import typer
 
@@ -23,12 +22,15 @@ from trainteam.core.errors import BadInput
 
 
 def submit_command(
-    request: str = typer.Argument(..., help='what to train, on what data, within what budget, e.g. "pretrain a tiny '
-                                            'llama on the addition demo, budget 20 minutes"'),
+    request: str = typer.Argument(
+        ...,
+        help='what to train, on what data, within what budget, e.g. "pretrain a tiny '
+        'llama on the addition demo, budget 20 minutes"',
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="start without asking for confirmation"),
     plan_only: bool = typer.Option(False, "--plan-only", help="print the validated task and plan, then exit"),
     as_json: bool = typer.Option(False, "--json", help="with --plan-only: the task and plan as JSON"),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="choose the run id (default: generated)"),
+    run_id: str | None = typer.Option(None, "--run-id", help="choose the run id (default: generated)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output while it runs"),
 ) -> None:
     """Submit a training request in natural language; the ml_orchestrator turns it into a task."""
@@ -37,14 +39,15 @@ def submit_command(
     refusal = request_refusal(request)  # refused at once: before pydantic-ai is imported or any model sees it
     if refusal:
         raise BadInput(refusal)
+    from trainteam.workflows.engine.spec import load_builtin
     from trainteam.workflows.requests.model_sources import ModelSources
     from trainteam.workflows.requests.submission import parse_request, plan_request
-    from trainteam.workflows.engine.spec import load_builtin
 
     sources = ModelSources.find(workspace=STATE.workspace)  # the workspace's registered models, read only
     task = parse_request(request, sources=sources)
-    plan = plan_request(task, steps=load_builtin(task.workflow).describe_steps(task.stages), request=request,
-                        sources=sources)
+    plan = plan_request(
+        task, steps=load_builtin(task.workflow).describe_steps(task.stages), request=request, sources=sources
+    )
     if as_json and plan_only:
         print_json({"task": task.model_dump(mode="json"), "plan": plan.model_dump(mode="json")})
         return
@@ -53,8 +56,11 @@ def submit_command(
     if plan_only:
         import yaml
 
-        console.print("\n# task\n" + yaml.safe_dump(task.model_dump(mode="json", exclude_unset=True),
-                                                    sort_keys=False), highlight=False, markup=False)
+        console.print(
+            "\n# task\n" + yaml.safe_dump(task.model_dump(mode="json", exclude_unset=True), sort_keys=False),
+            highlight=False,
+            markup=False,
+        )
         return
     if not yes and not typer.confirm("Start this run?", default=False, err=True):
         err_console.print("not started")
@@ -65,14 +71,19 @@ def submit_command(
     try:
         view = execute_workflow(task.workflow, task, workspace=ws, run_id=run_id, progress=not quiet)
     except KeyboardInterrupt:
-        err_console.print("interrupted: the run is kept; `trainteam runs list` shows it, `runs resume RUN` continues it")
+        err_console.print(
+            "interrupted: the run is kept; `trainteam runs list` shows it, `runs resume RUN` continues it"
+        )
         sys.stderr.flush()
         os._exit(130)  # DBOS threads parked in recv ignore SIGINT
     if as_json:
         print_json(view)
     else:
-        console.print(f"run {view.get('run_id')}: [bold]{view.get('status')}[/bold]"
-                      + (f" — {view['error']}" if view.get("error") else ""), highlight=False)
+        console.print(
+            f"run {view.get('run_id')}: [bold]{view.get('status')}[/bold]"
+            + (f" — {view['error']}" if view.get("error") else ""),
+            highlight=False,
+        )
     raise typer.Exit(0 if view.get("status") == "completed" else 1)
 
 

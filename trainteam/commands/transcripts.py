@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -15,19 +14,32 @@ transcripts_app = typer.Typer(help="Recorded agent runs (redacted pydantic-ai me
 
 
 @transcripts_app.command("list")
-def list_(run: Optional[str] = typer.Option(None, "--run", help="only this run"),
-          as_json: bool = typer.Option(False, "--json")) -> None:
+def list_(
+    run: str | None = typer.Option(None, "--run", help="only this run"), as_json: bool = typer.Option(False, "--json")
+) -> None:
     from trainteam.agents import transcripts
 
     ws = workspace()
     ids = [run] if run else sorted(p.name for p in ws.dir("transcripts").iterdir() if p.is_dir())
-    rows = [{"run_id": rid, "segment": r["segment"], "persona": r["persona"], "status": r.get("status"),
-             "model": r.get("model")} for rid in ids for r in transcripts.read_run(ws, rid)]
+    rows = [
+        {
+            "run_id": rid,
+            "segment": r["segment"],
+            "persona": r["persona"],
+            "status": r.get("status"),
+            "model": r.get("model"),
+        }
+        for rid in ids
+        for r in transcripts.read_run(ws, rid)
+    ]
     if as_json:
         return print_json(rows)
     for r in rows:
-        console.print(f"{r['run_id']}  {r['segment']:<24} {r['persona']:<18} {r['status']:<15} {r['model']}",
-                      highlight=False, markup=False)
+        console.print(
+            f"{r['run_id']}  {r['segment']:<24} {r['persona']:<18} {r['status']:<15} {r['model']}",
+            highlight=False,
+            markup=False,
+        )
     if not rows:
         console.print("no transcripts")
 
@@ -38,16 +50,25 @@ STATUSES = ("completed", "all")
 
 @transcripts_app.command("export")
 def export(
-    fmt: str = typer.Option("sft", "--format", help="sft: prompt/completion conversations; chat: each persona turn "
-                            "as messages with tool calls and tools (TRL's conversational format)"),
-    run: Optional[List[str]] = typer.Option(None, "--run", help="only these runs (repeatable); default all"),
-    persona: Optional[List[str]] = typer.Option(None, "--persona", help="chat: only these personas (repeatable)"),
-    step: Optional[List[str]] = typer.Option(None, "--step", help="chat: only these steps (repeatable)"),
-    status: str = typer.Option("completed", "--status", help="chat: completed (runs that completed with every "
-                               "gate passed) or all"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="JSONL file (default: stdout)"),
-    prompt: str = typer.Option("full", "--prompt", help="chat: full (the persona's brief and card tools, as the "
-                               "run had them) or compact (what a small model bound with --prompt compact reads)"),
+    fmt: str = typer.Option(
+        "sft",
+        "--format",
+        help="sft: prompt/completion conversations; chat: each persona turn "
+        "as messages with tool calls and tools (TRL's conversational format)",
+    ),
+    run: list[str] | None = typer.Option(None, "--run", help="only these runs (repeatable); default all"),
+    persona: list[str] | None = typer.Option(None, "--persona", help="chat: only these personas (repeatable)"),
+    step: list[str] | None = typer.Option(None, "--step", help="chat: only these steps (repeatable)"),
+    status: str = typer.Option(
+        "completed", "--status", help="chat: completed (runs that completed with every gate passed) or all"
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="JSONL file (default: stdout)"),
+    prompt: str = typer.Option(
+        "full",
+        "--prompt",
+        help="chat: full (the persona's brief and card tools, as the "
+        "run had them) or compact (what a small model bound with --prompt compact reads)",
+    ),
 ) -> None:
     """Turn the team's agent runs into training data (the self-training loop)."""
     if prompt not in ("full", "compact"):

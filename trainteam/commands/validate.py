@@ -18,18 +18,23 @@ from trainteam.commands.common import console, print_json
 
 def validate_command(
     task: Path = typer.Argument(..., help="the task file (YAML)"),
-    measure: bool = typer.Option(True, "--measure/--no-measure", help="time a few training steps of the model on "
-                                 "this machine for the plan (cached per model and machine outside the workspace, "
-                                 "with the load it was taken under; taken again when the load differs)"),
-    remeasure: bool = typer.Option(False, "--remeasure", help="measure the throughput again even where a "
-                                   "measurement stored for this load exists"),
+    measure: bool = typer.Option(
+        True,
+        "--measure/--no-measure",
+        help="time a few training steps of the model on "
+        "this machine for the plan (cached per model and machine outside the workspace, "
+        "with the load it was taken under; taken again when the load differs)",
+    ),
+    remeasure: bool = typer.Option(
+        False, "--remeasure", help="measure the throughput again even where a measurement stored for this load exists"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the checks as JSON"),
 ) -> None:
     """Check a task completely (task, model, data, tokens, trl, plan) without starting a run; writes nothing."""
     from trainteam.trainers.planning.calibrate import remeasuring
     from trainteam.workflows.task.task_check import check_task
 
-    found = []
+    found: list = []
     with remeasuring() if remeasure else nullcontext():
         _print_checks(check_task(task, measure=measure or remeasure), found, as_json)
     if as_json:

@@ -23,8 +23,11 @@ def list_(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @workflows_app.command("show")
-def show(name: str, mermaid: bool = typer.Option(False, "--mermaid", help="print a Mermaid flowchart"),
-         as_json: bool = typer.Option(False, "--json")) -> None:
+def show(
+    name: str,
+    mermaid: bool = typer.Option(False, "--mermaid", help="print a Mermaid flowchart"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     from trainteam.workflows.engine.spec import load_builtin
 
     spec = load_builtin(name)
@@ -34,11 +37,17 @@ def show(name: str, mermaid: bool = typer.Option(False, "--mermaid", help="print
         print_json(spec.model_dump(mode="json", by_alias=True))
     else:
         for s in spec.steps:
-            console.print(f"[bold]{s.name}[/bold] ({s.persona}, tool {s.tool})" + (" [gate]" if s.gate else "") +
-                          (f" stage={'|'.join(s.stage)}" if s.stage else ""), highlight=False)
+            console.print(
+                f"[bold]{s.name}[/bold] ({s.persona}, tool {s.tool})"
+                + (" [gate]" if s.gate else "")
+                + (f" stage={'|'.join(s.stage)}" if s.stage else ""),
+                highlight=False,
+            )
         for e in spec.edges:
-            console.print(f"  {e.source} -> {e.target} when {e.when}" + (f" max {e.max_loops}x" if e.max_loops else ""),
-                          highlight=False)
+            console.print(
+                f"  {e.source} -> {e.target} when {e.when}" + (f" max {e.max_loops}x" if e.max_loops else ""),
+                highlight=False,
+            )
 
 
 @workflows_app.command("validate")

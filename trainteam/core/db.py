@@ -1,7 +1,7 @@
 """The workspace database: one SQLAlchemy MetaData that every component's tables join.
 
-A leaf module (imports only SQLAlchemy and the stdlib reader `trainteam.core.dbread`) so that `trainteam.graph` and the other
-subpackages can define their tables without importing each other. Tables are
+A leaf module (imports only SQLAlchemy and the stdlib reader `trainteam.core.dbread`) so that `trainteam.graph`
+and the other subpackages can define their tables without importing each other. Tables are
 created with ``create_all`` (which never drops or alters); the schema version in
 ``tt_meta`` guards against a newer workspace being opened by older code.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import Column, MetaData, String, Table, Text, create_engine, event, select
 from sqlalchemy.engine import Engine
@@ -45,7 +45,7 @@ class JSONText(TypeDecorator):
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def make_engine(url: str) -> Engine:

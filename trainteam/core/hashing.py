@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 _CHUNK = 1 << 20
 
 # Keys of JSON artifacts that say when or how long, not what: left out of artifact hashes.
 _VOLATILE_KEYS = ("seconds", "time", "timestamp", "created_at", "updated_at", "wall", "elapsed", "duration")
 # Files of a checkpoint folder that differ between equal runs.
-_SKIP = ("training_args.bin", "trainer_state.json", "run-history.jsonl", "optimizer.pt", "scheduler.pt",
-         "trainteam-manifest.json")  # the manifest hashes training_args.bin, which names the folder
+_SKIP = (
+    "training_args.bin",
+    "trainer_state.json",
+    "run-history.jsonl",
+    "optimizer.pt",
+    "scheduler.pt",
+    "trainteam-manifest.json",
+)  # the manifest hashes training_args.bin, which names the folder
 
 
 def sha256_file(path: str | Path) -> str:
@@ -70,11 +77,15 @@ def file_fingerprint(path: str | Path) -> str:
 
 # -- step artifacts -----------------------------------------------------------------------------
 
+
 def _canonical(value: Any, root: str) -> Any:
     """JSON without timings, with the workspace root made relative: the content, not the occasion."""
     if isinstance(value, dict):
-        return {k: _canonical(v, root) for k, v in value.items()
-                if not (k in _VOLATILE_KEYS or k.endswith(("_s", "_seconds", "_at")))}
+        return {
+            k: _canonical(v, root)
+            for k, v in value.items()
+            if not (k in _VOLATILE_KEYS or k.endswith(("_s", "_seconds", "_at")))
+        }
     if isinstance(value, list):
         return [_canonical(v, root) for v in value]
     return value.replace(root, "<workspace>") if isinstance(value, str) else value

@@ -16,9 +16,9 @@ import re
 
 from trainteam.core.errors import BadInput
 
-RUN_ID_MAX = 64          # the runs table's key length
-REF_MAX = 160            # approval ids are <run>.<step>.<visit>.<action>
-MIN_PREFIX = 6           # a shorter prefix is not a reference, just a guess
+RUN_ID_MAX = 64  # the runs table's key length
+REF_MAX = 160  # approval ids are <run>.<step>.<visit>.<action>
+MIN_PREFIX = 6  # a shorter prefix is not a reference, just a guess
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 
@@ -30,8 +30,9 @@ def check_run_id(value: str, what: str = "run id") -> str:
     if len(value) > RUN_ID_MAX:
         raise BadInput(f"{what}: {len(value)} characters; at most {RUN_ID_MAX}")
     if not _RUN.fullmatch(value) or ".." in value:
-        raise BadInput(f"{what}: {_shown(value)} is not an id (letters, digits, '_', '.', '-'; "
-                       f"starting with a letter or digit)")
+        raise BadInput(
+            f"{what}: {_shown(value)} is not an id (letters, digits, '_', '.', '-'; starting with a letter or digit)"
+        )
     return value
 
 

@@ -27,11 +27,16 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from trainteam.core.errors import BadInput
+
+if TYPE_CHECKING:  # the composer _Bounds hooks into (mixed in before it in the loaders below)
+    from yaml.composer import Composer as _ComposerHooks
+else:
+    _ComposerHooks = object
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -111,8 +116,9 @@ def _decode(data: bytes, path: Path, what: str) -> str:
     try:
         return data.decode("utf-8-sig")  # a UTF-8 BOM is fine
     except UnicodeDecodeError as exc:
-        raise BadInput(f"{shown}: {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                       f"{exc.start}); save it as UTF-8") from None
+        raise BadInput(
+            f"{shown}: {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
 
 
 def read_text(path: Path, what: str, max_bytes: int = MAX_BYTES) -> str:
@@ -136,7 +142,7 @@ def _line(mark: Any) -> int | None:
     return mark.line + 1 if mark is not None else None
 
 
-class _Bounds:
+class _Bounds(_ComposerHooks):
     """Composer hooks that stop past MAX_DEPTH levels, MAX_NODES written nodes or a scalar over
     MAX_SCALAR_CHARS, while composing (before Python recursion or memory grows)."""
 
@@ -210,13 +216,13 @@ def _check_expanded(root: yaml.Node) -> None:
             depth = 1 + max((k[1] for k in kids), default=0)
             chars = len(node.value) if isinstance(node, yaml.ScalarNode) else sum(k[2] for k in kids)
             if nodes > MAX_NODES:
-                raise _Limit(f"aliases expand it to more than {MAX_NODES:,} nodes (an alias bomb?)",
-                             _line(node.start_mark))
+                raise _Limit(
+                    f"aliases expand it to more than {MAX_NODES:,} nodes (an alias bomb?)", _line(node.start_mark)
+                )
             if depth > MAX_DEPTH:
                 raise _Limit(f"aliases nest it deeper than {MAX_DEPTH} levels", _line(node.start_mark))
             if chars > MAX_EXPANDED_CHARS:
-                raise _Limit(f"aliases repeat its text past {MAX_EXPANDED_CHARS:,} characters",
-                             _line(node.start_mark))
+                raise _Limit(f"aliases repeat its text past {MAX_EXPANDED_CHARS:,} characters", _line(node.start_mark))
             size[key] = (nodes, depth, chars)
             open_.discard(key)
             continue

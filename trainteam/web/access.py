@@ -97,7 +97,7 @@ class Sessions:
 
 
 def csrf_ok(expected: str | None, given: str | None) -> bool:
-    return bool(expected) and bool(given) and hmac.compare_digest(expected, given)
+    return bool(expected and given and hmac.compare_digest(expected, given))
 
 
 def check_name(name: str) -> str:

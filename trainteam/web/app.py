@@ -24,7 +24,7 @@ from trainteam.workflows.report.views import short_id
 HERE = Path(__file__).parent
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-                               "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
@@ -47,9 +47,13 @@ def templates() -> Jinja2Templates:
 
 def _table(value) -> bool:
     """A list of two or more mappings with the same keys, whose values are not nested."""
-    return (isinstance(value, list) and len(value) >= 2 and all(isinstance(r, dict) for r in value)
-            and len({tuple(r) for r in value}) == 1
-            and not any(isinstance(v, (dict, list)) for r in value for v in r.values()))
+    return (
+        isinstance(value, list)
+        and len(value) >= 2
+        and all(isinstance(r, dict) for r in value)
+        and len({tuple(r) for r in value}) == 1
+        and not any(isinstance(v, (dict, list)) for r in value for v in r.values())
+    )
 
 
 def create_app(ws, hosts: list[str] | None = None, poll_s: float = 1.0) -> FastAPI:
@@ -75,8 +79,15 @@ def create_app(ws, hosts: list[str] | None = None, poll_s: float = 1.0) -> FastA
     @app.exception_handler(CsrfRefused)
     async def _csrf(request: Request, exc: CsrfRefused):
         return app.state.templates.TemplateResponse(
-            request, "message.html", {"title": "Refused", "message": "The form's CSRF token is missing or wrong; "
-                                      "reload the page and try again.", "who": None}, status_code=403)
+            request,
+            "message.html",
+            {
+                "title": "Refused",
+                "message": "The form's CSRF token is missing or wrong; reload the page and try again.",
+                "who": None,
+            },
+            status_code=403,
+        )
 
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(signin_routes.router)

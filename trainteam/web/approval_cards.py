@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trainteam.workflows.report.evidence import ApprovalView, approval_evidence_view
 from trainteam.workflows.engine.store import ApprovalStore
+from trainteam.workflows.report.evidence import ApprovalView, approval_evidence_view
 from trainteam.workflows.report.views import resolve
 
 # the stored evidence keys each typed section shows (the rest is drawn generically)
@@ -38,8 +38,7 @@ def all_cards(ws) -> tuple[list[ApprovalCard], list[ApprovalCard]]:
     """(the pending approvals, oldest first; the decided ones, latest decision first)."""
     cards = [card(r) for r in ApprovalStore(ws.engine).list()]
     pending = [c for c in cards if c.view.status == "pending"]
-    done = sorted((c for c in cards if c.view.status != "pending"), key=lambda c: c.view.decided_at or "",
-                  reverse=True)
+    done = sorted((c for c in cards if c.view.status != "pending"), key=lambda c: c.view.decided_at or "", reverse=True)
     return pending, done
 
 

@@ -33,7 +33,7 @@ class RunCurves(BaseModel):
     series: list[Series]
     points: int  # every point of every series: grows while the run trains
 
-    def after(self, sent: dict[tuple[str, str], int]) -> "RunCurves":
+    def after(self, sent: dict[tuple[str, str], int]) -> RunCurves:
         """Only the points past ``sent`` (points already sent, by (folder, metric)), each series with
         its ``offset``; ``sent`` is brought up to date. What the live stream sends after its first event."""
         out = []
@@ -41,7 +41,9 @@ class RunCurves(BaseModel):
             key = (s.folder, s.metric)
             done = sent.get(key, 0)
             if len(s.points) > done:
-                out.append(Series.model_construct(folder=s.folder, metric=s.metric, points=s.points[done:], offset=done))
+                out.append(
+                    Series.model_construct(folder=s.folder, metric=s.metric, points=s.points[done:], offset=done)
+                )
                 sent[key] = len(s.points)
         return RunCurves.model_construct(run_id=self.run_id, series=out, points=self.points)
 

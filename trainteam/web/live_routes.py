@@ -29,8 +29,16 @@ def runs(request: Request, who: Session = Depends(person)):
 
 def _status(ws, run_id: str) -> dict | None:
     row = RunStore(ws.engine).get(run_id)
-    return None if row is None else {"run_id": run_id, "status": row["status"], "current_step": row["current_step"],
-                                     "updated_at": row["updated_at"]}
+    return (
+        None
+        if row is None
+        else {
+            "run_id": run_id,
+            "status": row["status"],
+            "current_step": row["current_step"],
+            "updated_at": row["updated_at"],
+        }
+    )
 
 
 @router.get("/runs/{run_id}")
@@ -41,8 +49,13 @@ def run_state(request: Request, run_id: str, who: Session = Depends(person)):
         view = run_view(RunStore(ws.engine), ApprovalStore(ws.engine), run_id)
     except (BadInput, NotFound) as exc:
         return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, NotFound) else 400)
-    return {"run_id": run_id, "status": view["status"], "current_step": view["current_step"],
-            "updated_at": view["updated_at"], "live": bool(view["process_alive"])}
+    return {
+        "run_id": run_id,
+        "status": view["status"],
+        "current_step": view["current_step"],
+        "updated_at": view["updated_at"],
+        "live": bool(view["process_alive"]),
+    }
 
 
 @router.get("/runs/{run_id}/curves", response_model=RunCurves)
@@ -63,8 +76,11 @@ async def curves_stream(request: Request, run_id: str, who: Session = Depends(pe
             raise NotFound(f"run {run_id!r} not found")
     except (BadInput, NotFound) as exc:
         return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, NotFound) else 400)
-    return StreamingResponse(_events(request, c, run_id), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        _events(request, c, run_id),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
 
 async def _events(request: Request, c, run_id: str):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 TTL_S = 0.5

@@ -22,12 +22,19 @@ router = APIRouter()
 
 def _page(request: Request, name: str, who: Session, status_code: int = 200, **context):
     return request.app.state.templates.TemplateResponse(
-        request, name, {"who": who, "csrf": who.csrf, **context}, status_code=status_code)
+        request, name, {"who": who, "csrf": who.csrf, **context}, status_code=status_code
+    )
 
 
 def _missing(request: Request, who: Session, message: str, status_code: int = 404):
-    return _page(request, "message.html", who, status_code, title="Not found" if status_code == 404 else "Refused",
-                 message=message)
+    return _page(
+        request,
+        "message.html",
+        who,
+        status_code,
+        title="Not found" if status_code == 404 else "Refused",
+        message=message,
+    )
 
 
 @router.get("/")
@@ -56,8 +63,9 @@ def transcripts(request: Request, run_id: str, who: Session = Depends(person)):
         check_run_id(run_id)
     except BadInput as exc:
         return _missing(request, who, str(exc))
-    return _page(request, "transcripts.html", who, run_id=run_id,
-                 transcripts=views.transcripts(console(request).ws, run_id))
+    return _page(
+        request, "transcripts.html", who, run_id=run_id, transcripts=views.transcripts(console(request).ws, run_id)
+    )
 
 
 @router.get("/runs/{run_id}/plots/{name}")
@@ -72,11 +80,20 @@ def plot(request: Request, run_id: str, name: str, who: Session = Depends(person
     return FileResponse(ws.dir("reports") / run_id / name, media_type="image/png")
 
 
-def _approvals_page(request: Request, who: Session, status_code: int = 200, error: str | None = None,
-                    decided: str | None = None):
+def _approvals_page(
+    request: Request, who: Session, status_code: int = 200, error: str | None = None, decided: str | None = None
+):
     pending, done = all_cards(console(request).ws)
-    return _page(request, "approvals.html", who, status_code, pending=pending, done=done, error=error,
-                 decided=_decided(request, decided))
+    return _page(
+        request,
+        "approvals.html",
+        who,
+        status_code,
+        pending=pending,
+        done=done,
+        error=error,
+        decided=_decided(request, decided),
+    )
 
 
 def _decided(request: Request, ref: str | None):
@@ -107,15 +124,15 @@ def approval(request: Request, ref: str, who: Session = Depends(person)):
 
 
 @router.post("/approvals/{ref}/decide")
-def decide_approval(request: Request, ref: str, decision: str = Form(""), note: str = Form(""),
-                    who: Session = Depends(checked_form)):
+def decide_approval(
+    request: Request, ref: str, decision: str = Form(""), note: str = Form(""), who: Session = Depends(checked_form)
+):
     """A person's decision, through the same function as ``trainteam approvals approve|reject``;
     ``ref`` is what ``approvals approve`` takes (the short id the page links to, or the id)."""
     if decision not in ("approve", "reject"):
         return _approvals_page(request, who, 400, error="decision: approve or reject")
     try:
-        row = decide(console(request).ws, ref, approve=decision == "approve", by=who.name,
-                     note=note.strip() or None)
+        row = decide(console(request).ws, ref, approve=decision == "approve", by=who.name, note=note.strip() or None)
     except Conflict as exc:
         return _approvals_page(request, who, 409, error=str(exc))
     except (BadInput, NotFound) as exc:

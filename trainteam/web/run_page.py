@@ -9,7 +9,7 @@ the report's plots (``<workspace>/reports/<run>/*.png``); the transcripts (``age
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -127,7 +127,7 @@ class RunPage(BaseModel):
 def age(stamp: str | None, now: datetime | None = None) -> str:
     if not stamp:
         return "?"
-    seconds = ((now or datetime.now(timezone.utc)) - datetime.fromisoformat(stamp)).total_seconds()
+    seconds = ((now or datetime.now(UTC)) - datetime.fromisoformat(stamp)).total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
             return f"{seconds / size:.0f} {unit}"
@@ -135,10 +135,17 @@ def age(stamp: str | None, now: datetime | None = None) -> str:
 
 
 def _row(view: dict[str, Any], pending: int = 0) -> RunRow:
-    return RunRow(run_id=view["run_id"], workflow=view["workflow"], task_name=view["task_name"],
-                  status=view["status"], current_step=view["current_step"], created_at=view["created_at"],
-                  age=age(view["created_at"]), live=bool(view["process_alive"]) and view["status"] in ACTIVE,
-                  pending_approvals=pending)
+    return RunRow(
+        run_id=view["run_id"],
+        workflow=view["workflow"],
+        task_name=view["task_name"],
+        status=view["status"],
+        current_step=view["current_step"],
+        created_at=view["created_at"],
+        age=age(view["created_at"]),
+        live=bool(view["process_alive"]) and view["status"] in ACTIVE,
+        pending_approvals=pending,
+    )
 
 
 def runs_list(ws, limit: int = 100) -> list[RunRow]:
@@ -149,8 +156,11 @@ def runs_list(ws, limit: int = 100) -> list[RunRow]:
 
 
 def _run_nodes(ws, run_id: str, kind: str) -> list[dict[str, Any]]:
-    return [n for n in ws.graph.nodes(kind) if n.get("run_id") == run_id
-            or (kind == "Decision" and str(n.get("approval", "")).startswith(f"{run_id}."))]
+    return [
+        n
+        for n in ws.graph.nodes(kind)
+        if n.get("run_id") == run_id or (kind == "Decision" and str(n.get("approval", "")).startswith(f"{run_id}."))
+    ]
 
 
 def _decision(node: dict[str, Any]) -> DecisionView:
@@ -159,21 +169,37 @@ def _decision(node: dict[str, Any]) -> DecisionView:
         step = str(node["approval"]).split(".")[1] if str(node["approval"]).count(".") >= 2 else None
         return DecisionView(node=node["id"], step=step, summary=summary, by=node.get("by"), at=node["created_at"])
     summary = str(node.get("summary") or node.get("decision") or node.get("verdict") or "")
-    return DecisionView(node=node["id"], step=node.get("step"), summary=summary,
-                        by=node.get("persona") or node.get("decided_by"), at=node["created_at"])
+    return DecisionView(
+        node=node["id"],
+        step=node.get("step"),
+        summary=summary,
+        by=node.get("persona") or node.get("decided_by"),
+        at=node["created_at"],
+    )
 
 
-def _steps(runs: RunStore, approvals: list[dict[str, Any]], decisions: list[DecisionView], run_id: str) -> list[StepView]:
+def _steps(
+    runs: RunStore, approvals: list[dict[str, Any]], decisions: list[DecisionView], run_id: str
+) -> list[StepView]:
     outputs = {(a["step"], a["visit"]): a.get("output") or {} for a in runs.attempts(run_id)}
-    steps = []
+    steps: list[StepView] = []
     for s in runs.steps_summary(run_id):
         out = outputs.get((s["name"], s["visit"])) or {}
-        steps.append(StepView(
-            name=s["name"], visit=s["visit"], persona=s["persona"], status=s["status"], attempts=s["attempts"],
-            started_at=s.get("started_at"), seconds=s.get("seconds"), error=s.get("error"),
-            summary=str(out.get("summary") or "") if isinstance(out, dict) else "",
-            decisions=[d for d in decisions if d.step == s["name"]],
-            approvals=[StepApproval.model_validate(a) for a in approvals if a["step"] == s["name"]]))
+        steps.append(
+            StepView(
+                name=s["name"],
+                visit=s["visit"],
+                persona=s["persona"],
+                status=s["status"],
+                attempts=s["attempts"],
+                started_at=s.get("started_at"),
+                seconds=s.get("seconds"),
+                error=s.get("error"),
+                summary=str(out.get("summary") or "") if isinstance(out, dict) else "",
+                decisions=[d for d in decisions if d.step == s["name"]],
+                approvals=[StepApproval.model_validate(a) for a in approvals if a["step"] == s["name"]],
+            )
+        )
     return steps
 
 
@@ -188,8 +214,10 @@ def search_view(found: dict[str, Any]) -> SearchView:
     by_trial = {p["trial"]: p for p in found["probes"]}
 
     def cell(p: dict[str, Any], step: int) -> str:
-        loss, metric = p["heldout_loss"].get(str(step), p["heldout_loss"].get(step)), p["metric"].get(
-            str(step), p["metric"].get(step))
+        loss, metric = (
+            p["heldout_loss"].get(str(step), p["heldout_loss"].get(step)),
+            p["metric"].get(str(step), p["metric"].get(step)),
+        )
         if loss is None:
             return ""
         return (f"{metric:.3f} / " if metric is not None else "") + f"{loss:.4f}"
@@ -203,14 +231,23 @@ def search_view(found: dict[str, Any]) -> SearchView:
         rates = ", ".join(f"lr {_lr(by_trial.get(t, {}).get('learning_rate'))}" for t in c.get("going_on") or [])
         return f"{c.get('outcome') or 'went on'}: {rates}" if rates else ""
 
-    comparisons = [ComparisonRow(step=c["step"], ranked_by=c["ranked_by"], reason=c.get("reason", ""),
-                                 outcome=outcome(c)) for c in found.get("comparisons") or []]
-    return SearchView(stage=str(found.get("stage")), objective=str(found.get("objective") or "heldout_loss"),
-                      prior=str(found.get("prior") or ""), rungs=rungs, comparisons=comparisons,
-                      probes=[ProbeRow(trial=p["trial"], lr=_lr(p["learning_rate"]), cells=[cell(p, r) for r in rungs],
-                                       status=status(p)) for p in found["probes"]],
-                      chosen=_lr(chosen.get("learning_rate")) if chosen else "", reason=str(found.get("choice_reason")
-                                                                                           or ""))
+    comparisons = [
+        ComparisonRow(step=c["step"], ranked_by=c["ranked_by"], reason=c.get("reason", ""), outcome=outcome(c))
+        for c in found.get("comparisons") or []
+    ]
+    return SearchView(
+        stage=str(found.get("stage")),
+        objective=str(found.get("objective") or "heldout_loss"),
+        prior=str(found.get("prior") or ""),
+        rungs=rungs,
+        comparisons=comparisons,
+        probes=[
+            ProbeRow(trial=p["trial"], lr=_lr(p["learning_rate"]), cells=[cell(p, r) for r in rungs], status=status(p))
+            for p in found["probes"]
+        ],
+        chosen=_lr(chosen.get("learning_rate")) if chosen else "",
+        reason=str(found.get("choice_reason") or ""),
+    )
 
 
 def searches(ws, runs: RunStore, run_id: str) -> list[SearchView]:
@@ -232,16 +269,33 @@ def run_page(ws, run_id: str) -> RunPage:
     view = run_view(runs, store, run_id)
     approvals = store.list(run_id=run_id)
     decisions = sorted((_decision(n) for n in _run_nodes(ws, run_id, "Decision")), key=lambda d: d.at)
-    evals = [EvalView(node=n["id"], stage=n.get("stage"), metrics=n.get("metrics") or {}, n_eval=n.get("n_eval"))
-             for n in _run_nodes(ws, run_id, "Eval")]
-    gates = [GateView(node=n["id"], stage=n.get("stage"), passed=n.get("passed"), reasons=list(n.get("reasons") or []),
-                      accepted_by=n.get("accepted_by")) for n in _run_nodes(ws, run_id, "Gate")]
+    evals = [
+        EvalView(node=n["id"], stage=n.get("stage"), metrics=n.get("metrics") or {}, n_eval=n.get("n_eval"))
+        for n in _run_nodes(ws, run_id, "Eval")
+    ]
+    gates = [
+        GateView(
+            node=n["id"],
+            stage=n.get("stage"),
+            passed=n.get("passed"),
+            reasons=list(n.get("reasons") or []),
+            accepted_by=n.get("accepted_by"),
+        )
+        for n in _run_nodes(ws, run_id, "Gate")
+    ]
     folder = ws.dir("transcripts") / run_id
-    return RunPage(run=_row(view, sum(a["status"] == "pending" for a in approvals)), error=view["error"],
-                   metrics=view["metrics"] or {}, steps=_steps(runs, approvals, decisions, run_id),
-                   searches=searches(ws, runs, run_id), evals=evals,
-                   gates=gates, decisions=decisions, plots=plots(ws, run_id),
-                   transcripts=len(list(folder.glob("*.json"))) if folder.is_dir() else 0)
+    return RunPage(
+        run=_row(view, sum(a["status"] == "pending" for a in approvals)),
+        error=view["error"],
+        metrics=view["metrics"] or {},
+        steps=_steps(runs, approvals, decisions, run_id),
+        searches=searches(ws, runs, run_id),
+        evals=evals,
+        gates=gates,
+        decisions=decisions,
+        plots=plots(ws, run_id),
+        transcripts=len(list(folder.glob("*.json"))) if folder.is_dir() else 0,
+    )
 
 
 class TranscriptView(BaseModel):
@@ -260,6 +314,15 @@ def transcripts(ws, run_id: str) -> list[TranscriptView]:
         records = read_run(ws, run_id)
     except NotFound:
         return []
-    return [TranscriptView(segment=r.get("segment", "?"), step=r.get("step"), persona=r.get("persona"),
-                           model=r.get("model"), status=r.get("status"), calls=tool_calls(r),
-                           messages=r.get("messages", [])) for r in records]
+    return [
+        TranscriptView(
+            segment=r.get("segment", "?"),
+            step=r.get("step"),
+            persona=r.get("persona"),
+            model=r.get("model"),
+            status=r.get("status"),
+            calls=tool_calls(r),
+            messages=r.get("messages", []),
+        )
+        for r in records
+    ]

@@ -19,15 +19,19 @@ def _next(path: str | None) -> str:
     return path if path and path.startswith("/") and not path.startswith("//") and "\\" not in path else "/runs"
 
 
-def signin_page(request: Request, status_code: int = 200, error: str | None = None, name: str = "",
-                next_path: str | None = None):
+def signin_page(
+    request: Request, status_code: int = 200, error: str | None = None, name: str = "", next_path: str | None = None
+):
     """The sign-in form, with a fresh CSRF token in a hidden field and in a short-lived cookie."""
     token = secrets.token_urlsafe(24)
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     target = _next(next_path or (here if request.method == "GET" else None))
     response = request.app.state.templates.TemplateResponse(
-        request, "signin.html", {"csrf": token, "error": error, "name": name, "next": target, "who": None},
-        status_code=status_code)
+        request,
+        "signin.html",
+        {"csrf": token, "error": error, "name": name, "next": target, "who": None},
+        status_code=status_code,
+    )
     response.set_cookie(SIGNIN_COOKIE, token, max_age=900, httponly=True, samesite="strict", path="/signin")
     return response
 
@@ -38,8 +42,9 @@ def signin_form(request: Request, next: str = "/runs"):
 
 
 @router.post("/signin")
-def signin(request: Request, token: str = Form(""), name: str = Form(""), csrf: str = Form(""),
-           next: str = Form("/runs")):
+def signin(
+    request: Request, token: str = Form(""), name: str = Form(""), csrf: str = Form(""), next: str = Form("/runs")
+):
     if not csrf_ok(request.cookies.get(SIGNIN_COOKIE), csrf):
         return signin_page(request, 403, "The sign-in form expired or came from elsewhere; try again.", name, next)
     if not token_matches(console(request).ws.root, token.strip()):

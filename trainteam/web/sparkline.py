@@ -64,24 +64,28 @@ def marked_curve(pts: Sequence[tuple[float, float]], mark: float | None, width: 
 
     path = " ".join("{:.1f},{:.1f}".format(*at(x, y)) for x, y in pts)
     dots = "".join('<circle cx="{:.1f}" cy="{:.1f}" r="2"/>'.format(*at(x, y)) for x, y in pts)
-    parts = [f'<svg class="marked-curve" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img"',
-             f' aria-label="{len(pts)} points, steps {x0:g} to {x1:g}">',
-             f'<g class="axes" font-size="10"><text x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end">{y1:.4g}</text>',
-             f'<text x="{pad_l - 4}" y="{height - pad_b}" text-anchor="end">{y0:.4g}</text>',
-             f'<text x="{pad_l}" y="{height - 6}">step {x0:g}</text>',
-             f'<text x="{width - pad_r}" y="{height - 6}" text-anchor="end">{x1:g}</text>',
-             f'<line x1="{pad_l}" y1="{height - pad_b}" x2="{width - pad_r}" y2="{height - pad_b}" stroke="#94a3b8"/>',
-             f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{height - pad_b}" stroke="#94a3b8"/></g>',
-             f'<polyline fill="none" stroke="#1d4ed8" stroke-width="1.5" points="{path}"/>',
-             f'<g class="points" fill="#1d4ed8">{dots}</g>']
+    parts = [
+        f'<svg class="marked-curve" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img"',
+        f' aria-label="{len(pts)} points, steps {x0:g} to {x1:g}">',
+        f'<g class="axes" font-size="10"><text x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end">{y1:.4g}</text>',
+        f'<text x="{pad_l - 4}" y="{height - pad_b}" text-anchor="end">{y0:.4g}</text>',
+        f'<text x="{pad_l}" y="{height - 6}">step {x0:g}</text>',
+        f'<text x="{width - pad_r}" y="{height - 6}" text-anchor="end">{x1:g}</text>',
+        f'<line x1="{pad_l}" y1="{height - pad_b}" x2="{width - pad_r}" y2="{height - pad_b}" stroke="#94a3b8"/>',
+        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{height - pad_b}" stroke="#94a3b8"/></g>',
+        f'<polyline fill="none" stroke="#1d4ed8" stroke-width="1.5" points="{path}"/>',
+        f'<g class="points" fill="#1d4ed8">{dots}</g>',
+    ]
     marked = [(x, y) for x, y in pts if mark is not None and x == float(mark)]
     if marked:
         mx, my = at(*marked[0])
-        parts += [f'<g class="mark" data-x="{marked[0][0]:g}" data-y="{marked[0][1]:.6g}">',
-                  f'<line x1="{mx:.1f}" y1="{pad_t}" x2="{mx:.1f}" y2="{height - pad_b}" stroke="#dc2626" '
-                  'stroke-dasharray="4 3"/>',
-                  f'<circle cx="{mx:.1f}" cy="{my:.1f}" r="5" fill="none" stroke="#dc2626" stroke-width="2"/>',
-                  f'<text x="{mx + 6 if mx < width / 2 else mx - 6:.1f}" y="{pad_t + 10}" fill="#dc2626" font-size="11" '
-                  f'text-anchor="{"start" if mx < width / 2 else "end"}">spike at {marked[0][0]:g}: '
-                  f'{marked[0][1]:.4g}</text></g>']
+        parts += [
+            f'<g class="mark" data-x="{marked[0][0]:g}" data-y="{marked[0][1]:.6g}">',
+            f'<line x1="{mx:.1f}" y1="{pad_t}" x2="{mx:.1f}" y2="{height - pad_b}" stroke="#dc2626" '
+            'stroke-dasharray="4 3"/>',
+            f'<circle cx="{mx:.1f}" cy="{my:.1f}" r="5" fill="none" stroke="#dc2626" stroke-width="2"/>',
+            f'<text x="{mx + 6 if mx < width / 2 else mx - 6:.1f}" y="{pad_t + 10}" fill="#dc2626" font-size="11" '
+            f'text-anchor="{"start" if mx < width / 2 else "end"}">spike at {marked[0][0]:g}: '
+            f"{marked[0][1]:.4g}</text></g>",
+        ]
     return Markup("".join(parts) + "</svg>")

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,10 +37,9 @@ from trainteam.curation.splits import split_by_group
 from trainteam.trainers.planning import detect_hardware
 from trainteam.trainers.serving.registry import ModelRegistry
 from trainteam.workflows.engine.runner import GENERATED_RUN_ID
+from trainteam.workflows.engine.store import RunStore
 from trainteam.workflows.steps.catalog import STEPS
 from trainteam.workflows.steps.curate import curate_recorded, default_config
-from trainteam.workflows.engine.store import RunStore
-
 
 EVAL_ROWS = 1
 # Each pair padded to a multiple of this many tokens. Measured (bare TRL SFT, SmolLM2-135M LoRA, bf16 on a CPU,
@@ -50,8 +50,28 @@ EVAL_ROWS = 1
 PAD_TO = 128
 # words of the names ``vary_run_ids`` gives training runs (benchmarks/self_improve.py checks the trained model
 # on held-out runs renamed with words not among these)
-ID_WORDS = ("sft", "lora", "sweep", "trial", "nightly", "quick", "retry", "mine", "check", "tune", "small",
-            "long", "alpha", "beta", "test", "first", "run", "job", "team", "new")
+ID_WORDS = (
+    "sft",
+    "lora",
+    "sweep",
+    "trial",
+    "nightly",
+    "quick",
+    "retry",
+    "mine",
+    "check",
+    "tune",
+    "small",
+    "long",
+    "alpha",
+    "beta",
+    "test",
+    "first",
+    "run",
+    "job",
+    "team",
+    "new",
+)
 
 
 class SelfImproveOptions(BaseModel):
@@ -76,16 +96,23 @@ class SelfImproveOptions(BaseModel):
     # fp32 5.2 s/step, 4.3-4.5 GB peak; bf16 3.2 s/step, ~4.3 GB; bf16 + checkpointing 3.6 s/step, 3.2 GB (fp32 +
     # checkpointing 7.8 s/step). The planner drops checkpointing where the run fits the machine twice over by its
     # estimate, unless ``max_memory_gib`` is set (benchmarks/self_improve.py sets 4)
-    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 mixed precision where the "
-                                                       "CPU computes bf16 natively (avx512_bf16, amx_bf16) or on CUDA, "
-                                                       "fp32 elsewhere")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
+        description="auto: bf16 mixed precision where the "
+        "CPU computes bf16 natively (avx512_bf16, amx_bf16) or on CUDA, "
+        "fp32 elsewhere",
+    )
     gradient_checkpointing: bool = True
     min_agreement: float = Field(0.95, ge=0, le=1)
     max_new_tokens: int = Field(96, gt=0)
     max_wall_minutes: float = Field(60, gt=0)
-    max_memory_gib: float | None = Field(None, gt=0, description="the training run's memory budget "
-                                         "(budget.max_memory_gib): the planner keeps gradient checkpointing "
-                                         "when the stage needs it to fit, and drops it otherwise")
+    max_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        description="the training run's memory budget "
+        "(budget.max_memory_gib): the planner keeps gradient checkpointing "
+        "when the stage needs it to fit, and drops it otherwise",
+    )
 
 
 class DataSplit(BaseModel):
@@ -98,8 +125,14 @@ class DataSplit(BaseModel):
     version: str | None = None
 
 
-def gather_rows(ws, runs: list[str], personas: Iterable[str] = (), steps: Iterable[str] = (),
-                status: str = "completed", style: str = "full") -> list:
+def gather_rows(
+    ws,
+    runs: list[str],
+    personas: Iterable[str] = (),
+    steps: Iterable[str] = (),
+    status: str = "completed",
+    style: str = "full",
+) -> list:
     """The chat rows of ``runs`` (default: every run with transcripts; with ``status`` completed only
     those that completed with every gate passed), as ``transcripts export --format chat`` writes them."""
     from trainteam.agents.chat_export import chat_rows, gates_passed
@@ -122,20 +155,28 @@ def build_data(ws, rows: list[dict], folder: Path, fraction: float, seed: int) -
     """Curate ``rows`` (chat rows) and hold out whole runs: ``train.jsonl`` and ``heldout.jsonl`` in ``folder``."""
 
     if len({r["run_id"] for r in rows}) < 2:
-        raise BadInput(f"runs: {len({r['run_id'] for r in rows})} run(s) with usable transcripts; the loop holds "
-                       "out whole runs and needs two at least (run train_model on a task again)")
+        raise BadInput(
+            f"runs: {len({r['run_id'] for r in rows})} run(s) with usable transcripts; the loop holds "
+            "out whole runs and needs two at least (run train_model on a task again)"
+        )
     records = list(row_records(rows, "transcripts"))
     split_by_group([row_of(r) for r in records], "run_id", fraction, seed, where="runs")  # checked before storing
     cfg = default_config("chat").model_copy(update={"near_dedup": None})
     report = curate_recorded(ws.graph, records, {}, cfg, folder, progress=False)
+    assert report.output is not None  # curated into folder
     curated = [{"id": r["id"], **row_of(r)} for r in read_jsonl(Path(report.output))]
     train, held = split_by_group(curated, "run_id", fraction, seed, where=str(report.output))
     train = vary_run_ids(train, seed)
     shortest = sorted(held, key=lambda r: len(json.dumps(r, default=str)))[:EVAL_ROWS]
-    return DataSplit(train=write_jsonl(train, folder / "train.jsonl"), heldout=write_jsonl(held, folder / "heldout.jsonl"),
-                     eval=write_jsonl(shortest, folder / "eval.jsonl"),
-                     train_rows=len(train), heldout_rows=len(held), heldout_runs=sorted({r["run_id"] for r in held}),
-                     version=report.version)
+    return DataSplit(
+        train=write_jsonl(train, folder / "train.jsonl"),
+        heldout=write_jsonl(held, folder / "heldout.jsonl"),
+        eval=write_jsonl(shortest, folder / "eval.jsonl"),
+        train_rows=len(train),
+        heldout_rows=len(held),
+        heldout_runs=sorted({r["run_id"] for r in held}),
+        version=report.version,
+    )
 
 
 def training_precision(asked: str) -> str:
@@ -149,27 +190,44 @@ def training_precision(asked: str) -> str:
 def sft_task(opts: SelfImproveOptions, data: DataSplit, name: str = "self-improve") -> dict[str, Any]:
     """The ``train_model`` task: LoRA SFT of ``opts.model`` on the training rows, loss on the assistant
     turns, each pair cut to ``max_length`` from its start (TRL's ``keep_end``: the call stays)."""
-    training = {"max_steps": opts.steps, "per_device_train_batch_size": 1,
-                "gradient_accumulation_steps": opts.grad_accum, "learning_rate": opts.learning_rate,
-                "max_length": opts.max_length, "use_peft": True, "lora_r": opts.lora_r,
-                "lora_alpha": 2 * opts.lora_r, "logging_steps": 1, "warmup_ratio": 0.1,
-                "gradient_checkpointing": opts.gradient_checkpointing,
-                "precision": training_precision(opts.precision),
-                "trl": {"truncation_mode": "keep_end", "pad_to_multiple_of": PAD_TO}}
+    training = {
+        "max_steps": opts.steps,
+        "per_device_train_batch_size": 1,
+        "gradient_accumulation_steps": opts.grad_accum,
+        "learning_rate": opts.learning_rate,
+        "max_length": opts.max_length,
+        "use_peft": True,
+        "lora_r": opts.lora_r,
+        "lora_alpha": 2 * opts.lora_r,
+        "logging_steps": 1,
+        "warmup_ratio": 0.1,
+        "gradient_checkpointing": opts.gradient_checkpointing,
+        "precision": training_precision(opts.precision),
+        "trl": {"truncation_mode": "keep_end", "pad_to_multiple_of": PAD_TO},
+    }
     return {
-        "name": name, "model": {"path": str(opts.model), "chat_template": opts.chat_template},
+        "name": name,
+        "model": {"path": str(opts.model), "chat_template": opts.chat_template},
         "data": {"path": str(data.train), "eval_path": str(data.eval)},
         # The loop's own gate is the tool-call agreement it measures next (``evaluate``); the run's gate only
         # holds that training did not break the model: held-out loss on the assistant turns, against the base
         # measured once. (An exact-match gate on whole persona turns would be blind: it passed on 0 -> 0.)
-        "curriculum": [{"name": "sft", "training": training, "battery": {"metrics": ["heldout_loss"]},
-                        "gates": [{"metric": "heldout_loss", "max_regression": 0.5}]}],
+        "curriculum": [
+            {
+                "name": "sft",
+                "training": training,
+                "battery": {"metrics": ["heldout_loss"]},
+                "gates": [{"metric": "heldout_loss", "max_regression": 0.5}],
+            }
+        ],
         "eval": {"batch_size": 1},
         # held-out runs are other runs of the same steps: their turns share long n-grams with the training
         # runs' by design, and decontamination would drop the training turns of every step held out
         "curation": {"near_dedup": None, "decontam": None, "rows": {"max_tokens": None}},
-        "budget": {"max_wall_minutes": opts.max_wall_minutes,
-                   **({"max_memory_gib": opts.max_memory_gib} if opts.max_memory_gib else {})},
+        "budget": {
+            "max_wall_minutes": opts.max_wall_minutes,
+            **({"max_memory_gib": opts.max_memory_gib} if opts.max_memory_gib else {}),
+        },
     }
 
 

@@ -22,15 +22,15 @@ from jinja2 import Environment, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.contract.redaction import redact, redact_text
+from trainteam.contract.train_task import TrainTask
 from trainteam.core.errors import BadInput
 from trainteam.trainers.evaluation.diagnosis import Diagnosis
 from trainteam.trainers.evaluation.gates import GateRule, as_rules
 from trainteam.trainers.search.recipe_search import SearchReport
+from trainteam.workflows.engine.store import RunStore
+from trainteam.workflows.report.views import run_public
 from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.task.stage_plan import plan_stage
-from trainteam.workflows.engine.store import RunStore
-from trainteam.contract.train_task import TrainTask
-from trainteam.workflows.report.views import run_public
 
 
 class _Strict(BaseModel):
@@ -204,7 +204,7 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 {% for n in r.notes %}
 > {{ n }}
 {% endfor %}
-"""
+"""  # noqa: E501 (a Markdown table row or a paragraph of the report is one template line)
 
 
 def _offsets(losses: dict[str, list[tuple[int, float]]]) -> dict[str, int]:
@@ -233,12 +233,20 @@ def _loss_plot(r: ReportInput, plt, png: Path) -> dict:
         if e.kind == "spike":
             data["spikes"].append(item)
             if y is not None:
-                ax.scatter([x], [y], marker="x", color="red", s=60, zorder=3,
-                           label="spike" if len(data["spikes"]) == 1 else None)
+                ax.scatter(
+                    [x],
+                    [y],
+                    marker="x",
+                    color="red",
+                    s=60,
+                    zorder=3,
+                    label="spike" if len(data["spikes"]) == 1 else None,
+                )
         else:
             data["restarts"].append(item)
-            ax.axvline(x, color="gray", linestyle="--", linewidth=1,
-                       label="restart" if len(data["restarts"]) == 1 else None)
+            ax.axvline(
+                x, color="gray", linestyle="--", linewidth=1, label="restart" if len(data["restarts"]) == 1 else None
+            )
     ax.set_xlabel("step (stages in order)")
     ax.set_ylabel("training loss")
     ax.set_title(f"{r.task_name}: loss per stage")
@@ -267,19 +275,27 @@ def _eval_plot(r: ReportInput, plt, png: Path) -> dict:
     stages = list(r.evals)
     data = {}
     fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(3.2 * max(1, len(metrics)), 3.6), squeeze=False)
-    for ax, m in zip(axes[0], metrics):
+    for ax, m in zip(axes[0], metrics, strict=False):  # one empty panel where there is no metric
         st = [s for s in stages if m in r.evals[s]]
         vals = [r.evals[s][m] for s in st]
         th = {s: thresholds[s][m] for s in st if m in thresholds.get(s, {})}
-        meets = [("min" not in th.get(s, {}) or v >= th[s]["min"]) and ("max" not in th.get(s, {}) or v <= th[s]["max"])
-                 for s, v in zip(st, vals)]
+        meets = [
+            ("min" not in th.get(s, {}) or v >= th[s]["min"]) and ("max" not in th.get(s, {}) or v <= th[s]["max"])
+            for s, v in zip(st, vals, strict=True)
+        ]
         bars = ax.bar(range(len(st)), vals, color=["#4c72b0" if ok else "#c44e52" for ok in meets])
         ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=8)
         for i, s in enumerate(st):
             for kind, color in (("min", "green"), ("max", "red")):
                 if kind in th.get(s, {}):
-                    ax.hlines(th[s][kind], i - 0.4, i + 0.4, colors=color, linestyles="--",
-                              label=f"gate {kind}" if i == 0 else None)
+                    ax.hlines(
+                        th[s][kind],
+                        i - 0.4,
+                        i + 0.4,
+                        colors=color,
+                        linestyles="--",
+                        label=f"gate {kind}" if i == 0 else None,
+                    )
         ax.set_xticks(range(len(st)), st, rotation=30, fontsize=8)
         ax.set_title(m, fontsize=9)
         data[m] = {"stages": st, "values": vals, "thresholds": th, "meets_threshold": meets}
@@ -310,12 +326,17 @@ def _search_plot(r: ReportInput, plt, png: Path) -> dict:
     """Each probe's held-out loss at its rungs, one panel per searched stage, the chosen rate drawn bold."""
     fig, axes = plt.subplots(1, len(r.searches), figsize=(5 * len(r.searches), 3.4), squeeze=False)
     data = {}
-    for ax, s in zip(axes[0], r.searches):
+    for ax, s in zip(axes[0], r.searches, strict=True):
         for p in s.probes:
             pts = sorted(p.values.items())
             chosen = s.chosen is not None and p.learning_rate == s.chosen.learning_rate
-            ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", lw=2.5 if chosen else 1,
-                    label=f"lr {p.learning_rate:g}" + (" (chosen)" if chosen else ""))
+            ax.plot(
+                [k for k, _ in pts],
+                [v for _, v in pts],
+                marker="o",
+                lw=2.5 if chosen else 1,
+                label=f"lr {p.learning_rate:g}" + (" (chosen)" if chosen else ""),
+            )
         ax.set(title=f"{s.stage}: recipe search", xlabel="probe step", ylabel=s.objective)
         ax.legend(fontsize=7)
         data[s.stage] = {str(p.learning_rate): p.values for p in s.probes}
@@ -335,8 +356,12 @@ def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plots, data = {}, {}
-    for name, make, wanted in (("loss", _loss_plot, bool(r.losses)), ("evals", _eval_plot, bool(r.evals)),
-                               ("steps", _steps_plot, bool(r.steps)), ("search", _search_plot, bool(r.searches))):
+    for name, make, wanted in (
+        ("loss", _loss_plot, bool(r.losses)),
+        ("evals", _eval_plot, bool(r.evals)),
+        ("steps", _steps_plot, bool(r.steps)),
+        ("search", _search_plot, bool(r.searches)),
+    ):
         if not wanted:
             continue
         png, js = out / f"{name}.png", out / f"{name}.json"
@@ -348,8 +373,11 @@ def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
     }
     env = Environment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
     md = env.from_string(_MD).render(
-        r=r, plots={k: v.name for k, v in plots.items()}, thresholds=thresholds,
-        total_seconds=sum(s.seconds or 0.0 for s in r.steps), total_cost=sum(s.cost for s in r.steps),
+        r=r,
+        plots={k: v.name for k, v in plots.items()},
+        thresholds=thresholds,
+        total_seconds=sum(s.seconds or 0.0 for s in r.steps),
+        total_cost=sum(s.cost for s in r.steps),
     )
     md_path = out / "report.md"
     md_path.write_text(redact_text(md))  # notes and reasons carry errors and summaries: masked like all we write
@@ -357,6 +385,7 @@ def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
 
 
 # -- filling the report from the workspace ---------------------------------------------------
+
 
 def _latest_outputs(runs: RunStore, run_id: str) -> dict[str, dict[str, Any]]:
     """The output of each step's last finished attempt, in the order the steps ran (a failed
@@ -369,16 +398,41 @@ def _latest_outputs(runs: RunStore, run_id: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _step_records(steps: list[dict], price: float) -> list[StepRecord]:
+    return [
+        StepRecord(
+            name=s["name"] + (f" #{s['visit']}" if s["visit"] > 1 else ""),
+            persona=s["persona"],
+            status=s["status"],
+            started=s["started_at"],
+            finished=s["finished_at"],
+            seconds=s["seconds"],
+            cost=(s["seconds"] or 0.0) / 3600 * price,
+        )
+        for s in steps
+    ]
+
+
+def _diagnoses(runs: RunStore, run_id: str) -> list[DiagnosisRecord]:
+    """The diagnosis each attempt that judged a failed gate recorded."""
+    return [
+        DiagnosisRecord(
+            step=f"{a['step']} #{a['visit']}",
+            stage=a["output"]["details"].get("stage", ""),
+            diagnosis=Diagnosis.model_validate(a["output"]["details"]["diagnosis"]),
+        )
+        for a in runs.attempts(run_id)
+        if ((a["output"] or {}).get("details") or {}).get("diagnosis")
+    ]
+
+
 def report_input(ws, run_id: str) -> ReportInput:
     view = run_public(ws, run_id)
     task = TrainTask.model_validate(view["task"])
     runs = RunStore(ws.engine)
     outputs = _latest_outputs(runs, run_id)
     price = task.budget.cost_per_hour_usd
-    steps = [StepRecord(name=s["name"] + (f" #{s['visit']}" if s["visit"] > 1 else ""), persona=s["persona"],
-                        status=s["status"], started=s["started_at"], finished=s["finished_at"],
-                        seconds=s["seconds"], cost=(s["seconds"] or 0.0) / 3600 * price)
-             for s in view["steps"]]
+    steps = _step_records(view["steps"], price)
     losses: dict[str, list[tuple[int, float]]] = {}
     events: list[LossEvent] = []
     evals: dict[str, dict[str, float]] = {}
@@ -392,41 +446,59 @@ def report_input(ws, run_id: str) -> ReportInput:
             events.append(LossEvent(stage=e["stage"], step=int(e["step"]), kind=e["kind"], note=e.get("note", "")))
         base = details.get("base")
         if base and base.get("metrics"):  # what the first stage started from: beside every later score
-            evals[base["name"] if base.get("measured", True) else f"{base['name']} (reference)"] = \
-                {k: float(v) for k, v in base["metrics"].items()}
+            evals[base["name"] if base.get("measured", True) else f"{base['name']} (reference)"] = {
+                k: float(v) for k, v in base["metrics"].items()
+            }
         for stage, metrics in (details.get("stage_evals") or {}).items():  # the train step's per-stage batteries
             evals[stage] = {k: float(v) for k, v in metrics.items()}
         for stage, g in (details.get("stage_gates") or {}).items():
-            gate_outcomes[stage] = GateOutcome(passed=g["passed"], reasons=g["reasons"], accepted_by=g.get("accepted_by"))
+            gate_outcomes[stage] = GateOutcome(
+                passed=g["passed"], reasons=g["reasons"], accepted_by=g.get("accepted_by")
+            )
         if str((out.get("nodes") or {}).get("eval", "")).startswith("Eval:"):
             key = "final" if name == "final_eval" else details.get("stage", name)
             evals[key] = {k: float(v) for k, v in out["metrics"].items()}
         if "passed" in details and "reasons" in details:
-            gate_outcomes[details["stage"]] = GateOutcome(passed=details["passed"], reasons=details["reasons"],
-                                                          accepted_by=details.get("accepted_by"))
+            gate_outcomes[details["stage"]] = GateOutcome(
+                passed=details["passed"], reasons=details["reasons"], accepted_by=details.get("accepted_by")
+            )
         if details.get("model_id"):
             model_id = details["model_id"]
-    diagnoses = [DiagnosisRecord(step=f"{a['step']} #{a['visit']}", stage=a["output"]["details"].get("stage", ""),
-                                 diagnosis=Diagnosis.model_validate(a["output"]["details"]["diagnosis"]))
-                 for a in runs.attempts(run_id) if ((a["output"] or {}).get("details") or {}).get("diagnosis")]
-    searches = [SearchReport.model_validate(v) for out in outputs.values()
-                for v in ((out.get("details") or {}).get("search") or {}).values()]
-    notes = [f"{name}: {out['summary']}" for name, out in outputs.items()
-             if out.get("outcome") == "skipped" and (out.get("details") or {}).get("choice")]
-    cur = outputs.get("curate")
-    if cur:
-        notes.append(f"curation: {cur['summary']}")
+    diagnoses = _diagnoses(runs, run_id)
+    searches = [
+        SearchReport.model_validate(v)
+        for out in outputs.values()
+        for v in ((out.get("details") or {}).get("search") or {}).values()
+    ]
+    notes = [
+        f"{name}: {out['summary']}"
+        for name, out in outputs.items()
+        if out.get("outcome") == "skipped" and (out.get("details") or {}).get("choice")
+    ]
+    curated = outputs.get("curate")
+    if curated:
+        notes.append(f"curation: {curated['summary']}")
     if view["error"]:
         notes.append(f"stopped: {view['error']}")
     cur = curriculum_from_task(task)
     order = cur.names()
-    return ReportInput(run_id=run_id, task_name=view["task_name"], status=view["status"], steps=steps,
-                       stages=_stage_records(cur, view["metrics"]), losses=_in_order(losses, order), events=events,
-                       evals=_in_order(evals, [k for k in evals if k.startswith(("base", "random init"))] + order),
-                       gates={s.name: as_rules(s.gates) for s in cur.stages if s.gates},
-                       gate_outcomes=_in_order(gate_outcomes, order), diagnoses=diagnoses, searches=searches,
-                       model_id=model_id,
-                       plan_vs_run=plan_vs_run(task, view["metrics"]), notes=notes)
+    return ReportInput(
+        run_id=run_id,
+        task_name=view["task_name"],
+        status=view["status"],
+        steps=steps,
+        stages=_stage_records(cur, view["metrics"]),
+        losses=_in_order(losses, order),
+        events=events,
+        evals=_in_order(evals, [k for k in evals if k.startswith(("base", "random init"))] + order),
+        gates={s.name: as_rules(s.gates) for s in cur.stages if s.gates},
+        gate_outcomes=_in_order(gate_outcomes, order),
+        diagnoses=diagnoses,
+        searches=searches,
+        model_id=model_id,
+        plan_vs_run=plan_vs_run(task, view["metrics"]),
+        notes=notes,
+    )
 
 
 def plan_vs_run(task: TrainTask, metrics: dict[str, float]) -> list[PlanVsRun]:
@@ -434,8 +506,14 @@ def plan_vs_run(task: TrainTask, metrics: dict[str, float]) -> list[PlanVsRun]:
     throughput measured here when stored), beside the training's own telemetry."""
     rows = []
     for stage in task.stage_names():
-        run = next(({k[len(p):]: v for k, v in metrics.items() if k.startswith(p)}
-                    for p in (f"train.{stage}.", f"align.{stage}.") if f"{p}tokens" in metrics), None)
+        run = next(
+            (
+                {k[len(p) :]: v for k, v in metrics.items() if k.startswith(p)}
+                for p in (f"train.{stage}.", f"align.{stage}.")
+                if f"{p}tokens" in metrics
+            ),
+            None,
+        )
         if run is None:
             continue
         try:
@@ -445,33 +523,54 @@ def plan_vs_run(task: TrainTask, metrics: dict[str, float]) -> list[PlanVsRun]:
         if not v.runnable:
             continue
         step_s = run.get("step_time_s")
-        rows.append(PlanVsRun(
-            stage=stage, steps_planned=v.max_steps, steps_run=int(run["steps"]) if "steps" in run else None,
-            tokens_planned=v.total_tokens, tokens_run=int(run["tokens"]), tokens_per_s_planned=v.tokens_per_second,
-            throughput_source=v.throughput_source, tokens_per_s_run=run.get("tokens_per_s"),
-            minutes_planned=v.est_minutes, minutes_run=step_s / 60 if step_s is not None else None,
-            wall_minutes_run=run["wall_s"] / 60 if "wall_s" in run else None))
+        rows.append(
+            PlanVsRun(
+                stage=stage,
+                steps_planned=v.max_steps,
+                steps_run=int(run["steps"]) if "steps" in run else None,
+                tokens_planned=v.total_tokens,
+                tokens_run=int(run["tokens"]),
+                tokens_per_s_planned=v.tokens_per_second,
+                throughput_source=v.throughput_source,
+                tokens_per_s_run=run.get("tokens_per_s"),
+                minutes_planned=v.est_minutes,
+                minutes_run=step_s / 60 if step_s is not None else None,
+                wall_minutes_run=run["wall_s"] / 60 if "wall_s" in run else None,
+            )
+        )
     return rows
 
 
 def _in_order(by_stage: dict[str, Any], order: list[str]) -> dict[str, Any]:
     """Stages in curriculum order (stored outputs come back with their keys sorted), then the rest
     (``final``) as recorded: the loss plot lays the stages out one after another in this order."""
-    return {**{s: by_stage[s] for s in order if s in by_stage},
-            **{k: v for k, v in by_stage.items() if k not in order}}
+    return {**{s: by_stage[s] for s in order if s in by_stage}, **{k: v for k, v in by_stage.items() if k not in order}}
 
 
 def _stage_records(cur, metrics: dict[str, float]) -> list[StageRecord]:
     rows = []
     for s in cur.stages:
         d = s.data
-        data = "task data" if d is None else (f"demo {d.demo} ({d.n_train} train / {d.n_eval} held-out)" if d.demo
-                                               else f"files {d.path.name}")
-        done = next((metrics[f"{step}.{s.name}.steps"] for step in ("train", "align")
-                     if f"{step}.{s.name}.steps" in metrics), None)
+        data = (
+            "task data"
+            if d is None
+            else (f"demo {d.demo} ({d.n_train} train / {d.n_eval} held-out)" if d.demo else f"files {d.path.name}")
+        )
+        done = next(
+            (metrics[f"{step}.{s.name}.steps"] for step in ("train", "align") if f"{step}.{s.name}.steps" in metrics),
+            None,
+        )
         cfg = s.train_config()
-        rows.append(StageRecord(name=s.name, kind=s.kind, method=s.method, data=data, seq_len=cfg.max_length,
-                                steps=int(done) if done is not None else None))
+        rows.append(
+            StageRecord(
+                name=s.name,
+                kind=s.kind,
+                method=s.method,
+                data=data,
+                seq_len=cfg.max_length,
+                steps=int(done) if done is not None else None,
+            )
+        )
     return rows
 
 

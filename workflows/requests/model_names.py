@@ -63,11 +63,16 @@ _SIZE = r"\d+(?:\.\d+)?\s?[kmbt]\b|\d+x\d+(?:\.\d+)?b\b"
 _VERSION = r"v?\d+(?:\.\d+)?(?![\d.]*\s?[kmbt]\b)(?!x\d)"
 _NOT_VERSION = r"(?!\s+(?:transformer\s+)?(?:layers?|heads?|hidden|generations?|steps?|epochs?|minutes?|hours?)\b)"
 _VARIANT = r"-(?:instruct|chat|it|base|hf|coder|code|math)\b|\s(?:instruct|chat)\b"
-_TAIL = (rf"(?:-?{_VERSION}{_NOT_VERSION}|\s{_VERSION}{_NOT_VERSION}(?=[\s,.;:)!?]|$))?"
-         rf"(?:[- ]?(?:{_SIZE})|-(?:mini|small|medium|large|xl)\b)?(?:{_VARIANT})*(?:-v\d+(?:\.\d+)*)?")
-_FAMILY_RE = re.compile(r"(?<![\w/.\-])(?:" + "|".join(f"(?P<{k.replace('-', '_')}>{p})" for k, (p, _, _) in
-                                                        FAMILIES.items()) + rf")(?P<tail>{_TAIL})(?![\w/])",
-                        re.IGNORECASE)
+_TAIL = (
+    rf"(?:-?{_VERSION}{_NOT_VERSION}|\s{_VERSION}{_NOT_VERSION}(?=[\s,.;:)!?]|$))?"
+    rf"(?:[- ]?(?:{_SIZE})|-(?:mini|small|medium|large|xl)\b)?(?:{_VARIANT})*(?:-v\d+(?:\.\d+)*)?"
+)
+_FAMILY_RE = re.compile(
+    r"(?<![\w/.\-])(?:"
+    + "|".join(f"(?P<{k.replace('-', '_')}>{p})" for k, (p, _, _) in FAMILIES.items())
+    + rf")(?P<tail>{_TAIL})(?![\w/])",
+    re.IGNORECASE,
+)
 _CLOSED_RE = re.compile(r"(?<![\w/.\-])(?:" + "|".join(f"(?:{p})" for p in CLOSED) + r")(?![\w/])", re.IGNORECASE)
 # a hub id (org/name) or a folder: one slash and no file suffix; ./, ../, / and ~ are always folders
 HUB_WORDS = r"[A-Za-z][\w.\-]*/[A-Za-z0-9][\w.\-]*"
@@ -81,9 +86,11 @@ _REGISTERED = (
 )
 
 
-WAYS_OUT = ("give the model's folder (model.path: 'fine-tune the model in ./models/x'), import a GGUF file "
-            "(`trainteam models import FILE.gguf --out DIR`, then name that folder), or build one from scratch at a "
-            "size the planner can fit (e.g. 'a tiny llama from scratch')")
+WAYS_OUT = (
+    "give the model's folder (model.path: 'fine-tune the model in ./models/x'), import a GGUF file "
+    "(`trainteam models import FILE.gguf --out DIR`, then name that folder), or build one from scratch at a "
+    "size the planner can fit (e.g. 'a tiny llama from scratch')"
+)
 
 
 class ModelName(BaseModel):
@@ -131,9 +138,17 @@ def _family_mentions(text: str, taken: list[tuple[int, int]]) -> list[ModelName]
         if needs_more and not tail:
             continue
         size = re.search(r"(?<![\w.])(" + _SIZE + ")", tail, re.IGNORECASE)
-        found.append(ModelName(words=m.group(0), kind="name", start=m.start(), family=family, arch=arch,
-                               params=_params(size.group(1)) if size else None,
-                               bare=re.fullmatch(ARCH_WORDS, m.group(0), re.IGNORECASE) is not None))
+        found.append(
+            ModelName(
+                words=m.group(0),
+                kind="name",
+                start=m.start(),
+                family=family,
+                arch=arch,
+                params=_params(size.group(1)) if size else None,
+                bare=re.fullmatch(ARCH_WORDS, m.group(0), re.IGNORECASE) is not None,
+            )
+        )
     return found
 
 
@@ -142,7 +157,8 @@ def hub_shaped(words: str) -> bool:
     "openai-community/gpt2"), not "prompt/completion" or "and/or"."""
     name = words.rsplit("/", 1)[-1]
     return re.fullmatch(HUB_WORDS, words) is not None and (
-        re.search(r"\d", name) is not None or _FAMILY_RE.search(re.sub(r"[-_]", " ", name)) is not None)
+        re.search(r"\d", name) is not None or _FAMILY_RE.search(re.sub(r"[-_]", " ", name)) is not None
+    )
 
 
 def find_names(text: str, paths: list[tuple[int, int]]) -> list[ModelName]:
@@ -174,8 +190,9 @@ def distinct(names: list[ModelName]) -> list[ModelName]:
     ("Qwen/Qwen2.5-0.5B-Instruct ... the qwen")."""
     out: list[ModelName] = []
     for n in sorted(names, key=lambda n: -len(n.tokens)):
-        if not any(set(n.tokens) <= set(o.tokens) and (n.kind == o.kind or {n.kind, o.kind} == {"path", "name"})
-                   for o in out):
+        if not any(
+            set(n.tokens) <= set(o.tokens) and (n.kind == o.kind or {n.kind, o.kind} == {"path", "name"}) for o in out
+        ):
             out.append(n)
     return sorted(out, key=lambda n: n.start)
 
@@ -190,9 +207,11 @@ class ModelChoice(BaseModel):
 
 
 def closed_refusal(name: ModelName) -> str:
-    return (f"model: '{name.words}' is a closed model ({name.owner}'s weights are not published), so it cannot be "
-            "trained here; fine-tune an open model you have locally (its folder, or `trainteam models import "
-            "FILE.gguf --out DIR`), or build one from scratch (e.g. 'a tiny llama from scratch')")
+    return (
+        f"model: '{name.words}' is a closed model ({name.owner}'s weights are not published), so it cannot be "
+        "trained here; fine-tune an open model you have locally (its folder, or `trainteam models import "
+        "FILE.gguf --out DIR`), or build one from scratch (e.g. 'a tiny llama from scratch')"
+    )
 
 
 def size_words(params: int) -> str:
@@ -205,17 +224,23 @@ def size_words(params: int) -> str:
 
 def unbuildable_refusal(name: ModelName) -> str:
     size = f"{size_words(name.params)} " if name.params else "tiny "
-    return (f"model: '{name.words}' cannot be built from scratch here: trainteam builds llama, qwen2 or gpt2 "
-            f"from a config; say e.g. 'a {size}llama from scratch', or drop 'from scratch' to fine-tune "
-            f"your local copy of {name.words}")
+    return (
+        f"model: '{name.words}' cannot be built from scratch here: trainteam builds llama, qwen2 or gpt2 "
+        f"from a config; say e.g. 'a {size}llama from scratch', or drop 'from scratch' to fine-tune "
+        f"your local copy of {name.words}"
+    )
 
 
 def sizeless_refusal(name: ModelName) -> str:
-    return (f"model: '{name.words}' from scratch names no size; say one (e.g. 'a 10M {name.arch} from scratch', "
-            f"'a tiny {name.arch}, hidden 128, 2 layers'), or drop 'from scratch' to fine-tune {name.words} from its "
-            "weights")
+    return (
+        f"model: '{name.words}' from scratch names no size; say one (e.g. 'a 10M {name.arch} from scratch', "
+        f"'a tiny {name.arch}, hidden 128, 2 layers'), or drop 'from scratch' to fine-tune {name.words} from its "
+        "weights"
+    )
 
 
 def several_refusal(names: list[ModelName]) -> str:
-    return (f"model: the request names {len(names)} models ({', '.join(repr(n.words) for n in names)}); "
-            "name the one to train")
+    return (
+        f"model: the request names {len(names)} models ({', '.join(repr(n.words) for n in names)}); "
+        "name the one to train"
+    )

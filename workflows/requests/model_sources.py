@@ -56,12 +56,16 @@ class ModelSources(BaseModel):
     hf_cache: Path
 
     @classmethod
-    def find(cls, base_dir: Path | None = None, workspace: Path | str | None = None) -> "ModelSources":
+    def find(cls, base_dir: Path | None = None, workspace: Path | str | None = None) -> ModelSources:
         """Sources as this process sees them: ``base_dir`` (default the cwd) for folders, the
         workspace (default TRAINTEAM_HOME or ./.trainteam) for registered models, the HF cache."""
         root = workspace_root(workspace)
-        return cls(base_dir=Path(base_dir) if base_dir else Path.cwd(), workspace=root,
-                   registered=registered_models(root), hf_cache=hf_cache_dir())
+        return cls(
+            base_dir=Path(base_dir) if base_dir else Path.cwd(),
+            workspace=root,
+            registered=registered_models(root),
+            hf_cache=hf_cache_dir(),
+        )
 
 
 def hf_cache_dir() -> Path:
@@ -70,8 +74,9 @@ def hf_cache_dir() -> Path:
     env = os.environ
     cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
     if not cache:
-        home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(
-            os.path.expanduser("~"), ".cache"), "huggingface")
+        home = env.get("HF_HOME") or os.path.join(
+            env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+        )
         cache = os.path.join(home, "hub")
     return Path(os.path.expandvars(os.path.expanduser(cache)))
 
@@ -81,16 +86,18 @@ def registered_models(root: Path) -> list[RegisteredModel]:
     url = env_setting("database_url")
     if url:
         try:
-            return [RegisteredModel(id=m.id, name=m.name, path=Path(m.path))
-                    for m in ModelRegistry(make_engine(url)).list()]
+            return [
+                RegisteredModel(id=m.id, name=m.name, path=Path(m.path)) for m in ModelRegistry(make_engine(url)).list()
+            ]
         except SQLAlchemyError:
             return []  # no registry table there yet
     conn = connect_readonly(root, ("registry_models",))
     if conn is None:
         return []
     try:
-        rows = fetch(conn, "SELECT id, name, path FROM registry_models ORDER BY created_at",
-                     columns=("id", "name", "path"))
+        rows = fetch(
+            conn, "SELECT id, name, path FROM registry_models ORDER BY created_at", columns=("id", "name", "path")
+        )
     finally:
         conn.close()
     return [RegisteredModel(**r) for r in rows]
@@ -142,23 +149,34 @@ def _from_cache(name: ModelName, sources: ModelSources) -> ModelChoice | None:
     else:
         hits = best(name.tokens, {m.repo_id: name_tokens(m.repo_id.split("/", 1)[-1]) for m in cached})
     if len(hits) > 1:
-        raise BadInput(f"model: '{name.words}' matches {len(hits)} models in the local Hugging Face cache "
-                       f"({', '.join(hits[:4])}); name one of them")
+        raise BadInput(
+            f"model: '{name.words}' matches {len(hits)} models in the local Hugging Face cache "
+            f"({', '.join(hits[:4])}); name one of them"
+        )
     if not hits:
         return None
     model = next(m for m in cached if m.repo_id == hits[0])
     problem = _weights_problem(model.snapshot)
     if problem:
-        raise BadInput(f"model: '{name.words}' is {model.repo_id} in the local Hugging Face cache, but its snapshot "
-                       f"{model.snapshot} has {problem}; nothing is downloaded: {WAYS_OUT}")
-    return ModelChoice(words=name.words, path=model.snapshot, source="hf_cache",
-                       detail=f"{model.repo_id} from the local Hugging Face cache (revision {model.revision[:12]}, "
-                              f"{model.snapshot})")
+        raise BadInput(
+            f"model: '{name.words}' is {model.repo_id} in the local Hugging Face cache, but its snapshot "
+            f"{model.snapshot} has {problem}; nothing is downloaded: {WAYS_OUT}"
+        )
+    return ModelChoice(
+        words=name.words,
+        path=model.snapshot,
+        source="hf_cache",
+        detail=f"{model.repo_id} from the local Hugging Face cache (revision {model.revision[:12]}, {model.snapshot})",
+    )
 
 
 def _registered_choice(name: ModelName, model: RegisteredModel) -> ModelChoice:
-    return ModelChoice(words=name.words, path=model.path, source="registered",
-                       detail=f"registered model {model.id} '{model.name}' ({model.path})")
+    return ModelChoice(
+        words=name.words,
+        path=model.path,
+        source="registered",
+        detail=f"registered model {model.id} '{model.name}' ({model.path})",
+    )
 
 
 def _from_registry(name: ModelName, sources: ModelSources) -> ModelChoice | None:
@@ -174,7 +192,7 @@ def _from_registry(name: ModelName, sources: ModelSources) -> ModelChoice | None
 
 
 def _registered(name: ModelName, sources: ModelSources) -> ModelChoice:
-    """"the smol model I imported", "registered model smollm2", "model m-1a2b3c": a registered model
+    """ "the smol model I imported", "registered model smollm2", "model m-1a2b3c": a registered model
     whose name holds the word (or whose id starts with it); without a word, the only one."""
     ref = (name.ref or "").lower()
     hits = [m for m in sources.registered if not ref or ref in m.name.lower() or m.id.startswith(ref)]
@@ -182,11 +200,14 @@ def _registered(name: ModelName, sources: ModelSources) -> ModelChoice:
         return _registered_choice(name, hits[0])
     names = ", ".join(f"'{m.name}'" for m in (hits or sources.registered)[:5]) or "none"
     if len(hits) > 1:
-        raise BadInput(f"model: '{name.words}' matches {len(hits)} registered models ({names}); name one "
-                       "(`trainteam models list`)")
-    raise BadInput(f"model: '{name.words}': no model registered in the workspace {sources.workspace} is named like "
-                   f"'{name.ref or ''}' (registered: {names}); a model imported with `trainteam models import "
-                   "FILE.gguf --out DIR` is named by its folder ('fine-tune the model in DIR')")
+        raise BadInput(
+            f"model: '{name.words}' matches {len(hits)} registered models ({names}); name one (`trainteam models list`)"
+        )
+    raise BadInput(
+        f"model: '{name.words}': no model registered in the workspace {sources.workspace} is named like "
+        f"'{name.ref or ''}' (registered: {names}); a model imported with `trainteam models import "
+        "FILE.gguf --out DIR` is named by its folder ('fine-tune the model in DIR')"
+    )
 
 
 def resolve_model(name: ModelName, sources: ModelSources) -> ModelChoice:
@@ -203,8 +224,10 @@ def resolve_model(name: ModelName, sources: ModelSources) -> ModelChoice:
     if found is not None:
         return found
     where = "a folder here, " if name.kind == "path" else ""
-    raise BadInput(f"model: '{name.words}' is not {where}a model registered in this workspace or in the local "
-                   f"Hugging Face cache ({sources.hf_cache}); nothing is downloaded: {WAYS_OUT}")
+    raise BadInput(
+        f"model: '{name.words}' is not {where}a model registered in this workspace or in the local "
+        f"Hugging Face cache ({sources.hf_cache}); nothing is downloaded: {WAYS_OUT}"
+    )
 
 
 def resolver(sources: ModelSources) -> Callable[[ModelName], ModelChoice]:

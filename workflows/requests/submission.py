@@ -22,28 +22,36 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from trainteam.curation.answers import default_answer
 from trainteam.agents.briefing import data_line, model_line
 from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
+from trainteam.contract.search_spec import SEARCHABLE, SEARCHED_METHODS
+from trainteam.contract.train_task import TrainTask, resolve_paths
 from trainteam.core.errors import BadInput, format_validation_error
+from trainteam.curation.answers import default_answer
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.workflows.requests.model_sources import ModelSources, resolver
-from trainteam.workflows.requests.request_rules import (Filled, Reading, Resolve, read_request, request_refusal, stated_budget,
-                                              stated_numbers)
-from trainteam.contract.search_spec import SEARCHABLE, SEARCHED_METHODS
+from trainteam.workflows.requests.request_rules import (
+    Filled,
+    Reading,
+    Resolve,
+    read_request,
+    request_refusal,
+    stated_budget,
+    stated_numbers,
+)
 from trainteam.workflows.task.stage_plan import plan_stage, task_machine
-from trainteam.contract.train_task import TrainTask, resolve_paths
 
 DEMO_REQUEST = (
     "Pretrain a tiny Llama from scratch to add two-digit numbers: hidden size 128, 2 layers, 4 heads, context 64. "
@@ -95,20 +103,22 @@ def _offline_reader(messages: list[ModelMessage], info: AgentInfo, resolve: Reso
     try:
         TrainTask.model_validate(reading.fields)
     except ValidationError as exc:
-        call = ToolCallPart(refuse_tool, {"missing": [], "reason": format_validation_error(exc, "request")},
-                            tool_call_id="request-1")
+        call = ToolCallPart(
+            refuse_tool, {"missing": [], "reason": format_validation_error(exc, "request")}, tool_call_id="request-1"
+        )
         return ModelResponse(parts=[call], model_name="trainteam-offline")
-    return ModelResponse(parts=[ToolCallPart(task_tool, reading.fields, tool_call_id="request-1")],
-                         model_name="trainteam-offline")
+    return ModelResponse(
+        parts=[ToolCallPart(task_tool, reading.fields, tool_call_id="request-1")], model_name="trainteam-offline"
+    )
 
 
 _MISSING = {
     "model": "model: say which model — describe one to build (e.g. 'a tiny llama, hidden 128, 2 layers'), "
-             "say it is built from scratch, give a local model folder, or name a model registered in the workspace "
-             "or in your local Hugging Face cache (e.g. 'Qwen2.5-0.5B-Instruct'); fine-tuning starts from a "
-             "pretrained model, never from random init",
+    "say it is built from scratch, give a local model folder, or name a model registered in the workspace "
+    "or in your local Hugging Face cache (e.g. 'Qwen2.5-0.5B-Instruct'); fine-tuning starts from a "
+    "pretrained model, never from random init",
     "data": "data: name the bundled demo (addition, subtraction, multiplication) or give your data's path "
-            "(JSONL, JSON, CSV/TSV, Parquet; a held-out file is optional); trainteam never guesses a data path",
+    "(JSONL, JSON, CSV/TSV, Parquet; a held-out file is optional); trainteam never guesses a data path",
     "budget": "budget: give a time limit (e.g. 'budget 20 minutes'); a run never starts without one",
 }
 
@@ -117,10 +127,18 @@ def _agent(model: Any = None, resolve: Resolve | None = None) -> Agent:
     if model is None:
         choice = choose_model("ml_orchestrator")
         reader = partial(_offline_reader, resolve=resolve)
-        model = (FunctionModel(reader, stream_function=stream_of(reader), model_name="offline-ml_orchestrator")
-                 if choice.offline else build_model(choice))
-    return Agent(model, name="ml_orchestrator", output_type=[TrainTask, RequestRefusal],
-                 instructions=render("request.md.j2", workflow="train_model"), retries=2)
+        model = (
+            FunctionModel(reader, stream_function=stream_of(reader), model_name="offline-ml_orchestrator")
+            if choice.offline
+            else build_model(choice)
+        )
+    return Agent(
+        model,
+        name="ml_orchestrator",
+        output_type=[TrainTask, RequestRefusal],
+        instructions=render("request.md.j2", workflow="train_model"),
+        retries=2,
+    )
 
 
 def _grounded(task, text: str, resolve: Resolve | None = None):
@@ -131,8 +149,10 @@ def _grounded(task, text: str, resolve: Resolve | None = None):
             if value is not None and str(value) not in text:
                 raise BadInput(f"{field}: {value} is not written in the request; give the path explicitly")
     if task.model.trust_remote_code:
-        raise BadInput("model.trust_remote_code: a request cannot turn it on; only your own task file can "
-                       "(model.trust_remote_code: true, run with execute-workflow --task)")
+        raise BadInput(
+            "model.trust_remote_code: a request cannot turn it on; only your own task file can "
+            "(model.trust_remote_code: true, run with execute-workflow --task)"
+        )
     said = read_request(text, resolve)
     if "budget" in said.missing:
         raise BadInput(_MISSING["budget"])
@@ -146,8 +166,10 @@ def _grounded(task, text: str, resolve: Resolve | None = None):
     _grounded_settings(task, text, said)
     asked = [s for s in said.fields.get("require_approval", []) if s not in task.require_approval]
     if asked:
-        raise BadInput(f"require_approval: the request asks to approve {', '.join(asked)} first; "
-                       "the orchestrator's answer left it out")
+        raise BadInput(
+            f"require_approval: the request asks to approve {', '.join(asked)} first; "
+            "the orchestrator's answer left it out"
+        )
     return task
 
 
@@ -158,8 +180,10 @@ def _grounded_model(task, text: str, said: Reading):
     path = task.model.path
     if choice is not None:
         if path is None:
-            raise BadInput(f"model: the request names '{choice.words}' ({choice.detail}); the orchestrator's answer "
-                           f"builds a {task.model.arch} from random init instead")
+            raise BadInput(
+                f"model: the request names '{choice.words}' ({choice.detail}); the orchestrator's answer "
+                f"builds a {task.model.arch} from random init instead"
+            )
         if str(path) not in (choice.words, str(choice.path)):
             raise BadInput(f"model.path: {path} is not the model the request names ('{choice.words}': {choice.path})")
         return task.model_copy(update={"model": task.model.model_copy(update={"path": choice.path})})
@@ -167,8 +191,10 @@ def _grounded_model(task, text: str, said: Reading):
         raise BadInput(f"model.path: {path} is not written in the request; give the folder explicitly")
     arch = said.fields.get("model", {}).get("arch")
     if path is None and arch is not None and any(s.field == "model" for s in said.said) and task.model.arch != arch:
-        raise BadInput(f"model.arch: {task.model.arch} is not the model the request names (a {arch}); "
-                       "a request's model is never swapped")
+        raise BadInput(
+            f"model.arch: {task.model.arch} is not the model the request names (a {arch}); "
+            "a request's model is never swapped"
+        )
     return task
 
 
@@ -188,21 +214,25 @@ def _grounded_budget(budget, text: str, said: Reading) -> None:
         allowed = stated[field] | ({read[field]} if field in read else set())
         if not _close(value, allowed):
             says = ", ".join(f"{v:g}" for v in sorted(allowed)) or "none"
-            raise BadInput(f"budget.{field}: {value:g} {unit} is not written in the request (it states: {says}); "
-                           "a budget comes from the request's own words")
+            raise BadInput(
+                f"budget.{field}: {value:g} {unit} is not written in the request (it states: {says}); "
+                "a budget comes from the request's own words"
+            )
     if budget.extension_minutes is not None:
         raise BadInput("budget.extension_minutes: a request cannot set it; put it in a task file")
 
 
 _FREE = {"name", "description", "stages", "budget", "require_approval", "on_gate_failure"}  # checked apart, or harmless
-# The engineering a model is asked for: the shape that "a small llama" means and the usual
-# hyperparameters (not how much work: max_steps, n_train). A model may choose these without the request's words, because they pass the
-# same validation, the planner (a stage it refuses, or an estimate over the budget, is refused
-# in plan_request) and the budget ceiling inside every step. What spends or widens trust — the
-# budget, data, paths, gates, approvals, trust_remote_code — stays held to the words.
-_JUDGEMENT = re.compile(r"model\.(arch|hidden_size|num_layers|num_heads|num_kv_heads|intermediate_size|"
-                        r"max_position_embeddings)|tokenizer\.vocab_size|training\.\w+\.(learning_rate|"
-                        r"per_device_batch_size|grad_accum|warmup_steps|lr_scheduler|seq_len|weight_decay)")
+# The engineering a model is asked for: the shape that "a small llama" means and the usual hyperparameters (not
+# how much work: max_steps, n_train). A model may choose these without the request's words, because they pass the
+# same validation, the planner (a stage it refuses, or an estimate over the budget, is refused in plan_request) and
+# the budget ceiling inside every step. What spends or widens trust — the budget, data, paths, gates, approvals,
+# trust_remote_code — stays held to the words.
+_JUDGEMENT = re.compile(
+    r"model\.(arch|hidden_size|num_layers|num_heads|num_kv_heads|intermediate_size|"
+    r"max_position_embeddings)|tokenizer\.vocab_size|training\.\w+\.(learning_rate|"
+    r"per_device_batch_size|grad_accum|warmup_steps|lr_scheduler|seq_len|weight_decay)"
+)
 
 
 def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -227,7 +257,9 @@ def _grounded_settings(task, text: str, said: Reading) -> None:
     """Every setting the answer moves off its default is in the request's words or its rule reading."""
     read = dict(_leaves(said.fields))
     prefixes = {p.split("[")[0].rsplit(".", i)[0] for p in read for i in range(p.count(".") + 1)}
-    numbers = stated_numbers(text) | {v for v in read.values() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    numbers = stated_numbers(text) | {
+        v for v in read.values() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     lowered = text.lower()
     moved = task.model_dump(mode="json", exclude_defaults=True)
     if task.answer == default_answer(demo=task.data.demo is not None):
@@ -249,12 +281,21 @@ def _grounded_settings(task, text: str, said: Reading) -> None:
             ok = path in prefixes
         if not ok:
             shown = repr(value) if isinstance(value, str) else value
-            raise BadInput(f"{path}: {shown} is not written in the request; a request sets only what it says "
-                           "(say it in the request, or use a task file)")
+            raise BadInput(
+                f"{path}: {shown} is not written in the request; a request sets only what it says "
+                "(say it in the request, or use a task file)"
+            )
 
 
-def parse_request(text: str, *, base_dir=None, model: Any = None, check_plan: bool = True, workspace=None,
-                  sources: ModelSources | None = None):
+def parse_request(
+    text: str,
+    *,
+    base_dir=None,
+    model: Any = None,
+    check_plan: bool = True,
+    workspace=None,
+    sources: ModelSources | None = None,
+):
     """A TrainTask from a sentence (paths resolved against ``base_dir``, default the cwd).
 
     Raises ``BadInput`` naming what is missing or impossible. ``check_plan`` also runs the
@@ -304,24 +345,36 @@ class RequestPlan(BaseModel):
     est_minutes: float
     est_cost_usd: float
     gates: dict[str, str]
-    understood: list[str] = Field(default_factory=list, description="each model, data and stage choice the "
-                                  "request's own words make, quoting them")
-    ignored: list[str] = Field(default_factory=list, description="model names the request writes that the plan "
-                               "does not use, and why")
-    defaults: list[str] = Field(default_factory=list, description="what the request left out and the plan fills "
-                                "in, one line each, stated before anything runs")
+    understood: list[str] = Field(
+        default_factory=list, description="each model, data and stage choice the request's own words make, quoting them"
+    )
+    ignored: list[str] = Field(
+        default_factory=list, description="model names the request writes that the plan does not use, and why"
+    )
+    defaults: list[str] = Field(
+        default_factory=list,
+        description="what the request left out and the plan fills in, one line each, stated before anything runs",
+    )
     notes: list[str] = Field(default_factory=list)
 
     def text(self) -> str:
-        lines = [f"task {self.task}", f"  model: {self.model}", f"  data: {self.data}",
-                 f"  stages: {' → '.join(s['stage'] for s in self.stages)}"]
+        lines = [
+            f"task {self.task}",
+            f"  model: {self.model}",
+            f"  data: {self.data}",
+            f"  stages: {' → '.join(s['stage'] for s in self.stages)}",
+        ]
         for s in self.stages:
-            lines.append(f"    {s['stage']}: {s['max_steps']} steps, {s['total_tokens']:,} tokens, "
-                         f"{s['params']:,} parameters, {s['memory_gib']:.2f} GiB, ~{s['est_minutes']:.1f} min")
-        lines += [f"  gates: {', '.join(f'{k} {v}' for k, v in self.gates.items()) or 'none'}",
-                  f"  steps: {' → '.join(self.steps)}",
-                  f"  estimate: ~{self.est_minutes:.1f} min of training, cost {self.est_cost_usd:.2f} USD "
-                  f"(budget {self.budget_minutes:g} min, {self.budget_usd:g} USD)"]
+            lines.append(
+                f"    {s['stage']}: {s['max_steps']} steps, {s['total_tokens']:,} tokens, "
+                f"{s['params']:,} parameters, {s['memory_gib']:.2f} GiB, ~{s['est_minutes']:.1f} min"
+            )
+        lines += [
+            f"  gates: {', '.join(f'{k} {v}' for k, v in self.gates.items()) or 'none'}",
+            f"  steps: {' → '.join(self.steps)}",
+            f"  estimate: ~{self.est_minutes:.1f} min of training, cost {self.est_cost_usd:.2f} USD "
+            f"(budget {self.budget_minutes:g} min, {self.budget_usd:g} USD)",
+        ]
         lines += [f"  understood: {u}" for u in self.understood]
         lines += [f"  ignored: {i}" for i in self.ignored]
         lines += [f"  default: {d}" for d in self.defaults]
@@ -329,8 +382,14 @@ class RequestPlan(BaseModel):
         return "\n".join(lines)
 
 
-def plan_request(task, hardware=None, steps: list[str] | None = None, *, request: str | None = None,
-                 sources: ModelSources | None = None) -> RequestPlan:
+def plan_request(
+    task,
+    hardware=None,
+    steps: list[str] | None = None,
+    *,
+    request: str | None = None,
+    sources: ModelSources | None = None,
+) -> RequestPlan:
     """Stages, model, data, budget and the planner's time and cost; BadInput if it cannot run.
 
     A stage the planner refuses but can repair (e.g. a sequence longer than the model's
@@ -351,27 +410,50 @@ def plan_request(task, hardware=None, steps: list[str] | None = None, *, request
             why = "; ".join(f"{r['field']}: {r['reason']}" for r in v.refusals)
             raise BadInput(f"training.{stage}.{why}" if v.refusals else f"training.{stage}: the planner refused it")
         if v.fixes:
-            notes.append(f"{stage}: the planner adjusts {v.fixes} ("
-                         + "; ".join(f"{r['field']}: {r['reason']}" for r in v.refusals) + ")")
+            notes.append(
+                f"{stage}: the planner adjusts {v.fixes} ("
+                + "; ".join(f"{r['field']}: {r['reason']}" for r in v.refusals)
+                + ")"
+            )
         stages.append({"stage": stage, "max_steps": cfg.max_steps, **v.model_dump(exclude={"stage"})})
     minutes = sum(s["est_minutes"] for s in stages)
     cost = sum(s["est_cost_usd"] for s in stages)
     if minutes > task.budget.max_wall_minutes:
-        raise BadInput(f"budget.max_wall_minutes: the planner estimates ~{minutes:.1f} min of training, over the "
-                       f"{task.budget.max_wall_minutes:g} min budget; raise the budget or shrink the run")
+        raise BadInput(
+            f"budget.max_wall_minutes: the planner estimates ~{minutes:.1f} min of training, over the "
+            f"{task.budget.max_wall_minutes:g} min budget; raise the budget or shrink the run"
+        )
     if task.budget.cost_per_hour_usd and cost > task.budget.max_cost_usd:
-        raise BadInput(f"budget.max_cost_usd: the planner estimates {cost:.2f} USD, over the "
-                       f"{task.budget.max_cost_usd:g} USD budget")
-    gates = {k: " and ".join(([f"{g.metric} ≥ {g.min:g}"] if g.min is not None else [])
-                             + ([f"{g.metric} ≤ {g.max:g}"] if getattr(g, "max", None) is not None else [])
-                             + ([f"{g.metric} drop ≤ {g.max_regression:g}"] if g.max_regression is not None else []))
-             or g.metric for k, g in task.gates.items()}
+        raise BadInput(
+            f"budget.max_cost_usd: the planner estimates {cost:.2f} USD, over the "
+            f"{task.budget.max_cost_usd:g} USD budget"
+        )
+    gates = {
+        k: " and ".join(
+            ([f"{g.metric} ≥ {g.min:g}"] if g.min is not None else [])
+            + ([f"{g.metric} ≤ {g.max:g}"] if getattr(g, "max", None) is not None else [])
+            + ([f"{g.metric} drop ≤ {g.max_regression:g}"] if g.max_regression is not None else [])
+        )
+        or g.metric
+        for k, g in task.gates.items()
+    }
     said = None if request is None else read_request(request, resolver(sources or ModelSources.find()))
-    return RequestPlan(task=task.name, model=model_line(task), data=data_line(task), stages=stages,
-                       steps=steps or [], budget_minutes=task.budget.max_wall_minutes,
-                       budget_usd=task.budget.max_cost_usd, est_minutes=round(minutes, 3), est_cost_usd=round(cost, 4),
-                       gates=gates, understood=request_understood(task, said), ignored=said.ignored if said else [],
-                       defaults=request_defaults(task, said), notes=notes)
+    return RequestPlan(
+        task=task.name,
+        model=model_line(task),
+        data=data_line(task),
+        stages=stages,
+        steps=steps or [],
+        budget_minutes=task.budget.max_wall_minutes,
+        budget_usd=task.budget.max_cost_usd,
+        est_minutes=round(minutes, 3),
+        est_cost_usd=round(cost, 4),
+        gates=gates,
+        understood=request_understood(task, said),
+        ignored=said.ignored if said else [],
+        defaults=request_defaults(task, said),
+        notes=notes,
+    )
 
 
 def _understood_model(task, said: Reading, words: str) -> str:
@@ -426,25 +508,39 @@ def request_defaults(task, said: Reading | None) -> list[str]:
     search chooses (``task.search.stages``) or an align stage's default learning rate."""
     lines: list[str] = []
     for filled in said.defaults if said is not None else []:
-        line = filled.line if _agrees(task, filled) else (
-            f"{filled.field}: not said in the request; the orchestrator's model chose {_chosen(task, filled.field)}")
+        line = (
+            filled.line
+            if _agrees(task, filled)
+            else (
+                f"{filled.field}: not said in the request; the orchestrator's model chose {_chosen(task, filled.field)}"
+            )
+        )
         if line not in lines:
             lines.append(line)
     d = task.data
     if d.path is not None and d.eval_path is None:
-        where = f"its {d.eval_split} split" if d.eval_split else (
-            f"a seeded {d.eval_fraction:.0%} of its rows (data.eval_fraction), at least 1 and at most 500"
-            if d.path.is_file() else f"its validation/test split, else a seeded {d.eval_fraction:.0%} of its rows")
+        where = (
+            f"its {d.eval_split} split"
+            if d.eval_split
+            else (
+                f"a seeded {d.eval_fraction:.0%} of its rows (data.eval_fraction), at least 1 and at most 500"
+                if d.path.is_file()
+                else f"its validation/test split, else a seeded {d.eval_fraction:.0%} of its rows"
+            )
+        )
         lines.append(f"data: no held-out file named; held-out rows are {where}")
     share = f"probe runs on a slice of the data, at most {task.search.budget_fraction:.0%} of the budget"
     for stage in task.stage_names():
         searched = (task.search.stages or {}).get(stage, [])
         if searched:
-            lines.append(f"training.{stage}: {', '.join(searched)} not said; the training engineer's recipe search "
-                         f"chooses them ({share}); the estimate uses the library defaults")
+            lines.append(
+                f"training.{stage}: {', '.join(searched)} not said; the training engineer's recipe search "
+                f"chooses them ({share}); the estimate uses the library defaults"
+            )
         if stage in task.search.align_lr:
-            lines.append(f"training.{stage}: learning_rate not said; {stage.upper()}'s default "
-                         f"{task.search.align_lr[stage]:g}")
+            lines.append(
+                f"training.{stage}: learning_rate not said; {stage.upper()}'s default {task.search.align_lr[stage]:g}"
+            )
         if said is not None:
             decided = {*searched, *(["learning_rate"] if stage in task.search.align_lr else [])}
             lines += _library_defaults(task, stage, said, decided)
@@ -461,8 +557,10 @@ def _library_defaults(task, stage: str, said: Reading, decided: set[str]) -> lis
     left = [k for k in SEARCHABLE if k not in given]
     library = [k for k in left if getattr(cfg, k) == TrainConfig.model_fields[k].default]
     out = []
-    for keys, why in ((library, "the library defaults"),
-                      ([k for k in left if k not in library], "chosen by the orchestrator's model")):
+    for keys, why in (
+        (library, "the library defaults"),
+        ([k for k in left if k not in library], "chosen by the orchestrator's model"),
+    ):
         if keys:
             out.append(f"training.{stage}: {', '.join(f'{k} {getattr(cfg, k):g}' for k in keys)} not said; {why}")
     if library and cfg.method in SEARCHED_METHODS and task.search.enabled is None:

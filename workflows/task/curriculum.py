@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.contract.train_task import ALIGN_STAGES, TRAIN_STAGES, CurriculumStage, TrainTask
 from trainteam.core.errors import BadInput
 from trainteam.trainers.evaluation.battery import default_battery
 from trainteam.trainers.evaluation.gates import as_rules
-from trainteam.contract.train_task import ALIGN_STAGES, TRAIN_STAGES, CurriculumStage, TrainTask
 
 
 class Curriculum(BaseModel):
@@ -69,12 +69,17 @@ def curriculum_from_task(task: TrainTask) -> Curriculum:
     if task.curriculum is not None:
         written = task.curriculum
     else:
-        written = [CurriculumStage(name=name, training=task.training.get(name),
-                                   gates=as_rules(task.gates[name]) if name in task.gates else [])
-                   for name in task.stages]
+        written = [
+            CurriculumStage(
+                name=name,
+                training=task.training.get(name),
+                gates=as_rules(task.gates[name]) if name in task.gates else [],
+            )
+            for name in task.stages
+        ]
     filled = []
     for s in written:
+        assert s.kind is not None  # CurriculumStage's validator fills it from the name
         battery = s.battery or default_battery(s.kind).model_copy(update=eval_settings(task))
         filled.append(s.model_copy(update={"training": s.train_config(), "battery": battery}))
     return Curriculum(stages=filled)
-

@@ -9,21 +9,22 @@ train step sizes (and checks) it as soon as the run's tokenizer exists, before a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import islice
-from typing import Iterator
 
+from trainteam.contract.train_task import DataSpec, TrainTask
 from trainteam.core.errors import BadInput
 from trainteam.curation.rows import iter_rows
 from trainteam.curation.splits import held_out, plan_splits
 from trainteam.trainers.evaluation.answer_length import GenerationBudget, size_generation
 from trainteam.trainers.planning.tokens import model_tokenizer
-from trainteam.contract.train_task import DataSpec, TrainTask
 
 MAX_ROWS = 5000  # held-out rows read to size the length (a longer set: its first rows)
 
 
 def held_out_records(data: DataSpec) -> Iterator[dict]:
     """The canonical held-out rows of a user's data, as ``prepare_corpus`` will hold them out."""
+    assert data.path is not None  # asked of a task with its data's path (planned_length)
     plan = plan_splits(data.path, data.eval_path, split=data.split, eval_split=data.eval_split)
     if plan.eval is not None:
         for row in iter_rows(plan.eval.path, columns=data.columns, split=plan.eval.split):
@@ -42,7 +43,11 @@ def planned_length(task: TrainTask, source: str) -> GenerationBudget | None:
     tokenizer = model_tokenizer(str(task.model.path), task.model.chat_template)
     where = f"{task.data.eval_path.name if task.data.eval_path else task.data.path.name} (held out)"
     try:
-        return size_generation(tokenizer, list(islice(held_out_records(task.data), MAX_ROWS)),
-                               set_value=task.eval.max_new_tokens, where=where)
+        return size_generation(
+            tokenizer,
+            list(islice(held_out_records(task.data), MAX_ROWS)),
+            set_value=task.eval.max_new_tokens,
+            where=where,
+        )
     except BadInput as exc:
         raise BadInput(f"{source}: {exc}") from None

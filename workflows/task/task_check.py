@@ -16,21 +16,22 @@ later plans of the same model on this machine read.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Literal
 
+from trainteam.contract.train_task import TrainTask, load_task_file
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import prompt_format
-from trainteam.trainers.training.chat_templates import apply_chat_template
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.tokens import model_tokenizer
-from trainteam.trainers.methods.method_registry import get_method
-from trainteam.workflows.task.eval_plan import planned_length
+from trainteam.trainers.training.chat_templates import apply_chat_template
 from trainteam.workflows.engine.runner import check_runnable
 from trainteam.workflows.engine.spec import load_builtin
+from trainteam.workflows.task.eval_plan import planned_length
 from trainteam.workflows.task.stage_plan import data_tokens, plan_stage
-from trainteam.contract.train_task import TrainTask, load_task_file
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,12 @@ def check_task(path: Path, *, measure: bool = True) -> Iterator[Check]:
     yield Check("task", "ok", f"{task.name}: stages {', '.join(task.stage_names())}, workflow {task.workflow}")
     yield _run("model", lambda: model_check(task, source))
     _run("preflight", lambda: check_runnable(load_builtin(task.workflow), task, source))
-    yield Check("preflight", "ok", "workflow steps, secrets, model settings, trackers, trl blocks, every data row "
-                "and column, and the planner's refusals")
+    yield Check(
+        "preflight",
+        "ok",
+        "workflow steps, secrets, model settings, trackers, trl blocks, every data row "
+        "and column, and the planner's refusals",
+    )
     yield answers_check(task, source)
     if task.distributed is not None:
         yield distributed_check(task)
@@ -71,21 +76,35 @@ def answers_check(task: TrainTask, source: str) -> Check:
     """How long a greedy answer may be in exact match, format adherence and GRPO (``workflows/task/eval_plan.py``)."""
     length = planned_length(task, source)
     if length is None:
-        return Check("answers", "ok", "answer checks generate as many tokens as the longest held-out answer needs "
-                     "(plus a margin), sized once the run's tokenizer exists" if task.eval.max_new_tokens is None
-                     else f"answer checks generate up to {task.eval.max_new_tokens} new tokens (eval.max_new_tokens; "
-                     "checked against the held-out answers once the run's tokenizer exists)")
+        return Check(
+            "answers",
+            "ok",
+            "answer checks generate as many tokens as the longest held-out answer needs "
+            "(plus a margin), sized once the run's tokenizer exists"
+            if task.eval.max_new_tokens is None
+            else f"answer checks generate up to {task.eval.max_new_tokens} new tokens (eval.max_new_tokens; "
+            "checked against the held-out answers once the run's tokenizer exists)",
+        )
     return Check("answers", "ok", f"answer checks generate up to {length.describe()}")
 
 
 def distributed_check(task: TrainTask) -> Check:
     """How the training stages will be launched (``distributed:``)."""
     d = task.distributed
+    assert d is not None  # asked of a task with its distributed: section
     per = d.num_processes // d.num_machines
-    where = (f"{d.num_machines} machines x {per} processes (this is machine {d.machine_rank}; the others run "
-             "launch/node<R>.sh)" if d.num_machines > 1 else f"{per} processes on this machine")
-    return Check("distributed", "ok", f"{d.strategy} over {where}, started by {d.launcher}; a dead rank: the "
-                 f"stage launches again from its newest complete checkpoint (up to {d.max_restarts} times)")
+    where = (
+        f"{d.num_machines} machines x {per} processes (this is machine {d.machine_rank}; the others run "
+        "launch/node<R>.sh)"
+        if d.num_machines > 1
+        else f"{per} processes on this machine"
+    )
+    return Check(
+        "distributed",
+        "ok",
+        f"{d.strategy} over {where}, started by {d.launcher}; a dead rank: the "
+        f"stage launches again from its newest complete checkpoint (up to {d.max_restarts} times)",
+    )
 
 
 def _run(name: str, fn: Callable):
@@ -101,8 +120,12 @@ def model_check(task: TrainTask, source: str) -> Check:
     """The model folder: its config (architecture, parameters), weights, tokenizer and chat template."""
     spec = task.model
     if spec.path is None:
-        return Check("model", "ok", f"{spec.arch} from random init ({spec.hidden_size} hidden x {spec.num_layers} "
-                     f"layers); the run trains its tokenizer (vocab {task.tokenizer.vocab_size}), no chat template")
+        return Check(
+            "model",
+            "ok",
+            f"{spec.arch} from random init ({spec.hidden_size} hidden x {spec.num_layers} "
+            f"layers); the run trains its tokenizer (vocab {task.tokenizer.vocab_size}), no chat template",
+        )
     folder = Path(spec.path)
     shape = ModelShape.from_config_json(folder / "config.json")
     weights = sorted(folder.glob("*.safetensors"))
@@ -113,13 +136,20 @@ def model_check(task: TrainTask, source: str) -> Check:
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise BadInput(f"{source}: model.path: {folder}: the tokenizer does not load ({why})") from None
     fmt = prompt_format(tok)
-    template = "has a chat template: chat rows train and evaluate through it" if fmt == "chat" else \
-        "no chat template: prompts are plain (bos + prompt)"
+    template = (
+        "has a chat template: chat rows train and evaluate through it"
+        if fmt == "chat"
+        else "no chat template: prompts are plain (bos + prompt)"
+    )
     if spec.chat_template:  # stated, never silent: the run trains and serves with this template
         template = apply_chat_template(tok, spec.chat_template)
-    return Check("model", "ok", f"{folder.name}: {shape.arch}, {shape.num_params():,} parameters, {len(weights)} "
-                 f"safetensors file{'s' if len(weights) != 1 else ''} ({size / 2**20:,.0f} MiB); tokenizer loads "
-                 f"(vocab {len(tok):,}); {template}")
+    return Check(
+        "model",
+        "ok",
+        f"{folder.name}: {shape.arch}, {shape.num_params():,} parameters, {len(weights)} "
+        f"safetensors file{'s' if len(weights) != 1 else ''} ({size / 2**20:,.0f} MiB); tokenizer loads "
+        f"(vocab {len(tok):,}); {template}",
+    )
 
 
 def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Iterator[Check]:
@@ -129,9 +159,16 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
         tokens = counted.tokens
         rows = f"{counted.rows:,} training rows" if counted.rows else "training rows"
         over = tokens.longest > cfg.max_length and cfg.method in ("sft", "dpo")
-        yield Check(f"tokens ({stage})", "warn" if over else "ok", f"{rows}; {tokens.describe()}; "
-                    + (f"longer than max_length {cfg.max_length}: cut there in training" if over
-                       else f"within max_length {cfg.max_length}"))
+        yield Check(
+            f"tokens ({stage})",
+            "warn" if over else "ok",
+            f"{rows}; {tokens.describe()}; "
+            + (
+                f"longer than max_length {cfg.max_length}: cut there in training"
+                if over
+                else f"within max_length {cfg.max_length}"
+            ),
+        )
     if cfg.trl:
         trl_class = get_method(cfg.method).trl_config.rpartition(".")[2]
         yield Check(f"trl ({stage})", "ok", f"{trl_class} takes {', '.join(sorted(cfg.trl))}")
@@ -142,10 +179,11 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
     budget = task.budget.allowed_s() / 60
     over = verdict.est_minutes > budget
     how = verdict.estimate_note if verdict.throughput_source == "measured" else "assumed: a FLOP guess, not measured"
-    found = (f"{verdict.max_steps} steps, {verdict.total_tokens:,} tokens, ~{verdict.est_minutes:.1f} min at "
-             f"{verdict.tokens_per_second:,.0f} tokens/s ({how}), {verdict.memory_gib:.2f} GiB per device; "
-             f"budget {budget:g} min" + (": the plan needs more, the run will ask a person at the "
-                                                          "ceiling" if over else ""))
+    found = (
+        f"{verdict.max_steps} steps, {verdict.total_tokens:,} tokens, ~{verdict.est_minutes:.1f} min at "
+        f"{verdict.tokens_per_second:,.0f} tokens/s ({how}), {verdict.memory_gib:.2f} GiB per device; "
+        f"budget {budget:g} min" + (": the plan needs more, the run will ask a person at the ceiling" if over else "")
+    )
     if verdict.length_note:
         found += f"; {verdict.length_note}"
     if verdict.fixes:
@@ -161,11 +199,19 @@ def recipe_check(task: TrainTask, stage: str) -> Check | None:
     searched = (task.search.stages or {}).get(stage)
     if searched:
         share = task.search.budget_fraction * task.budget.allowed_s() / 60 / max(1, len(task.search.stages or {}))
-        return Check(f"recipe ({stage})", "ok", f"{', '.join(searched)} not given: the training engineer searches "
-                     f"them ({task.search.trials} learning rates, probes of at most {share:.1f} min), then sets the "
-                     "stage's length from the pace the probes measure and the time left; the plan's steps above "
-                     "are the estimate before that")
+        return Check(
+            f"recipe ({stage})",
+            "ok",
+            f"{', '.join(searched)} not given: the training engineer searches "
+            f"them ({task.search.trials} learning rates, probes of at most {share:.1f} min), then sets the "
+            "stage's length from the pace the probes measure and the time left; the plan's steps above "
+            "are the estimate before that",
+        )
     if stage in task.search.align_lr:
-        return Check(f"recipe ({stage})", "ok", f"learning_rate not given: {task.search.align_lr[stage]:g}, "
-                     f"the default for {task.train_config(stage).method}")
+        return Check(
+            f"recipe ({stage})",
+            "ok",
+            f"learning_rate not given: {task.search.align_lr[stage]:g}, "
+            f"the default for {task.train_config(stage).method}",
+        )
     return None
