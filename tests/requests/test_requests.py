@@ -56,7 +56,7 @@ ACCEPTED = [
     ("tiny llama on addition of two-digit numbers, budget 10 minutes", {"data.max_operand": 99}),
     ("tiny llama on three-digit addition, budget 10 minutes", {"data.max_operand": 999}),
     ("pretrain a tiny llama on addition for 200 steps at batch 16, learning rate 0.001; budget 10 minutes",
-     {"training.pretrain.max_steps": 200, "training.pretrain.per_device_batch_size": 16,
+     {"training.pretrain.max_steps": 200, "training.pretrain.per_device_train_batch_size": 16,
       "training.pretrain.learning_rate": 0.001}),
     ("pretrain a tiny llama on addition, then SFT for 400 steps; gate SFT at 85% exact match; budget 20 min",
      {"stages": ["pretrain", "sft"], "training.sft.max_steps": 400, "gates.sft.min": 0.85}),
@@ -87,8 +87,8 @@ ACCEPTED = [
     ("pretrain a llama, hidden 32, 1 layer, 1 head, on addition with 400 problems and 16 held out, for 6 steps "
      "at batch 8, sequence length 32; budget 10 minutes",
      {"model.hidden_size": 32, "model.num_layers": 1, "model.num_heads": 1, "data.n_train": 400, "data.n_eval": 16,
-      "training.pretrain.max_steps": 6, "training.pretrain.per_device_batch_size": 8,
-      "training.pretrain.seq_len": 32}),
+      "training.pretrain.max_steps": 6, "training.pretrain.per_device_train_batch_size": 8,
+      "training.pretrain.max_length": 32}),
     ("pretrain a tiny llama on addition then GRPO with 4 generations; budget 20 minutes",
      {"stages": ["pretrain", "grpo"], "training.grpo.grpo.num_generations": 4}),
 ]
