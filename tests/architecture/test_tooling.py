@@ -15,6 +15,7 @@ on each run, with ``mypy -p trainteam``; its paths are written back as the repos
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,9 +73,9 @@ def link_tree(root: Path = ROOT) -> Path:
             links[package.split(".")[1]] = root / folder
     tree = root / TYPECHECK / "trainteam"
     tree.mkdir(parents=True, exist_ok=True)
-    for old in tree.iterdir():
+    for old in tree.iterdir():  # a link to a module gone or moved, or anything not a link
         if not old.is_symlink() or links.get(old.name) != old.readlink():
-            old.unlink()
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
     for name, target in links.items():
         if not (tree / name).is_symlink():
             (tree / name).symlink_to(target)
@@ -93,25 +94,18 @@ def _repo_path(line: str, root: Path) -> str:
 def mypy_check(root: Path = ROOT, cache: Path | None = None) -> tuple[str, int]:
     """mypy's findings on the package trainteam ('' when clean) and how many source files it checked."""
     tree = link_tree(root)
-    cache = cache or root / TYPECHECK / ".mypy_cache"
-    proc = _run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--config-file",
-            str(root / "pyproject.toml"),
-            "--cache-dir",
-            str(cache),
-            "-p",
-            "trainteam",
-        ],
-        tree.parent,
-    )
+    config, cache = root / "pyproject.toml", cache or root / TYPECHECK / ".mypy_cache"
+    cmd = [sys.executable, "-m", "mypy", "--config-file", str(config), "--cache-dir", str(cache), "-p", "trainteam"]
+    proc = _run(cmd, tree.parent)
     lines = (proc.stdout + proc.stderr).strip().splitlines()
-    summary = re.search(r"(\d+) source files?", lines[-1] if lines else "")
-    findings = [_repo_path(line, root) for line in lines[:-1]]
-    return ("\n".join(findings) if proc.returncode != 0 or findings else ""), int(summary.group(1)) if summary else 0
+    summary = re.search(r"(\d+) source files?\)?$", lines[-1] if lines else "")  # "Success: ..." or "Found ..."
+    if summary:
+        lines = lines[:-1]
+    findings = "\n".join(_repo_path(line, root) for line in lines)
+    if proc.returncode != 0 and not findings:
+        findings = f"mypy exited {proc.returncode} without a finding"
+    checked = int(summary.group(1)) if summary else 0
+    return findings, checked
 
 
 def _product_py_files(root: Path) -> list[Path]:
