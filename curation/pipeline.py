@@ -391,9 +391,9 @@ def curate(
     run.counts["skipped_bad"] = skipped.count
     fp = stream_hash.hexdigest() if stream_hash is not None else corpus_fp or ""
     report = _report(run, _key(fp, eval_fps, params), near, near_pairs, skipped)
-    if out_dir is None:
+    if tmp is not None:  # no out_dir: the records come back in the report
         report.records = read_jsonl(final) if final.stat().st_size else []
-        tmp.cleanup()  # type: ignore[union-attr]
+        tmp.cleanup()
     else:
         report.output = str(final)
         report.content_hash = file_fingerprint(final)
