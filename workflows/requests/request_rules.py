@@ -557,9 +557,10 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
             cfg["warmup_steps"] = _int(m.group(1), "training.warmup_steps")
             clause = clause[:m.start()] + clause[m.end():]
         for key, pat, conv in (("max_steps", _NUM + r"\s+(?:[a-z-]+\s+)?steps\b", _int),
-                               ("per_device_batch_size", r"batch(?:\s+size)?(?:\s+of)?\s+" + _NUM, _int),
+                               ("per_device_train_batch_size", r"batch(?:\s+size)?(?:\s+of)?\s+" + _NUM, _int),
                                ("learning_rate", r"(?:learning rate|\blr)(?:\s+of)?\s*=?\s*" + _NUM, _num),
-                               ("seq_len", r"\b(?:sequence length|seq(?:uence)?[_ ]len\w*)(?:\s+of)?\s+" + _NUM, _int)):
+                               ("max_length", r"\b(?:sequence length|seq(?:uence)?[_ ]len\w*)(?:\s+of)?\s+" + _NUM,
+                                _int)):
             m = _search(pat, clause)
             if m:
                 cfg[key] = conv(m.group(1), f"training.{key}")

@@ -231,7 +231,8 @@ _FREE = {"name", "description", "stages", "budget", "require_approval", "on_gate
 _JUDGEMENT = re.compile(
     r"model\.(arch|hidden_size|num_layers|num_heads|num_kv_heads|intermediate_size|"
     r"max_position_embeddings)|tokenizer\.vocab_size|training\.\w+\.(learning_rate|"
-    r"per_device_batch_size|grad_accum|warmup_steps|lr_scheduler|seq_len|weight_decay)"
+    r"per_device_train_batch_size|gradient_accumulation_steps|warmup_steps|lr_scheduler_type|max_length|"
+    r"weight_decay)"
 )
 
 
