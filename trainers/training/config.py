@@ -121,12 +121,13 @@ class ModelSpec(_Strict):
     vocab_size: int | None = Field(default=None, gt=0, le=1 << 21, description="default: the tokenizer's")
     trust_remote_code: bool = Field(default=False, description="only a person turns this on")
     chat_template: str | None = Field(default=None, max_length=4096, description=(
-        "a chat template for the model's tokenizer that writes tools and tool calls (trainers/training/chat_templates.py): "
+        "a chat template for the model's tokenizer that writes tools and tool calls "
+        "(trainers/training/chat_templates.py): "
         "a template TRL ships by name (qwen2_5: ChatML, tools in the system turn, <tool_call> calls) or a .jinja "
         "file; saved with the checkpoints"))
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelSpec":
+    def _heads_divide(self) -> ModelSpec:
         if self.path is None and self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.path is None and self.chat_template:
@@ -135,11 +136,13 @@ class ModelSpec(_Strict):
 
 
 class TokenizerConfig(_Strict):
-    vocab_size: int = Field(default=512, ge=260, le=1 << 20, description="byte alphabet (256) + special tokens + merges")
+    vocab_size: int = Field(default=512, ge=260, le=1 << 20,
+                            description="byte alphabet (256) + special tokens + merges")
     split_digits: bool = Field(default=True, description="one token per digit; arithmetic fails without it")
     min_frequency: int = Field(default=1, ge=1, le=1 << 30)
     special_tokens: list[str] = Field(default_factory=lambda: ["<pad>", "<s>", "</s>", "<unk>"], max_length=1000)
-    extra_tokens: list[str] = Field(default_factory=list, max_length=10000, description="functional tokens added after training")
+    extra_tokens: list[str] = Field(default_factory=list, max_length=10000,
+                                    description="functional tokens added after training")
 
 
 class LoraOptions(_Strict):
@@ -221,7 +224,7 @@ class DistributedSpec(_Strict):
                               "the newest complete checkpoint; then the step fails")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "DistributedSpec":
+    def _consistent(self) -> DistributedSpec:
         if self.num_processes % self.num_machines:
             raise ValueError(f"num_processes: {self.num_processes} processes do not split evenly over "
                              f"{self.num_machines} machines")
@@ -252,7 +255,8 @@ class TrainConfig(_Strict):
     method: Method = "sft"
     output_dir: Path | None = None
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    max_steps: int = Field(default=100, gt=0, le=10_000_000, description="unused (and not stored) with num_train_epochs")
+    max_steps: int = Field(default=100, gt=0, le=10_000_000,
+                           description="unused (and not stored) with num_train_epochs")
     num_train_epochs: float | None = Field(default=None, gt=0, le=10_000, description="passes over the data instead of "
                                            "max_steps: the trainer derives the steps from the data's size and the "
                                            "batch when training starts (recorded as the stage's max_steps)")
@@ -306,7 +310,7 @@ class TrainConfig(_Strict):
         return " (another field of the method's TRL config goes in the trl: block)"
 
     @model_validator(mode="after")
-    def _trl_not_ours(self) -> "TrainConfig":
+    def _trl_not_ours(self) -> TrainConfig:
         """A ``trl:`` key trainteam sets itself is refused, naming the field that sets it."""
         for key in self.trl:
             ours = key_aliases.owned_by(self.method, key)

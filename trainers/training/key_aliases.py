@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import difflib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 # trainteam's earlier name -> the TrainConfig field (TRL's name); each field's validation alias
 EARLIER: dict[str, str] = {
@@ -97,7 +98,8 @@ METHOD_OWNED: dict[str, dict[str, str]] = {
     "pretrain": {"remove_unused_columns": "(pretraining feeds packed windows)"},
     "sft": {"packing": "sft.packing", "packing_strategy": "sft.packing", "padding_free": "sft.padding_free",
             "completion_only_loss": "sft.completion_only_loss", "dataset_num_proc": "(trainteam tokenizes in process)"},
-    "dpo": {"beta": "dpo.beta", "loss_type": "dpo.loss_type", "precompute_ref_log_probs": "dpo.precompute_ref_log_probs"},
+    "dpo": {"beta": "dpo.beta", "loss_type": "dpo.loss_type",
+            "precompute_ref_log_probs": "dpo.precompute_ref_log_probs"},
     "grpo": {"num_generations": "grpo.num_generations", "max_completion_length": "grpo.max_completion_length",
              "loss_type": "grpo.loss_type", "beta": "grpo.beta", "epsilon": "grpo.epsilon",
              "epsilon_high": "grpo.epsilon_high", "temperature": "grpo.temperature",
@@ -209,7 +211,8 @@ def rewrite(data: dict) -> dict:
     for key in [k for k in data if k in METHOD_KEYS]:
         method = data.get("method")
         if method not in ("dpo", "grpo"):
-            raise ValueError(f"{key}: a dpo or grpo setting, and this block's method is {method or 'sft (the default)'}; "
+            raise ValueError(f"{key}: a dpo or grpo setting, and this block's method is "
+                             f"{method or 'sft (the default)'}; "
                              f"write dpo.{key} or grpo.{key}, or give method")
         src.claim(f"{method}.{key}", key)
         _put(out, f"{method}.{key}", out.pop(key))

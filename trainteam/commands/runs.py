@@ -15,7 +15,8 @@ runs_app = typer.Typer(help="Past and current runs.", no_args_is_help=True)
 
 
 @runs_app.command("list")
-def list_(limit: int = typer.Option(50, min=1, max=100_000, help="newest first, at most this many"), as_json: bool = typer.Option(False, "--json")) -> None:
+def list_(limit: int = typer.Option(50, min=1, max=100_000, help="newest first, at most this many"),
+          as_json: bool = typer.Option(False, "--json")) -> None:
     rows = runs_view(read_stores()[0], limit)
     if as_json:
         return print_json(rows)
@@ -84,9 +85,12 @@ def search_line(stage: str, found: dict) -> str:
 
 
 @runs_app.command("resume")
-def resume(run_id: str, force: bool = typer.Option(False, "--force", help="resume even if its process still holds its lease (a machine cut off from the database)"),
+def resume(run_id: str,
+           force: bool = typer.Option(False, "--force", help="resume even if its process still holds its lease "
+                                      "(a machine cut off from the database)"),
            quiet: bool = typer.Option(False, "--quiet", "-q"),
-           yes: bool = typer.Option(False, "--yes", "-y", help="approve the run's gated actions up front, as you")) -> None:
+           yes: bool = typer.Option(False, "--yes", "-y",
+                                    help="approve the run's gated actions up front, as you")) -> None:
     """Continue a run whose process died; finished steps are not run again."""
     import contextlib
     import getpass

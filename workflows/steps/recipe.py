@@ -16,26 +16,24 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.markup import escape
 
-from trainteam.core import clock
-from trainteam.core.errors import BadInput
 from trainteam.agents.decisions import decide
 from trainteam.contract.stage_config import resolve_stage
 from trainteam.contract.step_io import ToolContext
+from trainteam.core import clock
+from trainteam.core.errors import BadInput
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_probe, record_recipe
 from trainteam.trainers.evaluation.answer_length import size_generation
-from trainteam.trainers.training import budget
-from trainteam.trainers.training.config import TrainConfig
-from trainteam.trainers.training.console_lines import say
-from trainteam.trainers.planning import ModelShape
 from trainteam.trainers.evaluation.stage_gate import PRETRAIN_KINDS
+from trainteam.trainers.planning import ModelShape
 from trainteam.trainers.search.recipe_search import (
     FIRST_RUNG,
     MIN_ROWS,
@@ -59,11 +57,14 @@ from trainteam.trainers.search.recipe_search import (
     probe_length,
     probe_warmup,
     release,
-    rung_steps,
     run_probes,
+    rung_steps,
     split_rows,
     wasted_tops,
 )
+from trainteam.trainers.training import budget
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.console_lines import say
 from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.task.stage_plan import plan_stage
 
@@ -189,7 +190,7 @@ def search_metric(task, stage: str) -> tuple[str, str]:
     found = curriculum_from_task(task).find(stage)
     rules = list(found.gates) if found is not None else []
     named = next((r.metric for r in rules if r.min is not None), rules[0].metric if rules else None)
-    if named in RATE_METRICS:
+    if named is not None and named in RATE_METRICS:
         return named, f"the stage's gate is on {named}"
     if named in ("heldout_loss", "perplexity"):
         return "heldout_loss", f"the stage's gate is on {named}"

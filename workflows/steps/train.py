@@ -26,33 +26,32 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.contract.stage_config import StageAttempt, recorded, resolve_stage
-from trainteam.contract.step_io import (Carried, Decision, NeedsPerson, Resume, StepResult, ToolContext,
-                                        budget_overrun)
+from trainteam.contract.step_io import Carried, Decision, NeedsPerson, Resume, StepResult, ToolContext, budget_overrun
 from trainteam.core.hashing import weights_hash
 from trainteam.curation import build_preference_pairs, score_reward
 from trainteam.curation.demo import read_jsonl
+from trainteam.curation.formats import example, folder_prompt_format, query, row_kind
 from trainteam.curation.rewards import default_rewards
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_checkpoint, record_gate, record_tokenizer
-from trainteam.trainers.training import budget
-from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
-from trainteam.curation.formats import example, folder_prompt_format, query, row_kind
 from trainteam.trainers.evaluation.battery import greedy_generations
 from trainteam.trainers.evaluation.gates import accept_failed_gate
-from trainteam.trainers.launch.supervisor import train_launched
-from trainteam.trainers.training.models import build_model, load_model
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage, random_init
+from trainteam.trainers.launch.supervisor import train_launched
+from trainteam.trainers.training import budget
 from trainteam.trainers.training.chat_templates import save_tokenizer_with_template
+from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
+from trainteam.trainers.training.loop import train as run_training
+from trainteam.trainers.training.models import build_model, load_model
 from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.trainers.training.tokenizer import train_tokenizer as fit
-from trainteam.trainers.training.loop import train as run_training
-from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.headroom import skip_align
 from trainteam.workflows.steps.judge import measure_stage
 from trainteam.workflows.steps.recipe import StageRecipe, find_recipe
 from trainteam.workflows.steps.retry import StopRetry, retraining_plan, retry_note
+from trainteam.workflows.task.curriculum import curriculum_from_task
 
 
 def _records(path: str) -> list[dict]:
@@ -186,7 +185,8 @@ class _Stage:
                                     apply_proposal=proposal, answer=ctx.task.answer)
         else:
             report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
-                                  apply_proposal=proposal, reward_funcs=default_rewards(self.tokenizer, ctx.task.answer),
+                                  apply_proposal=proposal,
+                                  reward_funcs=default_rewards(self.tokenizer, ctx.task.answer),
                                   callbacks=callbacks)
         new = [list(x) for x in report.losses]
         if new:  # points from before the rollback stay; the resumed run's points follow them
@@ -257,7 +257,8 @@ class _Stage:
         k = 1 + sum(1 for s in previous if s.get("from_start"))
         factor = self.attempt["lr_factor"] * 0.5
         seen = (f" ({ev['metric']} {ev['value']:.4g} against a window mean of {ev['window_mean']:.4g} ± "
-                f"{ev['window_std']:.2g}, z {ev['z']:.1f})" if "z" in ev else f" ({ev.get('metric')} {ev.get('value')})")
+                f"{ev['window_std']:.2g}, z {ev['z']:.1f})" if "z" in ev
+                else f" ({ev.get('metric')} {ev.get('value')})")
         out = self._out(stage)
         return {"stage": stage, "from_start": True, "spike_step": step, "lr_factor": factor,
                 "output_dir": str(out.with_name(f"{out.name}-restart{k}")),
@@ -409,7 +410,7 @@ def over_budget(ctx: ToolContext, where: dict[str, Any], carried: Carried | None
     return budget_overrun(ctx.step, budget, allowed_s, where, carried)
 
 
-def _stage_gate_failed(ctx: ToolContext, stage: str, names: list[str], i: int, failed, runner: "_Stage",
+def _stage_gate_failed(ctx: ToolContext, stage: str, names: list[str], i: int, failed, runner: _Stage,
                        parent: str, record: dict) -> StepResult:
     """An earlier curriculum stage's gate failed: the step stops (``stop``) or asks a person (``ask``)."""
     ask = ctx.task.on_gate_failure == "ask"
@@ -486,7 +487,7 @@ def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dic
     spec, rng = ctx.task.answer, random.Random(ctx.task.data.seed)
     references = [example(r)[1] for r in rows]
     samples = []
-    for i, (reference, g) in enumerate(zip(references, gens)):
+    for i, (reference, g) in enumerate(zip(references, gens, strict=True)):  # one generation per row
         answer = str(g.get("text", g.get("completion", ""))).strip()
         if spec.is_correct(answer, reference):
             answer = spec.wrong_answer(reference, rng, references)
@@ -566,7 +567,8 @@ def merge_adapters(ctx: ToolContext) -> StepResult:
     node = _checkpoint_node(ctx, merged, "merged", _training_data(ctx).node("train"), None,
                             last.checkpoint_node, {})
     base = json.loads((ckpt / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    return StepResult(summary=f"adapter of {ckpt.parent.name} merged into the base it was trained on ({Path(base).name})",
+    return StepResult(summary=f"adapter of {ckpt.parent.name} merged into the base it was trained on "
+                              f"({Path(base).name})",
                       artifacts={"checkpoint": str(merged), "tokenizer": str(merged)}, nodes={"checkpoint": node},
                       details=gated)
 

@@ -38,8 +38,8 @@ from trainteam.curation.splits import held_out, plan_splits
 from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.planning import PlanRefused, detect_hardware, plan, recommend
 from trainteam.trainers.planning.calibrate import Calibration, calibrate, lookup
-from trainteam.trainers.search.recipe_search import default_batch, final_steps
 from trainteam.trainers.planning.tokens import SAMPLE_ROWS, RowTokens, bytes_bound, count_tokens, model_tokenizer
+from trainteam.trainers.search.recipe_search import default_batch, final_steps
 
 FIXABLE = ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "precision",
            "gradient_checkpointing", "strategy", "max_length")
@@ -58,7 +58,8 @@ class StageVerdict(BaseModel):
     max_steps: int = 0
     examples: int | None = Field(default=None, description="training examples the planner counted (epochs, steps)")
     row_tokens: float | None = Field(default=None, description="mean tokens per training example")
-    row_tokens_source: str | None = Field(default=None, description="tokenizer (counted on a sample) or bytes (a bound)")
+    row_tokens_source: str | None = Field(default=None,
+                                          description="tokenizer (counted on a sample) or bytes (a bound)")
     longest_row: int | None = None
     tokens_per_second: float = 0.0
     throughput_source: str = "assumed"
@@ -243,7 +244,8 @@ def _stamp(path) -> tuple[int, int]:
 
 @lru_cache(maxsize=32)
 def _file_tokens(path: Path, eval_path: Path | None, split: str | None, eval_split: str | None,
-                 columns: tuple, eval_fraction: float, seed: int, method: str, tokenizer_path: tuple[str, str | None] | None,
+                 columns: tuple, eval_fraction: float, seed: int, method: str,
+                 tokenizer_path: tuple[str, str | None] | None,
                  stamp: tuple[int, int]) -> DataTokens:
     parts = plan_splits(path, eval_path, split=split, eval_split=eval_split)
     n = sum(1 for _ in iter_items(parts.train.path, split=parts.train.split))
