@@ -6,12 +6,15 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainteam.contract.redaction import redact, redact_text
 from trainteam.core.dbread import connect_readonly
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.workflows.engine import readonly
+
+if TYPE_CHECKING:
+    from trainteam.workflows.engine.store import ApprovalStore, RunStore
 
 
 class _LazyConsole:
@@ -47,7 +50,7 @@ def workspace():
     return Workspace.open(STATE.workspace)
 
 
-def read_stores():
+def read_stores() -> tuple[readonly.RunReader | RunStore, readonly.ApprovalReader | ApprovalStore]:
     """(runs, approvals) stores for the list/show commands, which only read.
 
     On the workspace's own SQLite database: the stdlib read-only twins (no SQLAlchemy, no
