@@ -267,7 +267,9 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     (run / "pretrain-v1" / "final" / "tokenizer.json").write_text("{}")  # train() saves the tokenizer with it
     (run / "sft-v1" / "checkpoint-750" / "trainer_state.json").write_text('{"global_step": 750}')
     c = ctx(ws, "training_engineer", "train", t)
-    c.decided = StepInputs(restart={"stage": "sft", "proposal": {"spike_step": 752}})
+    rollback = {"spike_step": 752, "rollback_checkpoint": str(run / "sft-v1" / "checkpoint-750"), "skip_batches": 2,
+                "lr_scale": 0.5, "reason": "spike at 752"}
+    c.decided = StepInputs(restart={"stage": "sft", "spike_step": 752, "proposal": rollback})
     rest = plan_stages(c, "train")
     sft_minutes = whole["stages"]["sft"]["est_minutes"]
     assert list(rest["stages"]) == ["sft"]  # pretrain resumes from its final weights
@@ -275,5 +277,6 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     assert rest["est_minutes"] == pytest.approx(0.25 * sft_minutes, abs=0.002)
     assert rest["est_minutes"] < whole["est_minutes"]
     # a restart from the stage's start trains in a folder of its own: all of SFT is left
-    c.decided = StepInputs(restart={"stage": "sft", "from_start": True, "output_dir": str(run / "sft-v1-restart1")})
+    c.decided = StepInputs(restart={"stage": "sft", "from_start": True, "spike_step": 752,
+                                    "output_dir": str(run / "sft-v1-restart1")})
     assert plan_stages(c, "train")["est_minutes"] == pytest.approx(sft_minutes, abs=0.002)
