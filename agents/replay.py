@@ -11,7 +11,8 @@ artifacts' content hashes shows that something outside the model changed.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, Field
 from pydantic_ai.messages import ModelResponse
@@ -115,10 +116,11 @@ def replay_run(source_ws, run_id: str, dest_ws, toolbox: Mapping[str, StepTool],
         try:
             result = run_persona_step(ctx, rec["tool"], model=model)
             for decision in rec.get("approvals", [])[:1]:
-                if result.outcome != "needs_approval":
+                pending = result.needs.resume.pending if result.needs is not None else None
+                if result.outcome != "needs_approval" or pending is None:
                     error = f"recorded an approval, but the replay did not ask for one ({result.outcome})"
                     break
-                result = resume_persona_step(ctx, rec["tool"], result.needs.resume.pending, decision["approved"],
+                result = resume_persona_step(ctx, rec["tool"], pending, decision["approved"],
                                              decision.get("note"), model=model)
         except Exception as exc:  # the recorded run may have failed the same way; compare below
             result, error = None, f"{type(exc).__name__}: {exc}".splitlines()[0]

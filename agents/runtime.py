@@ -73,7 +73,7 @@ class PersonaReport(BaseModel):
     reasons: list[str] = Field(default_factory=list)
 
 
-OUTPUT_TYPES = [PersonaReport, DeferredToolRequests]
+OUTPUT_TYPES: list[type[Any]] = [PersonaReport, DeferredToolRequests]
 
 
 @dataclass
@@ -280,8 +280,8 @@ class _Session:
         return StepResult.model_validate(redact(step.model_dump(mode="json")))
 
     def _needs_approval(self, output: DeferredToolRequests, messages, t0: float) -> StepResult:
-        calls = [{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "args": c.args_as_dict()}
-                 for c in output.approvals]
+        calls: list[dict[str, Any]] = [{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name,
+                                        "args": c.args_as_dict()} for c in output.approvals]
         path = self._write(messages, "needs_approval", t0, pending_calls=calls)
         pending = redact({
             "version": PENDING_VERSION, "persona": self.card.name, "tool": self.tool, "segment": self.segment,
