@@ -24,21 +24,22 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from trainteam.agents.cards import PERSONAS
 from trainteam.agents.providers import ModelChoice, build_model, choose_model
 from trainteam.contract.redaction import remember
-from trainteam.core.errors import BadInput, NotFound
 from trainteam.core.db import utcnow
+from trainteam.core.errors import BadInput, NotFound
 from trainteam.graph.record import record_binding, record_bound_use, record_model
-from trainteam.trainers.serving.registry import ModelRecord, ModelRegistry
 from trainteam.trainers.serving.endpoint import ChatModel, ChatServer
+from trainteam.trainers.serving.registry import ModelRecord, ModelRegistry
 
 _LOCK = threading.Lock()
 _SERVERS: dict[str, tuple[ChatServer, str]] = {}  # model id -> (its started server, its bearer key)
-_ACTIVE: dict[str, "BoundModel"] = {}  # persona -> the binding its last step resolved in this process
+_ACTIVE: dict[str, BoundModel] = {}  # persona -> the binding its last step resolved in this process
 
 
 def persona_role(persona: str) -> str:

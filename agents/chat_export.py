@@ -25,14 +25,15 @@ them, the trainers read only ``messages`` and ``tools``. Everything is redacted 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
 from trainteam.agents import compact, transcripts
 from trainteam.agents.cards import load_card
-from trainteam.contract.redaction import redact
 from trainteam.agents.runtime import _make_tool
+from trainteam.contract.redaction import redact
 from trainteam.contract.step_io import StepTool
 
 FINAL = "final_result"

@@ -21,7 +21,8 @@ same functions on both sides, so a model trained on compact rows is asked exactl
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic_ai.capabilities import AbstractCapability
 

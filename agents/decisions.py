@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
+
 from trainteam.agents.bound_models import active
 from trainteam.agents.cards import load_card, render
 from trainteam.agents.providers import (

@@ -55,8 +55,9 @@ def log_tool_call(deps, tool_call_id: str, tool: str, args: Any, status: str, re
         attrs["summary"] = str(result.get("summary") or result.get("next") or "")[:500]
     if error:
         attrs["error"] = error[:500]
+    facts = redact(_made_by(deps, attrs))
     return _by_model(deps, record_tool_call(ctx.graph, run_id=ctx.run_id, segment=deps.segment,
-                                            tool_call_id=tool_call_id, step_node=step, facts=redact(_made_by(deps, attrs))))
+                                            tool_call_id=tool_call_id, step_node=step, facts=facts))
 
 
 def _made_by(deps, attrs: dict[str, Any]) -> dict[str, Any]:

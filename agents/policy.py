@@ -18,8 +18,9 @@ Tool-call ids are explicit and derived from the step, so a run's transcript is s
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -33,7 +34,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from trainteam.trainers.planning.advice import over_budget
-
 
 # The metrics a persona's report names (by the last part of their key); agents/compact.py shows only these.
 REPORTED_METRICS = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")

@@ -190,7 +190,7 @@ def _what(exc: BaseException) -> str:
         return "cannot connect (unknown host)"
     if any(isinstance(c, ssl.SSLError) for c in chain):
         return "cannot connect (TLS failed)"
-    if any(isinstance(c, TimeoutError) or "Timeout" in k for c, k in zip(chain, kinds)):
+    if any(isinstance(c, TimeoutError) or "Timeout" in k for c, k in zip(chain, kinds, strict=True)):
         return "timed out"
     if any("Connection" in k for k in kinds):
         return "connection lost" if getattr(exc, "phase", None) == "read" else "cannot connect"

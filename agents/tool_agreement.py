@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from trainteam.curation.row_checks import ANSWER_TOOLS
 from trainteam.trainers.serving.endpoint import ChatModel
-
 
 FINAL = ANSWER_TOOLS[0]  # the persona's report as pydantic-ai's output tool (agents/compact.FINAL)
 
