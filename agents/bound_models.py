@@ -57,8 +57,17 @@ def _persona_of(role: str) -> str | None:
 
 
 def _record_model(g, rec: ModelRecord) -> None:
-    record_model(g, rec.id, name=rec.name, path=rec.path, stage=rec.stage, base=rec.base, metrics=rec.metrics,
-                 content_hash=rec.content_hash, run_id=rec.lineage.get("run_id"))
+    record_model(
+        g,
+        rec.id,
+        name=rec.name,
+        path=rec.path,
+        stage=rec.stage,
+        base=rec.base,
+        metrics=rec.metrics,
+        content_hash=rec.content_hash,
+        run_id=rec.lineage.get("run_id"),
+    )
 
 
 def bind_role(ws, role: str, model: str, *, by: str | None, prompt: str = "full") -> ModelRecord:
@@ -97,8 +106,12 @@ class BoundModel:
     @property
     def choice(self) -> ModelChoice:
         """What provider messages name (``openai:<id> at http://127.0.0.1:PORT/v1``)."""
-        return ModelChoice(persona=self.persona, model=f"openai:{self.model_id}", base_url=self.base_url,
-                           source=f"binding {persona_role(self.persona)}")
+        return ModelChoice(
+            persona=self.persona,
+            model=f"openai:{self.model_id}",
+            base_url=self.base_url,
+            source=f"binding {persona_role(self.persona)}",
+        )
 
     def model(self) -> Any:
         from pydantic_ai.models.openai import OpenAIChatModel
@@ -131,8 +144,9 @@ def serve_bound(persona: str, rec: ModelRecord, prompt: str = "full") -> BoundMo
             server = ChatServer(ChatModel(rec.path, rec.id, max_new_tokens=256), port=0, api_key=key).start()
             _SERVERS[rec.id] = (server, key)
         server, key = _SERVERS[rec.id]
-    return BoundModel(persona=persona, model_id=rec.id, name=rec.name, base_url=server.base_url, api_key=key,
-                      prompt=prompt)
+    return BoundModel(
+        persona=persona, model_id=rec.id, name=rec.name, base_url=server.base_url, api_key=key, prompt=prompt
+    )
 
 
 def bound_model(ws, persona: str) -> BoundModel | None:

@@ -23,8 +23,11 @@ def data_line(task) -> str:
     d = task.data
     if d.demo:
         return f"bundled demo '{d.demo}' ({d.n_train} train / {d.n_eval} held-out, operands ≤ {d.max_operand})"
-    held = d.eval_path or (f"its {d.eval_split} split" if d.eval_split else
-                           f"its validation/test split, else a seeded {d.eval_fraction:.0%} of its rows")
+    held = d.eval_path or (
+        f"its {d.eval_split} split"
+        if d.eval_split
+        else f"its validation/test split, else a seeded {d.eval_fraction:.0%} of its rows"
+    )
     return f"your data {d.path} (held-out: {held})"
 
 
@@ -56,20 +59,32 @@ def instructions(ctx, card: PersonaCard, tool: str) -> str:
     budget = task.budget.model_dump()
     budget["spent_minutes"] = spent_minutes(ctx)
     return render(
-        card.template, card=card, tools=card.tools, run_id=ctx.run_id, task=task,
-        step={"name": ctx.step, "visit": ctx.visit, "tool": tool,
-              "inputs": {k: v for k, v in ctx.inputs.items() if isinstance(v, (str, int, float, bool))}},
-        model_line=model_line(task), data_line=data_line(task), budget=budget, facts=graph_facts(ctx),
+        card.template,
+        card=card,
+        tools=card.tools,
+        run_id=ctx.run_id,
+        task=task,
+        step={
+            "name": ctx.step,
+            "visit": ctx.visit,
+            "tool": tool,
+            "inputs": {k: v for k, v in ctx.inputs.items() if isinstance(v, (str, int, float, bool))},
+        },
+        model_line=model_line(task),
+        data_line=data_line(task),
+        budget=budget,
+        facts=graph_facts(ctx),
         skills=skills_for(card, conds),
     )
 
 
 def step_prompt(ctx, tool: str) -> str:
-    return (f"Run {ctx.run_id}, step {ctx.step} (visit {ctx.visit}): do this step with `{tool}`, "
-            "then report your summary, decision and reasons.")
+    return (
+        f"Run {ctx.run_id}, step {ctx.step} (visit {ctx.visit}): do this step with `{tool}`, "
+        "then report your summary, decision and reasons."
+    )
 
 
 def loaded_skills(ctx, card: PersonaCard) -> list[str]:
     conds = task_conditions(ctx.task, ctx.visit, ctx.decided.restart is not None, ctx.outputs)
     return [s.name for s in skills_for(card, conds)]
-

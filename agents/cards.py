@@ -88,8 +88,9 @@ def load_skill(name: str) -> Skill:
         raise BadInput(format_validation_error(exc, f"skills/{name}/SKILL.md")) from None
 
 
-def task_conditions(task: Any, visit: int = 1, restarting: bool = False,
-                    outputs: Mapping[str, StepResult] | None = None) -> set[str]:
+def task_conditions(
+    task: Any, visit: int = 1, restarting: bool = False, outputs: Mapping[str, StepResult] | None = None
+) -> set[str]:
     """Which ``load_when`` conditions hold for this task and step."""
     conds = {"always"}
     if visit > 1:
@@ -123,8 +124,12 @@ def _template_source(name: str) -> str:
 def template_env() -> jinja2.Environment:
     # Instructions are plain text for a model, not HTML: no autoescape; StrictUndefined so a
     # template naming a missing variable fails in tests rather than rendering blanks.
-    return jinja2.Environment(loader=jinja2.FunctionLoader(_template_source), undefined=jinja2.StrictUndefined,
-                              autoescape=False, keep_trailing_newline=True)
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(_template_source),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
 
 
 def render(template: str, **context: Any) -> str:

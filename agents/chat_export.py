@@ -61,8 +61,16 @@ def tool_schemas(persona: str, names: Iterable[str], toolbox: Mapping[str, StepT
         if grant is None or name not in toolbox:
             continue
         tdef = _make_tool(grant, toolbox[name]).tool_def
-        out.append({"type": "function", "function": {"name": tdef.name, "description": tdef.description or "",
-                                                     "parameters": tdef.parameters_json_schema}})
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": tdef.name,
+                    "description": tdef.description or "",
+                    "parameters": tdef.parameters_json_schema,
+                },
+            }
+        )
     return out
 
 
@@ -71,8 +79,10 @@ def compact_tools(persona: str, tool: str, toolbox: Mapping[str, StepTool]) -> l
     from trainteam.agents.runtime import PersonaReport
 
     step = tool_schemas(persona, [tool], toolbox)
-    fns = [compact.compact_tool(t["function"]["name"], t["function"]["description"], t["function"]["parameters"])
-           for t in step]
+    fns = [
+        compact.compact_tool(t["function"]["name"], t["function"]["description"], t["function"]["parameters"])
+        for t in step
+    ]
     return fns + [compact.final_tool(PersonaReport.model_json_schema())]
 
 
@@ -99,13 +109,34 @@ def _response(parts: list[Mapping[str, Any]], final_call: bool = False) -> list[
     final = next((p for p in calls if str(p.get("tool_name", "")).startswith(FINAL)), None)
     turns = []
     if steps:
-        turns.append({"role": "assistant", "content": text, "tool_calls": [
-            {"type": "function", "id": p.get("tool_call_id"),
-             "function": {"name": p["tool_name"], "arguments": _args(p)}} for p in steps]})
+        turns.append(
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "id": p.get("tool_call_id"),
+                        "function": {"name": p["tool_name"], "arguments": _args(p)},
+                    }
+                    for p in steps
+                ],
+            }
+        )
     if final is not None and final_call:
-        turns.append({"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "id": final.get("tool_call_id"),
-             "function": {"name": compact.FINAL, "arguments": _args(final)}}]})
+        turns.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "id": final.get("tool_call_id"),
+                        "function": {"name": compact.FINAL, "arguments": _args(final)},
+                    }
+                ],
+            }
+        )
     elif final is not None:
         turns.append({"role": "assistant", "content": _text(_args(final))})
     elif not steps and text:
@@ -119,10 +150,14 @@ def _as_sent(p: Mapping[str, Any]) -> str:
     from pydantic_ai.messages import RetryPromptPart, ToolReturnPart
 
     if p.get("part_kind") == "retry-prompt":
-        return RetryPromptPart(content=p.get("content"), tool_name=p.get("tool_name"),
-                               tool_call_id=p["tool_call_id"]).model_response()
-    return ToolReturnPart(tool_name=p.get("tool_name") or "", content=compact.result_view(p.get("content")),
-                          tool_call_id=p["tool_call_id"]).model_response_str()
+        return RetryPromptPart(
+            content=p.get("content"), tool_name=p.get("tool_name"), tool_call_id=p["tool_call_id"]
+        ).model_response()
+    return ToolReturnPart(
+        tool_name=p.get("tool_name") or "",
+        content=compact.result_view(p.get("content")),
+        tool_call_id=p["tool_call_id"],
+    ).model_response_str()
 
 
 def _request(parts: list[Mapping[str, Any]], answered: set[str], exact: bool = False) -> list[dict[str, Any]]:
@@ -134,8 +169,14 @@ def _request(parts: list[Mapping[str, Any]], answered: set[str], exact: bool = F
         if kind == "user-prompt":
             turns.append({"role": "user", "content": _text(p.get("content"))})
         elif kind in ("tool-return", "retry-prompt") and p.get("tool_call_id") in answered:
-            turns.append({"role": "tool", "tool_call_id": p["tool_call_id"], "name": p.get("tool_name") or "",
-                          "content": _as_sent(p) if exact else _text(p.get("content"))})
+            turns.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": p["tool_call_id"],
+                    "name": p.get("tool_name") or "",
+                    "content": _as_sent(p) if exact else _text(p.get("content")),
+                }
+            )
         elif kind == "retry-prompt" and not p.get("tool_call_id"):
             turns.append({"role": "user", "content": _text(p.get("content"))})
     return turns
@@ -154,8 +195,12 @@ def chat_messages(record: Mapping[str, Any], style: str = "full") -> list[dict[s
         parts = m.get("parts", [])
         if m.get("kind") == "response":
             turns = _response(parts, final_call=style == "compact")
-            answered |= {c["id"] for t in turns for c in t.get("tool_calls", [])
-                         if c.get("id") and c["function"]["name"] != compact.FINAL}
+            answered |= {
+                c["id"]
+                for t in turns
+                for c in t.get("tool_calls", [])
+                if c.get("id") and c["function"]["name"] != compact.FINAL
+            }
             msgs += turns
         else:
             msgs += _request(parts, answered, exact=style == "compact")
@@ -170,9 +215,15 @@ def chat_row(record: Mapping[str, Any], toolbox: Mapping[str, StepTool], style: 
         tools = record.get("tool_schemas") or tool_schemas(record["persona"], record.get("tools", []), toolbox)
     # the order the runtime declares each call's fields in (a stored schema's keys are sorted, as transcripts are)
     live = tools if style == "compact" else tool_schemas(record["persona"], record.get("tools", []), toolbox)
-    row = {"id": f"{record['run_id']}/{record['segment']}", "run_id": record["run_id"],
-           "persona": record["persona"], "step": record["step"], "segment": record["segment"],
-           "messages": in_schema_order(chat_messages(record, style), live + tools), "tools": tools}
+    row = {
+        "id": f"{record['run_id']}/{record['segment']}",
+        "run_id": record["run_id"],
+        "persona": record["persona"],
+        "step": record["step"],
+        "segment": record["segment"],
+        "messages": in_schema_order(chat_messages(record, style), live + tools),
+        "tools": tools,
+    }
     return ChatRow.model_validate(redact(row))
 
 
@@ -194,8 +245,7 @@ def in_schema_order(messages: list[dict[str, Any]], tools: list[dict[str, Any]])
         args = dict(sorted(args.items(), key=lambda kv: rank.get(kv[0], len(rank))))
         return {**call, "function": {**fn, "arguments": args}}
 
-    return [{**m, "tool_calls": [ordered(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
-            for m in messages]
+    return [{**m, "tool_calls": [ordered(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in messages]
 
 
 def _finished(messages: list[dict[str, Any]]) -> bool:
@@ -206,16 +256,26 @@ def _finished(messages: list[dict[str, Any]]) -> bool:
     return not calls or calls[-1]["function"]["name"] == compact.FINAL
 
 
-def chat_rows(ws, run_ids: Iterable[str], toolbox: Mapping[str, StepTool], *, personas: Iterable[str] = (),
-              steps: Iterable[str] = (), style: str = "full") -> list[ChatRow]:
+def chat_rows(
+    ws,
+    run_ids: Iterable[str],
+    toolbox: Mapping[str, StepTool],
+    *,
+    personas: Iterable[str] = (),
+    steps: Iterable[str] = (),
+    style: str = "full",
+) -> list[ChatRow]:
     """The completed persona turns of ``run_ids`` (in order), those of ``personas`` and ``steps`` when
     given, each ending with its final answer; ``style``: the prompt they are written with (``agents/compact``)."""
     want_p, want_s = set(personas), set(steps)
     rows = []
     for rid in run_ids:
         for rec in transcripts.read_run(ws, rid):
-            if rec.get("status") != "completed" or (want_p and rec["persona"] not in want_p) or (
-                    want_s and rec["step"] not in want_s):
+            if (
+                rec.get("status") != "completed"
+                or (want_p and rec["persona"] not in want_p)
+                or (want_s and rec["step"] not in want_s)
+            ):
                 continue
             row = chat_row(rec, toolbox, style)
             if _finished(row.messages):

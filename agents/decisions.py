@@ -64,8 +64,15 @@ class Decided(Generic[T]):
         return {"decided_by": self.by, **({"warning": self.warning} if self.warning else {})}
 
 
-def decide(persona: str, question: str, evidence: BaseModel | Mapping[str, Any], offline: T, *,
-           check: Callable[[T], str | None] | None = None, environ: Mapping[str, str] | None = None) -> Decided[T]:
+def decide(
+    persona: str,
+    question: str,
+    evidence: BaseModel | Mapping[str, Any],
+    offline: T,
+    *,
+    check: Callable[[T], str | None] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Decided[T]:
     env = dict(os.environ if environ is None else environ)
     bound = active(persona, env)  # the persona's role binding its step resolved (agents/bound_models.py)
     choice = bound.choice if bound is not None else choose_model(persona, env)
@@ -105,9 +112,15 @@ def _agent(model: Any, persona: str, output: type[BaseModel], check: Callable | 
     from pydantic_ai import Agent, ModelRetry
 
     card = load_card(persona)
-    agent = Agent(model, name=f"{persona}_decision", output_type=output, retries=OUTPUT_RETRIES,
-                  instructions=render("decision.md.j2", persona=persona, role=card.role, goal=card.goal.strip()))
+    agent = Agent(
+        model,
+        name=f"{persona}_decision",
+        output_type=output,
+        retries=OUTPUT_RETRIES,
+        instructions=render("decision.md.j2", persona=persona, role=card.role, goal=card.goal.strip()),
+    )
     if check is not None:
+
         @agent.output_validator
         def _bounded(value: BaseModel) -> BaseModel:
             reason = check(value)
@@ -115,14 +128,17 @@ def _agent(model: Any, persona: str, output: type[BaseModel], check: Callable | 
                 refusals.append(reason)
                 raise ModelRetry(f"refused: {reason}")
             return value
+
     return agent
 
 
 def _prompt(question: str, evidence: BaseModel | Mapping[str, Any], offline: BaseModel, secrets: list[str]) -> str:
     facts = evidence.model_dump(mode="json") if isinstance(evidence, BaseModel) else to_jsonable_python(dict(evidence))
     shown = redact({"question": question, "evidence": facts, "default": offline.model_dump(mode="json")}, secrets)
-    return (f"Question: {shown['question']}\n\nEvidence (JSON):\n{json.dumps(shown['evidence'], indent=1)}\n\n"
-            f"Default (the offline policy's decision, JSON):\n{json.dumps(shown['default'], indent=1)}\n")
+    return (
+        f"Question: {shown['question']}\n\nEvidence (JSON):\n{json.dumps(shown['evidence'], indent=1)}\n\n"
+        f"Default (the offline policy's decision, JSON):\n{json.dumps(shown['default'], indent=1)}\n"
+    )
 
 
 def _run_errors() -> tuple[type[BaseException], ...]:

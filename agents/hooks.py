@@ -42,13 +42,21 @@ def ensure_step_node(ctx) -> str:
     return ctx.step_node
 
 
-def log_tool_call(deps, tool_call_id: str, tool: str, args: Any, status: str, result: Any = None,
-                  error: str | None = None) -> str:
+def log_tool_call(
+    deps, tool_call_id: str, tool: str, args: Any, status: str, result: Any = None, error: str | None = None
+) -> str:
     ctx = deps.ctx
     step = ensure_step_node(ctx)
-    attrs: dict[str, Any] = {"tool": tool, "persona": deps.card.name, "run_id": ctx.run_id, "step": ctx.step,
-                             "visit": ctx.visit, "tool_call_id": tool_call_id, "status": status,
-                             "args": _jsonable(args)}
+    attrs: dict[str, Any] = {
+        "tool": tool,
+        "persona": deps.card.name,
+        "run_id": ctx.run_id,
+        "step": ctx.step,
+        "visit": ctx.visit,
+        "tool_call_id": tool_call_id,
+        "status": status,
+        "args": _jsonable(args),
+    }
     if isinstance(result, dict):
         attrs["executed"] = bool(result.get("executed"))
         attrs["outcome"] = result.get("outcome")
@@ -56,8 +64,12 @@ def log_tool_call(deps, tool_call_id: str, tool: str, args: Any, status: str, re
     if error:
         attrs["error"] = error[:500]
     facts = redact(_made_by(deps, attrs))
-    return _by_model(deps, record_tool_call(ctx.graph, run_id=ctx.run_id, segment=deps.segment,
-                                            tool_call_id=tool_call_id, step_node=step, facts=facts))
+    return _by_model(
+        deps,
+        record_tool_call(
+            ctx.graph, run_id=ctx.run_id, segment=deps.segment, tool_call_id=tool_call_id, step_node=step, facts=facts
+        ),
+    )
 
 
 def _made_by(deps, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -77,13 +89,20 @@ def log_decision(deps, output: Any) -> str:
     ctx = deps.ctx
     step = ensure_step_node(ctx)
     if isinstance(output, DeferredToolRequests):
-        attrs = {"decision": "needs_person", "summary": "waiting for a person's approval",
-                 "reasons": [f"{c.tool_name} requires approval" for c in output.approvals]}
+        attrs = {
+            "decision": "needs_person",
+            "summary": "waiting for a person's approval",
+            "reasons": [f"{c.tool_name} requires approval" for c in output.approvals],
+        }
     else:
         attrs = {"decision": output.decision, "summary": output.summary, "reasons": list(output.reasons)}
     attrs.update(persona=deps.card.name, run_id=ctx.run_id, step=ctx.step, visit=ctx.visit)
-    return _by_model(deps, record_decision(ctx.graph, run_id=ctx.run_id, segment=deps.segment, step_node=step,
-                                           facts=redact(_made_by(deps, attrs))))
+    return _by_model(
+        deps,
+        record_decision(
+            ctx.graph, run_id=ctx.run_id, segment=deps.segment, step_node=step, facts=redact(_made_by(deps, attrs))
+        ),
+    )
 
 
 def graph_hooks() -> Hooks:
@@ -99,8 +118,14 @@ def graph_hooks() -> Hooks:
         from pydantic_ai import ApprovalRequired
 
         status = "needs_approval" if isinstance(error, ApprovalRequired) else "error"
-        log_tool_call(ctx.deps, call.tool_call_id, call.tool_name, args, status,
-                      error=None if status == "needs_approval" else f"{type(error).__name__}: {error}")
+        log_tool_call(
+            ctx.deps,
+            call.tool_call_id,
+            call.tool_name,
+            args,
+            status,
+            error=None if status == "needs_approval" else f"{type(error).__name__}: {error}",
+        )
         raise error
 
     @hooks.on.after_run

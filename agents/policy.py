@@ -74,8 +74,11 @@ def stream_of(fn):
         response = fn(messages, info)
         for i, part in enumerate(response.parts):
             if isinstance(part, ToolCallPart):
-                yield {i: DeltaToolCall(name=part.tool_name, json_args=part.args_as_json_str(),
-                                        tool_call_id=part.tool_call_id)}
+                yield {
+                    i: DeltaToolCall(
+                        name=part.tool_name, json_args=part.args_as_json_str(), tool_call_id=part.tool_call_id
+                    )
+                }
             elif isinstance(part, TextPart):
                 yield part.content
 
@@ -94,11 +97,13 @@ class OfflinePolicy:
         return f"{self.facts.step}-{self.facts.visit}-{turn}"
 
     def _call(self, messages, tool: str, args: dict[str, Any]) -> ModelResponse:
-        return ModelResponse(parts=[ToolCallPart(tool, args, tool_call_id=self._id(messages))],
-                             model_name="trainteam-offline")
+        return ModelResponse(
+            parts=[ToolCallPart(tool, args, tool_call_id=self._id(messages))], model_name="trainteam-offline"
+        )
 
-    def _finish(self, messages, info: AgentInfo, summary: str, decision: str = "proceed",
-                reasons: list[str] | None = None) -> ModelResponse:
+    def _finish(
+        self, messages, info: AgentInfo, summary: str, decision: str = "proceed", reasons: list[str] | None = None
+    ) -> ModelResponse:
         name = next(t.name for t in info.output_tools if "Deferred" not in t.name)
         return self._call(messages, name, {"summary": summary, "decision": decision, "reasons": reasons or []})
 
@@ -106,8 +111,13 @@ class OfflinePolicy:
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         f = self.facts
         if f.tool not in {t.name for t in info.function_tools}:
-            return self._finish(messages, info, f"{f.tool} is not one of my tools", "stop",
-                                [f"{f.persona} may use: {', '.join(t.name for t in info.function_tools)}"])
+            return self._finish(
+                messages,
+                info,
+                f"{f.tool} is not one of my tools",
+                "stop",
+                [f"{f.persona} may use: {', '.join(t.name for t in info.function_tools)}"],
+            )
         returns = _returns(messages, f.tool)
         if not returns:
             args: dict[str, Any] = {"reason": f"step {f.step} runs {f.tool}"}
@@ -133,14 +143,18 @@ class OfflinePolicy:
                 return self._finish(messages, info, f"{stage} cannot run as configured: {why}", "stop", [why])
             if entry.get("fixes"):
                 overrides[stage] = entry["fixes"]
-                reasons += [f"{stage}: planner refused {r['field']} ({r['kind']}); applying its fix "
-                            f"{ {k: v for k, v in entry['fixes'].items()} }" for r in entry.get("refusals", [])]
+                reasons += [
+                    f"{stage}: planner refused {r['field']} ({r['kind']}); applying its fix "
+                    f"{ {k: v for k, v in entry['fixes'].items()} }"
+                    for r in entry.get("refusals", [])
+                ]
         est, budget = plan.get("est_minutes"), plan.get("budget_minutes")
         spent = plan.get("spent_minutes") or 0.0
         if est is not None and budget and est > budget - spent and not plan.get("budget_extended_by_person"):
             left = f"{budget - spent:.1f} min left of " if spent else ""
-            why = (f"the planner estimates {est:.1f} min, over the {left}{budget:g} min budget: "
-                   + over_budget(plan.get("stages") or {}, est, budget - spent, budget))
+            why = f"the planner estimates {est:.1f} min, over the {left}{budget:g} min budget: " + over_budget(
+                plan.get("stages") or {}, est, budget - spent, budget
+            )
             return self._finish(messages, info, f"not starting {f.tool}: {why}", "stop", [why])
         accepted = f"plan accepted ({est} min estimated)" if est is not None else "plan accepted"
         args: dict[str, Any] = {"execute": True, "reason": "; ".join(reasons) or accepted}
@@ -157,27 +171,58 @@ class OfflinePolicy:
         if outcome == "error":
             return self._finish(messages, info, summary, "stop")
         if outcome == "spike":  # the trainer stopped at a spike: its restart proposal goes to a person
-            return self._finish(messages, info, summary, "stop",
-                                ["spike: the restart proposal waits for a person's approval"])
+            return self._finish(
+                messages, info, summary, "stop", ["spike: the restart proposal waits for a person's approval"]
+            )
         if outcome == "spike_limit":  # no restart worth proposing: only a person may keep the pre-spike weights
-            return self._finish(messages, info, summary, "stop",
-                                ["spike with no restart worth proposing: a person decides (on_gate_failure: ask)"])
+            return self._finish(
+                messages,
+                info,
+                summary,
+                "stop",
+                ["spike with no restart worth proposing: a person decides (on_gate_failure: ask)"],
+            )
         if outcome == "over_budget":  # the work reached the run's ceiling, checkpoint saved
-            return self._finish(messages, info, summary, "stop",
-                                ["budget reached: more time only with a person's exceed_budget approval"])
+            return self._finish(
+                messages,
+                info,
+                summary,
+                "stop",
+                ["budget reached: more time only with a person's exceed_budget approval"],
+            )
         if outcome == "stage_gate_failed":  # an earlier curriculum stage failed its gate: a person decides
-            return self._finish(messages, info, summary, "stop",
-                                ["stage gate failed: only a person can accept it (on_gate_failure: ask)"])
+            return self._finish(
+                messages,
+                info,
+                summary,
+                "stop",
+                ["stage gate failed: only a person can accept it (on_gate_failure: ask)"],
+            )
         if outcome == "too_much_dropped":  # curation removed more than the task allows: not for me to wave on
-            return self._finish(messages, info, summary, "stop",
-                                ["curation removed more than max_drop_fraction: a person decides whether "
-                                 "training goes on with what is left"])
+            return self._finish(
+                messages,
+                info,
+                summary,
+                "stop",
+                [
+                    "curation removed more than max_drop_fraction: a person decides whether "
+                    "training goes on with what is left"
+                ],
+            )
         if outcome == "failed":  # a check of the data failed (the pre-check): not for me to wave on
-            return self._finish(messages, info, summary, "stop",
-                                ["the data pre-check failed: a person decides whether training goes on"])
+            return self._finish(
+                messages,
+                info,
+                summary,
+                "stop",
+                ["the data pre-check failed: a person decides whether training goes on"],
+            )
         metrics = result.get("metrics") or {}
-        reasons = [f"{k}={v:.4g}" for k, v in sorted(metrics.items())
-                   if isinstance(v, (int, float)) and k.rsplit(".", 1)[-1] in REPORTED_METRICS][:8]
+        reasons = [
+            f"{k}={v:.4g}"
+            for k, v in sorted(metrics.items())
+            if isinstance(v, (int, float)) and k.rsplit(".", 1)[-1] in REPORTED_METRICS
+        ][:8]
         return self._finish(messages, info, summary, "proceed", reasons)
 
     def _judge(self, messages, info, result: dict[str, Any]) -> ModelResponse:
@@ -199,8 +244,9 @@ class OfflinePolicy:
         diagnosed = str(result.get("summary") or "").partition("; diagnosis ")[2]
         if diagnosed and not verdict:
             reasons.append(f"judge: diagnosis {diagnosed}")
-        return self._finish(messages, info, f"gate {'passed' if verdict else 'failed'}",
-                            "pass" if verdict else "fail", reasons)
+        return self._finish(
+            messages, info, f"gate {'passed' if verdict else 'failed'}", "pass" if verdict else "fail", reasons
+        )
 
 
 def offline_model(facts: StepFacts) -> FunctionModel:
@@ -218,4 +264,3 @@ def replay_model(responses: list[ModelResponse], name: str = "replay") -> Functi
         return queue.pop(0)
 
     return FunctionModel(respond, stream_function=stream_of(respond), model_name=name)
-

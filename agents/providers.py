@@ -112,8 +112,9 @@ def _build(choice: ModelChoice, env: dict[str, str]) -> Any:
     key = _api_key(choice.persona, env)
     if choice.base_url is not None:
         if provider_name not in ("openai", "vllm", "ollama", "openai-compatible"):
-            raise BadInput(f"TRAINTEAM_MODEL_BASE_URL: only OpenAI-compatible models take a base URL, "
-                           f"not {provider_name!r}")
+            raise BadInput(
+                f"TRAINTEAM_MODEL_BASE_URL: only OpenAI-compatible models take a base URL, not {provider_name!r}"
+            )
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
 

@@ -54,15 +54,27 @@ def steps_of(ws, run_id: str) -> list[dict[str, Any]]:
     for rec in transcripts.read_run(ws, run_id):
         returns = _returns(rec)
         calls = [{**c, "result": returns.get(c["id"])} for c in transcripts.tool_calls(rec)]
-        steps.append({
-            "segment": rec["segment"], "step": rec["step"], "visit": rec["visit"], "persona": rec["persona"],
-            "model": rec.get("model"), "status": rec.get("status"), "prompt": rec.get("prompt"),
-            "instructions": rec.get("instructions", ""),
-            "skills": rec.get("skills", []), "tools": rec.get("tools", []), "calls": calls,
-            "decision": _decision(rec), "approvals": rec.get("approvals", []),
-            "outcome": (rec.get("result") or {}).get("outcome"), "summary": (rec.get("result") or {}).get("summary"),
-            "error": rec.get("error"), "seconds": rec.get("seconds"),
-        })
+        steps.append(
+            {
+                "segment": rec["segment"],
+                "step": rec["step"],
+                "visit": rec["visit"],
+                "persona": rec["persona"],
+                "model": rec.get("model"),
+                "status": rec.get("status"),
+                "prompt": rec.get("prompt"),
+                "instructions": rec.get("instructions", ""),
+                "skills": rec.get("skills", []),
+                "tools": rec.get("tools", []),
+                "calls": calls,
+                "decision": _decision(rec),
+                "approvals": rec.get("approvals", []),
+                "outcome": (rec.get("result") or {}).get("outcome"),
+                "summary": (rec.get("result") or {}).get("summary"),
+                "error": rec.get("error"),
+                "seconds": rec.get("seconds"),
+            }
+        )
     return steps
 
 
@@ -98,8 +110,9 @@ def _responses(record: dict[str, Any]) -> list[ModelResponse]:
     return [m for m in transcripts.load_messages(record["messages"]) if isinstance(m, ModelResponse)]
 
 
-def replay_run(source_ws, run_id: str, dest_ws, toolbox: Mapping[str, StepTool],
-               load_task: Callable[[dict], Any]) -> ReplayReport:
+def replay_run(
+    source_ws, run_id: str, dest_ws, toolbox: Mapping[str, StepTool], load_task: Callable[[dict], Any]
+) -> ReplayReport:
     """Re-run ``run_id`` of ``source_ws`` in ``dest_ws`` from the recorded model responses, with the
     workflow's step tools (``toolbox``) and its task type (``load_task``: recorded JSON → task)."""
     outputs: dict[str, dict] = {}
@@ -107,10 +120,19 @@ def replay_run(source_ws, run_id: str, dest_ws, toolbox: Mapping[str, StepTool],
     for rec in transcripts.read_run(source_ws, run_id):
         # earlier steps' outputs: the replayed ones, else as recorded (a step run without a persona)
         given = {**(rec.get("outputs") or {}), **outputs}
-        ctx = ToolContext(ws=dest_ws, run_id=run_id, step=rec["step"], visit=rec["visit"], persona=rec["persona"],
-                          task=load_task(rec["task"]), outputs=given, inputs=rec.get("inputs") or {},
-                          decided=StepInputs.model_validate(rec.get("decided") or {}), toolbox=toolbox,
-                          progress=False)
+        ctx = ToolContext(
+            ws=dest_ws,
+            run_id=run_id,
+            step=rec["step"],
+            visit=rec["visit"],
+            persona=rec["persona"],
+            task=load_task(rec["task"]),
+            outputs=given,
+            inputs=rec.get("inputs") or {},
+            decided=StepInputs.model_validate(rec.get("decided") or {}),
+            toolbox=toolbox,
+            progress=False,
+        )
         model = replay_model(_responses(rec), name=f"replay-{rec['persona']}")
         error = None
         try:
@@ -120,8 +142,9 @@ def replay_run(source_ws, run_id: str, dest_ws, toolbox: Mapping[str, StepTool],
                 if result.outcome != "needs_approval" or pending is None:
                     error = f"recorded an approval, but the replay did not ask for one ({result.outcome})"
                     break
-                result = resume_persona_step(ctx, rec["tool"], pending, decision["approved"],
-                                             decision.get("note"), model=model)
+                result = resume_persona_step(
+                    ctx, rec["tool"], pending, decision["approved"], decision.get("note"), model=model
+                )
         except Exception as exc:  # the recorded run may have failed the same way; compare below
             result, error = None, f"{type(exc).__name__}: {exc}".splitlines()[0]
             if rec.get("status") == "error" and rec.get("error") == error:
@@ -130,12 +153,22 @@ def replay_run(source_ws, run_id: str, dest_ws, toolbox: Mapping[str, StepTool],
         mine = next((r for r in replayed if r["segment"] == rec["segment"]), None)
         new_hashes = (mine or {}).get("artifact_hashes", {})
         old_hashes = rec.get("artifact_hashes", {})
-        diffs = {k: [old_hashes.get(k), new_hashes.get(k)] for k in set(old_hashes) | set(new_hashes)
-                 if old_hashes.get(k) != new_hashes.get(k)}
-        report.steps.append(StepReplay(
-            segment=rec["segment"], persona=rec["persona"], recorded_calls=_strip(transcripts.tool_calls(rec)),
-            replayed_calls=_strip(transcripts.tool_calls(mine)) if mine else [], hash_differences=diffs,
-            outcome=result.outcome if result is not None else None, error=error))
+        diffs = {
+            k: [old_hashes.get(k), new_hashes.get(k)]
+            for k in set(old_hashes) | set(new_hashes)
+            if old_hashes.get(k) != new_hashes.get(k)
+        }
+        report.steps.append(
+            StepReplay(
+                segment=rec["segment"],
+                persona=rec["persona"],
+                recorded_calls=_strip(transcripts.tool_calls(rec)),
+                replayed_calls=_strip(transcripts.tool_calls(mine)) if mine else [],
+                hash_differences=diffs,
+                outcome=result.outcome if result is not None else None,
+                error=error,
+            )
+        )
         if result is not None and rec.get("status") == "completed":
             outputs[rec["step"]] = result.model_dump(mode="json")
     return report

@@ -105,8 +105,13 @@ class PersonaDeps:
 
 def tool_view(result: StepResult) -> dict[str, Any]:
     """What the model sees of a tool's result: outcome and numbers, never record contents."""
-    view: dict[str, Any] = {"executed": True, "outcome": result.outcome, "summary": result.summary,
-                            "metrics": result.metrics, "artifacts": sorted(result.artifacts)}
+    view: dict[str, Any] = {
+        "executed": True,
+        "outcome": result.outcome,
+        "summary": result.summary,
+        "metrics": result.metrics,
+        "artifacts": sorted(result.artifacts),
+    }
     for key in ("stage", "reasons", "stages"):
         if key in result.details:
             view[key] = result.details[key]
@@ -118,8 +123,12 @@ def plan_of(ctx: ToolContext, name: str) -> dict[str, Any]:
     tool = ctx.toolbox[name]
     if tool.plan is not None:
         return tool.plan(ctx, name)
-    return {"tool": name, "step": ctx.step, "inputs": {k: str(v) for k, v in ctx.inputs.items()},
-            "will": f"run {name} for step {ctx.step} of run {ctx.run_id}"}
+    return {
+        "tool": name,
+        "step": ctx.step,
+        "inputs": {k: str(v) for k, v in ctx.inputs.items()},
+        "will": f"run {name} for step {ctx.step} of run {ctx.run_id}",
+    }
 
 
 def _shown(deps: PersonaDeps, view: dict[str, Any]) -> dict[str, Any]:
@@ -137,11 +146,14 @@ def _make_tool(grant, step_tool: StepTool) -> Tool:
         ctx = deps.ctx if step_tool.prepare is None else step_tool.prepare(deps.ctx, args)
         if grant.plan_first and not getattr(args, "execute", False):
             deps.plans[name] = plan_of(ctx, name)
-            return _shown(deps, {"executed": False, "plan": deps.plans[name],
-                                 "next": f"call {name} again with execute=true to run it"})
+            return _shown(
+                deps,
+                {"executed": False, "plan": deps.plans[name], "next": f"call {name} again with execute=true to run it"},
+            )
         if grant.requires_approval and not rc.tool_call_approved:
-            raise ApprovalRequired(metadata={"action": name, "step": ctx.step, "persona": deps.card.name,
-                                             "plan": plan_of(ctx, name)})
+            raise ApprovalRequired(
+                metadata={"action": name, "step": ctx.step, "persona": deps.card.name, "plan": plan_of(ctx, name)}
+            )
         result = step_tool.run(ctx)
         deps.results[name] = result
         return _shown(deps, tool_view(result))
@@ -152,12 +164,21 @@ def _make_tool(grant, step_tool: StepTool) -> Tool:
     return Tool(call, name=name, description=grant.description, takes_ctx=True)
 
 
-def build_agent(card: PersonaCard, model: Any, toolbox, *, instructions: str, capabilities: list,
-                retries: int = 2) -> Agent:
+def build_agent(
+    card: PersonaCard, model: Any, toolbox, *, instructions: str, capabilities: list, retries: int = 2
+) -> Agent:
     """The card's Agent with the card's tools that exist in ``toolbox``: nothing else is ever registered."""
     tools = [_make_tool(g, toolbox[g.name]) for g in card.tools if g.name in toolbox]
-    return Agent(model, name=card.name, deps_type=PersonaDeps, output_type=OUTPUT_TYPES, instructions=instructions,
-                 tools=tools, capabilities=capabilities, retries=retries)
+    return Agent(
+        model,
+        name=card.name,
+        deps_type=PersonaDeps,
+        output_type=OUTPUT_TYPES,
+        instructions=instructions,
+        tools=tools,
+        capabilities=capabilities,
+        retries=retries,
+    )
 
 
 # ------------------------------------------------------------------- one step
@@ -169,8 +190,9 @@ def _error(summary: str, **details: Any) -> StepResult:
 
 def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
     grant = card.grant(tool)
-    facts = StepFacts(persona=card.name, step=ctx.step, visit=ctx.visit, tool=tool,
-                      plan_first=bool(grant and grant.plan_first))
+    facts = StepFacts(
+        persona=card.name, step=ctx.step, visit=ctx.visit, tool=tool, plan_first=bool(grant and grant.plan_first)
+    )
     known = ctx.toolbox[tool].facts
     gate = known(ctx) if known is not None else None  # the judge re-derives the gate from the metric
     if gate is not None:
@@ -181,8 +203,9 @@ def _facts(ctx: ToolContext, card: PersonaCard, tool: str) -> StepFacts:
 class _Session:
     """One agent run of one step (possibly resumed): builds, runs, records, maps the result."""
 
-    def __init__(self, ctx: ToolContext, tool: str, segment: str | None = None, model: Any = None,
-                 prompt: str | None = None):
+    def __init__(
+        self, ctx: ToolContext, tool: str, segment: str | None = None, model: Any = None, prompt: str | None = None
+    ):
         self.ctx, self.tool = ctx, tool
         self.card = load_card(ctx.persona)
         ensure_step_node(ctx)  # the engine makes it; a persona run outside the engine needs it too
@@ -199,23 +222,41 @@ class _Session:
         style = prompt or style
         # a model bound with --prompt compact reads the compact brief and only the step's tool (agents/compact.py)
         capabilities = [graph_hooks()] + ([compact.CompactTools(tool)] if style == "compact" else [])
-        self.instructions = (compact.instructions(self.card, tool) if style == "compact"
-                             else briefing.instructions(ctx, self.card, tool))
+        self.instructions = (
+            compact.instructions(self.card, tool) if style == "compact" else briefing.instructions(ctx, self.card, tool)
+        )
         self.allowed = [n for n in self.card.tool_names if n in ctx.toolbox]  # exactly what the Agent registers
         if style == "compact":
             self.allowed = [n for n in self.allowed if n == tool]
-        self.deps = PersonaDeps(ctx=ctx, card=self.card, step_tool=tool, segment=self.segment,
-                                model=self.model_desc, model_id=bound_id, prompt=style)
-        self.agent = build_agent(self.card, self.model, ctx.toolbox, instructions=self.instructions,
-                                 capabilities=capabilities)
+        self.deps = PersonaDeps(
+            ctx=ctx,
+            card=self.card,
+            step_tool=tool,
+            segment=self.segment,
+            model=self.model_desc,
+            model_id=bound_id,
+            prompt=style,
+        )
+        self.agent = build_agent(
+            self.card, self.model, ctx.toolbox, instructions=self.instructions, capabilities=capabilities
+        )
         self.record: dict[str, Any] = {
-            "run_id": ctx.run_id, "step": ctx.step, "visit": ctx.visit, "segment": self.segment,
+            "run_id": ctx.run_id,
+            "step": ctx.step,
+            "visit": ctx.visit,
+            "segment": self.segment,
             "execution": ctx.execution,
-            "persona": self.card.name, "tool": tool, "model": self.model_desc, "instructions": self.instructions,
-            "prompt": briefing.step_prompt(ctx, tool), "skills": briefing.loaded_skills(ctx, self.card),
-            "tools": self.allowed, "prompt_style": style,
+            "persona": self.card.name,
+            "tool": tool,
+            "model": self.model_desc,
+            "instructions": self.instructions,
+            "prompt": briefing.step_prompt(ctx, tool),
+            "skills": briefing.loaded_skills(ctx, self.card),
+            "tools": self.allowed,
+            "prompt_style": style,
             "task": ctx.task.model_dump(mode="json"),
-            "inputs": {k: v for k, v in ctx.inputs.items()}, "decided": ctx.decided.model_dump(mode="json"),
+            "inputs": {k: v for k, v in ctx.inputs.items()},
+            "decided": ctx.decided.model_dump(mode="json"),
             "approvals": [],
             "outputs": ctx.outputs_json(),  # what earlier steps handed this one (paths, metrics): replay starts from it
             "started_at": transcripts.utcnow(),
@@ -240,20 +281,36 @@ class _Session:
 
     def _failed(self, messages, exc: UnexpectedModelBehavior, t0: float) -> StepResult:
         allowed = ", ".join(self.allowed)
-        unknown = sorted({p.tool_name for m in messages if m.kind == "response" for p in m.parts
-                          if getattr(p, "part_kind", "") == "tool-call" and p.tool_name not in self.allowed
-                          and not p.tool_name.startswith("final_result")})
+        unknown = sorted(
+            {
+                p.tool_name
+                for m in messages
+                if m.kind == "response"
+                for p in m.parts
+                if getattr(p, "part_kind", "") == "tool-call"
+                and p.tool_name not in self.allowed
+                and not p.tool_name.startswith("final_result")
+            }
+        )
         if unknown:
-            summary = (f"{self.card.name} called unknown tool {', '.join(repr(u) for u in unknown)} "
-                       f"(its tools: {allowed}); gave up after retries")
+            summary = (
+                f"{self.card.name} called unknown tool {', '.join(repr(u) for u in unknown)} "
+                f"(its tools: {allowed}); gave up after retries"
+            )
         else:
             summary = f"{self.card.name}: the model misbehaved: {exc.message}"
         path = self._write(messages, "error", t0, error=summary)
         for m in messages:
             for p in getattr(m, "parts", []):
                 if getattr(p, "part_kind", "") == "tool-call" and p.tool_name in unknown:
-                    log_tool_call(self.deps, p.tool_call_id, p.tool_name, p.args_as_dict(), "unknown_tool",
-                                  error=f"unknown tool {p.tool_name!r}; allowed: {allowed}")
+                    log_tool_call(
+                        self.deps,
+                        p.tool_call_id,
+                        p.tool_name,
+                        p.args_as_dict(),
+                        "unknown_tool",
+                        error=f"unknown tool {p.tool_name!r}; allowed: {allowed}",
+                    )
         return _error(redact(summary), transcript=str(path), persona=self.card.name)
 
     def _finish(self, result, t0: float) -> StepResult:
@@ -263,14 +320,23 @@ class _Session:
             return self._needs_approval(output, messages, t0)
         report: PersonaReport = output
         tool_result = self.deps.results.get(self.tool)
-        persona = {"persona": self.card.name, "decision": report.decision, "summary": report.summary,
-                   "reasons": report.reasons, "model": self.model_desc}
+        persona = {
+            "persona": self.card.name,
+            "decision": report.decision,
+            "summary": report.summary,
+            "reasons": report.reasons,
+            "model": self.model_desc,
+        }
         if tool_result is None:
             step = _error(f"{self.card.name} did not run {self.tool}: {report.summary}", persona=persona)
         else:
             step = tool_result.model_copy(deep=True)
-            if (self.tool == "gate" and step.outcome == "passed" and report.decision == "fail"
-                    and self.ctx.decided.accepted_gate is None):
+            if (
+                self.tool == "gate"
+                and step.outcome == "passed"
+                and report.decision == "fail"
+                and self.ctx.decided.accepted_gate is None
+            ):
                 step.outcome = "failed"  # a gate fails if the judge or the rule says so; never the reverse
                 step.summary = f"gate failed by the judge: {'; '.join(report.reasons)}"
             step.details = {**step.details, "persona": persona}
@@ -280,29 +346,66 @@ class _Session:
         return StepResult.model_validate(redact(step.model_dump(mode="json")))
 
     def _needs_approval(self, output: DeferredToolRequests, messages, t0: float) -> StepResult:
-        calls: list[dict[str, Any]] = [{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name,
-                                        "args": c.args_as_dict()} for c in output.approvals]
+        calls: list[dict[str, Any]] = [
+            {"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "args": c.args_as_dict()}
+            for c in output.approvals
+        ]
         path = self._write(messages, "needs_approval", t0, pending_calls=calls)
-        pending = redact({
-            "version": PENDING_VERSION, "persona": self.card.name, "tool": self.tool, "segment": self.segment,
-            "started_at": self.record["started_at"], "messages": transcripts.dump_messages(messages),
-            "approvals": calls, "metadata": {k: v for k, v in output.metadata.items()},
-        })
+        pending = redact(
+            {
+                "version": PENDING_VERSION,
+                "persona": self.card.name,
+                "tool": self.tool,
+                "segment": self.segment,
+                "started_at": self.record["started_at"],
+                "messages": transcripts.dump_messages(messages),
+                "approvals": calls,
+                "metadata": {k: v for k, v in output.metadata.items()},
+            }
+        )
         first = calls[0]
         meta = output.metadata.get(first["tool_call_id"], {})
-        proposed = redact({"tool": first["tool_name"], "args": first["args"], "step": self.ctx.step,
-                           "persona": self.card.name, "plan": meta.get("plan")})
+        proposed = redact(
+            {
+                "tool": first["tool_name"],
+                "args": first["args"],
+                "step": self.ctx.step,
+                "persona": self.card.name,
+                "plan": meta.get("plan"),
+            }
+        )
         gated = self.ctx.toolbox[first["tool_name"]].evidence if first["tool_name"] in self.ctx.toolbox else None
         evidence = redact({"transcript": str(path), **(gated(self.ctx) if gated is not None else {})})
-        needs = NeedsPerson(action=first["tool_name"], proposed=proposed, evidence=evidence,
-                            requested_by=self.card.name, resume=Resume(kind="conversation", pending=pending))
-        return StepResult(outcome="needs_approval", summary=f"{self.card.name} asks a person to approve "
-                          f"{first['tool_name']}", details={"transcript": str(path)}, needs=needs)
+        needs = NeedsPerson(
+            action=first["tool_name"],
+            proposed=proposed,
+            evidence=evidence,
+            requested_by=self.card.name,
+            resume=Resume(kind="conversation", pending=pending),
+        )
+        return StepResult(
+            outcome="needs_approval",
+            summary=f"{self.card.name} asks a person to approve {first['tool_name']}",
+            details={"transcript": str(path)},
+            needs=needs,
+        )
 
-    def _write(self, messages, status: str, t0: float, *, result: StepResult | None = None,
-               error: str | None = None, pending_calls: list | None = None) -> Path:
-        rec = {**self.record, "status": status, "messages": transcripts.dump_messages(list(messages)),
-               "seconds": round(time.monotonic() - t0, 3) + self.record.get("seconds_before", 0.0)}
+    def _write(
+        self,
+        messages,
+        status: str,
+        t0: float,
+        *,
+        result: StepResult | None = None,
+        error: str | None = None,
+        pending_calls: list | None = None,
+    ) -> Path:
+        rec = {
+            **self.record,
+            "status": status,
+            "messages": transcripts.dump_messages(list(messages)),
+            "seconds": round(time.monotonic() - t0, 3) + self.record.get("seconds_before", 0.0),
+        }
         if result is not None:
             rec["result"] = result.model_dump(mode="json")
             rec["artifact_hashes"] = artifact_hashes(result.artifacts, self.ctx.ws.root)
@@ -328,20 +431,26 @@ def run_persona_step(ctx: ToolContext, tool_name: str, *, model: Any = None, pro
     return session.run(user_prompt=session.record["prompt"])
 
 
-def resume_persona_step(ctx: ToolContext, tool_name: str, pending: dict, approved: bool, note: str | None,
-                        *, model: Any = None) -> StepResult:
+def resume_persona_step(
+    ctx: ToolContext, tool_name: str, pending: dict, approved: bool, note: str | None, *, model: Any = None
+) -> StepResult:
     """Continue the conversation in ``pending`` with a person's decision on its gated call(s)."""
     if not isinstance(pending, dict) or pending.get("version") != PENDING_VERSION or "messages" not in pending:
         raise BadInput("pending: not a pending persona run (expected needs.resume.pending of needs_approval)")
     if pending.get("persona") != ctx.persona or pending.get("tool") != tool_name:
-        raise BadInput(f"pending: belongs to {pending.get('persona')}/{pending.get('tool')}, "
-                       f"not {ctx.persona}/{tool_name}")
+        raise BadInput(
+            f"pending: belongs to {pending.get('persona')}/{pending.get('tool')}, not {ctx.persona}/{tool_name}"
+        )
     session = _Session(ctx, tool_name, segment=pending.get("segment"), model=model)
     session.record["started_at"] = pending.get("started_at", session.record["started_at"])
     results = DeferredToolResults()
     for call in pending["approvals"]:
-        results.approvals[call["tool_call_id"]] = ToolApproved() if approved else ToolDenied(
-            f"a person rejected {call['tool_name']}" + (f": {note}" if note else ""))
-        session.record["approvals"].append({**call, "approved": approved, "note": note,
-                                            "decided_at": transcripts.utcnow()})
+        results.approvals[call["tool_call_id"]] = (
+            ToolApproved()
+            if approved
+            else ToolDenied(f"a person rejected {call['tool_name']}" + (f": {note}" if note else ""))
+        )
+        session.record["approvals"].append(
+            {**call, "approved": approved, "note": note, "decided_at": transcripts.utcnow()}
+        )
     return session.run(message_history=transcripts.load_messages(pending["messages"]), deferred_tool_results=results)

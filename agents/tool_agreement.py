@@ -57,9 +57,10 @@ def openai_messages(messages: list[dict]) -> list[dict]:
     for m in messages:
         m = {k: v for k, v in m.items() if v is not None}
         if m.get("tool_calls"):
-            m["tool_calls"] = [{**c, "function": {"name": c["function"]["name"],
-                                                  "arguments": json.dumps(c["function"]["arguments"])}}
-                               for c in m["tool_calls"]]
+            m["tool_calls"] = [
+                {**c, "function": {"name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"])}}
+                for c in m["tool_calls"]
+            ]
         out.append(m)
     return out
 
@@ -75,9 +76,16 @@ def call_turns(rows: Iterable[dict], personas: Iterable[str] = ()) -> list[CallT
         for i, m in enumerate(msgs):
             if m.get("role") == "assistant" and m.get("tool_calls"):
                 fn = m["tool_calls"][0]["function"]
-                turns.append(CallTurn(run_id=row["run_id"], persona=row["persona"], step=row["step"],
-                                      messages=openai_messages(msgs[:i]), tools=row["tools"],
-                                      want={"name": fn["name"], "arguments": fn["arguments"]}))
+                turns.append(
+                    CallTurn(
+                        run_id=row["run_id"],
+                        persona=row["persona"],
+                        step=row["step"],
+                        messages=openai_messages(msgs[:i]),
+                        tools=row["tools"],
+                        want={"name": fn["name"], "arguments": fn["arguments"]},
+                    )
+                )
     return turns
 
 
@@ -100,8 +108,9 @@ def as_received(call: dict | None, tools: list[dict[str, Any]]) -> dict | None:
     if not call or not isinstance(call.get("arguments"), dict):
         return call
     schema = next((t["function"].get("parameters") or {} for t in tools if t["function"]["name"] == call["name"]), {})
-    defaults = {k: v["default"] for k, v in (schema.get("properties") or {}).items()
-                if isinstance(v, dict) and "default" in v}
+    defaults = {
+        k: v["default"] for k, v in (schema.get("properties") or {}).items() if isinstance(v, dict) and "default" in v
+    }
     return {"name": call["name"], "arguments": {**defaults, **call["arguments"]}}
 
 
@@ -128,8 +137,11 @@ def measure(chat, turns: list[CallTurn], samples: int = 8) -> Agreement:
         if turn.want["name"] == FINAL:
             finals += 1
             final_hits += got == want
-            decisions += bool(got) and isinstance(got["arguments"], dict) and (
-                got["arguments"].get("decision", "proceed") == want["arguments"].get("decision", "proceed"))
+            decisions += (
+                bool(got)
+                and isinstance(got["arguments"], dict)
+                and (got["arguments"].get("decision", "proceed") == want["arguments"].get("decision", "proceed"))
+            )
             continue
         hit = got == want
         step_hits += hit
@@ -140,13 +152,19 @@ def measure(chat, turns: list[CallTurn], samples: int = 8) -> Agreement:
             content = reply["choices"][0]["message"].get("content") or ""
             out.samples.append({"step": turn.step, "want": turn.want, "got": got if got else content[:160]})
     n = len(turns) - finals
-    return out.model_copy(update={
-        "turns": n, "agreement": _ratio(step_hits, n), "action_agreement": _ratio(actions, n),
-        "name_agreement": _ratio(names, n), "final_turns": finals,
-        "final_agreement": _ratio(final_hits, finals) if finals else None,
-        "final_decision_agreement": _ratio(decisions, finals) if finals else None,
-        "by_persona": {p: _ratio(sum(v), len(v)) for p, v in sorted(per.items())},
-        "wall_s": round(time.perf_counter() - t0, 1)})
+    return out.model_copy(
+        update={
+            "turns": n,
+            "agreement": _ratio(step_hits, n),
+            "action_agreement": _ratio(actions, n),
+            "name_agreement": _ratio(names, n),
+            "final_turns": finals,
+            "final_agreement": _ratio(final_hits, finals) if finals else None,
+            "final_decision_agreement": _ratio(decisions, finals) if finals else None,
+            "by_persona": {p: _ratio(sum(v), len(v)) for p, v in sorted(per.items())},
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
+    )
 
 
 def agreement_of(folder: Path, turns: list[CallTurn], max_new_tokens: int = 96) -> Agreement:

@@ -79,8 +79,16 @@ def write(ws, record: dict[str, Any]) -> Path:
     os.replace(tmp, path)
     step_node = f"Step:{record['run_id']}/{record['step']}#{record['visit']}"
     if ws.graph.has_node(step_node):
-        record_transcript(ws.graph, run_id=record["run_id"], segment=record["segment"], step_node=step_node,
-                          path=str(path), persona=record["persona"], tool=record["tool"], model=record["model"])
+        record_transcript(
+            ws.graph,
+            run_id=record["run_id"],
+            segment=record["segment"],
+            step_node=step_node,
+            path=str(path),
+            persona=record["persona"],
+            tool=record["tool"],
+            model=record["model"],
+        )
     return path
 
 

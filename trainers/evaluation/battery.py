@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,10 +29,10 @@ from trainteam.core.errors import BadInput
 from trainteam.curation.answers import NUMERIC, AnswerSpec
 from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
 from trainteam.curation.formats import Prompt, example, example_ids, prompt_format, prompt_ids, query, row_kind
-from trainteam.trainers.training import budget
 from trainteam.trainers.evaluation.answer_length import MAX_NEW_TOKENS, reference_match
 from trainteam.trainers.evaluation.lm_eval_runner import run_lm_eval, write_exact_match_task
 from trainteam.trainers.methods.method_registry import methods
+from trainteam.trainers.training import budget
 from trainteam.trainers.training.models import load_model
 from trainteam.trainers.training.results import EvalResult
 from trainteam.trainers.training.step_lines import RowLines
@@ -43,7 +44,10 @@ Metric = Literal["heldout_loss", "exact_match", "format_adherence", "determinism
 # Training methods (each its record's ``eval_kind``) and curriculum stage names map onto the four stage kinds.
 STAGE_KINDS: dict[str, StageKind] = {
     **{m.name: m.eval_kind for m in methods()},
-    "mid_train": "mid_train", "midtrain": "mid_train", "long_context": "long_context", "post_train": "post_train",
+    "mid_train": "mid_train",
+    "midtrain": "mid_train",
+    "long_context": "long_context",
+    "post_train": "post_train",
 }
 
 
@@ -59,16 +63,22 @@ class BatterySpec(BaseModel):
     reliability_limit: int = Field(default=64, gt=0, le=100_000, description="problems used by the reliability checks")
     repetition_ngram: int = Field(default=3, ge=1, le=64)
     repetition_max_new_tokens: int = Field(default=32, gt=0, le=MAX_NEW_TOKENS)
-    degenerate_threshold: float = Field(default=0.5, gt=0, le=1, description="repeated n-gram share that counts as degenerate")
-    lm_eval_tasks: list[str] = Field(default_factory=list, description="harness tasks; empty: exact match as a harness task")
+    degenerate_threshold: float = Field(
+        default=0.5, gt=0, le=1, description="repeated n-gram share that counts as degenerate"
+    )
+    lm_eval_tasks: list[str] = Field(
+        default_factory=list, description="harness tasks; empty: exact match as a harness task"
+    )
     lm_eval_include: Path | None = Field(default=None, description="folder of local harness task YAML")
 
     @model_validator(mode="before")
     @classmethod
     def _answer_moved(cls, data: Any) -> Any:
         if isinstance(data, dict) and "answer_pattern" in data:
-            raise ValueError("answer_pattern: answers are checked by the task's `answer:` now, for every stage; "
-                             "write it there, e.g. answer: {kind: regex, pattern: '-?\\d+', full_match: true}")
+            raise ValueError(
+                "answer_pattern: answers are checked by the task's `answer:` now, for every stage; "
+                "write it there, e.g. answer: {kind: regex, pattern: '-?\\d+', full_match: true}"
+            )
         return data
 
 
@@ -94,10 +104,12 @@ def default_battery(stage: str) -> BatterySpec:
 class BatteryResult(BaseModel):
     stage: str
     kind: StageKind
-    metrics: dict[str, float] = Field(description="flat: heldout_loss, perplexity, exact_match, format_adherence, "
-                                                  "determinism, repetition_rate, reference_match (the share "
-                                                  "of references the answer check scores right when written "
-                                                  "exactly: below 1, the check is blind), lm_eval/<task>/<metric>")
+    metrics: dict[str, float] = Field(
+        description="flat: heldout_loss, perplexity, exact_match, format_adherence, "
+        "determinism, repetition_rate, reference_match (the share "
+        "of references the answer check scores right when written "
+        "exactly: below 1, the check is blind), lm_eval/<task>/<metric>"
+    )
     n_eval: int
     details: dict[str, Any] = Field(default_factory=dict)
     decontamination: dict[str, Any] | None = None
@@ -106,8 +118,10 @@ class BatteryResult(BaseModel):
 
 # -- individual measures -------------------------------------------------------------------
 
-def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: int = 64,
-                 completion_only: bool = True) -> float:
+
+def heldout_loss(
+    model: Any, tokenizer, records: Sequence[dict], *, batch_size: int = 64, completion_only: bool = True
+) -> float:
     """Mean token cross-entropy on ``records`` (a model or a checkpoint folder) in the training context.
 
     Prompt/completion records score the completion tokens only (what SFT trains);
@@ -150,16 +164,18 @@ def heldout_loss(model: Any, tokenizer, records: Sequence[dict], *, batch_size: 
         with torch.no_grad():
             logits = model(input_ids=ids_t, attention_mask=mask).logits[:, :-1].float()
         tgt = lab_t[:, 1:]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
-                                                 ignore_index=-100, reduction="sum")
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100, reduction="sum"
+        )
         total += float(loss)
         count += int((tgt != -100).sum())
         lines.done(min(start + batch_size, len(records)))
     return total / max(count, 1)
 
 
-def greedy_generations(model, tokenizer, prompts: Sequence[Prompt], *, max_new_tokens: int, batch_size: int,
-                       what: str = "generation") -> list[dict]:
+def greedy_generations(
+    model, tokenizer, prompts: Sequence[Prompt], *, max_new_tokens: int, batch_size: int, what: str = "generation"
+) -> list[dict]:
     """Greedy continuations of each prompt as ``formats.prompt_ids`` renders it for this tokenizer
     (pass ``formats.query(row)``): ``{"ids"}`` up to (not incl.) EOS, ``{"eos"}`` whether EOS came,
     ``{"text"}`` the decoded answer (special tokens dropped, stripped). ``what`` names the work in
@@ -179,21 +195,38 @@ def greedy_generations(model, tokenizer, prompts: Sequence[Prompt], *, max_new_t
             ids = [prompt_ids(tokenizer, p, fmt) for p in prompts[s : s + batch_size]]
             enc = tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(model.device)
             with torch.no_grad():
-                gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
+                gen = model.generate(
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=eos,
+                )
             for row in gen[:, enc["input_ids"].shape[1] :].tolist():
                 stop = row.index(eos) if eos in row else None
                 ids = row[:stop] if stop is not None else row
-                out.append({"ids": ids, "eos": stop is not None,
-                            "text": tokenizer.decode(ids, skip_special_tokens=True).strip()})
+                out.append(
+                    {
+                        "ids": ids,
+                        "eos": stop is not None,
+                        "text": tokenizer.decode(ids, skip_special_tokens=True).strip(),
+                    }
+                )
             lines.done(len(out))
     finally:
         tokenizer.padding_side = side
     return out
 
 
-def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: int = 8, batch_size: int = 64,
-                answer: AnswerSpec = NUMERIC) -> EvalResult:
+def exact_match(
+    model: Any,
+    tokenizer,
+    problems: list[dict],
+    *,
+    max_new_tokens: int = 8,
+    batch_size: int = 64,
+    answer: AnswerSpec = NUMERIC,
+) -> EvalResult:
     """Greedy answers to ``prompt_text(prompt)`` (``greedy_generations``), the text before EOS checked against
     the reference by ``answer`` (the task's AnswerSpec; default the demo's numbers)."""
     if isinstance(model, (str, Path)):
@@ -201,8 +234,14 @@ def exact_match(model: Any, tokenizer, problems: list[dict], *, max_new_tokens: 
     bad = next((i for i, p in enumerate(problems) if _kind(p) not in ("pair", "chat")), None)
     if bad is not None:
         raise BadInput(f"problems[{bad}]: needs fields prompt and completion, or messages ending with an answer")
-    gens = greedy_generations(model, tokenizer, [query(p) for p in problems], max_new_tokens=max_new_tokens,
-                              batch_size=batch_size, what="evaluation (exact match)")
+    gens = greedy_generations(
+        model,
+        tokenizer,
+        [query(p) for p in problems],
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        what="evaluation (exact match)",
+    )
     samples, correct = [], 0
     for p, g in zip(problems, gens, strict=True):
         prompt, reference = example(p)
@@ -241,8 +280,10 @@ def repetition_rate(gens: Sequence[dict], n: int, threshold: float) -> dict[str,
         grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
         fractions.append(1.0 - len(set(grams)) / len(grams) if grams else 0.0)
     degenerate = sum(f > threshold for f in fractions)
-    return {"repetition_rate": degenerate / len(gens) if gens else 0.0,
-            "mean_repeated_ngram_fraction": sum(fractions) / len(fractions) if fractions else 0.0}
+    return {
+        "repetition_rate": degenerate / len(gens) if gens else 0.0,
+        "mean_repeated_ngram_fraction": sum(fractions) / len(fractions) if fractions else 0.0,
+    }
 
 
 def determinism(first: Sequence[dict], second: Sequence[dict]) -> float:
@@ -253,8 +294,10 @@ def determinism(first: Sequence[dict], second: Sequence[dict]) -> float:
 
 # -- decontamination -----------------------------------------------------------------------
 
-def decontaminate(eval_records: list[dict], train_records: Sequence[dict] | None,
-                  config: Any | None = None) -> tuple[list[dict], dict[str, Any] | None]:
+
+def decontaminate(
+    eval_records: list[dict], train_records: Sequence[dict] | None, config: Any | None = None
+) -> tuple[list[dict], dict[str, Any] | None]:
     """Drop eval examples that occur in the training data (word n-gram overlap, the data
     engine's ``EvalIndex``); returns the clean examples and the report of what was removed."""
     if train_records is None:
@@ -270,13 +313,18 @@ def decontaminate(eval_records: list[dict], train_records: Sequence[dict] | None
     leaked = sorted({o for hits in index.find(texts) for _, _, o in hits})
     clean = [r for k, r in enumerate(eval_records) if k not in set(leaked)]
     return clean, {
-        "checked": True, "method": f"curation word {cfg.ngram}-gram overlap", "eval_examples": len(eval_records),
-        "training_records": len(texts), "removed": len(leaked),
-        "contaminated": [index.names[o] for o in leaked][:50], "unchecked_too_short": len(index.unchecked),
+        "checked": True,
+        "method": f"curation word {cfg.ngram}-gram overlap",
+        "eval_examples": len(eval_records),
+        "training_records": len(texts),
+        "removed": len(leaked),
+        "contaminated": [index.names[o] for o in leaked][:50],
+        "unchecked_too_short": len(index.unchecked),
     }
 
 
 # -- the battery ---------------------------------------------------------------------------
+
 
 def _load(model_or_path, tokenizer):
     if isinstance(model_or_path, (str, Path)):
@@ -328,43 +376,71 @@ def run_battery(
     details: dict[str, Any] = {}
 
     if "heldout_loss" in spec.metrics:
-        loss = heldout_loss(model, tokenizer, heldout_records if heldout_records is not None else records,
-                            batch_size=min(spec.batch_size, 32))
+        loss = heldout_loss(
+            model,
+            tokenizer,
+            heldout_records if heldout_records is not None else records,
+            batch_size=min(spec.batch_size, 32),
+        )
         metrics.update(heldout_loss=loss, perplexity=math.exp(min(loss, 50.0)))
     if "exact_match" in spec.metrics:
-        em = exact_match(model, tokenizer, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
-                         answer=answer)
+        em = exact_match(
+            model, tokenizer, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size, answer=answer
+        )
         metrics["exact_match"] = em.accuracy
         details["exact_match"] = {"n": em.n, "correct": em.correct, "samples": em.samples[:10]}
     if {"exact_match", "format_adherence"} & set(spec.metrics):  # can the check see a right answer at all?
-        metrics["reference_match"], details["reference_misses"] = reference_match(tokenizer, records, answer,
-                                                                                  spec.max_new_tokens)
-    reliability = {"format_adherence", "determinism", "repetition"} & set(spec.metrics)
-    if reliability:
-        prompts = [query(r) for r in records[: spec.reliability_limit]]
-        budget = max(spec.max_new_tokens, spec.repetition_max_new_tokens if "repetition" in reliability else 0)
-        first = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=spec.batch_size)
-        if "format_adherence" in reliability:
-            fa = format_adherence(first, tokenizer, answer, spec.max_new_tokens)
-            metrics["format_adherence"] = fa["format_adherence"]
-            details["format_violations"] = fa["format_violations"]
-        if "repetition" in reliability:
-            rep = repetition_rate(first, spec.repetition_ngram, spec.degenerate_threshold)
-            metrics["repetition_rate"] = rep["repetition_rate"]
-            details["mean_repeated_ngram_fraction"] = rep["mean_repeated_ngram_fraction"]
-        if "determinism" in reliability:
-            # Same prompts, other batch composition (other padding): greedy answers must not change.
-            other = max(1, min(spec.batch_size, len(prompts)) // 3)
-            second = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=other)
-            metrics["determinism"] = determinism(first, second)
+        metrics["reference_match"], details["reference_misses"] = reference_match(
+            tokenizer, records, answer, spec.max_new_tokens
+        )
+    _reliability(model, tokenizer, records, spec, answer, metrics, details)
     if "lm_eval" in spec.metrics:
         metrics.update(_lm_eval(spec, ckpt, tokenizer, records, stage, out_dir))
-    return BatteryResult(stage=stage, kind=kind, metrics=metrics, n_eval=len(records), details=details,
-                         decontamination=report, seconds=time.monotonic() - started)
+    return BatteryResult(
+        stage=stage,
+        kind=kind,
+        metrics=metrics,
+        n_eval=len(records),
+        details=details,
+        decontamination=report,
+        seconds=time.monotonic() - started,
+    )
 
 
-def _lm_eval(spec: BatterySpec, ckpt: Path | None, tokenizer, records: list[dict], stage: str,
-             out_dir: str | Path | None) -> dict[str, float]:
+def _reliability(
+    model: Any,
+    tokenizer: Any,
+    records: list[dict],
+    spec: BatterySpec,
+    answer: AnswerSpec,
+    metrics: dict[str, float],
+    details: dict[str, Any],
+) -> None:
+    """Format adherence, repetition and determinism of greedy answers, into ``metrics`` and ``details``."""
+    reliability = {"format_adherence", "determinism", "repetition"} & set(spec.metrics)
+    if not reliability:
+        return
+    prompts = [query(r) for r in records[: spec.reliability_limit]]
+    budget = max(spec.max_new_tokens, spec.repetition_max_new_tokens if "repetition" in reliability else 0)
+    first = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=spec.batch_size)
+    if "format_adherence" in reliability:
+        fa = format_adherence(first, tokenizer, answer, spec.max_new_tokens)
+        metrics["format_adherence"] = fa["format_adherence"]
+        details["format_violations"] = fa["format_violations"]
+    if "repetition" in reliability:
+        rep = repetition_rate(first, spec.repetition_ngram, spec.degenerate_threshold)
+        metrics["repetition_rate"] = rep["repetition_rate"]
+        details["mean_repeated_ngram_fraction"] = rep["mean_repeated_ngram_fraction"]
+    if "determinism" in reliability:
+        # Same prompts, other batch composition (other padding): greedy answers must not change.
+        other = max(1, min(spec.batch_size, len(prompts)) // 3)
+        second = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=other)
+        metrics["determinism"] = determinism(first, second)
+
+
+def _lm_eval(
+    spec: BatterySpec, ckpt: Path | None, tokenizer, records: list[dict], stage: str, out_dir: str | Path | None
+) -> dict[str, float]:
     if ckpt is None:
         raise BadInput(f"battery {stage}: lm_eval needs a checkpoint folder, not an in-memory model")
     if out_dir is None:

@@ -23,7 +23,7 @@ rows' worth (2/n): 60 held-out rows at 1.7 % right → 0.05; on held-out loss 1 
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
@@ -40,8 +40,11 @@ class StageInput(BaseModel):
 
     name: str = Field(description="base (the task's model, measured), random init, or the stage before")
     metrics: dict[str, float] = Field(default_factory=dict)
-    measured: bool = Field(default=True, description="false: a reference value, not a measurement "
-                           "(a random init's held-out loss is ln(vocabulary), its exact match 0)")
+    measured: bool = Field(
+        default=True,
+        description="false: a reference value, not a measurement "
+        "(a random init's held-out loss is ln(vocabulary), its exact match 0)",
+    )
 
     def shown(self, metric: str) -> str:
         v = self.metrics.get(metric)
@@ -50,8 +53,11 @@ class StageInput(BaseModel):
 
 def random_init(vocab_size: int) -> StageInput:
     """A model built from its config: uniform over the vocabulary, nothing right."""
-    return StageInput(name="random init", measured=False,
-                      metrics={"heldout_loss": math.log(max(vocab_size, 2)), "exact_match": 0.0, "format_adherence": 0.0})
+    return StageInput(
+        name="random init",
+        measured=False,
+        metrics={"heldout_loss": math.log(max(vocab_size, 2)), "exact_match": 0.0, "format_adherence": 0.0},
+    )
 
 
 def rate_band(rate: float, n: int | None) -> float:
@@ -69,8 +75,9 @@ def _measured(metric: str, metrics: Mapping[str, float], before: StageInput) -> 
     return metric in metrics and metric in before.metrics
 
 
-def default_rules(kind: str, method: str, metrics: Mapping[str, float], before: StageInput,
-                  n_eval: int | None) -> list[tuple[GateRule, str]]:
+def default_rules(
+    kind: str, method: str, metrics: Mapping[str, float], before: StageInput, n_eval: int | None
+) -> list[tuple[GateRule, str]]:
     """The gate of a stage the task names none for, each rule with where its bar came from: beat the input
     beyond noise (an align stage: do not fall below it) on exact match where answers are checked after
     pre-training, else on held-out loss; format adherence never falls beyond noise."""
@@ -82,15 +89,18 @@ def default_rules(kind: str, method: str, metrics: Mapping[str, float], before: 
         if aligning or q >= 1 - band:  # an align stage, or an input already at the top: hold it
             rules.append((GateRule(metric="exact_match", max_regression=band), f"noise {band:.3g}"))
         else:
-            rules.append((GateRule(metric="exact_match", min=min(1.0, q + band)),
-                          f"{before.name} {q:.3g} + noise {band:.3g}"))
+            rules.append(
+                (GateRule(metric="exact_match", min=min(1.0, q + band)), f"{before.name} {q:.3g} + noise {band:.3g}")
+            )
     elif _measured("heldout_loss", metrics, before):
         loss = before.metrics["heldout_loss"]
         band = loss_band(loss)
         if aligning:
             rules.append((GateRule(metric="heldout_loss", max_regression=10 * band), f"10 x noise {band:.3g}"))
         else:
-            rules.append((GateRule(metric="heldout_loss", max=loss - band), f"{before.name} {loss:.4g} - noise {band:.3g}"))
+            rules.append(
+                (GateRule(metric="heldout_loss", max=loss - band), f"{before.name} {loss:.4g} - noise {band:.3g}")
+            )
     if _measured("format_adherence", metrics, before):
         band = rate_band(before.metrics["format_adherence"], n_eval)
         rules.append((GateRule(metric="format_adherence", max_regression=band), f"noise {band:.3g}"))
@@ -112,10 +122,19 @@ def measurement_checks(metrics: Mapping[str, float], before: StageInput, checked
     answer_metrics = [m for m in ANSWER_METRICS if m in checked and m in metrics]
     seen = metrics.get("reference_match")
     if answer_metrics and seen is not None and seen < BLIND_BELOW:
-        return [GateCheck(metric=m, kind="measurement", value=metrics[m], threshold=BLIND_BELOW, passed=False,
-                          reason=f"measurement failure: the answer check scores only {seen:.0%} of the held-out "
-                                 f"references right when a model writes them exactly: {m} cannot see a right answer "
-                                 "(answers cut short? an answer rule that never matches?)") for m in answer_metrics]
+        return [
+            GateCheck(
+                metric=m,
+                kind="measurement",
+                value=metrics[m],
+                threshold=BLIND_BELOW,
+                passed=False,
+                reason=f"measurement failure: the answer check scores only {seen:.0%} of the held-out "
+                f"references right when a model writes them exactly: {m} cannot see a right answer "
+                "(answers cut short? an answer rule that never matches?)",
+            )
+            for m in answer_metrics
+        ]
     loss, was = metrics.get("heldout_loss"), before.metrics.get("heldout_loss")
     if loss is None or was is None or not loss < was - loss_band(was):
         return []
@@ -123,27 +142,50 @@ def measurement_checks(metrics: Mapping[str, float], before: StageInput, checked
     for m in answer_metrics:
         value, prev = metrics[m], before.metrics.get(m)
         if prev is not None and value == prev and (value == 0.0 if m == "format_adherence" else value < 1.0):
-            out.append(GateCheck(metric=m, kind="unchanged", value=value, threshold=prev, previous=prev, passed=False,
-                                 reason=f"{m} reads {value:.3g} for {before.name} and for the trained model while "
-                                        f"held-out loss fell {was:.3g} -> {loss:.3g}: no evidence the model answers "
-                                        f"better (the check scores its references right, so it has not learnt to)"))
+            out.append(
+                GateCheck(
+                    metric=m,
+                    kind="unchanged",
+                    value=value,
+                    threshold=prev,
+                    previous=prev,
+                    passed=False,
+                    reason=f"{m} reads {value:.3g} for {before.name} and for the trained model while "
+                    f"held-out loss fell {was:.3g} -> {loss:.3g}: no evidence the model answers "
+                    f"better (the check scores its references right, so it has not learnt to)",
+                )
+            )
     return out
 
 
-def judge_stage(stage: str, kind: str, method: str, metrics: Mapping[str, float], rules: list,
-                before: StageInput, n_eval: int | None, previous_stage: str | None = None) -> GateDecision:
+def judge_stage(
+    stage: str,
+    kind: str,
+    method: str,
+    metrics: Mapping[str, float],
+    rules: list,
+    before: StageInput,
+    n_eval: int | None,
+    previous_stage: str | None = None,
+) -> GateDecision:
     """The stage's gate: the task's ``rules`` (or ``default_rules``) against ``before``, plus the
     measurement checks; ``previous_stage`` names ``before`` in the reasons (default: its name)."""
     own = list(rules)
     defaults = [] if own else default_rules(kind, method, metrics, before, n_eval)
     where = previous_stage or before.name
-    decision = evaluate_gate(stage, metrics, own or [r for r, _ in defaults], previous=before.metrics,
-                             previous_stage=where)
+    decision = evaluate_gate(
+        stage, metrics, own or [r for r, _ in defaults], previous=before.metrics, previous_stage=where
+    )
     reasons = list(decision.reasons)
     if defaults:  # one check per bound; each default rule sets one bound
         notes = [note for _, note in defaults]
         reasons = [f"default gate (the task names none): {r} ({n})" for r, n in zip(reasons, notes, strict=True)]
     extra = measurement_checks(metrics, before, {c.metric for c in decision.checks})
     checks = list(decision.checks) + extra
-    return decision.model_copy(update={"checks": checks, "reasons": reasons + [c.reason for c in extra],
-                                       "passed": all(c.passed for c in checks)})
+    return decision.model_copy(
+        update={
+            "checks": checks,
+            "reasons": reasons + [c.reason for c in extra],
+            "passed": all(c.passed for c in checks),
+        }
+    )

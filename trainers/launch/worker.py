@@ -31,13 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.curation.answers import AnswerSpec
 from trainteam.curation.rewards import default_rewards
-from trainteam.trainers.training import budget
 from trainteam.trainers.methods.method_registry import get_method
+from trainteam.trainers.training import budget
 from trainteam.trainers.training.config import Method, ModelSpec, TrainConfig
+from trainteam.trainers.training.loop import train
 from trainteam.trainers.training.models import build_model
 from trainteam.trainers.training.results import RestartProposal
 from trainteam.trainers.training.tokenizer import load_tokenizer
-from trainteam.trainers.training.loop import train
 
 
 class WorkerJob(BaseModel):
@@ -59,7 +59,7 @@ class WorkerJob(BaseModel):
     budget_allowed_s: float = 0.0
 
     @classmethod
-    def load(cls, path: Path) -> "WorkerJob":
+    def load(cls, path: Path) -> WorkerJob:
         path = Path(path)
         if not path.is_file():
             raise BadInput(f"job: {path} not found")
@@ -87,24 +87,41 @@ def run_job(job: WorkerJob) -> dict:
         # FSDP checkpoints activations itself; transformers refuses both switches at once.
         config = config.model_copy(update={"gradient_checkpointing": False})
     tok = load_tokenizer(job.tokenizer)
-    model = job.model_path if job.model_path is not None else \
-        build_model(job.model, tok, attn_implementation=config.attn_implementation, seed=config.seed)
-    rewards = default_rewards(tok, job.answer) if get_method(job.method).needs_rewards and job.answer is not None \
-        else None
+    model = (
+        job.model_path
+        if job.model_path is not None
+        else build_model(job.model, tok, attn_implementation=config.attn_implementation, seed=config.seed)
+    )
+    rewards = (
+        default_rewards(tok, job.answer) if get_method(job.method).needs_rewards and job.answer is not None else None
+    )
     with budget.ceiling(job.budget_left_s, job.budget_allowed_s):
-        report = train(job.method, config, model, str(job.data), tokenizer=tok,
-                       eval_data=str(job.eval_data) if job.eval_data else None, progress=False,
-                       apply_proposal=job.apply_proposal, reward_funcs=rewards)
+        report = train(
+            job.method,
+            config,
+            model,
+            str(job.data),
+            tokenizer=tok,
+            eval_data=str(job.eval_data) if job.eval_data else None,
+            progress=False,
+            apply_proposal=job.apply_proposal,
+            reward_funcs=rewards,
+        )
     if dist.is_available() and dist.is_initialized():
         rank, world, backend = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
     else:
         rank, world, backend = 0, 1, None
     record = {
-        "rank": rank, "world_size": world, "backend": backend, "pid": os.getpid(),
+        "rank": rank,
+        "world_size": world,
+        "backend": backend,
+        "pid": os.getpid(),
         "env_world_size": int(os.environ.get("WORLD_SIZE", "1")),
-        "steps": report.steps_done, "losses": report.losses,
+        "steps": report.steps_done,
+        "losses": report.losses,
         "final_loss": report.losses[-1][1] if report.losses else None,
-        "eval_loss": report.metrics.get("eval_loss"), "final_dir": str(report.final_dir),
+        "eval_loss": report.metrics.get("eval_loss"),
+        "final_dir": str(report.final_dir),
     }
     if rank == 0:  # written before the rank's record: a finished rank's report is there to read
         (job.results_dir / "report.json").write_text(report.model_dump_json())
@@ -146,8 +163,16 @@ def _record_error(results_dir: Path, exc: BaseException) -> None:
     rank = os.environ.get("RANK", "0")
     try:
         results_dir.mkdir(parents=True, exist_ok=True)
-        (results_dir / f"rank{rank}.error.json").write_text(json.dumps(
-            {"rank": int(rank), "pid": os.getpid(), "time": time.time(), "error": f"{type(exc).__name__}: {exc}"[:2000]}))
+        (results_dir / f"rank{rank}.error.json").write_text(
+            json.dumps(
+                {
+                    "rank": int(rank),
+                    "pid": os.getpid(),
+                    "time": time.time(),
+                    "error": f"{type(exc).__name__}: {exc}"[:2000],
+                }
+            )
+        )
     except OSError:
         pass
 

@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from trainteam.trainers.training import budget
 from trainteam.trainers.methods.method_registry import get_method
-from trainteam.trainers.training.config import TrainConfig
-from trainteam.trainers.training.console_lines import say
 from trainteam.trainers.planning.calibrate import Calibration, cached, fit, shape_key, store_run
 from trainteam.trainers.planning.estimate import ModelShape, train_flops_per_token
 from trainteam.trainers.planning.hardware import detect_hardware
 from trainteam.trainers.planning.load import Load, during
+from trainteam.trainers.training import budget
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.console_lines import say
 from trainteam.trainers.training.threads import cpu_sample
 
 SKIPPED = 1  # the first step of a train() call: optimizer state, lazy set-up
@@ -62,7 +62,9 @@ class PaceReading(BaseModel):
     expected_tokens_per_s: float | None = None
     expected_note: str = ""
     stored: bool = Field(default=False, description="the run's pace replaced a stored calibration")
-    ceiling_step: int | None = Field(default=None, description="where the budget ceiling stops training, if before the end")
+    ceiling_step: int | None = Field(
+        default=None, description="where the budget ceiling stops training, if before the end"
+    )
 
     @property
     def off_by(self) -> float | None:
@@ -72,24 +74,34 @@ class PaceReading(BaseModel):
         return self.tokens_per_s / self.expected_tokens_per_s
 
     def line(self) -> str:
-        head = (f"pace: steps {self.first_step}-{self.first_step + self.steps - 1} ran {self.step_s:.2f} s a step "
-                f"({self.tokens_per_s:,.0f} tokens/s at {self.load.describe()}, {self.threads} thread"
-                f"{'s' if self.threads != 1 else ''}); the {self.steps_left} steps left take ~{self.minutes_left:.1f} min")
+        head = (
+            f"pace: steps {self.first_step}-{self.first_step + self.steps - 1} ran {self.step_s:.2f} s a step "
+            f"({self.tokens_per_s:,.0f} tokens/s at {self.load.describe()}, {self.threads} thread"
+            f"{'s' if self.threads != 1 else ''}); the {self.steps_left} steps left take ~{self.minutes_left:.1f} min"
+        )
         ratio = self.off_by
         if ratio is not None:
-            head += (f"; the planner's estimate for this load was {self.expected_tokens_per_s:,.0f} tokens/s "
-                     f"({self.expected_note})" + (f": off x{max(ratio, 1 / ratio):.1f}" if _off(ratio) else ""))
+            head += (
+                f"; the planner's estimate for this load was {self.expected_tokens_per_s:,.0f} tokens/s "
+                f"({self.expected_note})" + (f": off x{max(ratio, 1 / ratio):.1f}" if _off(ratio) else "")
+            )
         if self.stored:
             head += "; this pace replaces the stored calibration"
         if self.ceiling_step is not None:
-            head += (f"; the budget's ceiling stops training near step {self.ceiling_step} with a checkpoint saved, "
-                     "and a person decides whether it goes on")
+            head += (
+                f"; the budget's ceiling stops training near step {self.ceiling_step} with a checkpoint saved, "
+                "and a person decides whether it goes on"
+            )
         return head
 
     def numbers(self) -> dict[str, float]:
         """The stage's telemetry: the run's metrics and report read these."""
-        out = {"pace_step_s": round(self.step_s, 4), "pace_tokens_per_s": round(self.tokens_per_s, 1),
-               "pace_minutes_left": round(self.minutes_left, 3), "pace_neighbours": self.load.neighbours}
+        out = {
+            "pace_step_s": round(self.step_s, 4),
+            "pace_tokens_per_s": round(self.tokens_per_s, 1),
+            "pace_minutes_left": round(self.minutes_left, 3),
+            "pace_neighbours": self.load.neighbours,
+        }
         if self.expected_tokens_per_s:
             out["pace_expected_tokens_per_s"] = round(self.expected_tokens_per_s, 1)
         return out
@@ -99,8 +111,9 @@ def _off(ratio: float) -> bool:
     return ratio > OFF_BY or ratio < 1 / OFF_BY
 
 
-def expected_pace(shape: ModelShape, cfg: TrainConfig, micro_tokens: float, device: str, load: Load,
-                  threads: int) -> tuple[float | None, str, str, Calibration | None]:
+def expected_pace(
+    shape: ModelShape, cfg: TrainConfig, micro_tokens: float, device: str, load: Load, threads: int
+) -> tuple[float | None, str, str, Calibration | None]:
     """(tokens/s the planner would estimate under ``load`` on ``threads`` threads, how, the cache key, the
     stored calibration it came from or None): a stored calibration fitted to the load, else the FLOP guess."""
     key = shape_key(shape.signature(), cfg, micro_tokens, device=device)
@@ -113,8 +126,7 @@ def expected_pace(shape: ModelShape, cfg: TrainConfig, micro_tokens: float, devi
     return hw.peak_flops() * hw.mfu() / fpt, f"a FLOP guess, assumed MFU {hw.mfu():g}", key, None
 
 
-def read_pace(start: dict, state, cfg: TrainConfig, shape: ModelShape | None, device: str,
-              threads: int) -> PaceReading:
+def read_pace(start: dict, state, cfg: TrainConfig, shape: ModelShape | None, device: str, threads: int) -> PaceReading:
     """The reading after the timed steps on ``threads`` torch threads: ``start`` holds the step, tokens, step
     time and cpu mark they began at; ``state`` is the Trainer's (global_step, num_input_tokens_seen, max_steps)."""
     steps = state.global_step - start["step"]
@@ -123,14 +135,27 @@ def read_pace(start: dict, state, cfg: TrainConfig, shape: ModelShape | None, de
     load = during(start["mark"], threads)
     micro = tokens / max(steps * cfg.gradient_accumulation_steps, 1)
     left = max(0, state.max_steps - state.global_step)
-    reading = PaceReading(first_step=start["step"] + 1, steps=steps, step_s=step_s,
-                          tokens_per_s=tokens / max(start["step_time"], 1e-9), micro_batch_tokens=micro, load=load,
-                          threads=threads, steps_left=left, minutes_left=left * step_s / 60)
+    reading = PaceReading(
+        first_step=start["step"] + 1,
+        steps=steps,
+        step_s=step_s,
+        tokens_per_s=tokens / max(start["step_time"], 1e-9),
+        micro_batch_tokens=micro,
+        load=load,
+        threads=threads,
+        steps_left=left,
+        minutes_left=left * step_s / 60,
+    )
     if shape is not None and tokens > 0 and not get_method(cfg.method).generates:  # its time is generation: no estimate
         tps, note, key, stored = expected_pace(shape, cfg, micro, device, load, threads)
         reading.expected_tokens_per_s, reading.expected_note = tps, note
-        if (stored is not None and reading.off_by is not None and _off(reading.off_by) and device == "cpu"
-                and cfg.method in STORED_METHODS):
+        if (
+            stored is not None
+            and reading.off_by is not None
+            and _off(reading.off_by)
+            and device == "cpu"
+            and cfg.method in STORED_METHODS
+        ):
             _replace(key, stored, reading)
             reading.stored = True
     ceiling = budget.current()
@@ -140,10 +165,21 @@ def read_pace(start: dict, state, cfg: TrainConfig, shape: ModelShape | None, de
 
 
 def _replace(key: str, stored: Calibration, reading: PaceReading) -> None:
-    store_run(key, Calibration(tokens_per_s=reading.tokens_per_s, step_s=reading.step_s,
-                               tokens_per_step=stored.tokens_per_step, steps=reading.steps, threads=reading.threads,
-                               device="cpu", model=stored.model, source="run", load=reading.load,
-                               measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+    store_run(
+        key,
+        Calibration(
+            tokens_per_s=reading.tokens_per_s,
+            step_s=reading.step_s,
+            tokens_per_step=stored.tokens_per_step,
+            steps=reading.steps,
+            threads=reading.threads,
+            device="cpu",
+            model=stored.model,
+            source="run",
+            load=reading.load,
+            measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        ),
+    )
 
 
 _said: dict[str, float] = {}  # shape signature -> the pace last said in this process
@@ -191,8 +227,12 @@ def pace_check(cfg: TrainConfig, history=None):
         def on_step_begin(self, args, state, control, **kwargs):
             self._t = time.perf_counter()
             if self.start is None and state.global_step >= self.begun + SKIPPED and self.reading is None:
-                self.start = {"step": state.global_step, "tokens": state.num_input_tokens_seen or 0,
-                              "step_time": 0.0, "mark": cpu_sample()}
+                self.start = {
+                    "step": state.global_step,
+                    "tokens": state.num_input_tokens_seen or 0,
+                    "step_time": 0.0,
+                    "mark": cpu_sample(),
+                }
 
         def on_step_end(self, args, state, control, **kwargs):
             if self.start is None or self._t is None or self.reading is not None:

@@ -16,9 +16,10 @@ Counts are per training *example*: an SFT conversation with k assistant replies 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -62,8 +63,10 @@ class RowTokens(BaseModel):
     def describe(self) -> str:
         how = "counted with the model's tokenizer" if self.source == "tokenizer" else "bounded by UTF-8 bytes"
         fmt = f", {self.prompt_format} format" if self.prompt_format else ""
-        return (f"{len(self.lengths)} examples from a {self.sampled_rows}-row sample: mean {self.mean():.1f} tokens, "
-                f"longest {self.longest} ({how}{fmt})")
+        return (
+            f"{len(self.lengths)} examples from a {self.sampled_rows}-row sample: mean {self.mean():.1f} tokens, "
+            f"longest {self.longest} ({how}{fmt})"
+        )
 
 
 @lru_cache(maxsize=4)

@@ -17,19 +17,20 @@ from __future__ import annotations
 import math
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import AliasChoices, BaseModel, Field
 from rich.markup import escape
 
 from trainteam.core import clock
 from trainteam.curation.formats import query, row_kind
-from trainteam.trainers.training.config import TrainConfig
-from trainteam.trainers.training.console_lines import say
 from trainteam.trainers.evaluation.battery import exact_match, format_adherence, greedy_generations, heldout_loss
 from trainteam.trainers.evaluation.stage_gate import rate_band
+from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.console_lines import say
 from trainteam.trainers.training.loop import train
 
 REDUCTION = 3  # the best third of the probes go on from the first rung
@@ -47,8 +48,9 @@ class RungScore(BaseModel):
     """What one probe measured at a rung, on the validation slice."""
 
     heldout_loss: float
-    metric: float | None = Field(default=None, description="the gate's metric (a rate, higher is better) where "
-                                 "the search measures it")
+    metric: float | None = Field(
+        default=None, description="the gate's metric (a rate, higher is better) where the search measures it"
+    )
 
     def finite(self) -> bool:
         return math.isfinite(self.heldout_loss) and (self.metric is None or math.isfinite(self.metric))
@@ -63,22 +65,31 @@ class Probe(BaseModel):
 
     trial: int
     learning_rate: float
-    per_device_train_batch_size: int = Field(validation_alias=AliasChoices("per_device_train_batch_size",
-                                                                           "per_device_batch_size"))
+    per_device_train_batch_size: int = Field(
+        validation_alias=AliasChoices("per_device_train_batch_size", "per_device_batch_size")
+    )
     steps: int = Field(description="optimizer steps it ran")
-    values: dict[int, float] = Field(default_factory=dict, description="step -> held-out loss on the validation "
-                                     "slice (lower is better)")
-    metric: dict[int, float] = Field(default_factory=dict, description="step -> the gate's metric on the "
-                                     "validation slice (SearchReport.objective; higher is better); empty when "
-                                     "the search ranks by held-out loss alone")
+    values: dict[int, float] = Field(
+        default_factory=dict, description="step -> held-out loss on the validation slice (lower is better)"
+    )
+    metric: dict[int, float] = Field(
+        default_factory=dict,
+        description="step -> the gate's metric on the "
+        "validation slice (SearchReport.objective; higher is better); empty when "
+        "the search ranks by held-out loss alone",
+    )
     pruned: bool = False
     unstable: bool = Field(default=False, description="a non-finite loss, grad norm or score ended it")
-    widened: bool = Field(default=False, description="a rate beyond the prior's range, added because the best "
-                          "probe sat at its edge")
+    widened: bool = Field(
+        default=False, description="a rate beyond the prior's range, added because the best probe sat at its edge"
+    )
     seconds: float = 0.0
     pace: float | None = Field(default=None, description="seconds per step from its first step to its last (no set-up)")
-    checkpoint: str | None = Field(default=None, description="its checkpoint at the last rung it reached (kept for "
-                                   "the probes still in the running: the winner's is where the stage resumes)")
+    checkpoint: str | None = Field(
+        default=None,
+        description="its checkpoint at the last rung it reached (kept for "
+        "the probes still in the running: the winner's is where the stage resumes)",
+    )
 
 
 class Recipe(BaseModel):
@@ -86,8 +97,9 @@ class Recipe(BaseModel):
 
     learning_rate: float
     max_steps: int
-    per_device_train_batch_size: int = Field(validation_alias=AliasChoices("per_device_train_batch_size",
-                                                                           "per_device_batch_size"))
+    per_device_train_batch_size: int = Field(
+        validation_alias=AliasChoices("per_device_train_batch_size", "per_device_batch_size")
+    )
     warmup_steps: int
 
 
@@ -104,10 +116,15 @@ class RungComparison(BaseModel):
     step: int
     ranked_by: str = Field(description="the gate's metric where it separated the probes, else heldout_loss")
     order: list[int] = Field(description="the stable probes' trials, best first")
-    tied: list[int] = Field(default_factory=list, description="the trials the ranking cannot tell from the best: "
-                            "within the gate metric's noise band of it (or at exactly its loss), best first")
-    going_on: list[int] = Field(default_factory=list, description="the trials that went on from this rung (the "
-                                "first), or the one chosen here (the last)")
+    tied: list[int] = Field(
+        default_factory=list,
+        description="the trials the ranking cannot tell from the best: "
+        "within the gate metric's noise band of it (or at exactly its loss), best first",
+    )
+    going_on: list[int] = Field(
+        default_factory=list,
+        description="the trials that went on from this rung (the first), or the one chosen here (the last)",
+    )
     outcome: str = Field(default="", description="what ``going_on`` did: on to step N, or chosen")
     reason: str = ""
 
@@ -117,17 +134,22 @@ class SearchReport(BaseModel):
 
     stage: str
     method: str
-    objective: str = Field(default="heldout_loss", description="the gate's metric the rungs rank by where it "
-                           "separates the probes (exact_match, format_adherence), or heldout_loss")
+    objective: str = Field(
+        default="heldout_loss",
+        description="the gate's metric the rungs rank by where it "
+        "separates the probes (exact_match, format_adherence), or heldout_loss",
+    )
     space: list[float]
     prior: str = Field(default="", description="where the range of rates comes from")
     prior_lr: float | None = Field(default=None, description="the prior's own rate: an exact tie goes to the nearest")
     widened: list[float] = Field(default_factory=list, description="rates added beyond the range's edge")
     probe_steps: int = Field(description="the top rung: where the probes still in the running are compared")
-    run_steps: int | None = Field(default=None, description="the stage's length every probe trains towards "
-                                  "(its schedule); None when no probe ran")
-    warmup_steps: int | None = Field(default=None, description="the probes' (and the stage's) warm-up: done "
-                                     "before the first rung")
+    run_steps: int | None = Field(
+        default=None, description="the stage's length every probe trains towards (its schedule); None when no probe ran"
+    )
+    warmup_steps: int | None = Field(
+        default=None, description="the probes' (and the stage's) warm-up: done before the first rung"
+    )
     rungs: list[int]
     probes: list[Probe] = Field(default_factory=list)
     comparisons: list[RungComparison] = Field(default_factory=list)
@@ -140,18 +162,25 @@ class SearchReport(BaseModel):
     pace_s: float | None = Field(default=None, description="seconds a step, measured before the probes")
     validation_rows: int = 0
     reasons: list[str] = Field(default_factory=list)
-    heldout_curve: dict[int, float] = Field(default_factory=dict, description="the stage's own run: the plateau "
-                                            "check's value on the validation slice by step (a searched length only)")
+    heldout_curve: dict[int, float] = Field(
+        default_factory=dict,
+        description="the stage's own run: the plateau "
+        "check's value on the validation slice by step (a searched length only)",
+    )
     stopped_early_at: int | None = Field(default=None, description="the step the plateau rule stopped the run at")
-    continued_from: int | None = Field(default=None, description="the step of the chosen probe's checkpoint the "
-                                       "stage's run resumed from (those steps are counted in the probes)")
+    continued_from: int | None = Field(
+        default=None,
+        description="the step of the chosen probe's checkpoint the "
+        "stage's run resumed from (those steps are counted in the probes)",
+    )
 
 
 Scorer = Callable[[Any], RungScore]  # a model (in training) -> what it measures at a rung
 
 
-def make_scorer(tokenizer, val_rows: list[dict], *, answer=None, max_new_tokens: int = 8,
-                metric: str = "exact_match") -> tuple[str, Scorer]:
+def make_scorer(
+    tokenizer, val_rows: list[dict], *, answer=None, max_new_tokens: int = 8, metric: str = "exact_match"
+) -> tuple[str, Scorer]:
     """(the metric the rungs rank by, the scorer) for the validation slice: held-out loss always, and the
     gate's ``metric`` (exact match or format adherence) where every row has an answer (pair and chat rows)
     and the task says how to check one; else the rungs rank by held-out loss alone.
@@ -160,6 +189,7 @@ def make_scorer(tokenizer, val_rows: list[dict], *, answer=None, max_new_tokens:
     loss at 150-460 steps ranked the rates backwards (3e-5: 0.712, 1.2e-3: 0.769, 3e-3: 0.789), because the
     loss sits on a plateau before the carries are learnt; at 600 steps lr 2.5e-3 reached 100 % exact match
     and 1e-4 9 %. Exact match at 300 steps already ranked them right (17 %, 12 %, 6.5 %)."""
+
     def loss(model) -> float:
         value = heldout_loss(model, tokenizer, val_rows, batch_size=32)
         model.train()
@@ -171,10 +201,17 @@ def make_scorer(tokenizer, val_rows: list[dict], *, answer=None, max_new_tokens:
 
     def rate(model) -> float:
         if metric == "exact_match":
-            return exact_match(model, tokenizer, val_rows, max_new_tokens=max_new_tokens, batch_size=64,
-                               answer=answer).accuracy
-        gens = greedy_generations(model, tokenizer, [query(r) for r in val_rows], max_new_tokens=max_new_tokens,
-                                  batch_size=64, what="evaluation (format adherence)")
+            return exact_match(
+                model, tokenizer, val_rows, max_new_tokens=max_new_tokens, batch_size=64, answer=answer
+            ).accuracy
+        gens = greedy_generations(
+            model,
+            tokenizer,
+            [query(r) for r in val_rows],
+            max_new_tokens=max_new_tokens,
+            batch_size=64,
+            what="evaluation (format adherence)",
+        )
         return format_adherence(gens, tokenizer, answer, max_new_tokens)["format_adherence"]
 
     return metric, lambda model: RungScore(metric=rate(model), heldout_loss=loss(model))
@@ -192,8 +229,9 @@ def plateau_every(steps: int) -> int:
     return max(25, steps // 20)
 
 
-def lr_prior(*, from_scratch: bool, lora: bool, hidden_size: int | None = None,
-             arch: str | None = None) -> tuple[float, float, float, str]:
+def lr_prior(
+    *, from_scratch: bool, lora: bool, hidden_size: int | None = None, arch: str | None = None
+) -> tuple[float, float, float, str]:
     """(lowest, highest, the prior's own rate, where they come from) for the stage's kind of training.
 
     From random init 1e-4..1e-2 (the demo: 1e-3 reached 100 % from scratch, 3e-3 7-84 %); a full fine-tune
@@ -207,13 +245,16 @@ def lr_prior(*, from_scratch: bool, lora: bool, hidden_size: int | None = None,
     width = hidden_size or 2000
     power = 0.0775 if (arch or "").lower().startswith("qwen") else 0.781
     centre = float(f"{10 * 5e-5 * (2000 / width) ** power:.3g}")
-    why = (f"LoRA on trained weights: 10x a full fine-tune's rate, 10 x 5e-5 x (2000/{width})^{power:g} = "
-           f"{lr_text(centre)}, divided and multiplied by {PRIOR_SPAN:g}")
+    why = (
+        f"LoRA on trained weights: 10x a full fine-tune's rate, 10 x 5e-5 x (2000/{width})^{power:g} = "
+        f"{lr_text(centre)}, divided and multiplied by {PRIOR_SPAN:g}"
+    )
     return centre / PRIOR_SPAN, centre * PRIOR_SPAN, centre, why
 
 
-def lr_space(method: str, *, from_scratch: bool, lora: bool, n: int, hidden_size: int | None = None,
-             arch: str | None = None) -> list[float]:
+def lr_space(
+    method: str, *, from_scratch: bool, lora: bool, n: int, hidden_size: int | None = None, arch: str | None = None
+) -> list[float]:
     """``n`` log-spaced learning rates over the prior's range (``lr_prior``), low to high."""
     low, high, _, _ = lr_prior(from_scratch=from_scratch, lora=lora, hidden_size=hidden_size, arch=arch)
     step = (math.log(high) - math.log(low)) / max(n - 1, 1)
@@ -264,8 +305,15 @@ def probe_length(budget_s: float, sec_per_step: float, trials: int) -> int:
     return int(max(3, budget_s / max(sec_per_step, 1e-6) / max(wasted_tops(trials), 1e-6)))
 
 
-def final_steps(left_s: float, sec_per_step: float, rows: int, batch: int, grad_accum: int,
-                max_epochs: float | None, probe_steps: int) -> int:
+def final_steps(
+    left_s: float,
+    sec_per_step: float,
+    rows: int,
+    batch: int,
+    grad_accum: int,
+    max_epochs: float | None,
+    probe_steps: int,
+) -> int:
     """A searched length: what ``left_s`` affords at the probes' pace (85 %: evaluation and saving
     take the rest), at most ``max_epochs`` passes over ``rows`` when given, at least the probes' length."""
     afford = int(0.85 * left_s / max(sec_per_step, 1e-6))
@@ -349,8 +397,16 @@ def _probe_config(cfg: TrainConfig, lr: float, out: Path) -> TrainConfig:
     the same probe scored 0.884 at step 300 against the other finalist's 0.924, and its run reached 71.5 %
     exact match (the grid's best: 39 %). The stage's own run keeps the monitor and its gated restart."""
     jumps_off = cfg.spike.model_copy(update={"warmup_steps": NEVER})
-    return cfg.model_copy(update={"learning_rate": lr, "output_dir": out, "resume": "auto", "save_steps": None,
-                                  "tracker": "none", "spike": jumps_off})
+    return cfg.model_copy(
+        update={
+            "learning_rate": lr,
+            "output_dir": out,
+            "resume": "auto",
+            "save_steps": None,
+            "tracker": "none",
+            "spike": jumps_off,
+        }
+    )
 
 
 @dataclass
@@ -372,9 +428,16 @@ def _train_to(probe: Probe, run: ProbeRun, rung: int, out: Path) -> str | None:
     """A real ``train()`` of ``probe`` in ``out`` (resumed from its checkpoint there) to ``rung``, scored there
     (``_StopAt``); the reason it stopped."""
     label = f"probe {probe.trial} (lr {lr_text(probe.learning_rate)})"  # its step lines, while a run listens
-    result = train(run.cfg.method, _probe_config(run.cfg, probe.learning_rate, out), run.make_model(), run.rows,
-                   tokenizer=run.tokenizer, progress=label, reward_funcs=run.reward_funcs,
-                   callbacks=[_StopAt(probe, rung, run.score, run.deadline)])
+    result = train(
+        run.cfg.method,
+        _probe_config(run.cfg, probe.learning_rate, out),
+        run.make_model(),
+        run.rows,
+        tokenizer=run.tokenizer,
+        progress=label,
+        reward_funcs=run.reward_funcs,
+        callbacks=[_StopAt(probe, rung, run.score, run.deadline)],
+    )
     return result.stopped_reason
 
 
@@ -420,8 +483,18 @@ def _drop(probe: Probe, work_dir: Path) -> None:
     shutil.rmtree(work_dir / f"probe-{probe.trial}", ignore_errors=True)
 
 
-def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dict],
-               score: Scorer, tokenizer, *, seed: int, work_dir: Path, reward_funcs=None) -> None:
+def run_probes(
+    report: SearchReport,
+    cfg: TrainConfig,
+    make_model: Callable[[], Any],
+    rows: list[dict],
+    score: Scorer,
+    tokenizer,
+    *,
+    seed: int,
+    work_dir: Path,
+    reward_funcs=None,
+) -> None:
     """Every rate of ``report.space`` (Optuna's seeded grid order) to the first rung, the range widened while its
     best sits at an edge, the best third on to the top rung (``cfg`` holds the stage's final settings); fills
     ``report`` and prints each probe and each rung's comparison. The probes at the top keep their checkpoints
@@ -429,21 +502,28 @@ def run_probes(report: SearchReport, cfg: TrainConfig, make_model: Callable[[], 
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.GridSampler(
-        {"learning_rate": report.space}, seed=seed))
+    study = optuna.create_study(
+        direction="minimize", sampler=optuna.samplers.GridSampler({"learning_rate": report.space}, seed=seed)
+    )
     start = clock.now()
-    run = ProbeRun(cfg, make_model, rows, score, tokenizer, work_dir, start + report.budget_s, reward_funcs,
-                   report.objective)
+    run = ProbeRun(
+        cfg, make_model, rows, score, tokenizer, work_dir, start + report.budget_s, reward_funcs, report.objective
+    )
     first, top = report.rungs[0], report.rungs[-1]
     prior = f" ({report.prior})" if report.prior else ""
-    say(escape(f"recipe search of {report.stage}: lr {', '.join(lr_text(r) for r in report.space)}{prior}; "
-               f"every probe to step {first}, the best third to {top}; ranked by {report.objective} where it "
-               "separates them, else by held-out loss"))
+    say(
+        escape(
+            f"recipe search of {report.stage}: lr {', '.join(lr_text(r) for r in report.space)}{prior}; "
+            f"every probe to step {first}, the best third to {top}; ranked by {report.objective} where it "
+            "separates them, else by held-out loss"
+        )
+    )
 
     def objective(trial) -> float:
         lr = trial.suggest_float("learning_rate", min(report.space), max(report.space), log=True)
-        probe = Probe(trial=trial.number, learning_rate=lr, steps=0,
-                      per_device_train_batch_size=cfg.per_device_train_batch_size)
+        probe = Probe(
+            trial=trial.number, learning_rate=lr, steps=0, per_device_train_batch_size=cfg.per_device_train_batch_size
+        )
         report.probes.append(probe)
         _advance(probe, run, first)
         if probe.unstable or probe.pruned or first not in probe.values:
@@ -492,14 +572,24 @@ def _widen(report: SearchReport, run: ProbeRun, first: int, top: int) -> None:
         up = order[0].learning_rate == max(rates)
         lr = float(f"{order[0].learning_rate * (ratio if up else 1 / ratio):.3g}")
         if not _affords_another(report, first, top, run.deadline):
-            report.reasons.append(f"the best probe sat at the {'top' if up else 'bottom'} of the range; no time "
-                                  f"left to widen it to lr {lr_text(lr)}")
+            report.reasons.append(
+                f"the best probe sat at the {'top' if up else 'bottom'} of the range; no time "
+                f"left to widen it to lr {lr_text(lr)}"
+            )
             return
-        say(escape(f"  the best probe at step {first} sits at the {'top' if up else 'bottom'} of the range: "
-                   f"widened to lr {lr_text(lr)}"))
-        probe = Probe(trial=len(report.probes), learning_rate=lr,
-                      per_device_train_batch_size=run.cfg.per_device_train_batch_size,
-                      steps=0, widened=True)
+        say(
+            escape(
+                f"  the best probe at step {first} sits at the {'top' if up else 'bottom'} of the range: "
+                f"widened to lr {lr_text(lr)}"
+            )
+        )
+        probe = Probe(
+            trial=len(report.probes),
+            learning_rate=lr,
+            per_device_train_batch_size=run.cfg.per_device_train_batch_size,
+            steps=0,
+            widened=True,
+        )
         report.probes.append(probe)
         report.widened.append(lr)
         _advance(probe, run, first)
@@ -576,10 +666,13 @@ def rank(report: SearchReport, probes: list[Probe], rung: int) -> tuple[list[Pro
         if max(rates) - min(rates) >= band - TOL:  # the gate's own convention: a band's difference counts
             tiers = _tiers(live, rung, band, by_loss)
             order = [p for tier in tiers for p in tier]
-            return order, RungComparison(step=rung, ranked_by=name, order=[p.trial for p in order],
-                                         tied=[p.trial for p in tiers[0]],
-                                         reason=f"{spread}: {name} ranks them (held-out loss breaks ties within "
-                                                "the band)")
+            return order, RungComparison(
+                step=rung,
+                ranked_by=name,
+                order=[p.trial for p in order],
+                tied=[p.trial for p in tiers[0]],
+                reason=f"{spread}: {name} ranks them (held-out loss breaks ties within the band)",
+            )
         why = f"{spread}: {name} does not separate them, held-out loss ranks them"
     elif name != "heldout_loss":
         why = f"held-out loss ranks them ({name} not measured at this step)"
@@ -587,8 +680,9 @@ def rank(report: SearchReport, probes: list[Probe], rung: int) -> tuple[list[Pro
     tied = [p.trial for p in order if order and p.values[rung] == order[0].values[rung]]
     if len(tied) > 1:
         why += "; an exact tie in loss went to the rate nearest the prior's"
-    return order, RungComparison(step=rung, ranked_by="heldout_loss", order=[p.trial for p in order], tied=tied,
-                                 reason=why)
+    return order, RungComparison(
+        step=rung, ranked_by="heldout_loss", order=[p.trial for p in order], tied=tied, reason=why
+    )
 
 
 def _tiers(live: list[Probe], rung: int, band: float, key: Callable[[Probe], Any]) -> list[list[Probe]]:
@@ -669,17 +763,42 @@ class _Pace:
         return Pace()
 
 
-def measure_pace(cfg: TrainConfig, make_model: Callable[[], Any], rows: list[dict], tokenizer, *, lr: float,
-                 batch: int, work_dir: Path, steps: int = 6, reward_funcs=None) -> tuple[float, float]:
+def measure_pace(
+    cfg: TrainConfig,
+    make_model: Callable[[], Any],
+    rows: list[dict],
+    tokenizer,
+    *,
+    lr: float,
+    batch: int,
+    work_dir: Path,
+    steps: int = 6,
+    reward_funcs=None,
+) -> tuple[float, float]:
     """(set-up seconds, seconds per step) of this stage on this machine now: a ``steps``-step run at ``lr``
     before the probes, so their length fits the budget under whatever load the machine has."""
     out, times = work_dir / "pace", []
     began = clock.now()
     try:
-        short = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None,
-                                       "per_device_train_batch_size": batch, "warmup_steps": 1, "warmup_ratio": None})
-        train(cfg.method, _probe_config(short, lr, out), make_model(), rows, tokenizer=tokenizer,
-              progress=f"pace ({steps} steps at lr {lr_text(lr)})", reward_funcs=reward_funcs, callbacks=[_Pace(times)])
+        short = cfg.model_copy(
+            update={
+                "max_steps": steps,
+                "num_train_epochs": None,
+                "per_device_train_batch_size": batch,
+                "warmup_steps": 1,
+                "warmup_ratio": None,
+            }
+        )
+        train(
+            cfg.method,
+            _probe_config(short, lr, out),
+            make_model(),
+            rows,
+            tokenizer=tokenizer,
+            progress=f"pace ({steps} steps at lr {lr_text(lr)})",
+            reward_funcs=reward_funcs,
+            callbacks=[_Pace(times)],
+        )
     finally:
         shutil.rmtree(out, ignore_errors=True)
     if len(times) < 2:

@@ -76,8 +76,13 @@ class _Strict(BaseModel):
             return data
         data = cls._rewrite(data)
         aliases = cls._aliases()
-        spelled = [c for f in cls.model_fields.values() if isinstance(f.validation_alias, AliasChoices)
-                   for c in f.validation_alias.choices if isinstance(c, str)]
+        spelled = [
+            c
+            for f in cls.model_fields.values()
+            if isinstance(f.validation_alias, AliasChoices)
+            for c in f.validation_alias.choices
+            if isinstance(c, str)
+        ]
         unknown = key_aliases.unknown_keys(data, [*cls.model_fields, *spelled], aliases, hint=cls._unknown_hint())
         if unknown:
             raise ValueError(unknown)
@@ -120,11 +125,16 @@ class ModelSpec(_Strict):
     max_position_embeddings: int = Field(default=256, gt=0, le=1 << 20)
     vocab_size: int | None = Field(default=None, gt=0, le=1 << 21, description="default: the tokenizer's")
     trust_remote_code: bool = Field(default=False, description="only a person turns this on")
-    chat_template: str | None = Field(default=None, max_length=4096, description=(
-        "a chat template for the model's tokenizer that writes tools and tool calls "
-        "(trainers/training/chat_templates.py): "
-        "a template TRL ships by name (qwen2_5: ChatML, tools in the system turn, <tool_call> calls) or a .jinja "
-        "file; saved with the checkpoints"))
+    chat_template: str | None = Field(
+        default=None,
+        max_length=4096,
+        description=(
+            "a chat template for the model's tokenizer that writes tools and tool calls "
+            "(trainers/training/chat_templates.py): "
+            "a template TRL ships by name (qwen2_5: ChatML, tools in the system turn, <tool_call> calls) or a .jinja "
+            "file; saved with the checkpoints"
+        ),
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:
@@ -136,13 +146,15 @@ class ModelSpec(_Strict):
 
 
 class TokenizerConfig(_Strict):
-    vocab_size: int = Field(default=512, ge=260, le=1 << 20,
-                            description="byte alphabet (256) + special tokens + merges")
+    vocab_size: int = Field(
+        default=512, ge=260, le=1 << 20, description="byte alphabet (256) + special tokens + merges"
+    )
     split_digits: bool = Field(default=True, description="one token per digit; arithmetic fails without it")
     min_frequency: int = Field(default=1, ge=1, le=1 << 30)
     special_tokens: list[str] = Field(default_factory=lambda: ["<pad>", "<s>", "</s>", "<unk>"], max_length=1000)
-    extra_tokens: list[str] = Field(default_factory=list, max_length=10000,
-                                    description="functional tokens added after training")
+    extra_tokens: list[str] = Field(
+        default_factory=list, max_length=10000, description="functional tokens added after training"
+    )
 
 
 class LoraOptions(_Strict):
@@ -192,15 +204,20 @@ class SpikeOptions(_Strict):
     # window) as the model began to learn the answers, while the loss sat at 1.40 ± 0.04.
     # A non-finite grad norm is a spike either way.
     watch_grad_norm: bool = False
-    signals: list[SpikeSignal] | None = Field(default=None, description="None: the method's own "
-                                              "(pretrain/sft/dpo: loss up; grpo: reward down, kl up)")
+    signals: list[SpikeSignal] | None = Field(
+        default=None, description="None: the method's own (pretrain/sft/dpo: loss up; grpo: reward down, kl up)"
+    )
     # A jump must clear sigma × max(window std, rel_floor × |window mean|, abs_floor): a
     # near-constant signal (GRPO's surrogate loss on a solved task sat at -0.0012 ± 0 and
     # read z = 29,756) never makes a spike out of noise.
     rel_floor: float = Field(default=0.01, ge=0)
     abs_floor: float = Field(default=0.02, ge=0)
-    max_restarts: int = Field(default=2, ge=0, le=100, description="restart proposals per stage; then the step fails "
-                              "(or asks a person, with on_gate_failure: ask)")
+    max_restarts: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="restart proposals per stage; then the step fails (or asks a person, with on_gate_failure: ask)",
+    )
 
 
 class DistributedSpec(_Strict):
@@ -212,22 +229,34 @@ class DistributedSpec(_Strict):
     strategy: Literal["ddp", "fsdp", "deepspeed"]
     num_processes: int = Field(ge=2, le=65536, description="processes over all machines (accelerate's count)")
     num_machines: int = Field(default=1, gt=0, le=4096)
-    machine_rank: int = Field(default=0, ge=0, description="this machine's rank; only machine 0 runs the workflow "
-                              "(the others run their node's command from launch/node<R>.sh)")
-    main_process_ip: str | None = Field(default=None, max_length=253, pattern=r"^[A-Za-z0-9.:_-]+$",
-                                        description="required with num_machines > 1")
-    main_process_port: int | None = Field(default=None, ge=1024, le=65535, description="default: a free port on one "
-                                          "machine, 29500 over many")
+    machine_rank: int = Field(
+        default=0,
+        ge=0,
+        description="this machine's rank; only machine 0 runs the workflow "
+        "(the others run their node's command from launch/node<R>.sh)",
+    )
+    main_process_ip: str | None = Field(
+        default=None, max_length=253, pattern=r"^[A-Za-z0-9.:_-]+$", description="required with num_machines > 1"
+    )
+    main_process_port: int | None = Field(
+        default=None, ge=1024, le=65535, description="default: a free port on one machine, 29500 over many"
+    )
     launcher: Literal["accelerate", "torchrun"] = "accelerate"
     zero_stage: Literal[2, 3] = Field(default=2, description="DeepSpeed ZeRO stage (strategy deepspeed)")
-    max_restarts: int = Field(default=1, ge=0, le=100, description="launches after a rank dies, each resuming from "
-                              "the newest complete checkpoint; then the step fails")
+    max_restarts: int = Field(
+        default=1,
+        ge=0,
+        le=100,
+        description="launches after a rank dies, each resuming from "
+        "the newest complete checkpoint; then the step fails",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DistributedSpec:
         if self.num_processes % self.num_machines:
-            raise ValueError(f"num_processes: {self.num_processes} processes do not split evenly over "
-                             f"{self.num_machines} machines")
+            raise ValueError(
+                f"num_processes: {self.num_processes} processes do not split evenly over {self.num_machines} machines"
+            )
         if self.machine_rank >= self.num_machines:
             raise ValueError(f"machine_rank: {self.machine_rank} is not below num_machines ({self.num_machines})")
         if self.num_machines > 1 and not self.main_process_ip:
@@ -243,8 +272,11 @@ class DistributedSpec(_Strict):
 
     def train_fields(self) -> dict[str, Any]:
         """What the block sets in every stage's TrainConfig."""
-        return {"strategy": self.train_strategy, "num_nodes": self.num_machines,
-                "devices_per_node": self.num_processes // self.num_machines}
+        return {
+            "strategy": self.train_strategy,
+            "num_nodes": self.num_machines,
+            "devices_per_node": self.num_processes // self.num_machines,
+        }
 
 
 class TrainConfig(_Strict):
@@ -255,25 +287,40 @@ class TrainConfig(_Strict):
     method: Method = "sft"
     output_dir: Path | None = None
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    max_steps: int = Field(default=100, gt=0, le=10_000_000,
-                           description="unused (and not stored) with num_train_epochs")
-    num_train_epochs: float | None = Field(default=None, gt=0, le=10_000, description="passes over the data instead of "
-                                           "max_steps: the trainer derives the steps from the data's size and the "
-                                           "batch when training starts (recorded as the stage's max_steps)")
-    per_device_train_batch_size: int = Field(default=8, gt=0, le=1 << 16,
-                                             validation_alias=_spelled("per_device_train_batch_size"))
-    gradient_accumulation_steps: int = Field(default=1, gt=0, le=1 << 16,
-                                             validation_alias=_spelled("gradient_accumulation_steps"))
+    max_steps: int = Field(
+        default=100, gt=0, le=10_000_000, description="unused (and not stored) with num_train_epochs"
+    )
+    num_train_epochs: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        description="passes over the data instead of "
+        "max_steps: the trainer derives the steps from the data's size and the "
+        "batch when training starts (recorded as the stage's max_steps)",
+    )
+    per_device_train_batch_size: int = Field(
+        default=8, gt=0, le=1 << 16, validation_alias=_spelled("per_device_train_batch_size")
+    )
+    gradient_accumulation_steps: int = Field(
+        default=1, gt=0, le=1 << 16, validation_alias=_spelled("gradient_accumulation_steps")
+    )
     learning_rate: float = Field(default=3e-4, gt=0, le=10)
     lr_scheduler_type: Literal["cosine", "linear", "constant", "constant_with_warmup", "warmup_stable_decay"] = Field(
-        default="cosine", validation_alias=_spelled("lr_scheduler_type"))
+        default="cosine", validation_alias=_spelled("lr_scheduler_type")
+    )
     warmup_steps: int = Field(default=0, ge=0, le=10_000_000)
-    warmup_ratio: float | None = Field(default=None, ge=0, lt=1, description="warm-up as a fraction of the steps, "
-                                       "instead of warmup_steps")
+    warmup_ratio: float | None = Field(
+        default=None, ge=0, lt=1, description="warm-up as a fraction of the steps, instead of warmup_steps"
+    )
     weight_decay: float = Field(default=0.0, ge=0)
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e12)
-    max_length: int = Field(default=128, gt=0, le=1 << 20, validation_alias=_spelled("max_length"),
-                            description="tokens a sequence is cut at (pretraining: the packed window)")
+    max_length: int = Field(
+        default=128,
+        gt=0,
+        le=1 << 20,
+        validation_alias=_spelled("max_length"),
+        description="tokens a sequence is cut at (pretraining: the packed window)",
+    )
     precision: Precision = "fp32"
     gradient_checkpointing: bool = False
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] = "sdpa"
@@ -293,9 +340,13 @@ class TrainConfig(_Strict):
     dpo: DPOOptions = Field(default_factory=DPOOptions)
     grpo: GRPOOptions = Field(default_factory=GRPOOptions)
     spike: SpikeOptions = Field(default_factory=SpikeOptions)
-    trl: dict[str, Any] = Field(default_factory=dict, max_length=200, description="other fields of the method's TRL "
-                                "config (SFTConfig, DPOConfig, GRPOConfig; TrainingArguments for pretrain), passed "
-                                "through as given; checked against that class before a run starts")
+    trl: dict[str, Any] = Field(
+        default_factory=dict,
+        max_length=200,
+        description="other fields of the method's TRL "
+        "config (SFTConfig, DPOConfig, GRPOConfig; TrainingArguments for pretrain), passed "
+        "through as given; checked against that class before a run starts",
+    )
 
     @classmethod
     def _rewrite(cls, data: dict) -> dict:

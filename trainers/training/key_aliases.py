@@ -78,33 +78,64 @@ TRACKERS = ("mlflow", "tensorboard", "wandb")
 
 # TRL / transformers config fields trainteam sets, and the TrainConfig field that sets each
 OWNED: dict[str, str] = {
-    "output_dir": "output_dir", "max_steps": "max_steps", "num_train_epochs": "num_train_epochs",
+    "output_dir": "output_dir",
+    "max_steps": "max_steps",
+    "num_train_epochs": "num_train_epochs",
     "per_device_train_batch_size": "per_device_train_batch_size",
     "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "learning_rate": "learning_rate", "lr_scheduler_type": "lr_scheduler_type",
-    "warmup_steps": "warmup_steps or warmup_ratio", "warmup_ratio": "warmup_ratio",
-    "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm", "seed": "seed", "data_seed": "seed",
-    "bf16": "precision", "fp16": "precision", "use_cpu": "precision (the device is this machine's)",
-    "activation_checkpointing": "gradient_checkpointing", "gradient_checkpointing": "gradient_checkpointing",
-    "use_liger_kernel": "use_liger_kernel", "logging_steps": "logging_steps",
+    "learning_rate": "learning_rate",
+    "lr_scheduler_type": "lr_scheduler_type",
+    "warmup_steps": "warmup_steps or warmup_ratio",
+    "warmup_ratio": "warmup_ratio",
+    "weight_decay": "weight_decay",
+    "max_grad_norm": "max_grad_norm",
+    "seed": "seed",
+    "data_seed": "seed",
+    "bf16": "precision",
+    "fp16": "precision",
+    "use_cpu": "precision (the device is this machine's)",
+    "activation_checkpointing": "gradient_checkpointing",
+    "gradient_checkpointing": "gradient_checkpointing",
+    "use_liger_kernel": "use_liger_kernel",
+    "logging_steps": "logging_steps",
     "logging_nan_inf_filter": "spike (NaN losses are kept for the spike monitor)",
-    "save_strategy": "save_steps", "save_steps": "save_steps", "save_total_limit": "save_total_limit",
+    "save_strategy": "save_steps",
+    "save_steps": "save_steps",
+    "save_total_limit": "save_total_limit",
     "disable_tqdm": "progress (trainteam shows its own)",
     "include_num_input_tokens_seen": "telemetry (trainteam counts the tokens)",
-    "dataloader_num_workers": "threads", "report_to": "tracker", "run_name": "tracker",
+    "dataloader_num_workers": "threads",
+    "report_to": "tracker",
+    "run_name": "tracker",
     "max_length": "max_length",
 }
 METHOD_OWNED: dict[str, dict[str, str]] = {
     "pretrain": {"remove_unused_columns": "(pretraining feeds packed windows)"},
-    "sft": {"packing": "sft.packing", "packing_strategy": "sft.packing", "padding_free": "sft.padding_free",
-            "completion_only_loss": "sft.completion_only_loss", "dataset_num_proc": "(trainteam tokenizes in process)"},
-    "dpo": {"beta": "dpo.beta", "loss_type": "dpo.loss_type",
-            "precompute_ref_log_probs": "dpo.precompute_ref_log_probs"},
-    "grpo": {"num_generations": "grpo.num_generations", "max_completion_length": "grpo.max_completion_length",
-             "loss_type": "grpo.loss_type", "beta": "grpo.beta", "epsilon": "grpo.epsilon",
-             "epsilon_high": "grpo.epsilon_high", "temperature": "grpo.temperature",
-             "mask_truncated_completions": "grpo.loss_type (on with dapo)", "use_vllm": "grpo.vllm_server_url",
-             "vllm_mode": "grpo.vllm_server_url", "vllm_server_base_url": "grpo.vllm_server_url"},
+    "sft": {
+        "packing": "sft.packing",
+        "packing_strategy": "sft.packing",
+        "padding_free": "sft.padding_free",
+        "completion_only_loss": "sft.completion_only_loss",
+        "dataset_num_proc": "(trainteam tokenizes in process)",
+    },
+    "dpo": {
+        "beta": "dpo.beta",
+        "loss_type": "dpo.loss_type",
+        "precompute_ref_log_probs": "dpo.precompute_ref_log_probs",
+    },
+    "grpo": {
+        "num_generations": "grpo.num_generations",
+        "max_completion_length": "grpo.max_completion_length",
+        "loss_type": "grpo.loss_type",
+        "beta": "grpo.beta",
+        "epsilon": "grpo.epsilon",
+        "epsilon_high": "grpo.epsilon_high",
+        "temperature": "grpo.temperature",
+        "mask_truncated_completions": "grpo.loss_type (on with dapo)",
+        "use_vllm": "grpo.vllm_server_url",
+        "vllm_mode": "grpo.vllm_server_url",
+        "vllm_server_base_url": "grpo.vllm_server_url",
+    },
 }
 
 
@@ -183,15 +214,17 @@ def _tracker(value: Any) -> str:
     if not names:
         return "none"
     if len(names) > 1 or names[0] not in TRACKERS:
-        raise ValueError(f"report_to: {value!r}: trainteam logs to one tracker, one of {', '.join(TRACKERS)} "
-                         "(or none)")
+        raise ValueError(f"report_to: {value!r}: trainteam logs to one tracker, one of {', '.join(TRACKERS)} (or none)")
     return names[0]
 
 
 def rewrite(data: dict) -> dict:
     """``data`` with every alias turned into TrainConfig's own name (a new dict; ``data`` is not changed)."""
-    if not any(k in data for k in (*RENAMES, *EARLIER, *METHOD_KEYS, *FLAGS, "adapter")) \
-            and "max_steps" not in data and "warmup_steps" not in data:
+    if (
+        not any(k in data for k in (*RENAMES, *EARLIER, *METHOD_KEYS, *FLAGS, "adapter"))
+        and "max_steps" not in data
+        and "warmup_steps" not in data
+    ):
         return data
     out = copy.deepcopy(data)
     src = _Sources(data)
@@ -211,9 +244,11 @@ def rewrite(data: dict) -> dict:
     for key in [k for k in data if k in METHOD_KEYS]:
         method = data.get("method")
         if method not in ("dpo", "grpo"):
-            raise ValueError(f"{key}: a dpo or grpo setting, and this block's method is "
-                             f"{method or 'sft (the default)'}; "
-                             f"write dpo.{key} or grpo.{key}, or give method")
+            raise ValueError(
+                f"{key}: a dpo or grpo setting, and this block's method is "
+                f"{method or 'sft (the default)'}; "
+                f"write dpo.{key} or grpo.{key}, or give method"
+            )
         src.claim(f"{method}.{key}", key)
         _put(out, f"{method}.{key}", out.pop(key))
     _steps(out)
@@ -227,8 +262,10 @@ def _lora_asked(data: dict, src: _Sources) -> None:
     with ``adapter:``; alone it would silently change full fine-tuning into LoRA, so it is refused."""
     options = [k for t, k in src.given.items() if t.startswith("lora.")]
     if options and "lora" not in data and data.get("use_peft") is not True and "adapter" not in data:
-        raise ValueError(f"{options[0]}: LoRA is not on; add use_peft: true (TRL) or adapter: lora (Axolotl), "
-                         "or write trainteam's lora: {...}")
+        raise ValueError(
+            f"{options[0]}: LoRA is not on; add use_peft: true (TRL) or adapter: lora (Axolotl), "
+            "or write trainteam's lora: {...}"
+        )
 
 
 def _flag(out: dict, src: _Sources, key: str, value: Any) -> None:
@@ -267,8 +304,12 @@ def _lora_off(data: dict, out: dict) -> None:
     key = out.pop("_lora_off", None)
     if key is None:
         return
-    others = [k for k in data if k != key and (k == "lora" or RENAMES.get(k, "").startswith("lora.")
-                                               or k in ("adapter", "lora_target_linear"))]
+    others = [
+        k
+        for k in data
+        if k != key
+        and (k == "lora" or RENAMES.get(k, "").startswith("lora.") or k in ("adapter", "lora_target_linear"))
+    ]
     if others:
         raise ValueError(f"{others[0]} and {key}: {key} is false, so there is no LoRA to set")
     out["lora"] = None

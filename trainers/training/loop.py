@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers.training import budget
-from trainteam.trainers.training import console_lines
+from trainteam.trainers.methods.method_registry import get_method
+from trainteam.trainers.planning.pace import pace_check
+from trainteam.trainers.training import budget, console_lines
 from trainteam.trainers.training import method_data as D
 from trainteam.trainers.training.checkpoints import complete_checkpoints, resolve_resume
-from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.manifest import manifest_callback
 from trainteam.trainers.training.models import load_model
-from trainteam.trainers.planning.pace import pace_check
 from trainteam.trainers.training.restart import lr_sync_callback, prepare_rollback
 from trainteam.trainers.training.results import RestartProposal, TrainReport
 from trainteam.trainers.training.step_lines import stderr_is_terminal
@@ -106,8 +105,13 @@ def train(
     interruptions = history.interruptions()
     watch = _watch(method, config, model, wall_start, history, resume_cbs, callbacks, progress)
     trainer = _build_trainer(method, config, model, tokenizer, ds, eval_ds, out, watch.callbacks, reward_funcs)
-    history.record("start", method=method, resume_from=resume_from, resume_step=_resume_step(apply_proposal, resume_from),
-                   setup_s=round(time.perf_counter() - wall_start, 3))
+    history.record(
+        "start",
+        method=method,
+        resume_from=resume_from,
+        resume_step=_resume_step(apply_proposal, resume_from),
+        setup_s=round(time.perf_counter() - wall_start, 3),
+    )
     result = _run(trainer, history, watch.stop, resume_from)
     steps_done = trainer.state.global_step
     reason, final_dir, proposal = _keep_result(trainer, tokenizer, out, steps_done, watch)
@@ -125,9 +129,17 @@ def train(
     if losses:
         metrics.setdefault("final_loss", losses[-1][1])
     return TrainReport(
-        method=method, steps_done=steps_done, losses=losses, metrics=metrics,
-        checkpoints=complete_checkpoints(out), final_dir=final_dir, stopped_reason=reason,
-        proposal=proposal, telemetry=tel, resumed_from=resume_from, log_history=watch.telemetry.logs,
+        method=method,
+        steps_done=steps_done,
+        losses=losses,
+        metrics=metrics,
+        checkpoints=complete_checkpoints(out),
+        final_dir=final_dir,
+        stopped_reason=reason,
+        proposal=proposal,
+        telemetry=tel,
+        resumed_from=resume_from,
+        log_history=watch.telemetry.logs,
         spike_evidence=watch.spike.evidence if reason == "spike" else None,
     )
 
@@ -192,8 +204,16 @@ class _Watch:
     pace: Any | None = None
 
 
-def _watch(method: str, config: TrainConfig, model, wall_start: float, history, restart_cbs: list,
-           callbacks: list | None, progress: bool | str) -> _Watch:
+def _watch(
+    method: str,
+    config: TrainConfig,
+    model,
+    wall_start: float,
+    history,
+    restart_cbs: list,
+    callbacks: list | None,
+    progress: bool | str,
+) -> _Watch:
     """Telemetry, the spike monitor, the stop signal and the budget guard, with the callbacks in order.
 
     What a person sees: ``progress=True`` a rich bar on a terminal (or wherever nobody listens to the
@@ -211,8 +231,16 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
     guard = budget.budget_guard(limit) if limit is not None else None
     # A caller's callbacks come before the monitor, so a metric they add to the logs can be watched.
     ticks = budget.step_clock_callback()  # first: everything after it reads the clock this step moved
-    cbs = ([ticks] if ticks else []) + restart_cbs + [telemetry] + ([pace] if pace else []) + [stop] + \
-        list(callbacks or []) + ([spike] if spike else []) + ([guard] if guard else [])
+    cbs = (
+        ([ticks] if ticks else [])
+        + restart_cbs
+        + [telemetry]
+        + ([pace] if pace else [])
+        + [stop]
+        + list(callbacks or [])
+        + ([spike] if spike else [])
+        + ([guard] if guard else [])
+    )
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         cbs.append(RankAgreement())  # after every callback that may stop or save the run
     label = progress if isinstance(progress, str) and progress.strip() else method
@@ -225,8 +253,9 @@ def _watch(method: str, config: TrainConfig, model, wall_start: float, history, 
     return _Watch(telemetry, spike, stop, guard, cbs, pace)
 
 
-def _build_trainer(method: str, config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cbs: list,
-                   reward_funcs: list | None):
+def _build_trainer(
+    method: str, config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, cbs: list, reward_funcs: list | None
+):
     """The method's trainer (its record's ``build``), without the library's own log printer."""
     from transformers.trainer_callback import PrinterCallback
 
@@ -249,7 +278,9 @@ def _run(trainer, history, stop, resume_from: Path | None):
         stop.uninstall()
 
 
-def _keep_result(trainer, tokenizer, out: Path, steps_done: int, watch: _Watch) -> tuple[str, Path, RestartProposal | None]:
+def _keep_result(
+    trainer, tokenizer, out: Path, steps_done: int, watch: _Watch
+) -> tuple[str, Path, RestartProposal | None]:
     """Why the run stopped, the folder that holds its result, and a restart proposal after a spike."""
     from trainteam.trainers.training.spike import make_proposal
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from transformers import TrainerCallback
 
@@ -89,7 +89,8 @@ class SpikeDetector:
         again = self._jump(step, sig, logs.get(sig.metric), sigma=self.opt.sigma / 2)
         if again is not None:
             return {k: v for k, v in cand.items() if k != "_logs"} | {
-                "confirmed_at": {"step": step, "value": again["value"], "z": again["z"]}}
+                "confirmed_at": {"step": step, "value": again["value"], "z": again["z"]}
+            }
         self._remember(cand["_logs"])  # noise after all: it belongs in the window
         self._remember(logs)
         return None
@@ -111,9 +112,19 @@ class SpikeDetector:
         if z <= (self.opt.sigma if sigma is None else sigma):
             return None
         arrow = ">" if sig.direction == "up" else "<"
-        return {"step": step, "metric": sig.metric, "direction": sig.direction, "value": float(v),
-                "window_mean": mean, "window_std": std, "spread_floor": spread, "z": z, "sigma": self.opt.sigma,
-                "window": len(h), "rule": f"{arrow}{self.opt.sigma:g} spreads"}
+        return {
+            "step": step,
+            "metric": sig.metric,
+            "direction": sig.direction,
+            "value": float(v),
+            "window_mean": mean,
+            "window_std": std,
+            "spread_floor": spread,
+            "z": z,
+            "sigma": self.opt.sigma,
+            "window": len(h),
+            "rule": f"{arrow}{self.opt.sigma:g} spreads",
+        }
 
 
 def same_spike(a: Mapping, b: Mapping, rel: float = 1e-3) -> bool:
@@ -133,16 +144,22 @@ def restart_refusal(evidence: Mapping, previous: Sequence[Mapping], max_restarts
     ``previous``: the spikes of this stage that earlier approved restarts answered, oldest first.
     """
     if len(previous) >= max_restarts:
-        return (f"{len(previous)} restart(s) of this stage already approved (max_restarts {max_restarts}); "
-                "another is not proposed")
+        return (
+            f"{len(previous)} restart(s) of this stage already approved (max_restarts {max_restarts}); "
+            "another is not proposed"
+        )
     if previous and same_spike(previous[-1], evidence):
-        return (f"the last restart reproduced the same spike ({evidence.get('metric')} {evidence.get('value')} "
-                f"at step {evidence.get('step')}): a restart that replays the same data from the same weights "
-                "cannot change the outcome")
+        return (
+            f"the last restart reproduced the same spike ({evidence.get('metric')} {evidence.get('value')} "
+            f"at step {evidence.get('step')}): a restart that replays the same data from the same weights "
+            "cannot change the outcome"
+        )
     return None
 
 
-def make_proposal(evidence: dict, output_dir: Path, *, skip_batches: int | None = None, lr_scale: float = 0.5) -> RestartProposal | None:
+def make_proposal(
+    evidence: dict, output_dir: Path, *, skip_batches: int | None = None, lr_scale: float = 0.5
+) -> RestartProposal | None:
     """Roll back to the newest complete checkpoint that cannot hold the spiking update.
 
     The loss logged at step s comes from the weights after update s-1, so a blow-up
@@ -158,9 +175,12 @@ def make_proposal(evidence: dict, output_dir: Path, *, skip_batches: int | None 
     skip = skip_batches if skip_batches is not None else max(1, step - ck_step)
     why = f"{evidence['value']} at step {step} ({evidence['rule']})"
     return RestartProposal(
-        spike_step=step, rollback_checkpoint=ckpt, skip_batches=skip, lr_scale=lr_scale,
+        spike_step=step,
+        rollback_checkpoint=ckpt,
+        skip_batches=skip,
+        lr_scale=lr_scale,
         reason=f"{evidence['metric']} spike: {why}; roll back to step {ck_step}, skip {skip} batches, "
-               f"scale LR by {lr_scale}",
+        f"scale LR by {lr_scale}",
         evidence=evidence,
     )
 

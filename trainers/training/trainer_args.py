@@ -62,8 +62,18 @@ def check_runtime(config: TrainConfig) -> bool:
 
 
 # TrainConfig fields that are TrainingArguments fields of the same name and meaning: passed as they are
-SAME_NAMES = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "lr_scheduler_type",
-              "weight_decay", "max_grad_norm", "seed", "use_liger_kernel", "logging_steps", "save_total_limit")
+SAME_NAMES = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "lr_scheduler_type",
+    "weight_decay",
+    "max_grad_norm",
+    "seed",
+    "use_liger_kernel",
+    "logging_steps",
+    "save_total_limit",
+)
 
 
 def common_args(config: TrainConfig, output_dir: Path) -> dict:
@@ -107,8 +117,9 @@ def trl_args(config: TrainConfig, cls: type, where: str = "trl") -> dict:
             raise BadInput(f"{where}.{key}: trainteam sets it from {ours}; set that instead of {where}.{key}")
         if key not in fields:
             near = key_aliases.did_you_mean(key, fields)
-            raise BadInput(f"{where}.{key}: not a field of TRL's {cls.__name__}"
-                           + (f"; did you mean {near!r}?" if near else ""))
+            raise BadInput(
+                f"{where}.{key}: not a field of TRL's {cls.__name__}" + (f"; did you mean {near!r}?" if near else "")
+            )
     _check_values(cls, config, where)
     return dict(config.trl)
 
@@ -137,7 +148,11 @@ def peft_config(config: TrainConfig):
 
     lo = config.lora
     return LoraConfig(
-        r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout, target_modules=lo.target_modules, task_type="CAUSAL_LM",
+        r=lo.r,
+        lora_alpha=lo.alpha,
+        lora_dropout=lo.dropout,
+        target_modules=lo.target_modules,
+        task_type="CAUSAL_LM",
     )
 
 
@@ -150,6 +165,9 @@ def quantization_kwargs(config: TrainConfig) -> dict:
 
     return {
         "quantization_config": BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_use_double_quant=True,
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_use_double_quant=True,
         )
     }

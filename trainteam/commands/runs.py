@@ -15,8 +15,10 @@ runs_app = typer.Typer(help="Past and current runs.", no_args_is_help=True)
 
 
 @runs_app.command("list")
-def list_(limit: int = typer.Option(50, min=1, max=100_000, help="newest first, at most this many"),
-          as_json: bool = typer.Option(False, "--json")) -> None:
+def list_(
+    limit: int = typer.Option(50, min=1, max=100_000, help="newest first, at most this many"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     rows = runs_view(read_stores()[0], limit)
     if as_json:
         return print_json(rows)
@@ -38,13 +40,21 @@ def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
         return print_json(view)
     from rich.table import Table
 
-    console.print(f"[bold]{view['run_id']}[/bold] {view['workflow']} / {view['task_name']}: "
-                  f"[bold]{view['status']}[/bold]" + (f" — {view['error']}" if view["error"] else ""),
-                  highlight=False)
+    console.print(
+        f"[bold]{view['run_id']}[/bold] {view['workflow']} / {view['task_name']}: "
+        f"[bold]{view['status']}[/bold]" + (f" — {view['error']}" if view["error"] else ""),
+        highlight=False,
+    )
     table = Table("step", "visit", "persona", "status", "attempts", "seconds")
     for s in view["steps"]:
-        table.add_row(s["name"], str(s["visit"]), s["persona"] or "", s["status"], str(s["attempts"]),
-                      f"{s['seconds']:.1f}" if s["seconds"] is not None else "")
+        table.add_row(
+            s["name"],
+            str(s["visit"]),
+            s["persona"] or "",
+            s["status"],
+            str(s["attempts"]),
+            f"{s['seconds']:.1f}" if s["seconds"] is not None else "",
+        )
     console.print(table)
     for k, v in sorted(view["metrics"].items()):
         console.print(f"  {k} = {v:.4g}" if isinstance(v, float) else f"  {k} = {v}", highlight=False)
@@ -57,16 +67,33 @@ def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 # What a trained line shows of a resolved config (``runs show --json`` has all of it), in TRL's names
-SHOWN = ("method", "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
-         "gradient_accumulation_steps", "max_length", "warmup_steps", "warmup_ratio", "lr_scheduler_type",
-         "weight_decay", "max_grad_norm", "precision", "seed", "threads")
+SHOWN = (
+    "method",
+    "learning_rate",
+    "max_steps",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_length",
+    "warmup_steps",
+    "warmup_ratio",
+    "lr_scheduler_type",
+    "weight_decay",
+    "max_grad_norm",
+    "precision",
+    "seed",
+    "threads",
+)
 
 
 def trained_line(entry: dict) -> str:
     """One line for what an attempt trained a stage with: the resolved config's main settings."""
     cfg = entry["config"]
-    shown = [f"{k} {cfg[k]:g}" if isinstance(cfg[k], float) else f"{k} {cfg[k]}" for k in SHOWN
-             if cfg.get(k) is not None and not (k == "max_steps" and cfg.get("num_train_epochs") is not None)]
+    shown = [
+        f"{k} {cfg[k]:g}" if isinstance(cfg[k], float) else f"{k} {cfg[k]}"
+        for k in SHOWN
+        if cfg.get(k) is not None and not (k == "max_steps" and cfg.get("num_train_epochs") is not None)
+    ]
     if cfg.get("lora"):
         shown.append(f"lora r {cfg['lora'].get('r')}")
     shown += [f"trl.{k} {v}" for k, v in (cfg.get("trl") or {}).items()]
@@ -80,17 +107,22 @@ def search_line(stage: str, found: dict) -> str:
     head = f"  recipe search {stage}: " + (f"lr {lr:g}" if lr is not None else "no rate chosen")
     probes = found.get("probes") or []
     widened = f", {len(found['widened'])} beyond the prior's range" if found.get("widened") else ""
-    return head + f" among {len(probes)} probes{widened}" + (f": {found['choice_reason']}" if found.get("choice_reason")
-                                                              else "")
+    return (
+        head
+        + f" among {len(probes)} probes{widened}"
+        + (f": {found['choice_reason']}" if found.get("choice_reason") else "")
+    )
 
 
 @runs_app.command("resume")
-def resume(run_id: str,
-           force: bool = typer.Option(False, "--force", help="resume even if its process still holds its lease "
-                                      "(a machine cut off from the database)"),
-           quiet: bool = typer.Option(False, "--quiet", "-q"),
-           yes: bool = typer.Option(False, "--yes", "-y",
-                                    help="approve the run's gated actions up front, as you")) -> None:
+def resume(
+    run_id: str,
+    force: bool = typer.Option(
+        False, "--force", help="resume even if its process still holds its lease (a machine cut off from the database)"
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="approve the run's gated actions up front, as you"),
+) -> None:
     """Continue a run whose process died; finished steps are not run again."""
     import contextlib
     import getpass
@@ -107,8 +139,10 @@ def resume(run_id: str,
     except KeyboardInterrupt:
         sys.stderr.write(f"interrupted: continue with `trainteam runs resume {run_id}`\n")
         os._exit(130)
-    console.print(f"run {run_id}: [bold]{result['status']}[/bold]" +
-                  (f" — {result['error']}" if result.get("error") else ""), highlight=False)
+    console.print(
+        f"run {run_id}: [bold]{result['status']}[/bold]" + (f" — {result['error']}" if result.get("error") else ""),
+        highlight=False,
+    )
     raise typer.Exit(0 if result["status"] == "completed" else 1)
 
 
@@ -127,8 +161,11 @@ def cancel(run_id: str) -> None:
 
 
 @runs_app.command("report")
-def report(run_id: str, out: Path = typer.Option(None, "--out", "-o", help="folder (default: workspace/reports/RUN)"),
-           as_json: bool = typer.Option(False, "--json")) -> None:
+def report(
+    run_id: str,
+    out: Path = typer.Option(None, "--out", "-o", help="folder (default: workspace/reports/RUN)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
     """Write the run's report (markdown + loss, eval and time/cost plots) and print its path."""
     from trainteam.workflows.report.run_report import write_run_report
 

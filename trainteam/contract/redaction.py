@@ -49,13 +49,27 @@ _SHAPES = (
 # An assignment: a separator (`=` or `:`, as in YAML, JSON, env files, headers), then a value; the
 # secret name is checked just before the separator (anchoring on the separator keeps the scan fast).
 # A value stops at separators and quotes, so a masked one never swallows a later assignment.
-_ASSIGNED = re.compile(r"[:=](?<=[A-Za-z\"' ][:=])(?P<gap>\s*[\"']?(?:(?i:bearer|basic|token|digest)\s+)?)"
-                       r"(?P<value>[^\s\"',;:=&?{}\[\]()<>]{8,}=*)")  # =*: base64 padding
+_ASSIGNED = re.compile(
+    r"[:=](?<=[A-Za-z\"' ][:=])(?P<gap>\s*[\"']?(?:(?i:bearer|basic|token|digest)\s+)?)"
+    r"(?P<value>[^\s\"',;:=&?{}\[\]()<>]{8,}=*)"
+)  # =*: base64 padding
 _WORD_REVERSED = re.compile(r"[\"']?[\w-]+")  # the name before a separator, read backwards
-_NAMES = tuple(f"{a}{sep}{b}" for a, b in (("api", "key"), ("access", "key"), ("secret", "key"), ("client", "secret"),
-                                            ("access", "token"), ("auth", "token"), ("refresh", "token"),
-                                            ("session", "token"), ("api", "token"), ("id", "token"))
-               for sep in ("_", "-", "")) + ("authorization", "secret", "password", "passwd")
+_NAMES = tuple(
+    f"{a}{sep}{b}"
+    for a, b in (
+        ("api", "key"),
+        ("access", "key"),
+        ("secret", "key"),
+        ("client", "secret"),
+        ("access", "token"),
+        ("auth", "token"),
+        ("refresh", "token"),
+        ("session", "token"),
+        ("api", "token"),
+        ("id", "token"),
+    )
+    for sep in ("_", "-", "")
+) + ("authorization", "secret", "password", "passwd")
 _ENV_NAMES = ("_TOKEN", "_KEY", "_SECRET", "_PAT")  # MY_SERVICE_TOKEN=..., as in an env file
 _TOKEN_LIKE = re.compile(r"[A-Za-z0-9._~+/\-]{16,}")  # what a bare `token:` must be followed by
 _SHAPE = re.compile(rf"{_NO_WORD_BEFORE}(?:{_SHAPES})")
@@ -71,8 +85,12 @@ def remember(value: str | None) -> None:
 
 
 def _provider_configured() -> bool:
-    return any(k.startswith("TRAINTEAM_MODEL") and not k.startswith("TRAINTEAM_MODEL_BASE_URL")
-               and v.strip() not in ("", "offline") for k, v in os.environ.items())
+    return any(
+        k.startswith("TRAINTEAM_MODEL")
+        and not k.startswith("TRAINTEAM_MODEL_BASE_URL")
+        and v.strip() not in ("", "offline")
+        for k, v in os.environ.items()
+    )
 
 
 @lru_cache(maxsize=1)
@@ -113,7 +131,7 @@ def _secret_name(head: str, value: str) -> bool:
 
 def _assignment(match: re.Match) -> str:
     text, sep = match.string, match.start()
-    if not _secret_name(text[max(0, sep - _NAME_WINDOW):sep], match.group("value")):
+    if not _secret_name(text[max(0, sep - _NAME_WINDOW) : sep], match.group("value")):
         return match.group(0)
     return text[sep] + match.group("gap") + MARK
 
@@ -146,27 +164,33 @@ def _field(key: Any, value: Any, secrets: list[str]) -> Any:
     return redact(value, secrets)
 
 
-def redacted_task(data: dict[str, Any], source: str = "task", prose: tuple[str, ...] = ("description",)) -> dict[str, Any]:
+def redacted_task(
+    data: dict[str, Any], source: str = "task", prose: tuple[str, ...] = ("description",)
+) -> dict[str, Any]:
     """A task (JSON) with its secrets masked, as it is stored and handed to the run. Only prose may lose
     text: a secret in a field the run uses (a path, a name) is refused rather than quietly rewritten."""
     clean = redact(data)
     for key, value in data.items():
         where = _changed(value, clean.get(key), key) if key not in prose else None
         if where is not None:
-            raise BadInput(f"{source}: {where}: holds what looks like a secret (a key or token); keep keys out "
-                           "of tasks (TRAINTEAM_MODEL_API_KEY or the keyring)")
+            raise BadInput(
+                f"{source}: {where}: holds what looks like a secret (a key or token); keep keys out "
+                "of tasks (TRAINTEAM_MODEL_API_KEY or the keyring)"
+            )
     return clean
 
 
 def _changed(before: Any, after: Any, path: str) -> str | None:
     """The dotted path of the first value redaction changed, or None."""
     if isinstance(before, dict) and isinstance(after, dict):
-        for (k, v), w in zip(before.items(), after.values()):
+        for (k, v), w in zip(before.items(), after.values(), strict=False):
             found = _changed(v, w, f"{path}.{k}")
             if found is not None:
                 return found
         return None if list(before) == list(after) else path
     if isinstance(before, (list, tuple)) and isinstance(after, list):
-        return next((f for i, (v, w) in enumerate(zip(before, after)) if (f := _changed(v, w, f"{path}[{i}]"))),
-                    None)
+        return next(
+            (f for i, (v, w) in enumerate(zip(before, after, strict=False)) if (f := _changed(v, w, f"{path}[{i}]"))),
+            None,
+        )
     return None if before == after else path

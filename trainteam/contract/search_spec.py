@@ -30,20 +30,38 @@ class SearchSpec(BaseModel):
     """The recipe search's switch and share of the budget (``search:`` in a task)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    enabled: bool | None = Field(default=None, description="None: search each pretrain/SFT stage whose block gives "
-                                 "neither learning_rate nor max_steps/num_train_epochs; true: search whatever a stage "
-                                 "does not give; false: never (the library defaults)")
-    budget_fraction: float = Field(default=0.25, gt=0, le=0.5,
-                                   description="share of the time budget the probes may use")
-    trials: int = Field(default=6, ge=2, le=64, description="learning rates tried (log-spaced over a prior's range, "
-                        "widened past an edge the best probe sits at), pruned by successive halving")
-    max_epochs: float = Field(default=3.0, gt=0, le=1000, description="a searched length of a model folder's "
-                              "fine-tune trains at most this many passes over the rows; a model built from scratch "
-                              "trains for what its share of the budget affords")
-    stages: dict[str, list[str]] | None = Field(default=None, description="filled when the task is read: stage -> "
-                                                "the settings the engineer chooses")
-    align_lr: dict[str, float] = Field(default_factory=dict, description="filled when the task is read: a DPO/GRPO "
-                                       "stage that gave no learning rate -> the method's default it trains at")
+    enabled: bool | None = Field(
+        default=None,
+        description="None: search each pretrain/SFT stage whose block gives "
+        "neither learning_rate nor max_steps/num_train_epochs; true: search whatever a stage "
+        "does not give; false: never (the library defaults)",
+    )
+    budget_fraction: float = Field(
+        default=0.25, gt=0, le=0.5, description="share of the time budget the probes may use"
+    )
+    trials: int = Field(
+        default=6,
+        ge=2,
+        le=64,
+        description="learning rates tried (log-spaced over a prior's range, "
+        "widened past an edge the best probe sits at), pruned by successive halving",
+    )
+    max_epochs: float = Field(
+        default=3.0,
+        gt=0,
+        le=1000,
+        description="a searched length of a model folder's "
+        "fine-tune trains at most this many passes over the rows; a model built from scratch "
+        "trains for what its share of the budget affords",
+    )
+    stages: dict[str, list[str]] | None = Field(
+        default=None, description="filled when the task is read: stage -> the settings the engineer chooses"
+    )
+    align_lr: dict[str, float] = Field(
+        default_factory=dict,
+        description="filled when the task is read: a DPO/GRPO "
+        "stage that gave no learning rate -> the method's default it trains at",
+    )
 
     @field_validator("stages")
     @classmethod

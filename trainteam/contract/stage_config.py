@@ -39,9 +39,11 @@ class StageOverrides(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_steps: int | None = Field(default=None, gt=0)
     per_device_train_batch_size: int | None = Field(
-        default=None, gt=0, validation_alias=AliasChoices("per_device_train_batch_size", "per_device_batch_size"))
+        default=None, gt=0, validation_alias=AliasChoices("per_device_train_batch_size", "per_device_batch_size")
+    )
     gradient_accumulation_steps: int | None = Field(
-        default=None, gt=0, validation_alias=AliasChoices("gradient_accumulation_steps", "grad_accum"))
+        default=None, gt=0, validation_alias=AliasChoices("gradient_accumulation_steps", "grad_accum")
+    )
     learning_rate: float | None = Field(default=None, gt=0, lt=1)
     precision: Literal["fp32", "fp16", "bf16"] | None = None
     gradient_checkpointing: bool | None = None
@@ -66,8 +68,15 @@ def with_overrides(task: TrainTask, stage: str, overrides: StageOverrides) -> Tr
     return task.with_training(stage, cfg)
 
 
-def resolve_stage(task: TrainTask, stage: str, *, recipe: Recipe | None = None, retry: RetryPlan | None = None,
-                  attempt: StageAttempt | None = None, completion_length: int | None = None) -> TrainConfig:
+def resolve_stage(
+    task: TrainTask,
+    stage: str,
+    *,
+    recipe: Recipe | None = None,
+    retry: RetryPlan | None = None,
+    attempt: StageAttempt | None = None,
+    completion_length: int | None = None,
+) -> TrainConfig:
     """The TrainConfig ``stage`` trains with (see the module docstring for the order). ``retry`` must be a
     plan that retrains (the step stops before a plan that does not); ``completion_length`` is GRPO's when
     the task did not set ``grpo.max_completion_length``."""

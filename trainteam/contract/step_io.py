@@ -22,8 +22,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainteam.contract.train_task import BudgetSpec, TrainTask
 from trainteam.trainers.training.results import RestartProposal
 
-Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "spike_limit", "stage_gate_failed", "over_budget",
-                  "too_much_dropped", "needs_approval", "error"]
+Outcome = Literal[
+    "ok",
+    "passed",
+    "failed",
+    "skipped",
+    "spike",
+    "spike_limit",
+    "stage_gate_failed",
+    "over_budget",
+    "too_much_dropped",
+    "needs_approval",
+    "error",
+]
 
 # How a step goes on once a person approved what it asked:
 # restart: apply the spike restart proposal; accept_stage_gate: promote a curriculum stage whose gate failed;
@@ -31,8 +42,16 @@ Outcome = Literal["ok", "passed", "failed", "skipped", "spike", "spike_limit", "
 # checkpoint under the extension; accept_gate: promote a failed gate; conversation: the persona's paused
 # conversation continues with the decision (pydantic-ai deferred tool call); go_ahead: start the step;
 # accept_curation: train on what curation left, although it removed more than the task's max_drop_fraction.
-ResumeKind = Literal["restart", "accept_stage_gate", "keep_spiked", "extend_budget", "accept_gate", "conversation",
-                     "go_ahead", "accept_curation"]
+ResumeKind = Literal[
+    "restart",
+    "accept_stage_gate",
+    "keep_spiked",
+    "extend_budget",
+    "accept_gate",
+    "conversation",
+    "go_ahead",
+    "accept_curation",
+]
 
 
 class Carried(BaseModel):
@@ -162,11 +181,13 @@ class StepInputs(BaseModel):
     restart: RestartPlan | None = Field(None, description="the spike restart proposal a person approved")
     accepted_stage_gates: dict[str, Decision] = Field(default_factory=dict, description="stage -> approval")
     accepted_gate: Decision | None = Field(None, description="the approval that accepted this gate's failure")
-    kept_after_spike: dict[str, KeptWeights] = Field(default_factory=dict,
-                                                     description="stage -> the weights kept, with the approval")
+    kept_after_spike: dict[str, KeptWeights] = Field(
+        default_factory=dict, description="stage -> the weights kept, with the approval"
+    )
     budget_extended: bool = False
-    accepted_curation: Decision | None = Field(None, description="the approval that accepted what curation "
-                                               "left, over the max_drop_fraction")
+    accepted_curation: Decision | None = Field(
+        None, description="the approval that accepted what curation left, over the max_drop_fraction"
+    )
     before: Carried = Field(default_factory=Carried)
 
     def after(self, needs: NeedsPerson, decision: Decision | Mapping[str, Any]) -> StepInputs:
@@ -264,18 +285,28 @@ class ToolContext:
         return {name: out.model_dump(mode="json") for name, out in self.outputs.items()}
 
 
-def budget_overrun(step: str, budget: BudgetSpec, allowed_s: float, evidence: dict[str, Any],
-                   carried: Carried | None = None, numbered: bool = True) -> NeedsPerson:
+def budget_overrun(
+    step: str,
+    budget: BudgetSpec,
+    allowed_s: float,
+    evidence: dict[str, Any],
+    carried: Carried | None = None,
+    numbered: bool = True,
+) -> NeedsPerson:
     """The one budget question: the run reached what it may spend (``allowed_s``: the budget plus what people
     granted) — before a step (the engine: ``evidence`` is what was spent, asked once per visit, ``numbered``
     False) or inside one (a step stopped at the ceiling: ``evidence`` is where). Approved, the same work goes
     on (from its checkpoint) under the extension the task allows (``budget.extension_minutes``)."""
-    return NeedsPerson(action="exceed_budget", numbered=numbered, proposed={"continue_with": step,
-                       "extra_minutes": round(budget.extension_s() / 60, 2)},
-                       evidence={**evidence, "allowed_minutes": round(allowed_s / 60, 2),
-                                 "budget": budget.model_dump()},
-                       resume=Resume(kind="extend_budget"), requested_by="ml_orchestrator", refused="more budget",
-                       carried=carried)
+    return NeedsPerson(
+        action="exceed_budget",
+        numbered=numbered,
+        proposed={"continue_with": step, "extra_minutes": round(budget.extension_s() / 60, 2)},
+        evidence={**evidence, "allowed_minutes": round(allowed_s / 60, 2), "budget": budget.model_dump()},
+        resume=Resume(kind="extend_budget"),
+        requested_by="ml_orchestrator",
+        refused="more budget",
+        carried=carried,
+    )
 
 
 class RunArgs(BaseModel):

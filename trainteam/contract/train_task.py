@@ -26,17 +26,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trainteam.contract.redaction import redact_text
+from trainteam.contract.search_spec import SearchSpec, align_default_lr, searched_settings
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.core.inputfiles import load_yaml_file
 from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
 from trainteam.curation.rows import check_columns
-from trainteam.trainers.training import key_aliases
-from trainteam.trainers.methods.method_registry import METHODS, align_methods, train_methods
-from trainteam.trainers.training.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
 from trainteam.trainers.evaluation.battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.evaluation.gates import GateRule, check_metric
-from trainteam.contract.search_spec import SearchSpec, align_default_lr, searched_settings
+from trainteam.trainers.methods.method_registry import METHODS, align_methods, train_methods
+from trainteam.trainers.training import key_aliases
+from trainteam.trainers.training.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
 
 Stage = Method  # a stage of the plain form is named by its method (trainers/methods/)
 TRAIN_STAGES = train_methods()
@@ -56,26 +56,43 @@ class DataSpec(_Strict):
 
     demo: Literal["addition", "subtraction", "multiplication"] | None = None
     path: Path | None = Field(default=None, description="a data file, or a folder (saved dataset, data files)")
-    eval_path: Path | None = Field(default=None, description="held-out rows; default: the data's validation/test "
-                                   "split, else eval_fraction of its rows")
-    split: str | None = Field(default=None, max_length=64, description="the split of path to train on "
-                              "(default: train, or its only split)")
-    eval_split: str | None = Field(default=None, max_length=64, description="the split held out (of eval_path, "
-                                   "else of path); default: validation, else test")
-    columns: dict[str, str] = Field(default_factory=dict, description="canonical column -> your column, e.g. "
-                                    "{prompt: question, completion: answer}")
-    eval_fraction: float = Field(default=0.1, gt=0, lt=1, description="share of the rows held out when there is "
-                                 "no eval_path or eval split (seeded by seed; at least 1 row, at most 500)")
+    eval_path: Path | None = Field(
+        default=None,
+        description="held-out rows; default: the data's validation/test split, else eval_fraction of its rows",
+    )
+    split: str | None = Field(
+        default=None, max_length=64, description="the split of path to train on (default: train, or its only split)"
+    )
+    eval_split: str | None = Field(
+        default=None,
+        max_length=64,
+        description="the split held out (of eval_path, else of path); default: validation, else test",
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="canonical column -> your column, e.g. {prompt: question, completion: answer}"
+    )
+    eval_fraction: float = Field(
+        default=0.1,
+        gt=0,
+        lt=1,
+        description="share of the rows held out when there is "
+        "no eval_path or eval split (seeded by seed; at least 1 row, at most 500)",
+    )
     n_train: int = Field(default=20000, gt=0, le=10_000_000, description="demo only: training problems generated")
     n_eval: int = Field(default=200, gt=0, le=100_000)
     max_operand: int = Field(default=99, gt=0, le=10**12)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     fixed_width: bool = Field(default=True, description="demo only: zero-pad operands and answers (08+64=072)")
-    inject_leaks: int = Field(default=0, ge=0, le=100_000, description="demo only: copy this many eval problems into the "
-                              "training split, so curation has leaks to catch and report")
+    inject_leaks: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="demo only: copy this many eval problems into the "
+        "training split, so curation has leaks to catch and report",
+    )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "DataSpec":
+    def _one_source(self) -> DataSpec:
         if (self.demo is None) == (self.path is None):
             raise ValueError("give exactly one of data.demo or data.path")
         if self.inject_leaks and self.demo is None:
@@ -84,8 +101,11 @@ class DataSpec(_Strict):
             raise ValueError(f"data.inject_leaks: {self.inject_leaks} is more than n_eval ({self.n_eval})")
         # Fields that differ from their defaults, not ``model_fields_set``: a run hands its task
         # to each step as a full dump, where every field looks "given".
-        given = {f for f in ("eval_path", "split", "eval_split", "columns", "eval_fraction")
-                 if getattr(self, f) != type(self).model_fields[f].get_default(call_default_factory=True)}
+        given = {
+            f
+            for f in ("eval_path", "split", "eval_split", "columns", "eval_fraction")
+            if getattr(self, f) != type(self).model_fields[f].get_default(call_default_factory=True)
+        }
         files_only = given
         if self.demo is not None and files_only:
             raise ValueError(f"data.{sorted(files_only)[0]}: only for data.path (the demo generates its own split)")
@@ -101,15 +121,28 @@ class DataSpec(_Strict):
 
 
 class BudgetSpec(_Strict):
-    max_wall_minutes: float = Field(gt=0, le=MAX_WALL_MINUTES, description="at most 30 days: a longer job is several runs")
+    max_wall_minutes: float = Field(
+        gt=0, le=MAX_WALL_MINUTES, description="at most 30 days: a longer job is several runs"
+    )
     max_cost_usd: float = Field(default=0.0, ge=0, le=1_000_000)
-    cost_per_hour_usd: float = Field(default=0.0, ge=0, le=100_000, description="price of the machine; 0 for a local CPU")
-    extension_minutes: float | None = Field(default=None, gt=0, le=MAX_WALL_MINUTES, description="what one approved exceed_budget "
-                                            "adds to the ceiling; default half of max_wall_minutes")
-    max_memory_gib: float | None = Field(default=None, gt=0, le=1 << 20, description="the memory one training "
-                                         "process may use (RAM on a CPU, device memory on a GPU; default all of it): "
-                                         "the planner fits each stage within it (gradient checkpointing is kept, "
-                                         "not dropped as wasteful, when the stage needs it to fit)")
+    cost_per_hour_usd: float = Field(
+        default=0.0, ge=0, le=100_000, description="price of the machine; 0 for a local CPU"
+    )
+    extension_minutes: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_WALL_MINUTES,
+        description="what one approved exceed_budget adds to the ceiling; default half of max_wall_minutes",
+    )
+    max_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        le=1 << 20,
+        description="the memory one training "
+        "process may use (RAM on a CPU, device memory on a GPU; default all of it): "
+        "the planner fits each stage within it (gradient checkpointing is kept, "
+        "not dropped as wasteful, when the stage needs it to fit)",
+    )
 
     def allowed_s(self) -> float:
         """Seconds the run may spend: the wall ceiling, or less where the cost ceiling comes first."""
@@ -126,11 +159,15 @@ class GateSpec(_Strict):
     metric: str = "exact_match"
     min: float | None = Field(default=None, description="absolute lower bound (exact_match: at least this)")
     max: float | None = Field(default=None, description="absolute upper bound (heldout_loss: at most this)")
-    max_regression: float | None = Field(default=None, ge=0, le=1e6, description="allowed drop against the previous "
-                                         "stage (the first stage: against the base model)")
+    max_regression: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="allowed drop against the previous stage (the first stage: against the base model)",
+    )
 
     @model_validator(mode="after")
-    def _measurable(self) -> "GateSpec":
+    def _measurable(self) -> GateSpec:
         if self.min is None and self.max is None and self.max_regression is None:
             raise ValueError(f"gate on {self.metric!r}: give min, max or max_regression")
         check_metric(self.metric, min=self.min, max=self.max)
@@ -138,25 +175,38 @@ class GateSpec(_Strict):
 
 
 class EvalSpec(_Strict):
-    max_new_tokens: int | None = Field(default=None, gt=0, le=MAX_NEW_TOKENS, description="tokens an answer check "
-                                       "generates; default: the longest held-out answer plus a margin "
-                                       "(trainers/evaluation/answer_length.py)")
+    max_new_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_NEW_TOKENS,
+        description="tokens an answer check "
+        "generates; default: the longest held-out answer plus a margin "
+        "(trainers/evaluation/answer_length.py)",
+    )
     batch_size: int = Field(default=64, gt=0, le=4096)
 
 
 # Continued pretraining for the pre-/mid-training kinds; supervised fine-tuning after.
 DEFAULT_METHOD: dict[str, Method] = {
-    "pretrain": "pretrain", "mid_train": "pretrain", "long_context": "pretrain", "post_train": "sft",
+    "pretrain": "pretrain",
+    "mid_train": "pretrain",
+    "long_context": "pretrain",
+    "post_train": "sft",
 }
 
 
 class PrecheckSpec(_Strict):
     """The ladder pre-check of a user's own data before the real run (``precheck:``)."""
 
-    mode: Literal["auto", "always", "never"] = Field(default="auto", description="auto: for data.path when the "
-                                                     "planner's estimate reaches min_minutes or the run costs money")
-    reference: Path | None = Field(default=None, description="a reference data set to compare against; without "
-                                   "one the check is whether a small proxy learns from the data at all")
+    mode: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="auto: for data.path when the planner's estimate reaches min_minutes or the run costs money",
+    )
+    reference: Path | None = Field(
+        default=None,
+        description="a reference data set to compare against; without "
+        "one the check is whether a small proxy learns from the data at all",
+    )
     min_minutes: float = Field(default=30.0, ge=0, le=MAX_WALL_MINUTES)
 
 
@@ -165,10 +215,12 @@ class CurriculumStage(_Strict):
     method (from the kind), data (the task's), training (defaults), battery (the kind's)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
-    kind: StageKind | None = Field(default=None, validate_default=True,
-                                   description="default: from the name (mid_train, long_context, sft...)")
-    method: Method | None = Field(default=None, validate_default=True,
-                                  description="default: pretrain for pre/mid/long-context, sft after")
+    kind: StageKind | None = Field(
+        default=None, validate_default=True, description="default: from the name (mid_train, long_context, sft...)"
+    )
+    method: Method | None = Field(
+        default=None, validate_default=True, description="default: pretrain for pre/mid/long-context, sft after"
+    )
     data: DataSpec | None = Field(default=None, description="default: the task's data")
     training: TrainConfig | None = None
     battery: BatterySpec | None = Field(default=None, description="default: the stage kind's fixed battery")
@@ -214,8 +266,12 @@ class CurriculumStage(_Strict):
 def with_method(block: Any, method: str | None) -> Any:
     """A stage's training block that holds a method's own TRL key (``beta``, ``loss_type``) gets the
     stage's method when it names none, so the key reaches that method's section (``key_aliases``)."""
-    if isinstance(block, dict) and method is not None and "method" not in block \
-            and any(k in block for k in key_aliases.METHOD_KEYS):
+    if (
+        isinstance(block, dict)
+        and method is not None
+        and "method" not in block
+        and any(k in block for k in key_aliases.METHOD_KEYS)
+    ):
         return {"method": method, **block}
     return block
 
@@ -226,40 +282,77 @@ class TrainTask(_Strict):
     model: ModelSpec
     data: DataSpec
     budget: BudgetSpec
-    stages: list[Stage] = Field(default_factory=lambda: ["pretrain"], min_length=1,
-                                description="with a curriculum: derived (the methods its stages use)")
+    stages: list[Stage] = Field(
+        default_factory=lambda: ["pretrain"],
+        min_length=1,
+        description="with a curriculum: derived (the methods its stages use)",
+    )
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     training: dict[Stage, TrainConfig] = Field(default_factory=dict)
     gates: dict[Stage, GateSpec] = Field(default_factory=dict)
     eval: EvalSpec = Field(default_factory=EvalSpec)
-    answer: AnswerSpec = Field(default=None, validate_default=True, description="how an answer is checked (exact "
-                               "match, format adherence, GRPO rewards, DPO's rejected answers): kind exact | regex | "
-                               "choice | verifier; default: the demo's numbers on data.demo, else exact normalised text")
-    curriculum: list[CurriculumStage] | None = Field(default=None, min_length=1, description="named stages in "
-                                                     "order, each with its own data, training, battery and gates; "
-                                                     "instead of stages/training/gates")
-    curation: dict[str, Any] | None = Field(default=None, description="trainteam.curation.CurationConfig fields; "
-                                            "default: chosen for the kind of data")
-    require_approval: list[str] = Field(default_factory=list, description="steps that wait for a person before "
-                                        "they start (tools gated on the personas' cards wait in any case)")
-    on_gate_failure: Literal["stop", "ask"] = Field(default="stop", description="ask: a person may accept a "
-                                                    "failed gate through the approval queue")
+    answer: AnswerSpec = Field(
+        default=None,
+        validate_default=True,
+        description="how an answer is checked (exact "
+        "match, format adherence, GRPO rewards, DPO's rejected answers): kind exact | regex | "
+        "choice | verifier; default: the demo's numbers on data.demo, else exact normalised text",
+    )
+    curriculum: list[CurriculumStage] | None = Field(
+        default=None,
+        min_length=1,
+        description="named stages in "
+        "order, each with its own data, training, battery and gates; "
+        "instead of stages/training/gates",
+    )
+    curation: dict[str, Any] | None = Field(
+        default=None, description="trainteam.curation.CurationConfig fields; default: chosen for the kind of data"
+    )
+    require_approval: list[str] = Field(
+        default_factory=list,
+        description="steps that wait for a person before "
+        "they start (tools gated on the personas' cards wait in any case)",
+    )
+    on_gate_failure: Literal["stop", "ask"] = Field(
+        default="stop", description="ask: a person may accept a failed gate through the approval queue"
+    )
     allow_retry: bool = Field(default=False, description="a failed gate may loop back once with a changed plan")
-    threads: int | None = Field(default=None, gt=0, le=1024, description="torch threads of every stage that sets none; "
-                                "None: chosen from the load when the run starts, then fixed and recorded, so a "
-                                "resumed or replayed run trains on the same count")
-    final_tolerance: float = Field(default=0.0, ge=0, le=1e6, description="how far final_eval (the weights registered) "
-                                   "may fall below the last passed gate's metrics before the run fails")
+    threads: int | None = Field(
+        default=None,
+        gt=0,
+        le=1024,
+        description="torch threads of every stage that sets none; "
+        "None: chosen from the load when the run starts, then fixed and recorded, so a "
+        "resumed or replayed run trains on the same count",
+    )
+    final_tolerance: float = Field(
+        default=0.0,
+        ge=0,
+        le=1e6,
+        description="how far final_eval (the weights registered) "
+        "may fall below the last passed gate's metrics before the run fails",
+    )
     description: str = Field(default="", max_length=20_000)
-    search: SearchSpec = Field(default_factory=SearchSpec, description="the training engineer's recipe search "
-                               "(true / false, or a block); default: stages that give no recipe are searched")
-    align_min_headroom: float = Field(default=0.01, ge=0, le=1, description="a DPO/GRPO stage is skipped when the "
-                                      "stage before leaves at most this much of its gate metric to gain (1 - exact "
-                                      "match); 0: only a perfect score skips it")
+    search: SearchSpec = Field(
+        default_factory=SearchSpec,
+        description="the training engineer's recipe search "
+        "(true / false, or a block); default: stages that give no recipe are searched",
+    )
+    align_min_headroom: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="a DPO/GRPO stage is skipped when the "
+        "stage before leaves at most this much of its gate metric to gain (1 - exact "
+        "match); 0: only a perfect score skips it",
+    )
     precheck: PrecheckSpec = Field(default_factory=PrecheckSpec, description="the ladder pre-check of data.path")
-    distributed: DistributedSpec | None = Field(default=None, description="launch every training stage as "
-                                                "accelerate/torchrun processes: strategy ddp | fsdp | deepspeed, "
-                                                "num_processes, num_machines, machine_rank, main_process_ip, ...")
+    distributed: DistributedSpec | None = Field(
+        default=None,
+        description="launch every training stage as "
+        "accelerate/torchrun processes: strategy ddp | fsdp | deepspeed, "
+        "num_processes, num_machines, machine_rank, main_process_ip, ...",
+    )
 
     @field_validator("search", mode="before")
     @classmethod
@@ -271,8 +364,11 @@ class TrainTask(_Strict):
         align stages' default learning rates (written into their blocks, so a dump carries them)."""
         if self.search.stages is not None:
             return
-        blocks = ({s.name: s.training for s in self.curriculum} if self.curriculum is not None
-                  else {s: self.training.get(s) for s in self.stages})
+        blocks = (
+            {s.name: s.training for s in self.curriculum}
+            if self.curriculum is not None
+            else {s: self.training.get(s) for s in self.stages}
+        )
         given = {name: set(b.model_fields_set) if b is not None else set() for name, b in blocks.items()}
         methods = {name: self.train_config(name).method for name in blocks}
         align_lr: dict[str, float] = {}
@@ -281,15 +377,25 @@ class TrainTask(_Strict):
             if lr is not None and "learning_rate" not in given[name]:
                 align_lr[name] = lr
                 if self.curriculum is None:
-                    self.training = {**self.training, name: self.train_config(name).model_copy(update={"learning_rate": lr})}
+                    self.training = {
+                        **self.training,
+                        name: self.train_config(name).model_copy(update={"learning_rate": lr}),
+                    }
         if self.curriculum is not None:
-            self.curriculum = [s.model_copy(update={"training": s.train_config().model_copy(
-                update={"learning_rate": align_lr[s.name]})}) if s.name in align_lr else s for s in self.curriculum]
-        self.search = self.search.model_copy(update={"stages": searched_settings(self.search, given, methods),
-                                                     "align_lr": align_lr})
+            self.curriculum = [
+                s.model_copy(
+                    update={"training": s.train_config().model_copy(update={"learning_rate": align_lr[s.name]})}
+                )
+                if s.name in align_lr
+                else s
+                for s in self.curriculum
+            ]
+        self.search = self.search.model_copy(
+            update={"stages": searched_settings(self.search, given, methods), "align_lr": align_lr}
+        )
 
     @model_validator(mode="after")
-    def _consistent(self) -> "TrainTask":
+    def _consistent(self) -> TrainTask:
         if self.curriculum is not None:
             self.stages = check_curriculum(self)
         elif not any(s in TRAIN_STAGES for s in self.stages):
@@ -297,8 +403,10 @@ class TrainTask(_Strict):
         if "pretrain" in self.stages and self.model.path is not None and self.curriculum is None:
             raise ValueError("stages: pretrain starts from random init; model.path is for fine-tuning")
         if "pretrain" not in self.stages and self.model.path is None and self.curriculum is None:
-            raise ValueError(f"stages: {self.stages[0]} fine-tunes a trained model; give model.path, "
-                             "or pretrain first (stages: [pretrain, ...])")
+            raise ValueError(
+                f"stages: {self.stages[0]} fine-tunes a trained model; give model.path, "
+                "or pretrain first (stages: [pretrain, ...])"
+            )
         if self.curation is not None:
             try:
                 CurationConfig.model_validate(self.curation)
@@ -308,8 +416,13 @@ class TrainTask(_Strict):
             if stage not in self.stages:
                 raise ValueError(f"training/gates: stage {stage!r} is not in stages")
         configs = {f"training.{k}": v for k, v in self.training.items()}
-        configs.update({f"curriculum[{i}].training": s.training for i, s in enumerate(self.curriculum or [])
-                        if s.training is not None})
+        configs.update(
+            {
+                f"curriculum[{i}].training": s.training
+                for i, s in enumerate(self.curriculum or [])
+                if s.training is not None
+            }
+        )
         for where, cfg in configs.items():
             _run_owned(cfg, where)
             _launch_owned(cfg, where, self.distributed)
@@ -367,7 +480,7 @@ class TrainTask(_Strict):
             return self._curriculum_stage(stage).data or self.data
         return self.data
 
-    def with_training(self, stage: str, cfg: TrainConfig) -> "TrainTask":
+    def with_training(self, stage: str, cfg: TrainConfig) -> TrainTask:
         """A copy whose ``stage`` trains with ``cfg`` (the engineer's overrides from the planner)."""
         if self.curriculum is None:
             return self.model_copy(update={"training": {**self.training, stage: cfg}})
@@ -382,8 +495,10 @@ def _run_owned(cfg: TrainConfig, where: str) -> None:
     if cfg.output_dir is not None:
         raise ValueError(f"{where}.output_dir: a run trains each stage in its own workspace folder; remove it")
     if cfg.resume != "auto":
-        raise ValueError(f"{where}.resume: a run resumes from its own newest complete checkpoint "
-                         "(`trainteam runs resume RUN`); remove it")
+        raise ValueError(
+            f"{where}.resume: a run resumes from its own newest complete checkpoint "
+            "(`trainteam runs resume RUN`); remove it"
+        )
 
 
 def _launch_owned(cfg: TrainConfig, where: str, dist: DistributedSpec | None) -> None:
@@ -417,19 +532,27 @@ def check_curriculum(task: TrainTask) -> list[str]:
     if len(aligned) > 1:
         raise ValueError(f"curriculum[{aligned[1]}].method: one align stage (dpo or grpo) per run")
     if aligned and aligned[0] != len(stages) - 1:
-        raise ValueError(f"curriculum[{aligned[0]}].method: the align stage runs after the training stages "
-                         f"and their gate, so it comes last")
+        raise ValueError(
+            f"curriculum[{aligned[0]}].method: the align stage runs after the training stages "
+            f"and their gate, so it comes last"
+        )
     for i, s in enumerate(stages):
         if s.kind == "pretrain" and i > 0:
-            raise ValueError(f"curriculum[{i}].kind: a pretrain stage starts from random init, so only the first "
-                             f"stage can be one (continue training with kind mid_train)")
+            raise ValueError(
+                f"curriculum[{i}].kind: a pretrain stage starts from random init, so only the first "
+                f"stage can be one (continue training with kind mid_train)"
+            )
     first = stages[0]
     if task.model.path is not None and first.kind == "pretrain":
-        raise ValueError("curriculum[0].kind: pretrain starts from random init; model.path is for continued "
-                         "training (use kind mid_train or post_train)")
+        raise ValueError(
+            "curriculum[0].kind: pretrain starts from random init; model.path is for continued "
+            "training (use kind mid_train or post_train)"
+        )
     if task.model.path is None and first.kind != "pretrain":
-        raise ValueError(f"curriculum[0].kind: without model.path the first stage pretrains from random init "
-                         f"(kind pretrain), not {first.kind}")
+        raise ValueError(
+            f"curriculum[0].kind: without model.path the first stage pretrains from random init "
+            f"(kind pretrain), not {first.kind}"
+        )
     check_context_length(stages, task.model)
     return derived
 
@@ -452,11 +575,15 @@ def check_context_length(stages: list[CurriculumStage], model: ModelSpec) -> Non
         seq = s.train_config().max_length
         if s.kind == "long_context":
             if seq <= longest:
-                raise ValueError(f"curriculum[{i}].training.max_length: a long_context stage trains on longer "
-                                 f"sequences than the stages before it ({seq} is not longer than {longest})")
+                raise ValueError(
+                    f"curriculum[{i}].training.max_length: a long_context stage trains on longer "
+                    f"sequences than the stages before it ({seq} is not longer than {longest})"
+                )
             if limit is not None and seq > limit:
-                raise ValueError(f"curriculum[{i}].training.max_length: {seq} is longer than {where}; the model "
-                                 f"cannot attend that far (build it with a larger max_position_embeddings)")
+                raise ValueError(
+                    f"curriculum[{i}].training.max_length: {seq} is longer than {where}; the model "
+                    f"cannot attend that far (build it with a larger max_position_embeddings)"
+                )
         longest = max(longest, seq)
 
 
@@ -467,7 +594,9 @@ def parse_task(data: Any, source: str, base_dir: Path | None = None) -> TrainTas
         task = TrainTask.model_validate(data)
     except ValidationError as exc:
         # pydantic says ``curriculum.1.data``; a person reads ``curriculum[1].data``
-        raise BadInput(re.sub(r"\bcurriculum\.(\d+)", r"curriculum[\1]", format_validation_error(exc, source))) from None
+        raise BadInput(
+            re.sub(r"\bcurriculum\.(\d+)", r"curriculum[\1]", format_validation_error(exc, source))
+        ) from None
     return resolve_paths(task, base_dir or Path.cwd(), source)
 
 
@@ -511,7 +640,10 @@ def resolve_paths(task: TrainTask, base_dir: Path, source: str) -> TrainTask:
     if task.curriculum is not None:
         update["curriculum"] = [
             s.model_copy(update={"data": _resolve_data(s.data, base_dir, source, f"curriculum[{i}].data")})
-            if s.data is not None else s for i, s in enumerate(task.curriculum)]
+            if s.data is not None
+            else s
+            for i, s in enumerate(task.curriculum)
+        ]
         try:
             check_context_length(task.curriculum, model)  # a local model's own context, read from its config
         except ValueError as exc:

@@ -62,7 +62,7 @@ def sqlite_path(url: str | None) -> Path | None:
     """The file of a ``sqlite:///PATH`` URL; None for other databases and in-memory ones."""
     if not url or not url.startswith("sqlite:///"):
         return None
-    path = url[len("sqlite:///"):].split("?", 1)[0]
+    path = url[len("sqlite:///") :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
 
 
@@ -88,8 +88,9 @@ def connect_readonly(root: str | Path | None, tables: Iterable[str]) -> sqlite3.
         meta = dict(conn.execute("SELECT key, value FROM tt_meta WHERE key IN ('schema_version', 'tables')"))
         if meta.get("schema_version") == str(SCHEMA_VERSION) and set(tables) <= set(meta.get("tables", "").split(",")):
             if dbos is not None:
-                check_database(dbos, must_hold_data=lambda: runs_exist(conn), why_data="the workspace has runs",
-                               wait_s=1.0)
+                check_database(
+                    dbos, must_hold_data=lambda: runs_exist(conn), why_data="the workspace has runs", wait_s=1.0
+                )
             return conn
     except sqlite3.Error:
         pass  # no tt_meta yet, or not a database: the full path says what is wrong
@@ -132,8 +133,9 @@ def damaged(path: Path, reason: str) -> BadInput:
     return BadInput(f"workspace database {path} is damaged ({reason}): {_ADVICE}")
 
 
-def check_database(path: Path, must_hold_data: bool | Callable[[], bool] = False, why_data: str = "",
-                   wait_s: float = 0.0) -> None:
+def check_database(
+    path: Path, must_hold_data: bool | Callable[[], bool] = False, why_data: str = "", wait_s: float = 0.0
+) -> None:
     """Raise ``damaged(...)`` when the cheap checks find the SQLite file at ``path`` damaged:
     its header (``header_damage``), then its schema pages read on a read-only connection.
 
@@ -277,8 +279,14 @@ def workspace_databases(root: str | Path | None) -> list[Path]:
     return [p for p in (db, dbos_path(root)) if p is not None]
 
 
-def fetch(conn: sqlite3.Connection, sql: str, params: tuple = (), *, columns: tuple[str, ...],
-          json_columns: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def fetch(
+    conn: sqlite3.Connection,
+    sql: str,
+    params: tuple = (),
+    *,
+    columns: tuple[str, ...],
+    json_columns: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
     """Rows as dicts with JSON text decoded, as ``trainteam.core.db.JSONText`` returns them."""
     out = []
     for values in conn.execute(sql, params):

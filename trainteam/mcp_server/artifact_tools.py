@@ -11,8 +11,9 @@ where it would go) and stores nothing. ``compose_reward`` only scores the sample
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +50,7 @@ def _existing(path: str, field: str) -> Path:
 
 # ------------------------------------------------------------------ tokenizer
 
+
 class TrainTokenizerArgs(PlanFirstArgs):
     """Fit a byte-level BPE tokenizer (digits one per token by default) on a corpus's rows, as a run's
     train_tokenizer step does; recorded as a Tokenizer node derived from the corpus."""
@@ -78,17 +80,36 @@ def train_tokenizer(ws, args: TrainTokenizerArgs) -> dict[str, Any]:
     out = Path(args.out).expanduser() if args.out else ws.dir("tokenizers") / key
     reused = (out / "tokenizer.json").exists()
     if not args.execute:
-        return _plan("train_tokenizer", corpus=str(corpus), out=str(out), key=key, reuses_existing=reused,
-                     config=args.config.model_dump(mode="json"))
+        return _plan(
+            "train_tokenizer",
+            corpus=str(corpus),
+            out=str(out),
+            key=key,
+            reuses_existing=reused,
+            config=args.config.model_dump(mode="json"),
+        )
     if not reused:
         fit((t for row in iter_rows(corpus) for t in _texts(row.record)), args.config, out)
-    node = record_fitted_tokenizer(ws.graph, key, inputs=[(fp, str(corpus))], path=str(out),
-                                   vocab_size=args.config.vocab_size, split_digits=args.config.split_digits)
-    return {"executed": True, "tool": "train_tokenizer", "path": str(out), "node_id": node, "reused": reused,
-            "vocab_size": len(load_tokenizer(out))}
+    node = record_fitted_tokenizer(
+        ws.graph,
+        key,
+        inputs=[(fp, str(corpus))],
+        path=str(out),
+        vocab_size=args.config.vocab_size,
+        split_digits=args.config.split_digits,
+    )
+    return {
+        "executed": True,
+        "tool": "train_tokenizer",
+        "path": str(out),
+        "node_id": node,
+        "reused": reused,
+        "vocab_size": len(load_tokenizer(out)),
+    }
 
 
 # ------------------------------------------------------------------ adapters
+
 
 class MergeAdaptersArgs(PlanFirstArgs):
     """Merge LoRA adapters of one base into one full model (PEFT's TIES by default: each adapter's delta
@@ -105,28 +126,52 @@ class MergeAdaptersArgs(PlanFirstArgs):
 def _adapter_plan(args: MergeAdaptersArgs) -> list[dict[str, Any]]:
     paths = [_existing(a, f"adapters[{i}]").resolve() for i, a in enumerate(args.adapters)]
     configs = check_adapters(paths, args.weights)
-    return [{"path": str(p), "base": c.get("base_model_name_or_path"), "r": c.get("r")} for p, c in zip(paths, configs)]
+    return [
+        {"path": str(p), "base": c.get("base_model_name_or_path"), "r": c.get("r")}
+        for p, c in zip(paths, configs, strict=True)
+    ]
 
 
 def merge_adapters_ties(ws, args: MergeAdaptersArgs) -> dict[str, Any]:
     rows = _adapter_plan(args)
     weights = list(args.weights or [1.0] * len(rows))
-    key = hashlib.sha256("\0".join([*(r["path"] for r in rows), args.combination, str(args.density),
-                                    *map(str, weights)]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        "\0".join([*(r["path"] for r in rows), args.combination, str(args.density), *map(str, weights)]).encode()
+    ).hexdigest()[:12]
     out = Path(args.out).expanduser() if args.out else ws.dir("models") / f"merged-{key}"
     if not args.execute:
-        return _plan("merge_adapters_ties", adapters=rows, combination=args.combination, density=args.density,
-                     weights=weights, out=str(out))
+        return _plan(
+            "merge_adapters_ties",
+            adapters=rows,
+            combination=args.combination,
+            density=args.density,
+            weights=weights,
+            out=str(out),
+        )
     tokenizer = load_tokenizer(Path(rows[0]["path"])) if (Path(rows[0]["path"]) / "tokenizer.json").exists() else None
-    merge_adapters([Path(r["path"]) for r in rows], out, combination_type=args.combination, weights=weights,
-                   density=args.density, tokenizer=tokenizer)
+    merge_adapters(
+        [Path(r["path"]) for r in rows],
+        out,
+        combination_type=args.combination,
+        weights=weights,
+        density=args.density,
+        tokenizer=tokenizer,
+    )
     digest = weights_hash(out)
-    node = record_merged_checkpoint(ws.graph, digest[:16], path=str(out), adapters=[r["path"] for r in rows],
-                                    combination=args.combination, density=args.density, weights=weights)
+    node = record_merged_checkpoint(
+        ws.graph,
+        digest[:16],
+        path=str(out),
+        adapters=[r["path"] for r in rows],
+        combination=args.combination,
+        density=args.density,
+        weights=weights,
+    )
     return {"executed": True, "tool": "merge_adapters_ties", "path": str(out), "weights_hash": digest, "node_id": node}
 
 
 # ------------------------------------------------------------------ datasets
+
 
 class BuildTrainingDatasetArgs(PlanFirstArgs):
     """Build a training dataset from traces or scored samples: sft (successful traces as prompt/completion
@@ -144,8 +189,14 @@ def build_training_dataset(ws, args: BuildTrainingDatasetArgs) -> dict[str, Any]
     version = planned_build(args.kind, source, args.options)
     out = Path(args.out).expanduser() if args.out else ws.dir("datasets")
     if not args.execute:
-        return _plan("build_training_dataset", kind=args.kind, source=str(source), version=version,
-                     path=str(out / f"{version}.jsonl"), options=args.options.model_dump(mode="json"))
+        return _plan(
+            "build_training_dataset",
+            kind=args.kind,
+            source=str(source),
+            version=version,
+            path=str(out / f"{version}.jsonl"),
+            options=args.options.model_dump(mode="json"),
+        )
     built = build_recorded(ws.graph, args.kind, source, args.options, out)
     return {"executed": True, "tool": "build_training_dataset", **built.model_dump(mode="json")}
 
@@ -159,8 +210,11 @@ class DatasetLineageArgs(BaseModel):
 
 
 def dataset_lineage(ws, args: DatasetLineageArgs) -> dict[str, Any]:
-    ref = args.version if args.version.startswith(f"{NodeKind.DATASET_VERSION.value}:") else \
-        node_id(NodeKind.DATASET_VERSION, args.version)
+    ref = (
+        args.version
+        if args.version.startswith(f"{NodeKind.DATASET_VERSION.value}:")
+        else node_id(NodeKind.DATASET_VERSION, args.version)
+    )
     try:
         sub = ws.graph.lineage(ref)
     except UnknownNode:
@@ -168,12 +222,16 @@ def dataset_lineage(ws, args: DatasetLineageArgs) -> dict[str, Any]:
     full = ws.graph.to_networkx()
     trained = sorted(u for u, _, k in full.in_edges(ref, keys=True) if k == "trained_on")
     nodes = sorted(sub.nodes(data=True), key=lambda x: (x[1]["kind"], x[0]))
-    return {"version": ref, "nodes": [{"id": n, **d} for n, d in nodes],
-            "edges": [{"src": u, "dst": v, "kind": k} for u, v, k in sub.edges(keys=True)],
-            "trained_checkpoints": trained}
+    return {
+        "version": ref,
+        "nodes": [{"id": n, **d} for n, d in nodes],
+        "edges": [{"src": u, "dst": v, "kind": k} for u, v, k in sub.edges(keys=True)],
+        "trained_checkpoints": trained,
+    }
 
 
 # ------------------------------------------------------------------ rewards
+
 
 class RewardSample(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -199,10 +257,18 @@ def compose_reward(args: ComposeRewardArgs) -> dict[str, Any]:
     exact = exact_answer_reward(args.answer)(completions, refs)
     ids = [[0] if s.ended_with_eos else [1] for s in args.samples]  # EOS is id 0 here
     fmt = format_reward(0, args.answer)(completions, completion_ids=ids)
-    rows = [{GRPO.name: {"exact_answer": e, "well_formed": f, "total": e + f},
-             "composite": score_reward(s.completion, s.reference, args.weights, args.answer).model_dump()}
-            for s, e, f in zip(args.samples, exact, fmt)]
+    rows = [
+        {
+            GRPO.name: {"exact_answer": e, "well_formed": f, "total": e + f},
+            "composite": score_reward(s.completion, s.reference, args.weights, args.answer).model_dump(),
+        }
+        for s, e, f in zip(args.samples, exact, fmt, strict=True)
+    ]
     n = len(rows)
-    return {"samples": rows, "mean_grpo_total": sum(r[GRPO.name]["total"] for r in rows) / n,
-            "mean_composite": sum(r["composite"]["total"] for r in rows) / n,
-            "correct": sum(1 for e in exact if e >= 1.0), "of": n}
+    return {
+        "samples": rows,
+        "mean_grpo_total": sum(r[GRPO.name]["total"] for r in rows) / n,
+        "mean_composite": sum(r["composite"]["total"] for r in rows) / n,
+        "correct": sum(1 for e in exact if e >= 1.0),
+        "of": n,
+    }

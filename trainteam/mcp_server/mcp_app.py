@@ -9,9 +9,10 @@ same one line the CLI prints. Every result is masked like everything the CLI pri
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -27,10 +28,12 @@ from trainteam.mcp_server import mcp_tools as t
 from trainteam.mcp_server.train_tools import TRAIN_TOOLS
 from trainteam.workspace import Workspace
 
-INSTRUCTIONS = ("trainteam's data and training tools. Curation and training tools are plan-first: a call "
-                "returns the plan and changes nothing unless execute is true. execute_workflow starts a run "
-                "under the task's budget; registering a model and other gated actions wait for a person, who "
-                "decides them outside MCP (`trainteam approvals`). No tool here approves or raises a budget.")
+INSTRUCTIONS = (
+    "trainteam's data and training tools. Curation and training tools are plan-first: a call "
+    "returns the plan and changes nothing unless execute is true. execute_workflow starts a run "
+    "under the task's budget; registering a model and other gated actions wait for a person, who "
+    "decides them outside MCP (`trainteam approvals`). No tool here approves or raises a budget."
+)
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
 PLAN_FIRST = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
 
@@ -47,8 +50,8 @@ class Tools:
         return Workspace.open(self.root)
 
     def table(self) -> list[tuple[str, type[BaseModel], Callable[[BaseModel], dict], ToolAnnotations]]:
-        w = lambda fn: (lambda args: fn(self.ws, args))  # noqa: E731
-        run = lambda fn: (lambda args: fn(self.ws.root, lambda: self.ws, args))  # noqa: E731
+        w = lambda fn: lambda args: fn(self.ws, args)  # noqa: E731
+        run = lambda fn: lambda args: fn(self.ws.root, lambda: self.ws, args)  # noqa: E731
         return [
             ("curate_corpus", t.CurateCorpusArgs, w(t.curate_corpus), PLAN_FIRST),
             ("dedup_corpus", t.DedupCorpusArgs, w(t.dedup_corpus), PLAN_FIRST),
@@ -74,8 +77,9 @@ def flat_tool(name: str, model: type[BaseModel], run: Callable[[BaseModel], dict
     whose body validates them as ``model`` and calls ``run``."""
     params = []
     for field, info in model.model_fields.items():
-        annotation = Annotated[info.annotation, Field(description=info.description)] if info.description \
-            else info.annotation
+        annotation = (
+            Annotated[info.annotation, Field(description=info.description)] if info.description else info.annotation
+        )
         default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
         params.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
 
@@ -111,8 +115,12 @@ class TeamServer(MCPServer):
 def build_server(root: Path | None) -> TeamServer:
     server = TeamServer("trainteam", instructions=INSTRUCTIONS, log_level="WARNING")
     for name, model, run, hints in Tools(root).table():
-        server.add_tool(flat_tool(name, model, run), name=name, description=inspect.cleandoc(model.__doc__ or name),
-                        annotations=hints)
+        server.add_tool(
+            flat_tool(name, model, run),
+            name=name,
+            description=inspect.cleandoc(model.__doc__ or name),
+            annotations=hints,
+        )
         server.known_arguments[name] = set(model.model_fields)
     return server
 

@@ -28,23 +28,23 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.contract.stage_config import StageOverrides, with_overrides
 from trainteam.contract.step_io import PlanFirstArgs
+from trainteam.contract.train_task import TrainTask, load_task_file, parse_task
 from trainteam.core.errors import BadInput, NotFound
 from trainteam.curation.decontam import DecontamConfig
 from trainteam.curation.dedup import NearDupConfig
 from trainteam.curation.pipeline import CurationConfig, planned_version
 from trainteam.graph import NodeKind
 from trainteam.graph.knowledge import UnknownNode
-from trainteam.workflows.task.curriculum import curriculum_from_task
-from trainteam.workflows.report.evidence import approval_evidence_view
 from trainteam.workflows.engine.runner import check_new_run_id, check_runnable, new_run_id
 from trainteam.workflows.engine.spec import builtin_names, load_builtin
-from trainteam.workflows.task.stage_plan import plan_stage
-from trainteam.workflows.steps.curate import curate_recorded
-from trainteam.contract.stage_config import StageOverrides, with_overrides
 from trainteam.workflows.engine.store import ApprovalStore, RunStore
-from trainteam.contract.train_task import TrainTask, load_task_file, parse_task
+from trainteam.workflows.report.evidence import approval_evidence_view
 from trainteam.workflows.report.views import resolve, run_public, runs_public, short_id
+from trainteam.workflows.steps.curate import curate_recorded
+from trainteam.workflows.task.curriculum import curriculum_from_task
+from trainteam.workflows.task.stage_plan import plan_stage
 
 SETTLED = ("completed", "failed", "cancelled", "waiting_approval")
 MAX_WAIT_S = 600.0
@@ -52,12 +52,14 @@ MAX_WAIT_S = 600.0
 
 # ------------------------------------------------------------------ arguments
 
+
 class CurateCorpusArgs(PlanFirstArgs):
     """Curate a corpus: exact and near dedup, decontamination against eval sets, quality filters."""
 
     corpus: str = Field(description=".jsonl / .txt / .parquet file, a folder of them, or a saved HF dataset")
-    eval_sets: dict[str, str] = Field(default_factory=dict, description="name -> path of an eval set to "
-                                      "decontaminate against")
+    eval_sets: dict[str, str] = Field(
+        default_factory=dict, description="name -> path of an eval set to decontaminate against"
+    )
     config: CurationConfig = Field(default_factory=CurationConfig, description="every stage; null skips one")
     out: str | None = Field(None, description="output folder (default: the workspace's datasets/<version>)")
 
@@ -88,11 +90,17 @@ class ExecuteWorkflowArgs(PlanFirstArgs):
     workflow: str = Field("train_model", description="a bundled workflow")
     task: dict[str, Any] | None = Field(None, description="the task, as a task file's YAML would hold it")
     task_path: str | None = Field(None, description="or a task file (YAML)")
-    overrides: dict[str, StageOverrides] = Field(default_factory=dict, description="per-stage settings replacing "
-                                                 "the task's, by stage name")
+    overrides: dict[str, StageOverrides] = Field(
+        default_factory=dict, description="per-stage settings replacing the task's, by stage name"
+    )
     run_id: str | None = Field(None, description="choose the run id (default: generated)")
-    wait_seconds: float = Field(60.0, ge=0, le=MAX_WAIT_S, description="how long the call waits for the run to "
-                                "end or to wait for a person; it returns then with the run's status")
+    wait_seconds: float = Field(
+        60.0,
+        ge=0,
+        le=MAX_WAIT_S,
+        description="how long the call waits for the run to "
+        "end or to wait for a person; it returns then with the run's status",
+    )
 
 
 class ListRunsArgs(BaseModel):
@@ -141,6 +149,7 @@ class GraphNodesArgs(BaseModel):
 
 # ------------------------------------------------------------------ curation
 
+
 def _plan(tool: str, **plan: Any) -> dict[str, Any]:
     return {"executed": False, "tool": tool, "plan": plan, "next": f"call {tool} again with execute: true to run it"}
 
@@ -164,8 +173,14 @@ def _curate(ws, tool: str, args, config: CurationConfig, evals: dict[str, Path])
     version = planned_version(corpus, evals, config)
     out = Path(args.out) if args.out else ws.root / "datasets" / (version or "curated")
     if not args.execute:
-        return _plan(tool, corpus=str(corpus), eval_sets={k: str(v) for k, v in evals.items()}, version=version,
-                     out=str(out), config=config.model_dump(mode="json"))
+        return _plan(
+            tool,
+            corpus=str(corpus),
+            eval_sets={k: str(v) for k, v in evals.items()},
+            version=version,
+            out=str(out),
+            config=config.model_dump(mode="json"),
+        )
     report = curate_recorded(ws.graph, corpus, evals, config, out, progress=False)
     return {"executed": True, "tool": tool, "summary": report.summary(), "report": report.model_dump(mode="json")}
 
@@ -175,18 +190,31 @@ def curate_corpus(ws, args: CurateCorpusArgs) -> dict[str, Any]:
 
 
 def dedup_corpus(ws, args: DedupCorpusArgs) -> dict[str, Any]:
-    config = CurationConfig(text_field=args.text_field, exact_dedup=args.exact, near_dedup=args.near, quality=None,
-                            decontam=None, max_drop_fraction=None)
+    config = CurationConfig(
+        text_field=args.text_field,
+        exact_dedup=args.exact,
+        near_dedup=args.near,
+        quality=None,
+        decontam=None,
+        max_drop_fraction=None,
+    )
     return _curate(ws, "dedup_corpus", args, config, {})
 
 
 def decontaminate_corpus(ws, args: DecontaminateCorpusArgs) -> dict[str, Any]:
-    config = CurationConfig(text_field=args.text_field, exact_dedup=False, near_dedup=None, quality=None,
-                            decontam=args.decontam, max_drop_fraction=None)
+    config = CurationConfig(
+        text_field=args.text_field,
+        exact_dedup=False,
+        near_dedup=None,
+        quality=None,
+        decontam=args.decontam,
+        max_drop_fraction=None,
+    )
     return _curate(ws, "decontaminate_corpus", args, config, _evals(args.eval_sets))
 
 
 # ------------------------------------------------------------------ training
+
 
 def _task(args: ExecuteWorkflowArgs) -> TrainTask:
     if (args.task is None) == (args.task_path is None):
@@ -202,13 +230,21 @@ def _task(args: ExecuteWorkflowArgs) -> TrainTask:
 def _training_plan(task: TrainTask, spec) -> dict[str, Any]:
     curriculum = curriculum_from_task(task)
     planned = [*curriculum.training_stages(), *filter(None, [curriculum.align_stage()])]
-    stages = {s.name: plan_stage(task, s.name, task.train_config(s.name)).model_dump(mode="json", exclude={"stage"})
-              for s in planned}
-    return {"workflow": spec.name, "task": task.name, "steps": spec.describe_steps(task.stages), "stages": stages,
-            "est_minutes": round(sum(v["est_minutes"] for v in stages.values()), 3),
-            "budget": task.budget.model_dump(mode="json"), "require_approval": task.require_approval,
-            "gated": "register_model waits for a person's approval (trainteam approvals); so does every "
-                     "step in require_approval and a spend over the budget"}
+    stages = {
+        s.name: plan_stage(task, s.name, task.train_config(s.name)).model_dump(mode="json", exclude={"stage"})
+        for s in planned
+    }
+    return {
+        "workflow": spec.name,
+        "task": task.name,
+        "steps": spec.describe_steps(task.stages),
+        "stages": stages,
+        "est_minutes": round(sum(v["est_minutes"] for v in stages.values()), 3),
+        "budget": task.budget.model_dump(mode="json"),
+        "require_approval": task.require_approval,
+        "gated": "register_model waits for a person's approval (trainteam approvals); so does every "
+        "step in require_approval and a spend over the budget",
+    }
 
 
 def execute_workflow(ws_root: Path, open_ws, args: ExecuteWorkflowArgs) -> dict[str, Any]:
@@ -229,9 +265,26 @@ def execute_workflow(ws_root: Path, open_ws, args: ExecuteWorkflowArgs) -> dict[
     task_file.write_text(yaml.safe_dump(task.model_dump(mode="json"), sort_keys=False))
     log = folder / f"{run_id}.log"
     with log.open("ab") as out:  # its own session: the run outlives this server, as a CLI run outlives its shell
-        proc = subprocess.Popen([sys.executable, "-m", "trainteam.cli", "-w", str(ws_root), "execute-workflow",
-                                 spec.name, "--task", str(task_file), "--run-id", run_id, "-q"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trainteam.cli",
+                "-w",
+                str(ws_root),
+                "execute-workflow",
+                spec.name,
+                "--task",
+                str(task_file),
+                "--run-id",
+                run_id,
+                "-q",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
     status = _wait(ws, run_id, proc, args.wait_seconds)
     if status["status"] == "not_started":  # refused before the run existed: its one-line error
         lines = log.read_text(errors="replace").strip().splitlines()
@@ -250,14 +303,21 @@ def _wait(ws, run_id: str, proc: subprocess.Popen, wait_s: float) -> dict[str, A
         time.sleep(0.2)
     if row is None:
         return {"status": "not_started" if exited is not None else "starting", "exit_code": exited}
-    pending = [{"id": a["id"], "short_id": short_id(a["id"]), "action": a["action"]}
-               for a in approvals.list("pending", run_id)]
-    note = ("waits for a person: `trainteam approvals show ID`, then approve or reject" if pending else
-            "still running: list_runs / show_run follow it" if row["status"] in ("pending", "running") else None)
+    pending = [
+        {"id": a["id"], "short_id": short_id(a["id"]), "action": a["action"]} for a in approvals.list("pending", run_id)
+    ]
+    note = (
+        "waits for a person: `trainteam approvals show ID`, then approve or reject"
+        if pending
+        else "still running: list_runs / show_run follow it"
+        if row["status"] in ("pending", "running")
+        else None
+    )
     return {"status": row["status"], "error": row["error"], "pending_approvals": pending, "note": note}
 
 
 # ------------------------------------------------------------------ reading
+
 
 def list_runs(ws, args: ListRunsArgs) -> dict[str, Any]:
     return {"runs": runs_public(ws, args.limit)}
@@ -284,12 +344,14 @@ def lineage(ws, args: NodeRef) -> dict[str, Any]:
     except UnknownNode as exc:
         raise NotFound(str(exc.args[0])) from None
     nodes = sorted(sub.nodes(data=True), key=lambda x: (x[1]["kind"], x[0]))
-    return {"nodes": [{"id": n, **d} for n, d in nodes],
-            "edges": [{"src": u, "dst": v, "kind": k} for u, v, k in sub.edges(keys=True)]}
+    return {
+        "nodes": [{"id": n, **d} for n, d in nodes],
+        "edges": [{"src": u, "dst": v, "kind": k} for u, v, k in sub.edges(keys=True)],
+    }
 
 
 def graph_nodes(ws, args: GraphNodesArgs) -> dict[str, Any]:
     kinds = [k.value for k in NodeKind]
     if args.kind is not None and args.kind not in kinds:
         raise BadInput(f"kind: unknown node kind {args.kind!r} ({', '.join(kinds)})")
-    return {"nodes": ws.graph.nodes(args.kind)[-args.limit:]}
+    return {"nodes": ws.graph.nodes(args.kind)[-args.limit :]}

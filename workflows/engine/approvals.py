@@ -29,16 +29,30 @@ def approval_topic(approval_id: str) -> str:
     return TOPIC_PREFIX + approval_id
 
 
-def request(ws, *, run_id: str, step: str, visit: int, action: str, proposed: dict, evidence: dict,
-            requested_by: str) -> dict[str, Any]:
+def request(
+    ws, *, run_id: str, step: str, visit: int, action: str, proposed: dict, evidence: dict, requested_by: str
+) -> dict[str, Any]:
     """Open (or, after a crash, find again) the approval for this step visit."""
     approval_id = f"{run_id}.{step}.{visit}.{action}"
     row = ApprovalStore(ws.engine).create(
-        approval_id=approval_id, run_id=run_id, step=step, action=action, proposed=proposed,
-        evidence=evidence, requested_by=requested_by,
+        approval_id=approval_id,
+        run_id=run_id,
+        step=step,
+        action=action,
+        proposed=proposed,
+        evidence=evidence,
+        requested_by=requested_by,
     )
-    record_approval_request(ws.graph, approval_id, run_id=run_id, step=step, visit=visit, action=action,
-                            proposed=proposed, requested_by=requested_by)
+    record_approval_request(
+        ws.graph,
+        approval_id,
+        run_id=run_id,
+        step=step,
+        visit=visit,
+        action=action,
+        proposed=proposed,
+        requested_by=requested_by,
+    )
     return row
 
 
@@ -80,8 +94,16 @@ def decide(ws, ref: str, *, approve: bool, by: str | None = None, note: str | No
     if not store.decide(row["id"], status, person, note):
         fresh = store.get(row["id"]) or {"status": "decided", "decided_by": None}
         raise Conflict(f"approval {row['id']} was already {fresh['status']} by {fresh['decided_by']}")
-    record_approval(ws.graph, row["id"], person=person, approve=approve, note=note, action=row["action"],
-                    step=row["step"], run_id=row["run_id"])
+    record_approval(
+        ws.graph,
+        row["id"],
+        person=person,
+        approve=approve,
+        note=note,
+        action=row["action"],
+        step=row["step"],
+        run_id=row["run_id"],
+    )
     _wake_run(ws, row["run_id"], row["id"], status)
     return approval_public(store.get(row["id"]) or row)
 
@@ -93,8 +115,12 @@ def _wake_run(ws, run_id: str, approval_id: str, status: str) -> None:
 
     client = DBOSClient(system_database_url=ws.dbos_database_url)
     try:
-        client.send(run_id, {"approval_id": approval_id, "status": status},
-                    topic=approval_topic(approval_id), idempotency_key=f"decision:{approval_id}")
+        client.send(
+            run_id,
+            {"approval_id": approval_id, "status": status},
+            topic=approval_topic(approval_id),
+            idempotency_key=f"decision:{approval_id}",
+        )
     finally:
         client.destroy()
 
@@ -112,8 +138,12 @@ def cancel_run(ws, run_id: str) -> list[str]:
         RunStore(ws.engine).set_status(run_id, "cancelled", error="cancelled by a person")
         for row in pending:
             store.decide(row["id"], "expired", getpass.getuser(), "run cancelled")
-            client.send(run_id, {"approval_id": row["id"], "status": "expired"},
-                        topic=approval_topic(row["id"]), idempotency_key=f"cancel:{row['id']}")
+            client.send(
+                run_id,
+                {"approval_id": row["id"], "status": "expired"},
+                topic=approval_topic(row["id"]),
+                idempotency_key=f"cancel:{row['id']}",
+            )
     finally:
         client.destroy()
     return [r["id"] for r in pending]

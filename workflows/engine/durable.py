@@ -56,9 +56,15 @@ from trainteam.workflows.steps import STEPS
 from trainteam.workflows.steps.train import over_budget
 
 # The name of a step's re-run after a person approved, by how it resumes (DBOS step names).
-RERUN_NAMES = {"restart": "restart", "accept_stage_gate": "accepted", "keep_spiked": "kept",
-               "extend_budget": "extended", "accept_gate": "accepted", "conversation": "decided",
-               "accept_curation": "accepted"}
+RERUN_NAMES = {
+    "restart": "restart",
+    "accept_stage_gate": "accepted",
+    "keep_spiked": "kept",
+    "extend_budget": "extended",
+    "accept_gate": "accepted",
+    "conversation": "decided",
+    "accept_curation": "accepted",
+}
 TRAINING_TOOLS = ("train", "align")
 
 console = Console(stderr=True, soft_wrap=True)
@@ -103,7 +109,7 @@ def _extension(task: TrainTask, needs: NeedsPerson, cut_at: list[str]) -> float:
     where = str(needs.evidence.get("where", ""))
     again = 0 if where.startswith("training") else cut_at.count(where)
     cut_at.append(where)
-    return task.budget.extension_s() * 2 ** again
+    return task.budget.extension_s() * 2**again
 
 
 def _allowed_loops(spec: WorkflowSpec, task: TrainTask, loops: dict[str, int]) -> dict[str, int]:
@@ -173,8 +179,13 @@ class Engine:
         if log is None:
             folder = self.ws.dir("logs") / "runs"
             folder.mkdir(exist_ok=True)
-            log = Console(file=open(folder / f"{run_id}.log", "a", encoding="utf-8"), soft_wrap=True,
-                          color_system=None, force_terminal=False, width=200)
+            log = Console(
+                file=open(folder / f"{run_id}.log", "a", encoding="utf-8"),
+                soft_wrap=True,
+                color_system=None,
+                force_terminal=False,
+                width=200,
+            )
             self.logs[run_id] = log
         return log
 
@@ -197,9 +208,19 @@ class Engine:
         self._runs().merge_metrics(run_id, {"run.threads": n})
         return n
 
-    def _execute_step(self, run_id: str, name: str, visit: int, spec: WorkflowSpec, task: TrainTask,
-                      outputs: dict[str, StepResult], decided: StepInputs, decision: dict | None = None,
-                      allowed_s: float | None = None, execution: str = "") -> dict[str, Any]:
+    def _execute_step(
+        self,
+        run_id: str,
+        name: str,
+        visit: int,
+        spec: WorkflowSpec,
+        task: TrainTask,
+        outputs: dict[str, StepResult],
+        decided: StepInputs,
+        decision: dict | None = None,
+        allowed_s: float | None = None,
+        execution: str = "",
+    ) -> dict[str, Any]:
         """One step, run by its persona's Agent. ``decided``: the StepInputs people's decisions set
         for this visit. ``decision`` continues a persona run that stopped on a gated tool call, with
         the person's decision read from the queue. ``allowed_s``: what the run may spend in all; the
@@ -221,32 +242,52 @@ class Engine:
             self.say(f"[bold]▶ {name}[/bold] [cyan]({step.persona})[/cyan]")
         spent_s = self._spent(run_id, 0.0)["seconds"]
         allowed_s = task.budget.allowed_s() if allowed_s is None else allowed_s
-        ctx = ToolContext(ws=self.ws, run_id=run_id, step=name, visit=visit, persona=step.persona, task=task,
-                          outputs=outputs, inputs=dict(step.inputs), decided=decided, toolbox=STEPS,
-                          progress=self.progress, spent_s=spent_s, allowed_s=allowed_s,
-                          execution=execution or f"{name}#{visit}")
+        ctx = ToolContext(
+            ws=self.ws,
+            run_id=run_id,
+            step=name,
+            visit=visit,
+            persona=step.persona,
+            task=task,
+            outputs=outputs,
+            inputs=dict(step.inputs),
+            decided=decided,
+            toolbox=STEPS,
+            progress=self.progress,
+            spent_s=spent_s,
+            allowed_s=allowed_s,
+            execution=execution or f"{name}#{visit}",
+        )
         try:
             result = self._run_persona(ctx, step.tool, decision, spent_s, allowed_s)
         except Exception as exc:  # the run fails with the reason; the traceback stays in the log
             return self._step_failed(runs, attempt, name, exc, clock.now() - t0)
         return self._step_done(runs, attempt, run_id, name, result, clock.now() - t0)
 
-    def _run_persona(self, ctx: ToolContext, tool: str, decision: dict | None, spent_s: float,
-                     allowed_s: float) -> StepResult:
+    def _run_persona(
+        self, ctx: ToolContext, tool: str, decision: dict | None, spent_s: float, allowed_s: float
+    ) -> StepResult:
         """The persona runs the step under the budget's ceiling; reaching it mid-way (an eval or a
         generation loop) is a question for a person, like a trainer that stopped at the ceiling."""
         try:
-            with budget.ceiling(allowed_s - spent_s, allowed_s), \
-                    console_lines.lines_to(lambda text: self.say(text, ctx.run_id)):  # the work's own lines
+            with (
+                budget.ceiling(allowed_s - spent_s, allowed_s),
+                console_lines.lines_to(lambda text: self.say(text, ctx.run_id)),
+            ):  # the work's own lines
                 if decision is None:
                     return run_persona_step(ctx, tool)
-                return resume_persona_step(ctx, tool, decision["pending"], decision["status"] == "approved",
-                                           decision.get("note"))
+                return resume_persona_step(
+                    ctx, tool, decision["pending"], decision["status"] == "approved", decision.get("note")
+                )
         except budget.BudgetExceeded as exc:
             where = {"where": exc.where, "overrun_s": round(exc.late_s, 2)}
             carried = ctx.decided.before
-            return StepResult(outcome="over_budget", summary=str(exc), details={**where, **carried.model_dump()},
-                              needs=over_budget(ctx, where, carried))
+            return StepResult(
+                outcome="over_budget",
+                summary=str(exc),
+                details={**where, **carried.model_dump()},
+                needs=over_budget(ctx, where, carried),
+            )
 
     def _step_failed(self, runs: RunStore, attempt: int, name: str, exc: Exception, seconds: float) -> dict[str, Any]:
         # a library's message may echo a key: masked before it is stored, printed or checkpointed
@@ -257,8 +298,9 @@ class Engine:
         self.say(f"[red]✗ {name} failed:[/red] {escape(message)}")  # text, not markup: '[/x]' would raise
         return StepResult(outcome="error", summary=message).model_dump(mode="json")
 
-    def _step_done(self, runs: RunStore, attempt: int, run_id: str, name: str, result: StepResult,
-                   seconds: float) -> dict[str, Any]:
+    def _step_done(
+        self, runs: RunStore, attempt: int, run_id: str, name: str, result: StepResult, seconds: float
+    ) -> dict[str, Any]:
         out = result.model_dump(mode="json")
         status: str
         if result.needs is not None:
@@ -267,8 +309,11 @@ class Engine:
             status = {"needs_approval": "needs_approval", "error": "failed"}.get(result.outcome, "completed")
         # The whole output (curves, evals, decisions) feeds the run report; a paused persona's
         # conversation stays in DBOS's record only.
-        recorded = out if result.needs is None or result.needs.resume.pending is None else {
-            **out, "needs": {**out["needs"], "resume": {**out["needs"]["resume"], "pending": None}}}
+        recorded = (
+            out
+            if result.needs is None or result.needs.resume.pending is None
+            else {**out, "needs": {**out["needs"], "resume": {**out["needs"]["resume"], "pending": None}}}
+        )
         runs.finish_attempt(attempt, status, seconds, recorded, result.summary if status == "failed" else None)
         if result.outcome == "error":
             self.say(f"[red]✗ {name} failed:[/red] {escape(result.summary)}")
@@ -276,19 +321,31 @@ class Engine:
         if result.needs is not None:
             return out
         runs.merge_metrics(run_id, {f"{name}.{k}": v for k, v in result.metrics.items()})
-        mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]"}.get(result.outcome,
-                                                                                        "[green]✓[/green]")
+        mark = {"passed": "[green]✓ passed[/green]", "failed": "[red]✗ failed[/red]"}.get(
+            result.outcome, "[green]✓[/green]"
+        )
         self.say(f"  {mark} {name}: {escape(result.summary)} [dim]({seconds:.1f}s)[/dim]")
         return out
 
-    def _open_approval(self, run_id: str, name: str, visit: int, action: str, proposed: dict, evidence: dict,
-                       requested_by: str) -> dict[str, Any]:
+    def _open_approval(
+        self, run_id: str, name: str, visit: int, action: str, proposed: dict, evidence: dict, requested_by: str
+    ) -> dict[str, Any]:
         # The run waits before its approval is listed, so a person who finds the approval finds the run waiting.
         self._runs().set_status(run_id, "waiting_approval", current_step=name)
-        row = approvals.request(self.ws, run_id=run_id, step=name, visit=visit, action=action, proposed=proposed,
-                                evidence=evidence, requested_by=requested_by)
-        self.say(f"[yellow]⏸ {name}: waiting for a person to approve {action}[/yellow] — the evidence: "
-                 f"`trainteam approvals show {short_id(row['id'])}`, then `approve` or `reject` it")
+        row = approvals.request(
+            self.ws,
+            run_id=run_id,
+            step=name,
+            visit=visit,
+            action=action,
+            proposed=proposed,
+            evidence=evidence,
+            requested_by=requested_by,
+        )
+        self.say(
+            f"[yellow]⏸ {name}: waiting for a person to approve {action}[/yellow] — the evidence: "
+            f"`trainteam approvals show {short_id(row['id'])}`, then `approve` or `reject` it"
+        )
         return {"id": row["id"], "status": row["status"]}
 
     def _read_decision(self, approval_id: str) -> dict[str, Any]:
@@ -307,49 +364,103 @@ class Engine:
         return {"run_id": run_id, "status": status, "error": error}
 
     # ------------------------------------------------------------------ the workflow
-    def await_approval(self, run_id: str, name: str, visit: int, action: str, proposed: dict, evidence: dict,
-                       requested_by: str, wait_s: float) -> Decision:
+    def await_approval(
+        self,
+        run_id: str,
+        name: str,
+        visit: int,
+        action: str,
+        proposed: dict,
+        evidence: dict,
+        requested_by: str,
+        wait_s: float,
+    ) -> Decision:
         """Open an approval and wait durably for a person's decision.
 
         The decision in the database is authoritative; a message only wakes the run.
         If the decision was recorded while no process lived, the first read finds it.
         """
-        opened = DBOS.run_step({"name": f"approval:{name}#{visit}:{action}"}, self._open_approval, run_id, name,
-                               visit, action, proposed, evidence, requested_by)
+        opened = DBOS.run_step(
+            {"name": f"approval:{name}#{visit}:{action}"},
+            self._open_approval,
+            run_id,
+            name,
+            visit,
+            action,
+            proposed,
+            evidence,
+            requested_by,
+        )
         approval_id = opened["id"]
         decision = DBOS.run_step({"name": f"decision:{approval_id}"}, self._read_decision, approval_id)
         deadline_checks = 0
         while decision["status"] == "pending":
             msg = DBOS.recv(approvals.approval_topic(approval_id), timeout_seconds=wait_s)
             deadline_checks += 1
-            decision = DBOS.run_step({"name": f"decision:{approval_id}:{deadline_checks}"}, self._read_decision,
-                                     approval_id)
+            decision = DBOS.run_step(
+                {"name": f"decision:{approval_id}:{deadline_checks}"}, self._read_decision, approval_id
+            )
             if msg is None and decision["status"] == "pending":
                 return Decision.model_validate({**decision, "status": "expired"})
         DBOS.run_step({"name": f"resume:{approval_id}"}, self._resumed, run_id)
         return Decision.model_validate(decision)  # the checkpointed record, typed where the engine reads it
 
-    def _ask(self, run_id: str, current: str, visit: int, needs: NeedsPerson, wait_s: float, rounds: int = 0,
-             summary: str | None = None) -> Decision:
+    def _ask(
+        self,
+        run_id: str,
+        current: str,
+        visit: int,
+        needs: NeedsPerson,
+        wait_s: float,
+        rounds: int = 0,
+        summary: str | None = None,
+    ) -> Decision:
         """The one way the engine asks a person: ``needs`` as an approval; returns the decision."""
         action = f"{needs.action}_{rounds}" if needs.numbered else needs.action
         evidence = needs.evidence if summary is None else {"summary": summary, **needs.evidence}
         if needs.resume.kind in ("restart", "keep_spiked") and needs.carried is not None:
             evidence = with_spike_curve(evidence, needs.proposed, needs.carried.losses)
-        return self.await_approval(run_id, current, visit, action, needs.proposed, evidence, needs.requested_by,
-                                   wait_s)
+        return self.await_approval(run_id, current, visit, action, needs.proposed, evidence, needs.requested_by, wait_s)
 
-    def _step(self, run: _Run, current: str, visit: int, outputs: dict[str, StepResult], decided: StepInputs,
-              decision: dict | None, allowed_s: float, execution: str) -> StepResult:
+    def _step(
+        self,
+        run: _Run,
+        current: str,
+        visit: int,
+        outputs: dict[str, StepResult],
+        decided: StepInputs,
+        decision: dict | None,
+        allowed_s: float,
+        execution: str,
+    ) -> StepResult:
         """A step visit's execution as a DBOS step named ``execution``: DBOS checkpoints its JSON, which
         becomes a typed ``StepResult`` here — the one place the engine reads a step's result."""
-        out = DBOS.run_step({"name": execution}, self._execute_step, run.run_id, current, visit, run.spec,
-                            run.task, dict(outputs), decided, decision, allowed_s, execution)
+        out = DBOS.run_step(
+            {"name": execution},
+            self._execute_step,
+            run.run_id,
+            current,
+            visit,
+            run.spec,
+            run.task,
+            dict(outputs),
+            decided,
+            decision,
+            allowed_s,
+            execution,
+        )
         return StepResult.model_validate(out)
 
-    def _ask_until_answered(self, run: _Run, current: str, visit: int, out: StepResult,
-                            outputs: dict[str, StepResult], decided: StepInputs,
-                            allowed_s: float) -> tuple[StepResult, float, str | None]:
+    def _ask_until_answered(
+        self,
+        run: _Run,
+        current: str,
+        visit: int,
+        out: StepResult,
+        outputs: dict[str, StepResult],
+        decided: StepInputs,
+        allowed_s: float,
+    ) -> tuple[StepResult, float, str | None]:
         """While the step needs a person, ask and re-run it as the decision says. Returns (its last
         output, the seconds of budget granted meanwhile, the run's error if a person said no)."""
         granted, rounds = 0.0, 0
@@ -360,8 +471,9 @@ class Engine:
             extension = run.task.budget.extension_s()
             if needs.resume.kind == "extend_budget":
                 extension = _extension(run.task, needs, cut_at)
-                needs = needs.model_copy(update={"proposed": {**needs.proposed,
-                                                              "extra_minutes": round(extension / 60, 2)}})
+                needs = needs.model_copy(
+                    update={"proposed": {**needs.proposed, "extra_minutes": round(extension / 60, 2)}}
+                )
             d = self._ask(run.run_id, current, visit, needs, run.wait_s, rounds, summary=out.summary)
             approved = d.status == "approved"
             decision = None
@@ -383,33 +495,46 @@ class Engine:
         result = DBOS.run_step({"name": "finish"}, self._finish, run_id, status, error)
         raise RunStopped(result)
 
-    def _before_step(self, run: _Run, current: str, visit: int, step: StepSpec, outputs: dict[str, StepResult],
-                     allowed_s: float) -> tuple[float, str | None]:
+    def _before_step(
+        self, run: _Run, current: str, visit: int, step: StepSpec, outputs: dict[str, StepResult], allowed_s: float
+    ) -> tuple[float, str | None]:
         """The checks before a step starts: the budget, and a person's go-ahead where the task asks
         for one. Returns (seconds of budget granted, the run's error if it must stop)."""
         granted, task = 0.0, run.task
-        spent = DBOS.run_step({"name": f"budget:{current}#{visit}"}, self._spent, run.run_id,
-                              task.budget.cost_per_hour_usd)
+        spent = DBOS.run_step(
+            {"name": f"budget:{current}#{visit}"}, self._spent, run.run_id, task.budget.cost_per_hour_usd
+        )
         if spent["seconds"] > allowed_s:
             needs = budget_overrun(current, task.budget, allowed_s, {"spent": spent}, numbered=False)
             d = self._ask(run.run_id, current, visit, needs, run.wait_s)
             if d.status != "approved":
-                return 0.0, (f"budget exceeded before {current} ({spent['seconds']:.0f}s spent); "
-                             f"approval {d.status}")
+                return 0.0, (f"budget exceeded before {current} ({spent['seconds']:.0f}s spent); approval {d.status}")
             granted = task.budget.extension_s()
         if current in task.require_approval:
-            needs = NeedsPerson(action="run_step", proposed={"step": current, "tool": step.tool,
-                                                             "persona": step.persona},
-                                evidence={"completed_steps": list(outputs)}, requested_by=step.persona,
-                                resume=Resume(kind="go_ahead"))
+            needs = NeedsPerson(
+                action="run_step",
+                proposed={"step": current, "tool": step.tool, "persona": step.persona},
+                evidence={"completed_steps": list(outputs)},
+                requested_by=step.persona,
+                resume=Resume(kind="go_ahead"),
+            )
             d = self._ask(run.run_id, current, visit, needs, run.wait_s)
             if d.status != "approved":
                 note = f": {d.note}" if d.note else ""
                 return granted, f"step {current} was {d.status} by {d.decided_by or 'nobody'}{note}"
         return granted, None
 
-    def _accept_failed_gate(self, run: _Run, current: str, visit: int, step: StepSpec, out: StepResult,
-                            outputs: dict[str, StepResult], loops: dict, allowed_s: float) -> StepResult:
+    def _accept_failed_gate(
+        self,
+        run: _Run,
+        current: str,
+        visit: int,
+        step: StepSpec,
+        out: StepResult,
+        outputs: dict[str, StepResult],
+        loops: dict,
+        allowed_s: float,
+    ) -> StepResult:
         """``on_gate_failure: ask`` and no retry left, or the judge's plan says a retry cannot help: a
         person may accept the failed gate, seeing the judge's diagnosis and plan in the evidence."""
         nxt_if_failed, _ = run.spec.next_step(current, "failed", _allowed_loops(run.spec, run.task, loops))
@@ -417,18 +542,26 @@ class Engine:
         plan = diagnosis.pop("plan", None)
         if nxt_if_failed is not None and (plan or {}).get("action") not in ("stop", "more_data"):
             return out
-        evidence = {"reasons": out.details.get("reasons", []),
-                    **({"diagnosis": diagnosis, "plan": plan} if plan else {})}
-        needs = NeedsPerson(action="accept_failed_gate", proposed={"gate": current, "stage": out.stage},
-                            evidence=evidence, requested_by=step.persona, resume=Resume(kind="accept_gate"))
+        evidence = {
+            "reasons": out.details.get("reasons", []),
+            **({"diagnosis": diagnosis, "plan": plan} if plan else {}),
+        }
+        needs = NeedsPerson(
+            action="accept_failed_gate",
+            proposed={"gate": current, "stage": out.stage},
+            evidence=evidence,
+            requested_by=step.persona,
+            resume=Resume(kind="accept_gate"),
+        )
         d = self._ask(run.run_id, current, visit, needs, run.wait_s)
         if d.status != "approved":
             return out
         decided = StepInputs().after(needs, d)
         return self._step(run, current, visit, outputs, decided, None, allowed_s, f"{current}#{visit}.accepted")
 
-    def _visit(self, run: _Run, current: str, visit: int, outputs: dict[str, StepResult], loops: dict,
-               allowed_s: float) -> tuple[StepResult | None, float, str | None]:
+    def _visit(
+        self, run: _Run, current: str, visit: int, outputs: dict[str, StepResult], loops: dict, allowed_s: float
+    ) -> tuple[StepResult | None, float, str | None]:
         """One visit of a step: the checks before it, the step, a person's answers to what it asked,
         and (a failed gate with ``on_gate_failure: ask``) a person's acceptance.
         Returns (its output, the seconds of budget granted, the run's error if it must stop)."""
@@ -439,8 +572,9 @@ class Engine:
             if error:
                 return None, granted, error
         out = self._step(run, current, visit, outputs, StepInputs(), None, allowed_s + granted, f"{current}#{visit}")
-        out, more, error = self._ask_until_answered(run, current, visit, out, outputs, StepInputs(),
-                                                    allowed_s + granted)
+        out, more, error = self._ask_until_answered(
+            run, current, visit, out, outputs, StepInputs(), allowed_s + granted
+        )
         granted += more
         if error:
             return out, granted, error
@@ -501,17 +635,25 @@ class Engine:
             return DBOS.retrieve_workflow(run_id)
         if status.status == "ENQUEUED":
             raise Conflict(f"run {run_id} is queued: a `trainteam worker` will run it")
-        if status.status == "PENDING" and status.executor_id != self.executor_id and not force \
-                and self._runs().executor_alive(status.executor_id):
+        if (
+            status.status == "PENDING"
+            and status.executor_id != self.executor_id
+            and not force
+            and self._runs().executor_alive(status.executor_id)
+        ):
             raise Conflict(f"run {run_id} is being executed by live process {status.executor_id}")
         return DBOS.resume_workflow(run_id)
 
     @staticmethod
     def register_queue(worker_concurrency: int | None, global_concurrency: int | None, poll_s: float):
         """The run queue, its limits stored in the system database (the last worker started sets them)."""
-        return DBOS.register_queue(RUN_QUEUE, worker_concurrency=worker_concurrency,
-                                   global_concurrency=global_concurrency, polling_interval_sec=poll_s,
-                                   on_conflict="always_update")
+        return DBOS.register_queue(
+            RUN_QUEUE,
+            worker_concurrency=worker_concurrency,
+            global_concurrency=global_concurrency,
+            polling_interval_sec=poll_s,
+            on_conflict="always_update",
+        )
 
     def recover_dead(self) -> list[str]:
         """Hand the pending runs of every executor whose lease is free (its process died, on any host)
@@ -519,12 +661,23 @@ class Engine:
         PENDING claim). What DBOS's own recovery does for a restarted executor, with the run queue (and
         its limits) instead of DBOS's internal queue, which every launched process takes from."""
         runs = self._runs()
-        pending = DBOS.list_workflows(status="PENDING", name=WORKFLOW_NAME, app_version=DBOS.application_version,
-                                      load_input=False, load_output=False)
-        dead = {st.executor_id for st in pending if st.executor_id != self.executor_id
-                and not runs.executor_alive(st.executor_id)}
-        return [st.workflow_id for st in sorted(pending, key=lambda st: st.executor_id or "")
-                if st.executor_id in dead and self._hand_back(st.workflow_id, st.executor_id)]
+        pending = DBOS.list_workflows(
+            status="PENDING",
+            name=WORKFLOW_NAME,
+            app_version=DBOS.application_version,
+            load_input=False,
+            load_output=False,
+        )
+        dead = {
+            st.executor_id
+            for st in pending
+            if st.executor_id != self.executor_id and not runs.executor_alive(st.executor_id)
+        }
+        return [
+            st.workflow_id
+            for st in sorted(pending, key=lambda st: st.executor_id or "")
+            if st.executor_id in dead and self._hand_back(st.workflow_id, st.executor_id)
+        ]
 
     def _hand_back(self, workflow_id: str, dead_executor: str) -> bool:
         """Put a dead executor's PENDING run back on the run queue; False if it is no longer PENDING there.
@@ -542,8 +695,7 @@ class Engine:
     def queue_busy(self) -> bool:
         """Runs waiting on the run queue, or running in this process."""
         queued = DBOS.list_workflows(status="ENQUEUED", queue_name=RUN_QUEUE, load_input=False, load_output=False)
-        mine = DBOS.list_workflows(status="PENDING", executor_id=self.executor_id, load_input=False,
-                                   load_output=False)
+        mine = DBOS.list_workflows(status="PENDING", executor_id=self.executor_id, load_input=False, load_output=False)
         return bool(queued or mine)
 
 

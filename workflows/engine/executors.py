@@ -95,9 +95,11 @@ def alive_sqlite(db_path: Path | None, executor_id: str | None) -> bool:
     return False
 
 
-PG_ALIVE_SQL = (f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = {_PG_CLASS}::oid "
-                "AND objid = %s::oid AND objsubid = 2 AND granted AND database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database())")
+PG_ALIVE_SQL = (
+    f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = {_PG_CLASS}::oid "
+    "AND objid = %s::oid AND objsubid = 2 AND granted AND database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 
 
 def pg_objid(executor_id: str) -> int:

@@ -20,12 +20,47 @@ from trainteam.core.ids import check_ref, prefix_allowed
 from trainteam.workflows.engine.executors import alive_sqlite
 
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired")
-RUN_COLUMNS = ("run_id", "workflow", "task_name", "task", "status", "current_step", "error", "metrics",
-               "executor_id", "created_at", "updated_at")
-ATTEMPT_COLUMNS = ("id", "run_id", "step", "visit", "persona", "status", "executor_id", "started_at",
-                   "finished_at", "seconds", "output", "error")
-APPROVAL_COLUMNS = ("id", "run_id", "step", "action", "proposed", "evidence", "requested_by", "created_at",
-                    "status", "decided_by", "decided_at", "note")
+RUN_COLUMNS = (
+    "run_id",
+    "workflow",
+    "task_name",
+    "task",
+    "status",
+    "current_step",
+    "error",
+    "metrics",
+    "executor_id",
+    "created_at",
+    "updated_at",
+)
+ATTEMPT_COLUMNS = (
+    "id",
+    "run_id",
+    "step",
+    "visit",
+    "persona",
+    "status",
+    "executor_id",
+    "started_at",
+    "finished_at",
+    "seconds",
+    "output",
+    "error",
+)
+APPROVAL_COLUMNS = (
+    "id",
+    "run_id",
+    "step",
+    "action",
+    "proposed",
+    "evidence",
+    "requested_by",
+    "created_at",
+    "status",
+    "decided_by",
+    "decided_at",
+    "note",
+)
 TABLES = ("runs", "step_attempts", "approvals")
 
 
@@ -40,8 +75,12 @@ def summarize_attempts(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         entry["attempts"] += a["status"] != "needs_approval"
         entry.setdefault("started_at", a["started_at"])
         seconds = (entry.get("seconds") or 0.0) + (float(a["seconds"]) if a["seconds"] else 0.0)
-        entry.update(status=a["status"], finished_at=a["finished_at"], error=a["error"],
-                     seconds=seconds if a["seconds"] or entry.get("seconds") else None)
+        entry.update(
+            status=a["status"],
+            finished_at=a["finished_at"],
+            error=a["error"],
+            seconds=seconds if a["seconds"] or entry.get("seconds") else None,
+        )
     return list(out.values())
 
 
@@ -56,8 +95,13 @@ class RunReader:
         self.conn = conn
 
     def _runs(self, where: str, params: tuple) -> builtins.list[dict[str, Any]]:
-        return fetch(self.conn, _select("runs", RUN_COLUMNS) + where, params, columns=RUN_COLUMNS,
-                     json_columns=("task", "metrics"))
+        return fetch(
+            self.conn,
+            _select("runs", RUN_COLUMNS) + where,
+            params,
+            columns=RUN_COLUMNS,
+            json_columns=("task", "metrics"),
+        )
 
     def get(self, run_id: str) -> dict[str, Any] | None:
         rows = self._runs(" WHERE run_id = ?", (run_id,))
@@ -67,8 +111,13 @@ class RunReader:
         return self._runs(" ORDER BY created_at DESC LIMIT ?", (limit,))
 
     def attempts(self, run_id: str) -> builtins.list[dict[str, Any]]:
-        return fetch(self.conn, _select("step_attempts", ATTEMPT_COLUMNS) + " WHERE run_id = ? ORDER BY id",
-                     (run_id,), columns=ATTEMPT_COLUMNS, json_columns=("output",))
+        return fetch(
+            self.conn,
+            _select("step_attempts", ATTEMPT_COLUMNS) + " WHERE run_id = ? ORDER BY id",
+            (run_id,),
+            columns=ATTEMPT_COLUMNS,
+            json_columns=("output",),
+        )
 
     def steps_summary(self, run_id: str) -> builtins.list[dict[str, Any]]:
         return summarize_attempts(self.attempts(run_id))
@@ -85,8 +134,13 @@ class ApprovalReader:
         self.conn = conn
 
     def _approvals(self, where: str, params: tuple) -> builtins.list[dict[str, Any]]:
-        return fetch(self.conn, _select("approvals", APPROVAL_COLUMNS) + where, params, columns=APPROVAL_COLUMNS,
-                     json_columns=("proposed", "evidence"))
+        return fetch(
+            self.conn,
+            _select("approvals", APPROVAL_COLUMNS) + where,
+            params,
+            columns=APPROVAL_COLUMNS,
+            json_columns=("proposed", "evidence"),
+        )
 
     def get(self, approval_id: str) -> dict[str, Any] | None:
         rows = self._approvals(" WHERE id = ?", (approval_id,))

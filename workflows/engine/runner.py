@@ -39,8 +39,9 @@ def check_runnable(spec: WorkflowSpec, task: TrainTask, source: str) -> None:
     names = {s.name for s in spec.steps}
     for i, step in enumerate(task.require_approval):
         if step not in names:
-            raise BadInput(f"{source}: require_approval[{i}]: unknown step {step!r} "
-                           f"(steps: {', '.join(sorted(names))})")
+            raise BadInput(
+                f"{source}: require_approval[{i}]: unknown step {step!r} (steps: {', '.join(sorted(names))})"
+            )
     if task.workflow != spec.name:
         raise BadInput(f"{source}: workflow: task is for {task.workflow!r}, not {spec.name!r}")
     preflight(task, source)
@@ -60,8 +61,10 @@ def check_new_run_id(ws, run_id: str, option: str = "--run-id") -> str:
     check_chosen_run_id(run_id, option)
     old = RunStore(ws.engine).get(run_id)
     if old is not None:
-        raise BadInput(f"{option}: run {run_id!r} already exists ({old['status']}); choose another id, "
-                       f"or continue it with `trainteam runs resume {run_id}`")
+        raise BadInput(
+            f"{option}: run {run_id!r} already exists ({old['status']}); choose another id, "
+            f"or continue it with `trainteam runs resume {run_id}`"
+        )
     return run_id
 
 
@@ -75,8 +78,9 @@ class NewRun:
     run_id: str
 
 
-def prepare_run(workflow: str, task: TrainTask, source: str, run_id: str | None, option: str,
-                open_workspace: Callable[[], Any]) -> NewRun:
+def prepare_run(
+    workflow: str, task: TrainTask, source: str, run_id: str | None, option: str, open_workspace: Callable[[], Any]
+) -> NewRun:
     """Everything knowable before a run exists, in order: the spec, the task, a chosen id's
     grammar; only then is the workspace opened (a bad input changes nothing) and a chosen id
     checked against it. ``option`` names the id's field in errors (``--run-id``, ``run_id``)."""
@@ -146,9 +150,18 @@ def enqueue_run(new: NewRun) -> None:
     DBOS.migrate(new.ws.dbos_database_url)
     client = DBOSClient(system_database_url=new.ws.dbos_database_url, application_name=APP_NAME)
     try:
-        client.enqueue({"workflow_name": WORKFLOW_NAME, "queue_name": RUN_QUEUE, "workflow_id": new.run_id,
-                        "app_version": new.ws.settings.app_version, "application_name": APP_NAME},
-                       new.run_id, new.spec.model_dump(mode="json", by_alias=True), task_data)
+        client.enqueue(
+            {
+                "workflow_name": WORKFLOW_NAME,
+                "queue_name": RUN_QUEUE,
+                "workflow_id": new.run_id,
+                "app_version": new.ws.settings.app_version,
+                "application_name": APP_NAME,
+            },
+            new.run_id,
+            new.spec.model_dump(mode="json", by_alias=True),
+            task_data,
+        )
     finally:
         client.destroy()
 
@@ -162,16 +175,20 @@ def serve(ws, once: bool = False, limits: WorkerLimits = WorkerLimits(), progres
     engine = Engine.launch(ws, progress, worker=True)
     try:
         engine.register_queue(limits.worker_concurrency, limits.global_concurrency, limits.poll_s)
-        console.print(f"worker {engine.executor_id}: taking runs from queue {RUN_QUEUE} "
-                             f"({limits.worker_concurrency} at a time here"
-                             + (f", {limits.global_concurrency} in all" if limits.global_concurrency else "") + ")",
-                             highlight=False)
+        console.print(
+            f"worker {engine.executor_id}: taking runs from queue {RUN_QUEUE} "
+            f"({limits.worker_concurrency} at a time here"
+            + (f", {limits.global_concurrency} in all" if limits.global_concurrency else "")
+            + ")",
+            highlight=False,
+        )
         idle = 0
         while True:
             resumed = engine.recover_dead()
             if resumed:
-                console.print(f"resuming {len(resumed)} run(s) of dead processes: {', '.join(resumed)}",
-                                     highlight=False)
+                console.print(
+                    f"resuming {len(resumed)} run(s) of dead processes: {', '.join(resumed)}", highlight=False
+                )
             time.sleep(limits.poll_s)
             # two quiet looks in a row: a run just claimed is PENDING here before the next look
             idle = idle + 1 if once and not engine.queue_busy() else 0

@@ -151,12 +151,15 @@ def check_tools(spec: WorkflowSpec, source: str) -> None:
     engine looks the tool up, the persona's Agent is built with exactly its card's tools)."""
     for step in spec.steps:
         if step.tool not in STEPS:
-            raise BadInput(f"{source}: steps.{step.name}.tool: unknown tool {step.tool!r} "
-                           f"(known: {', '.join(sorted(STEPS))})")
+            raise BadInput(
+                f"{source}: steps.{step.name}.tool: unknown tool {step.tool!r} (known: {', '.join(sorted(STEPS))})"
+            )
         card = load_card(step.persona)
         if card.grant(step.tool) is None:
-            raise BadInput(f"{source}: steps.{step.name}.tool: {step.tool!r} is not on the {step.persona} card "
-                           f"(its tools: {', '.join(card.tool_names)})")
+            raise BadInput(
+                f"{source}: steps.{step.name}.tool: {step.tool!r} is not on the {step.persona} card "
+                f"(its tools: {', '.join(card.tool_names)})"
+            )
 
 
 def load_spec_file(path: Path) -> WorkflowSpec:

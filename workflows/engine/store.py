@@ -103,8 +103,14 @@ class RunStore:
                 return
             conn.execute(
                 runs_table.insert().values(
-                    run_id=run_id, workflow=workflow, task_name=task.get("name", "?"), task=task,
-                    status="pending", metrics={}, created_at=now, updated_at=now,
+                    run_id=run_id,
+                    workflow=workflow,
+                    task_name=task.get("name", "?"),
+                    task=task,
+                    status="pending",
+                    metrics={},
+                    created_at=now,
+                    updated_at=now,
                 )
             )
 
@@ -144,14 +150,23 @@ class RunStore:
             # An attempt still marked running was cut short by a crash: say so.
             conn.execute(
                 update(attempts_table)
-                .where(attempts_table.c.run_id == run_id, attempts_table.c.step == step,
-                       attempts_table.c.visit == visit, attempts_table.c.status == "running")
+                .where(
+                    attempts_table.c.run_id == run_id,
+                    attempts_table.c.step == step,
+                    attempts_table.c.visit == visit,
+                    attempts_table.c.status == "running",
+                )
                 .values(status="interrupted")
             )
             res = conn.execute(
                 attempts_table.insert().values(
-                    run_id=run_id, step=step, visit=visit, persona=persona, status="running",
-                    executor_id=executor_id, started_at=utcnow(),
+                    run_id=run_id,
+                    step=step,
+                    visit=visit,
+                    persona=persona,
+                    status="running",
+                    executor_id=executor_id,
+                    started_at=utcnow(),
                 )
             )
             key = res.inserted_primary_key
@@ -159,12 +174,18 @@ class RunStore:
                 raise RuntimeError(f"the database gave no id to the attempt of {step} in run {run_id}")
             return int(key[0])
 
-    def finish_attempt(self, attempt_id: int, status: str, seconds: float, output: Any = None,
-                       error: str | None = None) -> None:
+    def finish_attempt(
+        self, attempt_id: int, status: str, seconds: float, output: Any = None, error: str | None = None
+    ) -> None:
         with self.engine.begin() as conn:
             conn.execute(
-                update(attempts_table).where(attempts_table.c.id == attempt_id).values(
-                    status=status, finished_at=utcnow(), seconds=f"{seconds:.3f}", output=redact(output),
+                update(attempts_table)
+                .where(attempts_table.c.id == attempt_id)
+                .values(
+                    status=status,
+                    finished_at=utcnow(),
+                    seconds=f"{seconds:.3f}",
+                    output=redact(output),
                     error=None if error is None else redact_text(error),
                 )
             )
@@ -185,15 +206,33 @@ class ApprovalStore:
     def __init__(self, engine: Engine):
         self.engine = engine
 
-    def create(self, *, approval_id: str, run_id: str, step: str, action: str, proposed: dict, evidence: dict,
-               requested_by: str) -> dict[str, Any]:
+    def create(
+        self,
+        *,
+        approval_id: str,
+        run_id: str,
+        step: str,
+        action: str,
+        proposed: dict,
+        evidence: dict,
+        requested_by: str,
+    ) -> dict[str, Any]:
         with self.engine.begin() as conn:
             row = conn.execute(select(approvals_table).where(approvals_table.c.id == approval_id)).mappings().first()
             if row is None:  # a step re-run after a crash must not open a second request
-                conn.execute(approvals_table.insert().values(
-                    id=approval_id, run_id=run_id, step=step, action=action, proposed=proposed,
-                    evidence=evidence, requested_by=requested_by, created_at=utcnow(), status="pending",
-                ))
+                conn.execute(
+                    approvals_table.insert().values(
+                        id=approval_id,
+                        run_id=run_id,
+                        step=step,
+                        action=action,
+                        proposed=proposed,
+                        evidence=evidence,
+                        requested_by=requested_by,
+                        created_at=utcnow(),
+                        status="pending",
+                    )
+                )
         created = self.get(approval_id)
         if created is None:
             raise RuntimeError(f"approval {approval_id} was written but cannot be read back")
@@ -208,8 +247,12 @@ class ApprovalStore:
         """Exact id, or a unique prefix of one (ids are long)."""
         check_ref(ref, "approval id")
         with self.engine.connect() as conn:
-            rows = [dict(r) for r in conn.execute(select(approvals_table).where(
-                approvals_table.c.id.startswith(ref, autoescape=True))).mappings()]
+            rows = [
+                dict(r)
+                for r in conn.execute(
+                    select(approvals_table).where(approvals_table.c.id.startswith(ref, autoescape=True))
+                ).mappings()
+            ]
         exact = [r for r in rows if r["id"] == ref]  # LIKE ignores case on SQLite: compare here
         return exact or ([r for r in rows if r["id"].startswith(ref)] if prefix_allowed(ref) else [])
 
@@ -234,5 +277,6 @@ class ApprovalStore:
 
     def count_pending(self) -> int:
         with self.engine.connect() as conn:
-            return conn.execute(select(func.count()).select_from(approvals_table)
-                                .where(approvals_table.c.status == "pending")).scalar_one()
+            return conn.execute(
+                select(func.count()).select_from(approvals_table).where(approvals_table.c.status == "pending")
+            ).scalar_one()

@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,13 +75,15 @@ def planned_build(kind: str, source: Path, opts: BuildOptions, field: str = "sou
     return version_key(kind, {"source": source_fingerprint(_source(source, field))}, params)
 
 
-def build_recorded(graph: KnowledgeGraph, kind: str, source: Path, opts: BuildOptions, out_dir: Path,
-                   field: str = "source") -> BuiltDataset:
+def build_recorded(
+    graph: KnowledgeGraph, kind: str, source: Path, opts: BuildOptions, out_dir: Path, field: str = "source"
+) -> BuiltDataset:
     """Build (or reuse, when recorded with its file intact) and record the dataset version."""
     fn, params = _builder(kind, opts)
     src = _source(source, field)
-    version, path, built = materialize(kind, {"source": src}, params, lambda: fn(read_jsonl(src)), out_dir,
-                                       recorded=partial(recorded_dataset, graph))
+    version, path, built = materialize(
+        kind, {"source": src}, params, lambda: fn(read_jsonl(src)), out_dir, recorded=partial(recorded_dataset, graph)
+    )
     node = record_built(graph, built) if built is not None else None
     rows = sum(1 for _ in path.open("rb"))
     return BuiltDataset(kind=kind, version=version, path=path, rows=rows, reused=built is None, node_id=node)

@@ -147,6 +147,7 @@ class ApprovalView(_Evidence):
 
 # ------------------------------------------------------------------ written when an approval opens
 
+
 def gate_verdicts(outputs: Mapping[str, StepResult]) -> list[GateVerdict]:
     """Every gate step's verdict among a run's step outputs, in the order they ran."""
     found = []
@@ -154,17 +155,26 @@ def gate_verdicts(outputs: Mapping[str, StepResult]) -> list[GateVerdict]:
         details = out.details
         if "gate" not in out.nodes or "passed" not in details:
             continue
-        found.append(GateVerdict(step=step, stage=out.stage, passed=bool(details["passed"]),
-                                 promoted=out.outcome == "passed", accepted_by=details.get("accepted_by"),
-                                 reasons=list(details.get("reasons") or []),
-                                 checked=list(details.get("checked") or [])))
+        found.append(
+            GateVerdict(
+                step=step,
+                stage=out.stage,
+                passed=bool(details["passed"]),
+                promoted=out.outcome == "passed",
+                accepted_by=details.get("accepted_by"),
+                reasons=list(details.get("reasons") or []),
+                checked=list(details.get("checked") or []),
+            )
+        )
     return found
 
 
 def checkpoint_evidence(path: str | Path, node: str | None = None) -> CheckpointEvidence:
     folder = Path(path)
-    files = [WeightsFile(name=f.name, sha256=sha256_file(f), bytes=f.stat().st_size)
-             for f in sorted(folder.glob("*.safetensors"))]
+    files = [
+        WeightsFile(name=f.name, sha256=sha256_file(f), bytes=f.stat().st_size)
+        for f in sorted(folder.glob("*.safetensors"))
+    ]
     return CheckpointEvidence(path=str(folder), weights_hash=weights_hash(folder), files=files, node=node)
 
 
@@ -174,8 +184,10 @@ def lineage_evidence(graph, node: str) -> LineageEvidence | None:
         sub = graph.lineage(node)
     except UnknownNode:
         return None
-    nodes = [LineageNode(id=n, kind=d.get("kind", "?"), path=d.get("path") if isinstance(d.get("path"), str) else None)
-             for n, d in sorted(sub.nodes(data=True), key=lambda x: (x[1].get("kind", ""), x[0]))]
+    nodes = [
+        LineageNode(id=n, kind=d.get("kind", "?"), path=d.get("path") if isinstance(d.get("path"), str) else None)
+        for n, d in sorted(sub.nodes(data=True), key=lambda x: (x[1].get("kind", ""), x[0]))
+    ]
     edges = [LineageEdge(src=u, dst=v, kind=k) for u, v, k in sub.edges(keys=True)]
     return LineageEvidence(of=node, nodes=nodes, edges=edges)
 
@@ -185,18 +197,24 @@ def register_evidence(ws, final: StepResult, outputs: Mapping[str, StepResult]) 
     ckpt = final.artifacts.get("checkpoint")
     node = final.nodes.get("checkpoint")
     return RegisterEvidence(
-        stage=final.stage, metrics=dict(final.metrics),
-        gates=gate_verdicts(outputs), checkpoint=checkpoint_evidence(ckpt, node) if ckpt else None,
-        lineage=lineage_evidence(ws.graph, node) if node else None)
+        stage=final.stage,
+        metrics=dict(final.metrics),
+        gates=gate_verdicts(outputs),
+        checkpoint=checkpoint_evidence(ckpt, node) if ckpt else None,
+        lineage=lineage_evidence(ws.graph, node) if node else None,
+    )
 
 
 def spike_curve(losses: Mapping[str, list], stage: str | None, step: int | None) -> list[CurvePoint]:
     """The logged loss of ``stage`` from ``CURVE_BEFORE`` points before ``step`` to ``CURVE_AFTER`` after."""
-    points = [CurvePoint(step=int(s), loss=float(v)) for s, v in (losses.get(stage or "", []) or [])
-              if isinstance(v, (int, float))]
+    points = [
+        CurvePoint(step=int(s), loss=float(v))
+        for s, v in (losses.get(stage or "", []) or [])
+        if isinstance(v, (int, float))
+    ]
     if step is None:
-        return points[-(CURVE_BEFORE + CURVE_AFTER):]
-    before = [p for p in points if p.step <= step][-(CURVE_BEFORE + 1):]
+        return points[-(CURVE_BEFORE + CURVE_AFTER) :]
+    before = [p for p in points if p.step <= step][-(CURVE_BEFORE + 1) :]
     after = [p for p in points if p.step > step][:CURVE_AFTER]
     return before + after
 
@@ -211,14 +229,22 @@ def with_spike_curve(evidence: dict[str, Any], proposed: Mapping[str, Any], loss
 
 # ------------------------------------------------------------------ read back
 
+
 def _spike(evidence: Mapping[str, Any], proposed: Mapping[str, Any]) -> SpikeEvidence:
     monitor = evidence.get("monitor") or {}
     step = proposed.get("spike_step", monitor.get("step"))
-    return SpikeEvidence(stage=proposed.get("stage"), spike_step=step, metric=monitor.get("metric"),
-                         value=monitor.get("value"), window_mean=monitor.get("window_mean"),
-                         window_std=monitor.get("window_std"), z=monitor.get("z"), rule=monitor.get("rule"),
-                         curve=evidence.get("curve") or [],
-                         earlier_spikes=max(0, len(evidence.get("spikes") or []) - 1))
+    return SpikeEvidence(
+        stage=proposed.get("stage"),
+        spike_step=step,
+        metric=monitor.get("metric"),
+        value=monitor.get("value"),
+        window_mean=monitor.get("window_mean"),
+        window_std=monitor.get("window_std"),
+        z=monitor.get("z"),
+        rule=monitor.get("rule"),
+        curve=evidence.get("curve") or [],
+        earlier_spikes=max(0, len(evidence.get("spikes") or []) - 1),
+    )
 
 
 def _budget(evidence: Mapping[str, Any], proposed: Mapping[str, Any]) -> BudgetEvidence:
@@ -227,10 +253,16 @@ def _budget(evidence: Mapping[str, Any], proposed: Mapping[str, Any]) -> BudgetE
     seconds = spent.get("seconds")
     if seconds is None and isinstance(evidence.get("overrun_s"), (int, float)) and evidence.get("allowed_minutes"):
         seconds = evidence["allowed_minutes"] * 60 + evidence["overrun_s"]  # stopped inside training: at the ceiling
-    return BudgetEvidence(spent_seconds=seconds, spent_usd=spent.get("cost_usd"),
-                          allowed_minutes=evidence.get("allowed_minutes"), extra_minutes=proposed.get("extra_minutes"),
-                          max_wall_minutes=budget.get("max_wall_minutes"), max_cost_usd=budget.get("max_cost_usd"),
-                          where=evidence.get("where"), overrun_s=evidence.get("overrun_s"))
+    return BudgetEvidence(
+        spent_seconds=seconds,
+        spent_usd=spent.get("cost_usd"),
+        allowed_minutes=evidence.get("allowed_minutes"),
+        extra_minutes=proposed.get("extra_minutes"),
+        max_wall_minutes=budget.get("max_wall_minutes"),
+        max_cost_usd=budget.get("max_cost_usd"),
+        where=evidence.get("where"),
+        overrun_s=evidence.get("overrun_s"),
+    )
 
 
 def approval_evidence_view(row: Mapping[str, Any]) -> ApprovalView:

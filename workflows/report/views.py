@@ -40,8 +40,7 @@ def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
     attempts = runs.attempts(run_id)  # read once: the steps and the searches
     view["steps"] = summarize_attempts(attempts)
     view["approvals"] = [
-        {"id": a["id"], "step": a["step"], "action": a["action"], "status": a["status"],
-         "decided_by": a["decided_by"]}
+        {"id": a["id"], "step": a["step"], "action": a["action"], "status": a["status"], "decided_by": a["decided_by"]}
         for a in approvals.list(run_id=run_id)
     ]
     view["search"] = searches_in(attempts)
@@ -62,9 +61,26 @@ def trained_in(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-SEARCH_FIELDS = ("stage", "method", "objective", "prior", "space", "widened", "run_steps", "warmup_steps", "rungs",
-                 "comparisons", "best_trial", "chosen", "choice_reason", "decided_by", "continued_from",
-                 "validation_rows", "budget_s", "spent_s")
+SEARCH_FIELDS = (
+    "stage",
+    "method",
+    "objective",
+    "prior",
+    "space",
+    "widened",
+    "run_steps",
+    "warmup_steps",
+    "rungs",
+    "comparisons",
+    "best_trial",
+    "chosen",
+    "choice_reason",
+    "decided_by",
+    "continued_from",
+    "validation_rows",
+    "budget_s",
+    "spent_s",
+)
 
 
 def search_public(report: dict[str, Any]) -> dict[str, Any]:
@@ -74,11 +90,19 @@ def search_public(report: dict[str, Any]) -> dict[str, Any]:
     ranked the probes, in which order, who went on) and the choice with its reason."""
     out = {k: report.get(k) for k in SEARCH_FIELDS}
     out["probes"] = [
-        {"trial": p.get("trial"), "learning_rate": p.get("learning_rate"), "steps": p.get("steps"),
-         "heldout_loss": p.get("values") or {}, "metric": p.get("metric") or {},
-         "pruned": bool(p.get("pruned")), "unstable": bool(p.get("unstable")), "widened": bool(p.get("widened")),
-         "seconds": p.get("seconds")}
-        for p in report.get("probes") or []]
+        {
+            "trial": p.get("trial"),
+            "learning_rate": p.get("learning_rate"),
+            "steps": p.get("steps"),
+            "heldout_loss": p.get("values") or {},
+            "metric": p.get("metric") or {},
+            "pruned": bool(p.get("pruned")),
+            "unstable": bool(p.get("unstable")),
+            "widened": bool(p.get("widened")),
+            "seconds": p.get("seconds"),
+        }
+        for p in report.get("probes") or []
+    ]
     return out
 
 
@@ -110,9 +134,15 @@ def runs_view(runs, limit: int = 50) -> list[dict[str, Any]]:
 
 def _summary(row: dict[str, Any], runs) -> dict[str, Any]:
     view = {
-        "run_id": row["run_id"], "workflow": row["workflow"], "task_name": row["task_name"],
-        "status": row["status"], "current_step": row["current_step"], "error": row["error"],
-        "metrics": row["metrics"], "created_at": row["created_at"], "updated_at": row["updated_at"],
+        "run_id": row["run_id"],
+        "workflow": row["workflow"],
+        "task_name": row["task_name"],
+        "status": row["status"],
+        "current_step": row["current_step"],
+        "error": row["error"],
+        "metrics": row["metrics"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
         "executor_id": row["executor_id"],
     }
     # A run marked active whose process is gone is waiting for `runs resume` (or a worker): a
@@ -139,11 +169,19 @@ def id_digest(approval_id: str) -> str:
 def approval_public(row: dict[str, Any]) -> dict[str, Any]:
     """The machine-readable shape printed by ``approvals list|show --json``."""
     return {
-        "id": row["id"], "short_id": short_id(row["id"]), "run_id": row["run_id"], "step": row["step"],
+        "id": row["id"],
+        "short_id": short_id(row["id"]),
+        "run_id": row["run_id"],
+        "step": row["step"],
         "action": row["action"],
-        "status": row["status"], "proposed": row["proposed"], "evidence": row["evidence"],
-        "requested_by": row["requested_by"], "created_at": row["created_at"],
-        "decided_by": row["decided_by"], "decided_at": row["decided_at"], "note": row["note"],
+        "status": row["status"],
+        "proposed": row["proposed"],
+        "evidence": row["evidence"],
+        "requested_by": row["requested_by"],
+        "created_at": row["created_at"],
+        "decided_by": row["decided_by"],
+        "decided_at": row["decided_at"],
+        "note": row["note"],
     }
 
 

@@ -1,4 +1,4 @@
-"""The offline orchestrator's reading of a request: sentence → TrainTask fields, or what is missing.
+r"""The offline orchestrator's reading of a request: sentence → TrainTask fields, or what is missing.
 
 Rule-based and conservative on purpose. It reads what the text states, in the usual ways
 people write it ("15 CPU minutes", "half an hour", "the built-in arithmetic demo", "then
@@ -38,13 +38,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainteam.contract.train_task import (  # one ceiling for requests and task files (30 days)
+    MAX_WALL_MINUTES,
+    DataSpec,
+)
 from trainteam.core.errors import BadInput
 from trainteam.curation.sources import DATA_SUFFIXES
 from trainteam.trainers.methods.method_registry import align_methods, methods, rewarded_method, sampling_method
 from trainteam.trainers.planning.planner import model_shape
-from trainteam.workflows.requests.model_names import (HUB_WORDS, ModelChoice, ModelName, closed_refusal, distinct,
-                                             find_names, several_refusal, sizeless_refusal, unbuildable_refusal)
-from trainteam.contract.train_task import MAX_WALL_MINUTES, DataSpec  # one ceiling for requests and task files (30 days)
+from trainteam.workflows.requests.model_names import (
+    HUB_WORDS,
+    ModelChoice,
+    ModelName,
+    closed_refusal,
+    distinct,
+    find_names,
+    several_refusal,
+    sizeless_refusal,
+    unbuildable_refusal,
+)
 
 STAGE_WORDS = {m.name: m.words for m in methods()}  # the words that name each method (its record's ``words``)
 _ALIGN = r"\balign(?:s|ed|ing|ment)?\b"  # no method named: GRPO on a demo (a checkable answer), else asked
@@ -62,13 +74,17 @@ DEMOS = {
 _DEMO_CUE = r"\b(?:built[- ]?in|bundled)\b"
 _SCRATCH = r"pre-?train\w*|from[- ]scratch|random init\w*"  # a model built from its config
 # A named model is built only when the text says from scratch: "continued pretraining" starts from its weights.
-_FROM_SCRATCH = (r"from[- ]scratch|random(?:ly)?[- ]init\w*|(?<!continued )(?<!continue )(?<!continual )"
-                 r"(?<!continuing )(?<!further )\bpre-?train\w*")
+_FROM_SCRATCH = (
+    r"from[- ]scratch|random(?:ly)?[- ]init\w*|(?<!continued )(?<!continue )(?<!continual )"
+    r"(?<!continuing )(?<!further )\bpre-?train\w*"
+)
 _PRETRAINED = r"fine-?tun\w*|\bq?lora\b|\binstruct\b"  # a pretrained start: no tiny llama is filled in for it
 TINY_LLAMA = {"arch": "llama", "hidden_size": 128, "num_layers": 2, "num_heads": 4}
 ARCHS = {"llama": r"\bllama\b", "qwen2": r"\bqwen-?2?\b", "gpt2": r"\bgpt-?2\b"}
-SIZES = {"tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4},
-         "small": {"hidden_size": 256, "num_layers": 4, "num_heads": 4}}
+SIZES = {
+    "tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4},
+    "small": {"hidden_size": 256, "num_layers": 4, "num_heads": 4},
+}
 DIGITS = {"single": 9, "one": 9, "two": 99, "three": 999, "four": 9999}
 MAX_REQUEST_CHARS = 4000
 # A number starts where its token starts (not inside a digit run, nor after "1," or "1."); a
@@ -79,17 +95,51 @@ _NUM = rf"(?<!\d)(?<!\d[.,_])((?>{_SIGN}\d+(?:[,_]\d{{3}})*(?:\.\d+)?(?:e-?\d+)?
 _PATH = r"(?<![\w.\-~/])((?:~|\.{1,2}|/)?[\w.\-~]*/[\w.\-/~]+|[\w.\-~]+\.(?:jsonl|json|csv|tsv|parquet|txt)\b)"
 _HOURLY = r"\$?\s*" + _NUM + r"\s*(?:\$|usd|dollars)?\s*(?:/|an?|per)\s*(?:hour|hr|h)\b"
 # "15 CPU minutes", "10-minute", "1.5 hours", "90 seconds", "2 days"; the qualifier says whose time.
-_UNIT = r"(?:(?:cpu|gpu|wall[- ]?clock|compute|machine|training)[- ])?(minutes?|mins?|hours?|hrs?|h|seconds?|secs?|days?)\b"
+_UNIT = (
+    r"(?:(?:cpu|gpu|wall[- ]?clock|compute|machine|training)[- ])?(minutes?|mins?|hours?|hrs?|h|seconds?|secs?|days?)\b"
+)
 _DURATION = _NUM + r"[ -]?" + _UNIT
-_WORD_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-                 "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30,
-                 "forty": 40, "forty-five": 45, "fifty": 50, "sixty": 60, "ninety": 90}
-_HALVES = {"half an hour": 30, "half-an-hour": 30, "a half hour": 30, "a half-hour": 30, "quarter of an hour": 15,
-           "a quarter hour": 15, "an hour and a half": 90, "one hour and a half": 90}
+_WORD_NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "twelve": 12,
+    "fifteen": 15,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "forty-five": 45,
+    "fifty": 50,
+    "sixty": 60,
+    "ninety": 90,
+}
+_HALVES = {
+    "half an hour": 30,
+    "half-an-hour": 30,
+    "a half hour": 30,
+    "a half-hour": 30,
+    "quarter of an hour": 15,
+    "a quarter hour": 15,
+    "an hour and a half": 90,
+    "one hour and a half": 90,
+}
 # Word durations have no seconds: "a second attempt" is not a budget.
-_WORD_DURATION = (r"\b(" + "|".join(sorted(_HALVES, key=len, reverse=True)) + r")\b|\b("
-                  + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True))
-                  + r")[ -](?:(?:cpu|gpu|wall[- ]?clock|compute|machine|training)[- ])?(minutes?|mins?|hours?|hrs?|days?)\b")
+_WORD_DURATION = (
+    r"\b("
+    + "|".join(sorted(_HALVES, key=len, reverse=True))
+    + r")\b|\b("
+    + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True))
+    + r")[ -](?:(?:cpu|gpu|wall[- ]?clock|compute|machine|training)[- ])?(minutes?|mins?|hours?|hrs?|days?)\b"
+)
 _MINUTES_PER = {"m": 1.0, "h": 60.0, "s": 1 / 60, "d": 1440.0}
 
 
@@ -159,14 +209,17 @@ def _search(pattern: str, text: str) -> re.Match | None:
 
 
 _DOWNLOAD = r"\bdownload\w*|\bthe hub\b|hugging ?face hub"
-_FOLDER_FORMS = (r"(?:fine-?tune|start from|base model|model|checkpoint)\s+(?:at|in|from)?\s*" + _PATH,
-                 r"(?:model|checkpoint|folder)\s+(?:at|in)\s+([\w.\-/~]+)")
+_FOLDER_FORMS = (
+    r"(?:fine-?tune|start from|base model|model|checkpoint)\s+(?:at|in|from)?\s*" + _PATH,
+    r"(?:model|checkpoint|folder)\s+(?:at|in)\s+([\w.\-/~]+)",
+)
 _NAME_IT = r"(?:name it|call it|named|called)\s+[\"'`]?([A-Za-z0-9][\w.\-]*)"
-_SHAPE_FORMS = (("hidden_size", r"hidden(?:[ _]size)?(?:\s+of)?\s+(\d+)|(?<!\d)(\d+)[- ]hidden"),
-                ("num_layers", r"(?<!\d)(\d+)\s+(?:transformer\s+)?layers?\b|layers?\s*[:=]?\s*(\d+)"),
-                ("num_heads", r"(?<!\d)(\d+)\s+(?:attention\s+)?heads?\b|heads?\s*[:=]?\s*(\d+)"),
-                ("max_position_embeddings",
-                 r"context(?:\s+(?:length|window|of))?\s+(\d+)|(?<!\d)(\d+)[- ]token context"))
+_SHAPE_FORMS = (
+    ("hidden_size", r"hidden(?:[ _]size)?(?:\s+of)?\s+(\d+)|(?<!\d)(\d+)[- ]hidden"),
+    ("num_layers", r"(?<!\d)(\d+)\s+(?:transformer\s+)?layers?\b|layers?\s*[:=]?\s*(\d+)"),
+    ("num_heads", r"(?<!\d)(\d+)\s+(?:attention\s+)?heads?\b|heads?\s*[:=]?\s*(\d+)"),
+    ("max_position_embeddings", r"context(?:\s+(?:length|window|of))?\s+(\d+)|(?<!\d)(\d+)[- ]token context"),
+)
 
 
 def _folder(text: str) -> tuple[re.Match | None, ModelName | None]:
@@ -186,7 +239,7 @@ def _quote(text: str, spans: list[tuple[int, int]]) -> str:
     """The words at ``spans``, neighbours joined, the words between left out: "tiny llama … hidden 64"."""
     merged: list[list[int]] = []
     for a, b in sorted(spans):
-        if merged and (a <= merged[-1][1] or re.fullmatch(r"\s*", text[merged[-1][1]:a])):
+        if merged and (a <= merged[-1][1] or re.fullmatch(r"\s*", text[merged[-1][1] : a])):
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
@@ -203,7 +256,8 @@ def _shape(text: str) -> tuple[dict[str, Any], list[tuple[int, int]]]:
             spec.update(dims)
             spans.append(m.span())
     m = _search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])(?:illion)?[- ]?param", text) or _search(
-        r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])\b[- ](?:model|llama|qwen|gpt)", text)
+        r"(?<![\d.])(\d+(?:\.\d+)?)\s*([kmb])\b[- ](?:model|llama|qwen|gpt)", text
+    )
     if m:
         spans.append(m.span())
         spec["params"] = int(float(m.group(1)) * {"k": 1e3, "m": 1e6, "b": 1e9}[m.group(2).lower()])
@@ -279,8 +333,10 @@ def _model(text: str, r: Reading, resolve: Resolve | None) -> dict[str, Any] | N
     Names beside the one used are listed in ``r.ignored``; two models, or one that cannot be
     placed, are problems."""
     if _search(_DOWNLOAD, text):
-        r.problems.append("model: nothing is downloaded; give a local model folder or describe a model "
-                          "to build (e.g. 'a tiny llama, hidden 128, 2 layers')")
+        r.problems.append(
+            "model: nothing is downloaded; give a local model folder or describe a model "
+            "to build (e.g. 'a tiny llama, hidden 128, 2 layers')"
+        )
         return None
     folder, hub = _folder(text)
     skip = [m.span() for m in re.finditer(_PATH, text) if m.group(1).lower().endswith(DATA_SUFFIXES)]
@@ -301,8 +357,9 @@ def _model(text: str, r: Reading, resolve: Resolve | None) -> dict[str, Any] | N
     return _named(text, used[0], r, resolve)
 
 
-def _filled_model(text: str, spec: dict[str, Any] | None, data: dict[str, Any] | None,
-                  r: Reading) -> dict[str, Any] | None:
+def _filled_model(
+    text: str, spec: dict[str, Any] | None, data: dict[str, Any] | None, r: Reading
+) -> dict[str, Any] | None:
     """The model with what the text leaves out of its shape filled in (stated), or None (and
     ``model`` missing) when no model is named and none is safe: a tiny llama is the default only
     where the text names the bundled demo as such or says the model is built from scratch."""
@@ -310,11 +367,18 @@ def _filled_model(text: str, spec: dict[str, Any] | None, data: dict[str, Any] |
         return spec
     if spec is None:
         if not (data and "demo" in data and (_search(_DEMO_CUE, text) or _search(_SCRATCH, text))) or (
-                _search(_PRETRAINED, text) and not _search(_SCRATCH, text)):
+            _search(_PRETRAINED, text) and not _search(_SCRATCH, text)
+        ):
             r.missing.append("model")
             return None
-        r.defaults.append(Filled("model", dict(TINY_LLAMA), "model: none named; a tiny llama built from random "
-                                 "init (hidden 128, 2 layers, 4 heads), the bundled demo's default"))
+        r.defaults.append(
+            Filled(
+                "model",
+                dict(TINY_LLAMA),
+                "model: none named; a tiny llama built from random "
+                "init (hidden 128, 2 layers, 4 heads), the bundled demo's default",
+            )
+        )
         return dict(TINY_LLAMA)
     unsaid = {k: v for k, v in TINY_LLAMA.items() if k not in spec}
     if unsaid:
@@ -331,20 +395,30 @@ def _demo(text: str, r: Reading) -> str | None:
         _, demo, words = min(hits)
         r.said.append(Said("data", words, demo))
         return demo
-    said = _search(r"\barithmetic\b", text) or _search(r"\b(?:built[- ]?in|bundled)\b[^.;,]{0,40}?\bdemo\b|"
-                                                      r"\bthe demo\b", text)
+    said = _search(r"\barithmetic\b", text) or _search(
+        r"\b(?:built[- ]?in|bundled)\b[^.;,]{0,40}?\bdemo\b|"
+        r"\bthe demo\b",
+        text,
+    )
     if said is None:
         return None
-    r.defaults.append(Filled("data.demo", "addition", f"data: '{said.group(0)}' names no operation; the bundled "
-                             "addition demo (the others: subtraction, multiplication)"))
+    r.defaults.append(
+        Filled(
+            "data.demo",
+            "addition",
+            f"data: '{said.group(0)}' names no operation; the bundled "
+            "addition demo (the others: subtraction, multiplication)",
+        )
+    )
     return "addition"
 
 
 def _data_path(text: str, r: Reading) -> dict[str, Any] | None:
     """A user's data: the files the text writes; the eval file if it names one (none is fine)."""
     paths = [m.group(1) for m in re.finditer(_PATH, text) if m.group(1).lower().endswith(DATA_SUFFIXES)]
-    ev = _search(r"(?:\beval\w*|held[- ]out|\btest|validat\w*)\s+(?:on|set|data|file|with|at)?\s*(?:on|at|in)?\s*"
-                 + _PATH, text)
+    ev = _search(
+        r"(?:\beval\w*|held[- ]out|\btest|validat\w*)\s+(?:on|set|data|file|with|at)?\s*(?:on|at|in)?\s*" + _PATH, text
+    )
     eval_path = ev.group(1) if ev and ev.group(1) in paths else None
     train = [p for p in paths if p != eval_path]
     if not train:
@@ -358,9 +432,16 @@ def _data_path(text: str, r: Reading) -> dict[str, Any] | None:
         data["eval_path"] = eval_path
         r.said.append(Said("data", eval_path, "eval_path"))
         return data
-    m = _search(r"(?:hold(?:ing)?\s+out|held[- ]out|\beval\w*|\btest|validat\w*)\s+(?:split\s+|set\s+)?(?:of\s+)?"
-                + _NUM + r"\s*%", text) or _search(_NUM + r"\s*%\s+(?:of\s+(?:it|them|the\s+rows|the\s+data)\s+)?"
-                                                   r"(?:held[- ]out|(?:for|as)\s+(?:eval\w*|test\w*|validat\w*))", text)
+    m = _search(
+        r"(?:hold(?:ing)?\s+out|held[- ]out|\beval\w*|\btest|validat\w*)\s+(?:split\s+|set\s+)?(?:of\s+)?"
+        + _NUM
+        + r"\s*%",
+        text,
+    ) or _search(
+        _NUM + r"\s*%\s+(?:of\s+(?:it|them|the\s+rows|the\s+data)\s+)?"
+        r"(?:held[- ]out|(?:for|as)\s+(?:eval\w*|test\w*|validat\w*))",
+        text,
+    )
     if m:
         data["eval_fraction"] = _num(m.group(1), "data.eval_fraction") / 100
     return data
@@ -375,12 +456,14 @@ def _data(text: str, r: Reading) -> dict[str, Any] | None:
         return None
     data: dict[str, Any] = {"demo": demo}
     m = _search(_NUM + r"\s+(?:held[- ]out|eval\w*|test)", text) or _search(
-        r"(?:held[- ]out|\beval\w*|\btest)(?:\s+set)?\s+(?:of\s+)?" + _NUM + r"\b(?!\s*%)", text)
+        r"(?:held[- ]out|\beval\w*|\btest)(?:\s+set)?\s+(?:of\s+)?" + _NUM + r"\b(?!\s*%)", text
+    )
     if m:
         data["n_eval"] = _int(m.group(1), "data.n_eval")
-    m = _search(_NUM + r"\s+(?:training\s+|train\s+)?(?:addition\s+|arithmetic\s+)?(?:problems|examples|rows|samples)",
-                text)
-    if m and not (data.get("n_eval") == _int(m.group(1), "data.n_train") and "held" in text[m.end():m.end() + 10]):
+    m = _search(
+        _NUM + r"\s+(?:training\s+|train\s+)?(?:addition\s+|arithmetic\s+)?(?:problems|examples|rows|samples)", text
+    )
+    if m and not (data.get("n_eval") == _int(m.group(1), "data.n_train") and "held" in text[m.end() : m.end() + 10]):
         data["n_train"] = _int(m.group(1), "data.n_train")
     m = _search(r"(?:operands?|numbers?)\s+(?:up to|below|under|<=?)\s+" + _NUM, text)
     if m:
@@ -412,8 +495,10 @@ def _budget_problem(budget: dict[str, Any], said: str) -> str | None:
         return f"budget.max_wall_minutes: {said} is not a positive time limit; give one (e.g. 'budget 20 minutes')"
     if minutes > MAX_WALL_MINUTES:
         shown = f"{minutes:,.0f}" if minutes < 1e9 else f"{minutes:.3g}"
-        return (f"budget.max_wall_minutes: {said} is {shown} minutes, over the ceiling of "
-                f"{MAX_WALL_MINUTES:,} minutes (30 days); give a smaller time limit")
+        return (
+            f"budget.max_wall_minutes: {said} is {shown} minutes, over the ceiling of "
+            f"{MAX_WALL_MINUTES:,} minutes (30 days); give a smaller time limit"
+        )
     return None
 
 
@@ -439,31 +524,50 @@ def _durations(text: str) -> list[Duration]:
     found: list[Duration] = []
     for m in re.finditer(_DURATION, text, re.IGNORECASE):
         value, unit = _finite(m.group(1)), m.group(2)[0].lower()
-        found.append(Duration(m.start(), m.end(), None if value is None else value * _MINUTES_PER[unit],
-                              f"{_short(m.group(1))} {m.group(2)}", unit))
+        found.append(
+            Duration(
+                m.start(),
+                m.end(),
+                None if value is None else value * _MINUTES_PER[unit],
+                f"{_short(m.group(1))} {m.group(2)}",
+                unit,
+            )
+        )
     for m in re.finditer(_WORD_DURATION, text, re.IGNORECASE):
         if m.group(1):
             found.append(Duration(m.start(), m.end(), float(_HALVES[m.group(1).lower()]), m.group(1)))
         else:
             unit = m.group(3)[0].lower()
-            found.append(Duration(m.start(), m.end(), _WORD_NUMBERS[m.group(2).lower()] * _MINUTES_PER[unit],
-                                  m.group(0), unit))
+            found.append(
+                Duration(m.start(), m.end(), _WORD_NUMBERS[m.group(2).lower()] * _MINUTES_PER[unit], m.group(0), unit)
+            )
     found.sort(key=lambda d: d.start)
     merged: list[Duration] = []
     for d in found:
         prev = merged[-1] if merged else None
-        if prev and prev.unit == "h" and d.unit == "m" and None not in (prev.minutes, d.minutes) \
-                and re.fullmatch(_JOINED, text[prev.end:d.start], re.IGNORECASE):
+        if (
+            prev
+            and prev.unit == "h"
+            and d.unit == "m"
+            and None not in (prev.minutes, d.minutes)
+            and re.fullmatch(_JOINED, text[prev.end : d.start], re.IGNORECASE)
+        ):
             merged[-1] = Duration(prev.start, d.end, prev.minutes + d.minutes, f"{prev.said} {d.said}")
             continue
-        if d.unit == "h" and d.minutes is not None and re.match(r" and a half\b", text[d.end:d.end + 12], re.IGNORECASE):
+        if (
+            d.unit == "h"
+            and d.minutes is not None
+            and re.match(r" and a half\b", text[d.end : d.end + 12], re.IGNORECASE)
+        ):
             d = Duration(d.start, d.end + 11, d.minutes + 30, f"{d.said} and a half")
         merged.append(d)
     return merged
 
 
-_NO_CEILING = (r"no budget|unlimited|whatever it takes|as long as it (?:takes|needs)|no (?:time )?limit|"
-               r"without (?:a |any )?(?:time |budget )?limit|no deadline")
+_NO_CEILING = (
+    r"no budget|unlimited|whatever it takes|as long as it (?:takes|needs)|no (?:time )?limit|"
+    r"without (?:a |any )?(?:time |budget )?limit|no deadline"
+)
 _CUE = r"(?:budget|within|under|at most|max(?:imum)?|limit|no more than|cap|in|spend|for)\W*(?:of\s+)?(?:\w+\s+){0,2}$"
 
 
@@ -476,15 +580,16 @@ def _budget(text: str, r: Reading) -> dict[str, Any] | None:
     m = _search(_HOURLY, rest)
     if m:
         budget["cost_per_hour_usd"] = _money(m, "budget.cost_per_hour_usd")
-        rest = rest[:m.start()] + " " * (m.end() - m.start()) + rest[m.end():]
+        rest = rest[: m.start()] + " " * (m.end() - m.start()) + rest[m.end() :]
     m = _search(r"\$\s*" + _NUM, rest) or _search(_NUM + r"\s*(?:usd|dollars)\b", rest)
     if m:
         budget["max_cost_usd"] = _money(m, "budget.max_cost_usd")
     durations = _durations(rest)
     said = ""
     if durations:
-        chosen = next((d for d in durations if re.search(_CUE, rest[max(0, d.start - 30):d.start], re.IGNORECASE)),
-                      durations[0])
+        chosen = next(
+            (d for d in durations if re.search(_CUE, rest[max(0, d.start - 30) : d.start], re.IGNORECASE)), durations[0]
+        )
         if chosen.minutes is None:
             raise _BadNumber(f"budget.max_wall_minutes: {chosen.said.split()[0]} is not a finite number")
         budget["max_wall_minutes"] = chosen.minutes
@@ -516,12 +621,12 @@ def _finite(s: str) -> float | None:
 def stated_budget(text: str) -> dict[str, set[float]]:
     """Every budget amount the text writes, by field, in that field's unit: hourly prices, money
     amounts (not the hourly ones) and durations in minutes. A model's budget must be one of them."""
-    text = " ".join(text[:MAX_REQUEST_CHARS + 1].split())
+    text = " ".join(text[: MAX_REQUEST_CHARS + 1].split())
     out: dict[str, set[float]] = {"cost_per_hour_usd": set(), "max_cost_usd": set(), "max_wall_minutes": set()}
     rest = text
     for m in re.finditer(_HOURLY, text, re.IGNORECASE):
         out["cost_per_hour_usd"].add(_finite(m.group(1)))
-        rest = rest[:m.start()] + " " * (m.end() - m.start()) + rest[m.end():]
+        rest = rest[: m.start()] + " " * (m.end() - m.start()) + rest[m.end() :]
     for pat in (r"\$\s*" + _NUM, _NUM + r"\s*(?:usd|dollars)\b"):
         out["max_cost_usd"].update(_finite(m.group(1)) for m in re.finditer(pat, rest, re.IGNORECASE))
     out["max_wall_minutes"].update(d.minutes for d in _durations(rest))
@@ -531,7 +636,7 @@ def stated_budget(text: str) -> dict[str, set[float]]:
 def stated_numbers(text: str) -> set[float]:
     """Every finite number the text writes, also read as a percentage (90 → 0.9) and as hours
     in minutes (2 → 120): what a model's answer may put in a numeric field."""
-    values = {_finite(m.group(1)) for m in re.finditer(_NUM, text[:MAX_REQUEST_CHARS + 1])}
+    values = {_finite(m.group(1)) for m in re.finditer(_NUM, text[: MAX_REQUEST_CHARS + 1])}
     values.discard(None)
     return values | {v / 100 for v in values} | {v * 60 for v in values}
 
@@ -549,18 +654,19 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
         m = _search(r"\b(?:checkpoint|save)\w*\s+every\s+" + _NUM + r"\s+steps", clause)
         if m:
             cfg["save_steps"] = _int(m.group(1), "training.save_steps")
-            clause = clause[:m.start()] + clause[m.end():]
+            clause = clause[: m.start()] + clause[m.end() :]
         if _search(r"\b(?:no|without)\s+(?:gradient\s+|grad\s+)?clipping\b", clause):
             cfg["max_grad_norm"] = 1e9  # TrainConfig has no "off": a norm no gradient reaches
         m = _search(r"warm[- ]?(?:ing )?up(?:\s+(?:of|for|over))?\s+" + _NUM + r"\s+steps", clause)
         if m:
             cfg["warmup_steps"] = _int(m.group(1), "training.warmup_steps")
-            clause = clause[:m.start()] + clause[m.end():]
-        for key, pat, conv in (("max_steps", _NUM + r"\s+(?:[a-z-]+\s+)?steps\b", _int),
-                               ("per_device_train_batch_size", r"batch(?:\s+size)?(?:\s+of)?\s+" + _NUM, _int),
-                               ("learning_rate", r"(?:learning rate|\blr)(?:\s+of)?\s*=?\s*" + _NUM, _num),
-                               ("max_length", r"\b(?:sequence length|seq(?:uence)?[_ ]len\w*)(?:\s+of)?\s+" + _NUM,
-                                _int)):
+            clause = clause[: m.start()] + clause[m.end() :]
+        for key, pat, conv in (
+            ("max_steps", _NUM + r"\s+(?:[a-z-]+\s+)?steps\b", _int),
+            ("per_device_train_batch_size", r"batch(?:\s+size)?(?:\s+of)?\s+" + _NUM, _int),
+            ("learning_rate", r"(?:learning rate|\blr)(?:\s+of)?\s*=?\s*" + _NUM, _num),
+            ("max_length", r"\b(?:sequence length|seq(?:uence)?[_ ]len\w*)(?:\s+of)?\s+" + _NUM, _int),
+        ):
             m = _search(pat, clause)
             if m:
                 cfg[key] = conv(m.group(1), f"training.{key}")
@@ -572,7 +678,9 @@ def _training(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
             cfg.setdefault(SAMPLING, {})["temperature"] = _num(m.group(1), "training.grpo.temperature")
         m = _search(r"completions?\s+(?:of\s+)?(?:up to\s+|at most\s+)?" + _NUM + r"\s+tokens", clause)
         if m:
-            cfg.setdefault(SAMPLING, {})["max_completion_length"] = _int(m.group(1), "training.grpo.max_completion_length")
+            cfg.setdefault(SAMPLING, {})["max_completion_length"] = _int(
+                m.group(1), "training.grpo.max_completion_length"
+            )
         if _search(r"\bq?lora\b", clause):
             cfg["lora"] = {"quantize_4bit": bool(_search(r"\bqlora\b", clause))}
         if not cfg:
@@ -617,22 +725,30 @@ def request_refusal(text: str) -> str | None:
     """The one-line refusal of a request that is over MAX_REQUEST_CHARS or holds control
     characters (terminal escapes, NUL), else None: checked before anything reads it."""
     if len(text) > MAX_REQUEST_CHARS:
-        return (f"request: {len(text):,} characters, over the limit of {MAX_REQUEST_CHARS:,}; say what to train, "
-                "on what data and within what budget in fewer words (settings beyond that belong in a task file)")
+        return (
+            f"request: {len(text):,} characters, over the limit of {MAX_REQUEST_CHARS:,}; say what to train, "
+            "on what data and within what budget in fewer words (settings beyond that belong in a task file)"
+        )
     m = _CONTROL.search(text)
     if m:
-        return (f"request: holds a control character ({ascii(m.group())[1:-1]} at position {m.start()}); "
-                "write the request as plain text")
+        return (
+            f"request: holds a control character ({ascii(m.group())[1:-1]} at position {m.start()}); "
+            "write the request as plain text"
+        )
     return None
 
 
 def _trust_problem(text: str) -> str | None:
     """A request may not turn trust_remote_code on (saying it stays off is fine)."""
     m = _search(_TRUST, text)
-    if m is None or _search(r"\b(?:no|not|never|without|don't|do not)\s+(?:\w+\s+){0,2}$", text[max(0, m.start() - 40):m.start()]):
+    if m is None or _search(
+        r"\b(?:no|not|never|without|don't|do not)\s+(?:\w+\s+){0,2}$", text[max(0, m.start() - 40) : m.start()]
+    ):
         return None
-    return ("model.trust_remote_code: a request cannot turn it on; only your own task file can "
-            "(model.trust_remote_code: true, run with execute-workflow --task)")
+    return (
+        "model.trust_remote_code: a request cannot turn it on; only your own task file can "
+        "(model.trust_remote_code: true, run with execute-workflow --task)"
+    )
 
 
 def _asks(text: str) -> list[str]:
@@ -641,9 +757,16 @@ def _asks(text: str) -> list[str]:
     cue = _search(r"\b(?:ask|check with|wait for)\b", text)
     if cue is None:
         return []
-    tail = text[cue.end():]
-    return [step for step, pat in (("train", r"before (?:any )?train\w*"), ("register_model", r"before regist\w*"),
-                                   ("curate", r"before curat\w*")) if _search(pat, tail)]
+    tail = text[cue.end() :]
+    return [
+        step
+        for step, pat in (
+            ("train", r"before (?:any )?train\w*"),
+            ("register_model", r"before regist\w*"),
+            ("curate", r"before curat\w*"),
+        )
+        if _search(pat, tail)
+    ]
 
 
 def read_request(text: str, resolve: Resolve | None = None) -> Reading:
@@ -678,11 +801,18 @@ def _stages(text: str, model: dict[str, Any] | None, data: dict[str, Any] | None
         if data is not None and "demo" in data:
             rewarded = rewarded_method().name
             stages.append(rewarded)
-            r.defaults.append(Filled("stages", rewarded, "stages: 'align' names no method; GRPO, rewarded by the "
-                                     "demo's checkable answers"))
+            r.defaults.append(
+                Filled(
+                    "stages",
+                    rewarded,
+                    "stages: 'align' names no method; GRPO, rewarded by the demo's checkable answers",
+                )
+            )
         else:
-            r.problems.append("stages: 'align' names no method; say DPO (chosen/rejected pairs) or GRPO (prompts "
-                              "with a checkable answer)")
+            r.problems.append(
+                "stages: 'align' names no method; say DPO (chosen/rejected pairs) or GRPO (prompts "
+                "with a checkable answer)"
+            )
     built = model is None or "path" not in model
     named = list(stages)
     if built and "pretrain" not in stages:
@@ -693,27 +823,46 @@ def _stages(text: str, model: dict[str, Any] | None, data: dict[str, Any] | None
         why = "a local model is fine-tuned" if not built else "a model built from its config starts from random init"
         r.defaults.append(Filled("stages", stages[0], f"stages: none named; {stages[0]} ({why})"))
     elif stages != named:
-        r.defaults.append(Filled("stages", "pretrain", f"stages: pretrain first, then {' → '.join(named)} (the model "
-                                 "is built from its config, so it starts from random init)"))
+        r.defaults.append(
+            Filled(
+                "stages",
+                "pretrain",
+                f"stages: pretrain first, then {' → '.join(named)} (the model "
+                "is built from its config, so it starts from random init)",
+            )
+        )
     return stages
 
 
 def _demo_sizes(data: dict[str, Any], r: Reading) -> None:
     """State the demo's generated sizes the text does not give."""
     default = {k: DataSpec.model_fields[k].default for k in ("n_train", "n_eval", "max_operand")}
-    unsaid = [text.format(default[key]) for key, text in (("n_train", "{:,} training problems"), ("n_eval", "{:,} held out"),
-                                                          ("max_operand", "operands up to {:,}")) if key not in data]
+    unsaid = [
+        text.format(default[key])
+        for key, text in (
+            ("n_train", "{:,} training problems"),
+            ("n_eval", "{:,} held out"),
+            ("max_operand", "operands up to {:,}"),
+        )
+        if key not in data
+    ]
     if unsaid:
         r.defaults.append(Filled("data.demo", data["demo"], f"data: {', '.join(unsaid)} (the demo's defaults)"))
 
 
 def _search_words(text: str) -> dict[str, Any] | None:
-    """"no recipe search" turns the training engineer's search off; "tune the hyper-parameters" on."""
-    if _search(r"\b(?:no|without|skip|don't|do not)\s+(?:\w+\s+){0,2}(?:recipe|hyper-?parameter|learning[- ]rate)"
-               r"\s+search|\b(?:don't|do not)\s+search\b", text):
+    """ "no recipe search" turns the training engineer's search off; "tune the hyper-parameters" on."""
+    if _search(
+        r"\b(?:no|without|skip|don't|do not)\s+(?:\w+\s+){0,2}(?:recipe|hyper-?parameter|learning[- ]rate)"
+        r"\s+search|\b(?:don't|do not)\s+search\b",
+        text,
+    ):
         return {"enabled": False}
-    if _search(r"\b(?:recipe|hyper-?parameter|learning[- ]rate) search|\bsearch (?:for )?(?:the |a )?(?:best )?"
-               r"(?:recipe|hyper-?parameters|learning rate)|\btune (?:the )?hyper-?parameters", text):
+    if _search(
+        r"\b(?:recipe|hyper-?parameter|learning[- ]rate) search|\bsearch (?:for )?(?:the |a )?(?:best )?"
+        r"(?:recipe|hyper-?parameters|learning rate)|\btune (?:the )?hyper-?parameters",
+        text,
+    ):
         return {"enabled": True}
     return None
 
@@ -722,7 +871,7 @@ def _read(text: str, r: Reading, resolve: Resolve | None) -> dict[str, Any]:
     text = re.sub(r"\s*\b(?:percent|per cent|pct)\b", "%", text, flags=re.IGNORECASE).replace("≥", ">=")
     leaks = _search(r"\b(?:plant|inject|leak)\w*\s+" + _NUM + r"[^.;]*", text)
     if leaks:  # read first and cut out: its "20 held-out problems" must not count as the eval size
-        text = text[:leaks.start()] + text[leaks.end():]
+        text = text[: leaks.start()] + text[leaks.end() :]
     spec = _model(text, r, resolve)
     data = _data(text, r)
     refused = spec is None and any(p.startswith("model") for p in r.problems)  # "download ...": said, refused
@@ -760,8 +909,11 @@ def _extras(text: str, data: dict[str, Any] | None, fields: dict[str, Any]) -> N
     m = _search(r"(?:name it|call it|named|called)\s+[\"'`]?([A-Za-z0-9][\w.\-]*)", text)
     name = m.group(1).rstrip(".") if m else None
     if name is None and data:
-        name = data.get("demo") or re.sub(r"[^\w.\-]", "-", str(data.get("path", "task")).rsplit("/", 1)[-1]
-                                          .rsplit(".", 1)[0]) or "task"
+        name = (
+            data.get("demo")
+            or re.sub(r"[^\w.\-]", "-", str(data.get("path", "task")).rsplit("/", 1)[-1].rsplit(".", 1)[0])
+            or "task"
+        )
     fields["name"] = (name or "task")[:64]
     if _search(r"\bretry\b|try again|second (?:attempt|chance)", text):
         fields["allow_retry"] = True

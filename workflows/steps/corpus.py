@@ -57,8 +57,14 @@ def _prepare(ctx: ToolContext, data) -> Prepared:
     """One DataSpec as files in the workspace: the demo generated, or the user's data read."""
     if not data.demo:
         return _prepare_files(ctx, data)
-    cfg = ArithmeticConfig(task=data.demo, max_operand=data.max_operand, n_train=data.n_train,
-                           n_eval=data.n_eval, seed=data.seed, fixed_width=data.fixed_width)
+    cfg = ArithmeticConfig(
+        task=data.demo,
+        max_operand=data.max_operand,
+        n_train=data.n_train,
+        n_eval=data.n_eval,
+        seed=data.seed,
+        fixed_width=data.fixed_width,
+    )
     params = {**cfg.model_dump(), "inject_leaks": data.inject_leaks}
     key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     corpus = record_corpus(ctx.graph, f"demo-{key}", source="demo", generator="arithmetic", params=params)
@@ -89,13 +95,26 @@ def _prepare_files(ctx: ToolContext, data) -> Prepared:
         eval_from = f"split {plan.eval.split}"
     else:
         eval_from = f"held out {data.eval_fraction:g} (seed {data.seed})"
-    params = {"split": plan.train.split, "eval_split": plan.eval.split if plan.eval else None,
-              "columns": dict(data.columns), "eval_from": eval_from, "rows_format": ROWS_FORMAT}
-    inputs = {"train": file_fingerprint(data.path),
-              "eval": file_fingerprint(data.eval_path) if data.eval_path is not None else None}
+    params = {
+        "split": plan.train.split,
+        "eval_split": plan.eval.split if plan.eval else None,
+        "columns": dict(data.columns),
+        "eval_from": eval_from,
+        "rows_format": ROWS_FORMAT,
+    }
+    inputs = {
+        "train": file_fingerprint(data.path),
+        "eval": file_fingerprint(data.eval_path) if data.eval_path is not None else None,
+    }
     key = hashlib.sha256(json.dumps({**params, **inputs}, sort_keys=True).encode()).hexdigest()[:16]
-    corpus = record_corpus(ctx.graph, f"files-{key}", source="files", path=str(data.path),
-                           eval_path=str(plan.eval.path) if plan.eval else None, params=params)
+    corpus = record_corpus(
+        ctx.graph,
+        f"files-{key}",
+        source="files",
+        path=str(data.path),
+        eval_path=str(plan.eval.path) if plan.eval else None,
+        params=params,
+    )
     folder = ctx.ws.dir("datasets") / f"files-{key}"
     train_path, eval_path = folder / "train.jsonl", folder / "eval.jsonl"
     if not (train_path.exists() and eval_path.exists()):
@@ -121,8 +140,16 @@ def _versions(ctx: ToolContext, corpus: str, paths: dict[str, Path], stage: str 
     for split, path in paths.items():
         digest = sha256_file(path)
         counts[split] = sum(1 for _ in open(path))
-        nodes[split] = record_split(ctx.graph, digest[:16], corpus=corpus, split=split, path=str(path),
-                                    sha256=digest, records=counts[split], stage=stage or None)
+        nodes[split] = record_split(
+            ctx.graph,
+            digest[:16],
+            corpus=corpus,
+            split=split,
+            path=str(path),
+            sha256=digest,
+            records=counts[split],
+            stage=stage or None,
+        )
     return nodes, counts
 
 
@@ -148,8 +175,13 @@ def prepare_corpus(ctx: ToolContext) -> StepResult:
         nodes[f"{s.name}.corpus"] = p.corpus
         eval_from[f"{s.name}.eval"] = p.eval_from
         summary += f"; {s.name}: {s_counts['train']} / {s_counts['eval']} ({p.folder.name}{_how(p)})"
-    return StepResult(summary=summary, artifacts=artifacts, metrics=metrics, nodes=nodes,
-                      details={"stage_data": [s.name for s in own], "eval_from": eval_from})
+    return StepResult(
+        summary=summary,
+        artifacts=artifacts,
+        metrics=metrics,
+        nodes=nodes,
+        details={"stage_data": [s.name for s in own], "eval_from": eval_from},
+    )
 
 
 def _how(p: Prepared) -> str:
@@ -157,6 +189,7 @@ def _how(p: Prepared) -> str:
 
 
 # -- where a stage's data is -------------------------------------------------------------------
+
 
 def _prefix(stage) -> str:
     return f"{stage.name}." if stage is not None and stage.data is not None else ""

@@ -50,8 +50,13 @@ def default_config(kind: RowKind, demo: bool = False) -> CurationConfig:
       asks about the share removed.
     """
     if demo:
-        return CurationConfig(quality=None, near_dedup=None, rows=RowChecksConfig(leaks_on="row"),
-                              max_drop_fraction=None, decontam=DecontamConfig(ngram=3, min_words=3, mode="drop"))
+        return CurationConfig(
+            quality=None,
+            near_dedup=None,
+            rows=RowChecksConfig(leaks_on="row"),
+            max_drop_fraction=None,
+            decontam=DecontamConfig(ngram=3, min_words=3, mode="drop"),
+        )
     if kind == "text":
         return CurationConfig()
     return CurationConfig(quality=None, rows=RowChecksConfig(), decontam=DecontamConfig(mode="drop"))
@@ -73,8 +78,11 @@ def curation_config(task, kind: RowKind, data=None, max_tokens: int | None = Non
 def trained_seq_len(task, stage: str | None) -> int | None:
     """The shortest seq_len at which rows of this split are trained by a method that cuts longer
     rows (SFT, DPO): the stages without data of their own read the task's split (``stage`` None)."""
-    readers = [s for s in curriculum_from_task(task).stages
-               if (s.data is None if stage is None else s.name == stage) and s.method in CUT_AT_SEQ_LEN]
+    readers = [
+        s
+        for s in curriculum_from_task(task).stages
+        if (s.data is None if stage is None else s.name == stage) and s.method in CUT_AT_SEQ_LEN
+    ]
     return min((s.training.max_length for s in readers), default=None)
 
 
@@ -100,18 +108,40 @@ def planned_config(ctx: ToolContext) -> CurationConfig:
 def record_built(graph: KnowledgeGraph, facts: DatasetFacts) -> str:
     """A dataset version the data engine built, as a DatasetVersion node (derived_from its inputs,
     decontaminated_against the eval sets it was checked against)."""
-    return record_dataset(graph, facts.key, path=facts.path, content_hash=facts.content_hash, counts=facts.counts,
-                          params=facts.params, inputs=facts.inputs, decontaminated_against=facts.checked_against,
-                          builder=facts.builder, report=facts.report)
+    return record_dataset(
+        graph,
+        facts.key,
+        path=facts.path,
+        content_hash=facts.content_hash,
+        counts=facts.counts,
+        params=facts.params,
+        inputs=facts.inputs,
+        decontaminated_against=facts.checked_against,
+        builder=facts.builder,
+        report=facts.report,
+    )
 
 
-def curate_recorded(graph: KnowledgeGraph, corpus: Any, evals: Mapping[str, Any] | None,
-                    config: CurationConfig | None, out_dir: Path, progress: bool = True,
-                    tokenizer: Any = None) -> CurationReport:
+def curate_recorded(
+    graph: KnowledgeGraph,
+    corpus: Any,
+    evals: Mapping[str, Any] | None,
+    config: CurationConfig | None,
+    out_dir: Path,
+    progress: bool = True,
+    tokenizer: Any = None,
+) -> CurationReport:
     """``curate`` with its version in the knowledge graph: a version recorded before with its files
     intact is reused; a new one is recorded, and its report (``out_dir/report.json``) names its node."""
-    report = run_curation(corpus, evals, config, recorded=partial(recorded_dataset, graph), out_dir=out_dir,
-                          progress=progress, tokenizer=tokenizer)
+    report = run_curation(
+        corpus,
+        evals,
+        config,
+        recorded=partial(recorded_dataset, graph),
+        out_dir=out_dir,
+        progress=progress,
+        tokenizer=tokenizer,
+    )
     if report.facts is not None:
         report.node_id = record_built(graph, report.facts)
         Path(report.facts.report).write_text(report.model_dump_json(indent=1))
@@ -139,24 +169,35 @@ def _removed_text(report: CurationReport) -> str:
     return ", ".join(f"{rule} {r['count']}" for rule, r in report.removed().items()) or "nothing removed"
 
 
-def _curate_split(ctx: ToolContext, train: str, prepared_node: str, evals: dict[str, str], stage: str | None,
-                  data, tokenizer) -> tuple[CurationReport, Path, CurationConfig]:
+def _curate_split(
+    ctx: ToolContext, train: str, prepared_node: str, evals: dict[str, str], stage: str | None, data, tokenizer
+) -> tuple[CurationReport, Path, CurationConfig]:
     """One training split through the chain, decontaminated against every eval set; returns the
     report, the curated rows (the canonical rows, unchanged) and the config applied. The curated
     version is linked to the prepared one, so its lineage reaches the corpus it came from."""
     raw = read_jsonl(Path(train))
-    config = curation_config(ctx.task, split_kind(raw, train), data,
-                             trained_seq_len(ctx.task, stage) if tokenizer is not None else None)
+    config = curation_config(
+        ctx.task, split_kind(raw, train), data, trained_seq_len(ctx.task, stage) if tokenizer is not None else None
+    )
     corpus = list(row_records(raw, Path(train).name))
     tok = tokenizer if config.rows is not None and config.rows.max_tokens is not None else None
-    report = curate_recorded(ctx.graph, corpus, evals, config, _version_dir(ctx, corpus, evals, config, tok),
-                             progress=ctx.progress, tokenizer=tok)
+    report = curate_recorded(
+        ctx.graph,
+        corpus,
+        evals,
+        config,
+        _version_dir(ctx, corpus, evals, config, tok),
+        progress=ctx.progress,
+        tokenizer=tok,
+    )
     record_derived_from(ctx.graph, report.node_id, prepared_node)
     if not report.counts.get("output"):  # an empty training set would fail three steps later, unexplained
         removed = report.removed()
         hints = "; ".join(dict.fromkeys(f"{rule}: {_hint(rule)}" for rule in removed))
-        raise BadInput(f"curate: {train}: no training record is left of {report.counts.get('input', 0)} "
-                       f"({_removed_text(report)}); loosen the rule that removed them ({hints or 'see the report'})")
+        raise BadInput(
+            f"curate: {train}: no training record is left of {report.counts.get('input', 0)} "
+            f"({_removed_text(report)}); loosen the rule that removed them ({hints or 'see the report'})"
+        )
     out_dir = Path(report.output).parent
     train_path = out_dir / "train.jsonl"
     if not train_path.exists():  # back to the canonical rows the trainers read
@@ -173,9 +214,11 @@ def _summary(report) -> str:
     leaks = report.injected.get("leaks")
     caught = f"; caught {leaks.caught}/{leaks.injected} injected leaks" if leaks and leaks.injected else ""
     rows = f"{c.get('row_dropped', 0)} failed row checks, " if report.row_dropped else ""
-    return (f"{c.get('input', 0)} → {c.get('output', 0)} records: {rows}{c.get('exact_duplicates', 0)} exact dups, "
-            f"{c.get('near_duplicates', 0)} near dups, {c.get('quality_dropped', 0)} low quality, "
-            f"{c.get('leak_dropped', 0) + c.get('leak_cut', 0)} eval leaks removed{caught}")
+    return (
+        f"{c.get('input', 0)} → {c.get('output', 0)} records: {rows}{c.get('exact_duplicates', 0)} exact dups, "
+        f"{c.get('near_duplicates', 0)} near dups, {c.get('quality_dropped', 0)} low quality, "
+        f"{c.get('leak_dropped', 0) + c.get('leak_cut', 0)} eval leaks removed{caught}"
+    )
 
 
 def _tokenizer(task):
@@ -206,11 +249,17 @@ def curate(ctx: ToolContext) -> StepResult:
     artifacts, metrics, nodes, summaries, details = {}, {}, {}, [], {}
     over: dict[str, tuple[CurationReport, CurationConfig]] = {}
     for prefix, stage, data in _splits(ctx):
-        report, path, config = _curate_split(ctx, prepared.artifacts[f"{prefix}train"],
-                                             prepared.node(f"{prefix}train"), evals, stage, data, tokenizer)
+        report, path, config = _curate_split(
+            ctx, prepared.artifacts[f"{prefix}train"], prepared.node(f"{prefix}train"), evals, stage, data, tokenizer
+        )
         out_dir = Path(report.output).parent
-        artifacts.update({f"{prefix}train": str(path), f"{prefix}eval": prepared.artifacts[f"{prefix}eval"],
-                          f"{prefix}report": str(out_dir / "report.json")})
+        artifacts.update(
+            {
+                f"{prefix}train": str(path),
+                f"{prefix}eval": prepared.artifacts[f"{prefix}eval"],
+                f"{prefix}report": str(out_dir / "report.json"),
+            }
+        )
         nodes.update({f"{prefix}train": report.node_id, f"{prefix}eval": prepared.node(f"{prefix}eval")})
         metrics.update({f"curation.{prefix}{k}": float(v) for k, v in report.counts.items()})
         summaries.append(f"{stage}: {_summary(report)}" if stage else _summary(report))
@@ -218,18 +267,31 @@ def curate(ctx: ToolContext) -> StepResult:
             details.setdefault("stages", {})[stage] = {"version": report.version, "reused": report.reused}
             details.setdefault("stages_removed", {})[stage] = report.removed(_EXAMPLES)
         else:
-            details.update({"version": report.version, "reused": report.reused, "removed": report.removed(_EXAMPLES),
-                            "over_length": _over_length_note(config, tokenizer),
-                            "leaked_eval_examples": {k: v[:20] for k, v in report.leaked_eval_examples.items()},
-                            "injected": {k: v.model_dump() for k, v in report.injected.items()}})
+            details.update(
+                {
+                    "version": report.version,
+                    "reused": report.reused,
+                    "removed": report.removed(_EXAMPLES),
+                    "over_length": _over_length_note(config, tokenizer),
+                    "leaked_eval_examples": {k: v[:20] for k, v in report.leaked_eval_examples.items()},
+                    "injected": {k: v.model_dump() for k, v in report.injected.items()},
+                }
+            )
         limit = config.max_drop_fraction
         if limit is not None and report.drop_fraction() > limit:
             over[f"{prefix}train"] = (report, config)
     summary = "; ".join(summaries)
     accepted = ctx.decided.accepted_curation
     if over and accepted is None:
-        return StepResult(outcome="too_much_dropped", summary=f"{summary}; {_over_text(over)}", artifacts=artifacts,
-                          metrics=metrics, nodes=nodes, details=details, needs=_ask(ctx, over, artifacts))
+        return StepResult(
+            outcome="too_much_dropped",
+            summary=f"{summary}; {_over_text(over)}",
+            artifacts=artifacts,
+            metrics=metrics,
+            nodes=nodes,
+            details=details,
+            needs=_ask(ctx, over, artifacts),
+        )
     if over and accepted is not None:
         details["accepted_by"] = accepted.model_dump(mode="json")
     return StepResult(summary=summary, artifacts=artifacts, metrics=metrics, nodes=nodes, details=details)
@@ -246,25 +308,38 @@ def _over_length_note(config: CurationConfig, tokenizer) -> str:
 
 
 def _over_text(over: dict[str, tuple[CurationReport, CurationConfig]]) -> str:
-    return "; ".join(f"{key} lost {r.drop_fraction():.0%} of its rows (max_drop_fraction {c.max_drop_fraction:g}): "
-                     "a person decides whether training goes on with what is left" for key, (r, c) in over.items())
+    return "; ".join(
+        f"{key} lost {r.drop_fraction():.0%} of its rows (max_drop_fraction {c.max_drop_fraction:g}): "
+        "a person decides whether training goes on with what is left"
+        for key, (r, c) in over.items()
+    )
 
 
-def _ask(ctx: ToolContext, over: dict[str, tuple[CurationReport, CurationConfig]],
-         artifacts: dict[str, str]) -> NeedsPerson:
+def _ask(
+    ctx: ToolContext, over: dict[str, tuple[CurationReport, CurationConfig]], artifacts: dict[str, str]
+) -> NeedsPerson:
     """The question for a person: train on what curation left? The rules that removed rows, with
     their counts and a few examples, for each split over its limit."""
     splits = {}
     for key, (r, c) in over.items():
         removed = r.removed(_EXAMPLES)
-        splits[key] = {"input": r.counts.get("input", 0), "output": r.counts.get("output", 0),
-                       "removed_fraction": round(r.drop_fraction(), 4), "max_drop_fraction": c.max_drop_fraction,
-                       "rules": {rule: v["count"] for rule, v in removed.items()},
-                       "examples": {rule: v["examples"] for rule, v in removed.items()},
-                       "report": artifacts[key.removesuffix("train") + "report"]}
-    return NeedsPerson(action="accept_curation", requested_by=ctx.persona, refused="training on what curation left",
-                       proposed={"train_on": {key: s["output"] for key, s in splits.items()}},
-                       evidence={"splits": splits}, resume=Resume(kind="accept_curation"))
+        splits[key] = {
+            "input": r.counts.get("input", 0),
+            "output": r.counts.get("output", 0),
+            "removed_fraction": round(r.drop_fraction(), 4),
+            "max_drop_fraction": c.max_drop_fraction,
+            "rules": {rule: v["count"] for rule, v in removed.items()},
+            "examples": {rule: v["examples"] for rule, v in removed.items()},
+            "report": artifacts[key.removesuffix("train") + "report"],
+        }
+    return NeedsPerson(
+        action="accept_curation",
+        requested_by=ctx.persona,
+        refused="training on what curation left",
+        proposed={"train_on": {key: s["output"] for key, s in splits.items()}},
+        evidence={"splits": splits},
+        resume=Resume(kind="accept_curation"),
+    )
 
 
 def _version_dir(ctx: ToolContext, corpus, evals: dict[str, str], config, tokenizer=None) -> Path:

@@ -36,9 +36,17 @@ def eval_budget(ctx: ToolContext, stage, tokenizer) -> GenerationBudget:
         stage = cur.find(stage) or cur.stages[-1]
     value, field = set_length(ctx, stage)
     _, path, _ = stage_eval_set(ctx, stage)
-    key = (str(path), Path(path).stat().st_mtime_ns, str(getattr(tokenizer, "name_or_path", "")), len(tokenizer),
-           getattr(tokenizer, "chat_template", None), value, field)
+    key = (
+        str(path),
+        Path(path).stat().st_mtime_ns,
+        str(getattr(tokenizer, "name_or_path", "")),
+        len(tokenizer),
+        getattr(tokenizer, "chat_template", None),
+        value,
+        field,
+    )
     if key not in _SIZED:
-        _SIZED[key] = size_generation(tokenizer, read_jsonl(Path(path)), set_value=value, field=field,
-                                      where=f"the held-out set {Path(path).name}")
+        _SIZED[key] = size_generation(
+            tokenizer, read_jsonl(Path(path)), set_value=value, field=field, where=f"the held-out set {Path(path).name}"
+        )
     return _SIZED[key]

@@ -45,24 +45,42 @@ def offline_choice(ctx: ToolContext, stage: str, start: StepResult) -> AlignChoi
         return AlignChoice(run=True, reason=f"{metric} is not a 0..1 score the gate judged: {stage} runs")
     headroom = 1.0 - value
     if headroom <= floor:
-        return AlignChoice(run=False, reason=f"{before} left {metric} {value:.3f}: headroom {headroom:.3f} ≤ "
-                                             f"{floor:g} (align_min_headroom), nothing for {stage} to gain")
+        return AlignChoice(
+            run=False,
+            reason=f"{before} left {metric} {value:.3f}: headroom {headroom:.3f} ≤ "
+            f"{floor:g} (align_min_headroom), nothing for {stage} to gain",
+        )
     return AlignChoice(run=True, reason=f"{before} left {metric} {value:.3f}: headroom {headroom:.3f} > {floor:g}")
 
 
 def skip_align(ctx: ToolContext, stage: str, start: StepResult) -> StepResult | None:
     """The skipped step's result when the engineer skips ``stage``; None when it trains."""
     offline = offline_choice(ctx, stage, start)
-    decided = decide("training_engineer", f"Train the align stage {stage}, or skip it",
-                     {"stage": stage, "judged": start.details.get("judged"),
-                      "align_min_headroom": ctx.task.align_min_headroom}, offline)
+    decided = decide(
+        "training_engineer",
+        f"Train the align stage {stage}, or skip it",
+        {"stage": stage, "judged": start.details.get("judged"), "align_min_headroom": ctx.task.align_min_headroom},
+        offline,
+    )
     choice = decided.value
-    node = record_decision(ctx.graph, run_id=ctx.run_id, segment=f"{ctx.step}#{ctx.visit}/align_choice",
-                           step_node=ctx.step_node, facts={"decision": "run" if choice.run else "skip",
-                                                           "stage": stage, "reason": choice.reason,
-                                                           **decided.evidence()})
+    node = record_decision(
+        ctx.graph,
+        run_id=ctx.run_id,
+        segment=f"{ctx.step}#{ctx.visit}/align_choice",
+        step_node=ctx.step_node,
+        facts={
+            "decision": "run" if choice.run else "skip",
+            "stage": stage,
+            "reason": choice.reason,
+            **decided.evidence(),
+        },
+    )
     if choice.run:
         return None
-    return StepResult(outcome="skipped", summary=f"{stage} skipped: {choice.reason}",
-                      artifacts=dict(start.artifacts), nodes={"checkpoint": start.checkpoint_node, "decision": node},
-                      details={"stages": [stage], "choice": choice.model_dump(), **decided.evidence()})
+    return StepResult(
+        outcome="skipped",
+        summary=f"{stage} skipped: {choice.reason}",
+        artifacts=dict(start.artifacts),
+        nodes={"checkpoint": start.checkpoint_node, "decision": node},
+        details={"stages": [stage], "choice": choice.model_dump(), **decided.evidence()},
+    )

@@ -45,12 +45,25 @@ def _decontamination_report(ctx: ToolContext, eval_set: str = "eval") -> dict | 
             report = json.loads(Path(path).read_text())
             versions.append(report.get("version"))
             leaked += report.get("leaked_eval_examples", {}).get(eval_set, [])
-    return {"checked": True, "source": "curation", "version": versions[0] if len(versions) == 1 else versions,
-            "removed": 0, "leaked_in_training_and_removed_there": leaked}
+    return {
+        "checked": True,
+        "source": "curation",
+        "version": versions[0] if len(versions) == 1 else versions,
+        "removed": 0,
+        "leaked_in_training_and_removed_there": leaked,
+    }
 
 
-def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt_node: str | None, key: str,
-                  trained_on: list[Path], battery: dict | None = None):
+def measure_stage(
+    ctx: ToolContext,
+    stage,
+    ckpt: Path,
+    tokenizer_dir: Path,
+    ckpt_node: str | None,
+    key: str,
+    trained_on: list[Path],
+    battery: dict | None = None,
+):
     """A curriculum stage's battery on its checkpoint, on the stage's eval set, recorded as an
     Eval node (``key``). Returns (node, BatteryResult). Without a curation report, the eval
     set is first checked against ``trained_on`` (every file the checkpoint trained on)."""
@@ -64,14 +77,33 @@ def measure_stage(ctx: ToolContext, stage, ckpt: Path, tokenizer_dir: Path, ckpt
     # The battery's kind decides its defaults; the result carries the stage's own name.
     # lm-eval-harness writes its task files and results beside the run's reports
     out_dir = ctx.ws.dir("reports") / ctx.run_id / "evals" / key.split("/", 1)[-1].replace("#", "-")
-    result = run_battery(ckpt, tokenizer, read_jsonl(eval_path), stage=stage.kind, spec=spec,
-                         train_records=train_records, decontamination_report=decon,
-                         out_dir=out_dir if "lm_eval" in spec.metrics else None, answer=ctx.task.answer)
-    result = result.model_copy(update={"stage": stage.name,
-                                       "details": {**result.details, "generation": length.model_dump()}})
-    node = record_eval(ctx.graph, key, run_id=ctx.run_id, stage=result.stage, stage_kind=result.kind,
-                       metrics=result.metrics, n_eval=result.n_eval, decontamination=result.decontamination,
-                       checkpoint_node=ckpt_node, dataset_node=eval_node, produced_by=ctx.step_node)
+    result = run_battery(
+        ckpt,
+        tokenizer,
+        read_jsonl(eval_path),
+        stage=stage.kind,
+        spec=spec,
+        train_records=train_records,
+        decontamination_report=decon,
+        out_dir=out_dir if "lm_eval" in spec.metrics else None,
+        answer=ctx.task.answer,
+    )
+    result = result.model_copy(
+        update={"stage": stage.name, "details": {**result.details, "generation": length.model_dump()}}
+    )
+    node = record_eval(
+        ctx.graph,
+        key,
+        run_id=ctx.run_id,
+        stage=result.stage,
+        stage_kind=result.kind,
+        metrics=result.metrics,
+        n_eval=result.n_eval,
+        decontamination=result.decontamination,
+        checkpoint_node=ckpt_node,
+        dataset_node=eval_node,
+        produced_by=ctx.step_node,
+    )
     return node, result
 
 
@@ -90,8 +122,12 @@ def evaluate(ctx: ToolContext) -> StepResult:
     (the train step measured the curriculum's earlier stages itself), with that stage's
     battery on that stage's eval set."""
     trained = ctx.output(ctx.inputs.get("of", "train"))
-    stage = _stage_of(ctx, ctx.inputs.get("stage") or (trained.stages[-1] if trained.stages else None)
-                      or curriculum_from_task(ctx.task).names()[-1])
+    stage = _stage_of(
+        ctx,
+        ctx.inputs.get("stage")
+        or (trained.stages[-1] if trained.stages else None)
+        or curriculum_from_task(ctx.task).names()[-1],
+    )
     ckpt = trained.checkpoint
     trained_on = [Path(p) for p in trained.details.get("trained_on", [])]
     if not trained_on:
@@ -99,26 +135,41 @@ def evaluate(ctx: ToolContext) -> StepResult:
     same = _measured_before(ctx, trained.checkpoint_node, stage.name)
     if same is not None and not ctx.inputs.get("battery"):
         name, out = same  # the very weights (same content hash) on the same battery: measured once
-        return StepResult(summary=f"{stage.name}: the weights {name} measured (same checkpoint "
-                                  f"{trained.checkpoint_node}): {out.summary.split(': ', 1)[-1]}",
-                          metrics=dict(out.metrics), nodes={"eval": out.node("eval"),
-                                                            "checkpoint": trained.checkpoint_node},
-                          artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
-                          details={**out.details, "measured_by": name})
-    node, result = measure_stage(ctx, stage, ckpt, trained.tokenizer, trained.checkpoint_node,
-                                 f"{ctx.run_id}/{ctx.step}#{ctx.visit}", trained_on,
-                                 battery=ctx.inputs.get("battery"))
+        return StepResult(
+            summary=f"{stage.name}: the weights {name} measured (same checkpoint "
+            f"{trained.checkpoint_node}): {out.summary.split(': ', 1)[-1]}",
+            metrics=dict(out.metrics),
+            nodes={"eval": out.node("eval"), "checkpoint": trained.checkpoint_node},
+            artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
+            details={**out.details, "measured_by": name},
+        )
+    node, result = measure_stage(
+        ctx,
+        stage,
+        ckpt,
+        trained.tokenizer,
+        trained.checkpoint_node,
+        f"{ctx.run_id}/{ctx.step}#{ctx.visit}",
+        trained_on,
+        battery=ctx.inputs.get("battery"),
+    )
     m = result.metrics
     base = base_input(ctx)
     return StepResult(
         summary=f"{stage.name}: {scores_beside(m, base)} on {result.n_eval} held-out problems "
-                f"(answers up to {result.details['generation']['tokens']} new tokens)",
-        metrics=m, nodes={"eval": node, "checkpoint": trained.checkpoint_node},
+        f"(answers up to {result.details['generation']['tokens']} new tokens)",
+        metrics=m,
+        nodes={"eval": node, "checkpoint": trained.checkpoint_node},
         artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
-        details={"stages": [stage.name], "stage": stage.name, "n_eval": result.n_eval,
-                 "samples": result.details.get("exact_match", {}).get("samples", [])[:5],
-                 "generation": result.details["generation"], "base": base.model_dump() if base else None,
-                 "decontamination": result.decontamination},
+        details={
+            "stages": [stage.name],
+            "stage": stage.name,
+            "n_eval": result.n_eval,
+            "samples": result.details.get("exact_match", {}).get("samples", [])[:5],
+            "generation": result.details["generation"],
+            "base": base.model_dump() if base else None,
+            "decontamination": result.decontamination,
+        },
     )
 
 
@@ -170,17 +221,24 @@ def stage_input(ctx: ToolContext, this_eval_step: str, stage: str) -> StageInput
     return base_input(ctx)
 
 
-def judge_gate(ctx: ToolContext, stage: str, metrics: dict, rules: list, before: StageInput | None,
-               n_eval: int | None) -> GateDecision:
+def judge_gate(
+    ctx: ToolContext, stage: str, metrics: dict, rules: list, before: StageInput | None, n_eval: int | None
+) -> GateDecision:
     """The stage's gate (``trainers/evaluation/stage_gate.py``): the task's rules or the default, against what the
     stage started from, with the measurement checks. Without anything to compare against (a stage
     outside the task's list) only the task's rules judge; with none either, the gate cannot pass."""
     st = _stage_of(ctx, stage)
     if before is None:
         if not rules:
-            return GateDecision(stage=stage, passed=False, checks=[],
-                                reasons=[f"no gate rules for stage {stage} and nothing it started from to compare "
-                                         "with: a gate never passes on nothing"])
+            return GateDecision(
+                stage=stage,
+                passed=False,
+                checks=[],
+                reasons=[
+                    f"no gate rules for stage {stage} and nothing it started from to compare "
+                    "with: a gate never passes on nothing"
+                ],
+            )
         return evaluate_gate(stage, metrics, rules)
     return judge_stage(stage, st.kind, st.method, metrics, rules, before, n_eval)
 
@@ -216,36 +274,71 @@ def gate(ctx: ToolContext) -> StepResult:
     if ctx.inputs.get("final"):
         decision = _final_decision(ctx, ev)
     else:
-        decision = judge_gate(ctx, stage, ev.metrics, gate_rules(ctx.task, stage),
-                              stage_input(ctx, ev_step, stage), ev.details.get("n_eval"))
+        decision = judge_gate(
+            ctx,
+            stage,
+            ev.metrics,
+            gate_rules(ctx.task, stage),
+            stage_input(ctx, ev_step, stage),
+            ev.details.get("n_eval"),
+        )
     accepted = ctx.decided.accepted_gate
     if accepted is not None:
         decision = accept_failed_gate(decision, accepted.model_dump())
-    node = record_gate(ctx.graph, run_id=ctx.run_id, stage=decision.stage, passed=decision.passed,
-                       promote=decision.promote, reasons=decision.reasons, accepted_by=decision.accepted_by,
-                       approval_id=decision.approval_id, eval_node=ev.node("eval"), produced_by=ctx.step_node)
-    details = {"stage": decision.stage, "reasons": decision.reasons, "passed": decision.passed,
-               "accepted_by": decision.accepted_by, "judged": ev.metrics,
-               "checked": sorted({c.metric for c in decision.checks})}
+    node = record_gate(
+        ctx.graph,
+        run_id=ctx.run_id,
+        stage=decision.stage,
+        passed=decision.passed,
+        promote=decision.promote,
+        reasons=decision.reasons,
+        accepted_by=decision.accepted_by,
+        approval_id=decision.approval_id,
+        eval_node=ev.node("eval"),
+        produced_by=ctx.step_node,
+    )
+    details = {
+        "stage": decision.stage,
+        "reasons": decision.reasons,
+        "passed": decision.passed,
+        "accepted_by": decision.accepted_by,
+        "judged": ev.metrics,
+        "checked": sorted({c.metric for c in decision.checks}),
+    }
     summary, nodes = decision.summary, {"gate": node, "checkpoint": ev.checkpoint_node}
     diagnosis = None if decision.promote or ctx.inputs.get("final") else diagnose_gate(ctx, ev, decision)
     if diagnosis is not None:
         details["diagnosis"] = diagnosis.model_dump(mode="json")
         summary = f"{summary}; {diagnosis.line()}"
         d = details["diagnosis"]
-        nodes["diagnosis"] = record_diagnosis(ctx.graph, run_id=ctx.run_id, step_node=ctx.step_node, gate_node=node,
-                                              stage=decision.stage, cause=d["kind"], summary=d["summary"],
-                                              plan=d["plan"], evidence=d["evidence"], decided_by=d["decided_by"])
-    return StepResult(outcome="passed" if decision.promote else "failed", summary=summary, nodes=nodes,
-                      artifacts={"checkpoint": ev.artifacts["checkpoint"], "tokenizer": ev.artifacts["tokenizer"]},
-                      details=details)
+        nodes["diagnosis"] = record_diagnosis(
+            ctx.graph,
+            run_id=ctx.run_id,
+            step_node=ctx.step_node,
+            gate_node=node,
+            stage=decision.stage,
+            cause=d["kind"],
+            summary=d["summary"],
+            plan=d["plan"],
+            evidence=d["evidence"],
+            decided_by=d["decided_by"],
+        )
+    return StepResult(
+        outcome="passed" if decision.promote else "failed",
+        summary=summary,
+        nodes=nodes,
+        artifacts={"checkpoint": ev.artifacts["checkpoint"], "tokenizer": ev.artifacts["tokenizer"]},
+        details=details,
+    )
 
 
-DIAGNOSE = ("The gate of stage {stage} failed ({reasons}). Say why, from the evidence: kind under_fit, over_fit, "
-            "instability, data or ceiling, and the retry plan that follows (more_steps, lower_lr, higher_lr, "
-            "fewer_steps, more_data or stop; changes: the stage's new max_steps / num_train_epochs / learning_rate). "
-            "Bounds: the learning rate within 0.1x-10x of {lr:g}, at most 4x the {steps} steps and what the budget "
-            "left allows; data and ceiling causes do not retrain.")
+DIAGNOSE = (
+    "The gate of stage {stage} failed ({reasons}). Say why, from the evidence: kind under_fit, over_fit, "
+    "instability, data or ceiling, and the retry plan that follows (more_steps, lower_lr, higher_lr, "
+    "fewer_steps, more_data or stop; changes: the stage's new max_steps / num_train_epochs / learning_rate). "
+    "Bounds: the learning rate within 0.1x-10x of {lr:g}, at most 4x the {steps} steps and what the budget "
+    "left allows; data and ceiling causes do not retrain."
+)
 
 
 def diagnose_gate(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> Diagnosis | None:
@@ -267,12 +360,15 @@ def judge_diagnosis(evidence: GateEvidence, reasons: list[str], environ: dict[st
     refused or malformed answer keeps the offline one, with the warning); either way the numbers
     it records are the ones measured."""
     offline = diagnose(evidence)
-    question = DIAGNOSE.format(stage=evidence.stage, reasons="; ".join(reasons), lr=evidence.learning_rate,
-                               steps=evidence.max_steps)
-    decided = decide("eval_judge", question, evidence, offline, check=lambda d: check_diagnosis(d, evidence),
-                     environ=environ)
-    return decided.value.model_copy(update={"evidence": offline.evidence, "decided_by": decided.by,
-                                            "warning": decided.warning})
+    question = DIAGNOSE.format(
+        stage=evidence.stage, reasons="; ".join(reasons), lr=evidence.learning_rate, steps=evidence.max_steps
+    )
+    decided = decide(
+        "eval_judge", question, evidence, offline, check=lambda d: check_diagnosis(d, evidence), environ=environ
+    )
+    return decided.value.model_copy(
+        update={"evidence": offline.evidence, "decided_by": decided.by, "warning": decided.warning}
+    )
 
 
 def _trained(ctx: ToolContext, ev: StepResult, stage: str) -> StepResult | None:
@@ -295,15 +391,25 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
     failed = next((c for c in decision.checks if not c.passed), None)
     steps = int(metrics.get(f"{stage}.steps", settings["max_steps"]))
     return GateEvidence(
-        stage=stage, method=settings["method"], metric=failed.metric if failed else "exact_match",
-        value=failed.value if failed else None, bar=failed.threshold if failed else None,
-        losses=[(int(x), y) for x, y in details["losses"][stage]], heldout_loss=ev.metrics.get("heldout_loss"),
-        earlier=_earlier(ctx, stage), steps=steps,
+        stage=stage,
+        method=settings["method"],
+        metric=failed.metric if failed else "exact_match",
+        value=failed.value if failed else None,
+        bar=failed.threshold if failed else None,
+        losses=[(int(x), y) for x, y in details["losses"][stage]],
+        heldout_loss=ev.metrics.get("heldout_loss"),
+        earlier=_earlier(ctx, stage),
+        steps=steps,
         max_steps=int(metrics.get(f"{stage}.max_steps", settings["max_steps"])),
-        num_train_epochs=settings["num_train_epochs"], learning_rate=settings["learning_rate"],
-        warmup_steps=settings["warmup_steps"], batch_rows=settings["batch_rows"],
+        num_train_epochs=settings["num_train_epochs"],
+        learning_rate=settings["learning_rate"],
+        warmup_steps=settings["warmup_steps"],
+        batch_rows=settings["batch_rows"],
         spikes=sum(1 for s in details.get("spikes", []) if s.get("stage") == stage),
-        probes=search_probes(details, stage), **_data_evidence(ctx, ev, stage, trained), **_cost(ctx, stage, trained))
+        probes=search_probes(details, stage),
+        **_data_evidence(ctx, ev, stage, trained),
+        **_cost(ctx, stage, trained),
+    )
 
 
 def _attempt_settings(ctx: ToolContext, stage: str, trained: StepResult) -> dict:
@@ -314,17 +420,28 @@ def _attempt_settings(ctx: ToolContext, stage: str, trained: StepResult) -> dict
     recorded = (details.get("configs") or {}).get(stage) or {}
     whole = "method" in recorded  # the whole resolved config (an earlier version kept four of its fields)
     cfg = TrainConfig.model_validate(recorded) if whole else ctx.task.train_config(stage)
-    out = {"method": cfg.method, "max_steps": cfg.max_steps, "num_train_epochs": cfg.num_train_epochs,
-           "learning_rate": cfg.learning_rate, "warmup_steps": cfg.warmup_steps,
-           "batch_rows": cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * cfg.devices_per_node
-           * cfg.num_nodes}
+    out = {
+        "method": cfg.method,
+        "max_steps": cfg.max_steps,
+        "num_train_epochs": cfg.num_train_epochs,
+        "learning_rate": cfg.learning_rate,
+        "warmup_steps": cfg.warmup_steps,
+        "batch_rows": cfg.per_device_train_batch_size
+        * cfg.gradient_accumulation_steps
+        * cfg.devices_per_node
+        * cfg.num_nodes,
+    }
     if whole:
         return out
     chosen = ((details.get("search") or {}).get(stage) or {}).get("chosen") or {}
     out.update({k: chosen[k] for k in ("learning_rate", "max_steps", "warmup_steps") if chosen.get(k) is not None})
     if chosen.get("per_device_train_batch_size"):
-        out["batch_rows"] = (int(chosen["per_device_train_batch_size"]) * cfg.gradient_accumulation_steps
-                             * cfg.devices_per_node * cfg.num_nodes)
+        out["batch_rows"] = (
+            int(chosen["per_device_train_batch_size"])
+            * cfg.gradient_accumulation_steps
+            * cfg.devices_per_node
+            * cfg.num_nodes
+        )
     before = ctx.outputs.get(ctx.step) if ctx.visit > 1 else None
     diagnosis = gate_diagnosis(before) if before else None
     if diagnosis is not None and diagnosis.plan.stage == stage and diagnosis.plan.retrains:
@@ -340,17 +457,30 @@ def _earlier(ctx: ToolContext, stage: str) -> list[Attempt]:
         return []
     m = diagnosis.evidence
     value = before.details.get("judged", {}).get(before.details.get("checked", [None])[0])
-    return [Attempt(steps=m.steps, learning_rate=m.learning_rate, heldout_loss=m.heldout_loss,
-                    final_loss=m.final_loss, value=value)]
+    return [
+        Attempt(
+            steps=m.steps,
+            learning_rate=m.learning_rate,
+            heldout_loss=m.heldout_loss,
+            final_loss=m.final_loss,
+            value=value,
+        )
+    ]
 
 
 def search_probes(details: dict, stage: str) -> list[ProbePoint]:
     """The recipe search's probes of ``stage`` in a train step's details (``details["search"][stage]``)."""
     search = (details.get("search") or {}).get(stage) or {}
-    return [ProbePoint(learning_rate=p["learning_rate"], steps=p.get("steps", 0),
-                       values={int(k): v for k, v in (p.get("values") or {}).items()},
-                       pruned=bool(p.get("pruned")), unstable=bool(p.get("unstable")))
-            for p in search.get("probes") or []]
+    return [
+        ProbePoint(
+            learning_rate=p["learning_rate"],
+            steps=p.get("steps", 0),
+            values={int(k): v for k, v in (p.get("values") or {}).items()},
+            pruned=bool(p.get("pruned")),
+            unstable=bool(p.get("unstable")),
+        )
+        for p in search.get("probes") or []
+    ]
 
 
 def _data_evidence(ctx: ToolContext, ev: StepResult, stage: str, trained: StepResult) -> dict:
@@ -383,11 +513,13 @@ def _cost(ctx: ToolContext, stage: str, trained: StepResult) -> dict:
     metrics, names = trained.metrics, trained.stages or [stage]
     steps = metrics.get(f"{stage}.steps_this_attempt") or metrics.get(f"{stage}.steps")
     wall = metrics.get(f"{stage}.wall_s")
-    out: dict = {"seconds_per_step": wall / steps if wall and steps else None,
-                 "fixed_s": sum(metrics.get(f"{n}.wall_s", 0.0) for n in names if n != stage)}
+    out: dict = {
+        "seconds_per_step": wall / steps if wall and steps else None,
+        "fixed_s": sum(metrics.get(f"{n}.wall_s", 0.0) for n in names if n != stage),
+    }
     if ctx.allowed_s is not None and ctx.spent_s is not None:
         order = [s.name for s in curriculum_from_task(ctx.task).stages]
-        later = order[order.index(stage) + 1:] if stage in order else []
+        later = order[order.index(stage) + 1 :] if stage in order else []
         reserve = sum(plan_stage(ctx.task, s, ctx.task.train_config(s)).est_minutes * 60 for s in later)
         out["budget_left_s"] = max(0.0, ctx.allowed_s - ctx.spent_s - reserve)
     return out
@@ -398,13 +530,15 @@ def _final_decision(ctx: ToolContext, ev: StepResult):
     checkpoint: every metric that gate checked may fall by at most ``task.final_tolerance``."""
     passed = [(n, o) for n, o in ctx.outputs.items() if o.outcome == "passed" and "judged" in o.details]
     if not passed:
-        return GateDecision(stage="final", passed=True, checks=[],
-                            reasons=["no earlier gate to hold the final weights to"])
+        return GateDecision(
+            stage="final", passed=True, checks=[], reasons=["no earlier gate to hold the final weights to"]
+        )
     name, last = passed[-1]
     judged = last.details["judged"]
     metrics = last.details.get("checked") or [m for m in ("exact_match",) if m in judged and m in ev.metrics]
     if not metrics:
-        return GateDecision(stage="final", passed=True, checks=[],
-                            reasons=[f"{name} checked no metric that final_eval measured"])
+        return GateDecision(
+            stage="final", passed=True, checks=[], reasons=[f"{name} checked no metric that final_eval measured"]
+        )
     rules = [GateRule(metric=m, max_regression=ctx.task.final_tolerance) for m in metrics]
     return evaluate_gate("final", ev.metrics, rules, previous=judged, previous_stage=f"{name} ({last.stage})")

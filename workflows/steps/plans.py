@@ -28,7 +28,8 @@ from trainteam.workflows.task.stage_plan import plan_stage
 
 class TrainArgs(PlanFirstArgs):
     overrides: dict[str, StageOverrides] = Field(
-        default_factory=dict, description="per-stage settings replacing the task's (from the planner), by stage name")
+        default_factory=dict, description="per-stage settings replacing the task's (from the planner), by stage name"
+    )
 
 
 def apply_overrides(ctx: ToolContext, args: TrainArgs) -> ToolContext:
@@ -75,10 +76,14 @@ def plan_stages(ctx: ToolContext, tool: str) -> dict[str, Any]:
         if found is not None and found.probes:  # the pace the probes measured on this machine, not the planner's guess
             verdict = verdict.model_copy(update={"est_minutes": round(cfg.max_steps * sec_per_step(found) / 60, 3)})
         total += verdict.est_minutes * left
-        out["stages"][stage] = {"max_steps": cfg.max_steps, "learning_rate": cfg.learning_rate,
-                                "per_device_train_batch_size": cfg.per_device_train_batch_size,
-                                "max_length": cfg.max_length, "steps_done": done_steps,
-                                **verdict.model_dump(exclude={"stage"})}
+        out["stages"][stage] = {
+            "max_steps": cfg.max_steps,
+            "learning_rate": cfg.learning_rate,
+            "per_device_train_batch_size": cfg.per_device_train_batch_size,
+            "max_length": cfg.max_length,
+            "steps_done": done_steps,
+            **verdict.model_dump(exclude={"stage"}),
+        }
         searched = (task.search.stages or {}).get(stage)
         if searched:  # these settings are the search's to choose, within the budget: the numbers above are placeholders
             out["stages"][stage]["searched"] = {"settings": searched, "budget_fraction": task.search.budget_fraction}
@@ -98,5 +103,9 @@ def plan_curate(ctx: ToolContext, tool: str) -> dict[str, Any]:
 
 def plan_step(ctx: ToolContext, tool: str) -> dict[str, Any]:
     """What any other tool would run."""
-    return {"tool": tool, "step": ctx.step, "inputs": {k: str(v) for k, v in ctx.inputs.items()},
-            "will": f"run {tool} for step {ctx.step} of run {ctx.run_id}"}
+    return {
+        "tool": tool,
+        "step": ctx.step,
+        "inputs": {k: str(v) for k, v in ctx.inputs.items()},
+        "will": f"run {tool} for step {ctx.step} of run {ctx.run_id}",
+    }

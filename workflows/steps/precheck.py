@@ -101,8 +101,10 @@ def reason_to_run(task) -> tuple[bool, str]:
     if spec.mode == "never":
         return False, "precheck.mode: never"
     if task.model.path is not None:
-        return False, (f"model.path: {task.model.path} is a model folder, which cannot be shrunk to a proxy; "
-                       "its gates judge the data instead")
+        return False, (
+            f"model.path: {task.model.path} is a model folder, which cannot be shrunk to a proxy; "
+            "its gates judge the data instead"
+        )
     if spec.mode == "always":
         return True, "precheck.mode: always"
     if task.data.path is None:
@@ -112,8 +114,10 @@ def reason_to_run(task) -> tuple[bool, str]:
     minutes, _ = run_estimate(task)
     if minutes >= spec.min_minutes:
         return True, f"the planner estimates {minutes:.1f} min for the run (precheck.min_minutes {spec.min_minutes:g})"
-    return False, (f"the planner estimates {minutes:.1f} min for the run, under precheck.min_minutes "
-                   f"{spec.min_minutes:g}: a small run is its own check")
+    return False, (
+        f"the planner estimates {minutes:.1f} min for the run, under precheck.min_minutes "
+        f"{spec.min_minutes:g}: a small run is its own check"
+    )
 
 
 def precheck_data(ctx: ToolContext) -> StepResult:
@@ -126,9 +130,11 @@ def precheck_data(ctx: ToolContext) -> StepResult:
     stored = work / "verdict.json"
     if accepted is not None and stored.is_file():  # a person accepted the failed verdict: on with the run
         verdict = PrecheckVerdict.model_validate_json(stored.read_text())
-        return StepResult(summary=f"{verdict.line()}; accepted by {accepted.decided_by or 'a person'}",
-                          metrics=_metrics(verdict), details={"precheck": verdict.model_dump(mode="json"),
-                                                              "accepted_by": accepted.model_dump(mode="json")})
+        return StepResult(
+            summary=f"{verdict.line()}; accepted by {accepted.decided_by or 'a person'}",
+            metrics=_metrics(verdict),
+            details={"precheck": verdict.model_dump(mode="json"), "accepted_by": accepted.model_dump(mode="json")},
+        )
     data = ctx.latest("prepare_corpus", "curate")
     rows = read_jsonl(data.artifact("train"))
     kind = row_kind(rows[0]) if rows else "no"
@@ -141,11 +147,15 @@ def precheck_data(ctx: ToolContext) -> StepResult:
     details = {"precheck": verdict.model_dump(mode="json")}
     if verdict.accept or accepted is not None:
         return StepResult(summary=verdict.line(), metrics=_metrics(verdict), details=details)
-    needs = NeedsPerson(action="accept_precheck", requested_by=ctx.persona, refused="training on data the "
-                        "pre-check failed", proposed={"train_on": data.artifacts["train"]},
-                        evidence=verdict.model_dump(mode="json"), resume=Resume(kind="accept_gate"))
-    return StepResult(outcome="failed", summary=verdict.line(), metrics=_metrics(verdict), details=details,
-                      needs=needs)
+    needs = NeedsPerson(
+        action="accept_precheck",
+        requested_by=ctx.persona,
+        refused="training on data the pre-check failed",
+        proposed={"train_on": data.artifacts["train"]},
+        evidence=verdict.model_dump(mode="json"),
+        resume=Resume(kind="accept_gate"),
+    )
+    return StepResult(outcome="failed", summary=verdict.line(), metrics=_metrics(verdict), details=details, needs=needs)
 
 
 def _skipped(why: str) -> StepResult:
@@ -153,8 +163,12 @@ def _skipped(why: str) -> StepResult:
 
 
 def _metrics(v: PrecheckVerdict) -> dict[str, float]:
-    return {"precheck.ratio": round(v.ratio, 4), "precheck.heldout_loss": round(v.data.heldout_loss, 4),
-            "precheck.baseline_heldout_loss": round(v.baseline.heldout_loss, 4), "precheck.seconds": v.seconds}
+    return {
+        "precheck.ratio": round(v.ratio, 4),
+        "precheck.heldout_loss": round(v.data.heldout_loss, 4),
+        "precheck.baseline_heldout_loss": round(v.baseline.heldout_loss, 4),
+        "precheck.seconds": v.seconds,
+    }
 
 
 def _check(ctx: ToolContext, rows: list[dict], eval_path: str | None, why: str, work: Path) -> PrecheckVerdict:
@@ -167,19 +181,28 @@ def _check(ctx: ToolContext, rows: list[dict], eval_path: str | None, why: str, 
     heldout: list[dict[str, str]] | None
     if reference is None:
         n = max(1, min(HELDOUT_ROWS, len(rows) // 10))
-        heldout, train = rows[:n], rows[n:][:PROXY_STEPS * PROXY_BATCH]
+        heldout, train = rows[:n], rows[n:][: PROXY_STEPS * PROXY_BATCH]
         other, where = _control(train, rng), f"{n} rows held out of the data"
     else:
-        train = rows[:PROXY_STEPS * PROXY_BATCH]
-        other = [_shape(r) for r in _reference_rows(reference, row_kind(train[0]))][:PROXY_STEPS * PROXY_BATCH]
+        train = rows[: PROXY_STEPS * PROXY_BATCH]
+        other = [_shape(r) for r in _reference_rows(reference, row_kind(train[0]))][: PROXY_STEPS * PROXY_BATCH]
         heldout = [_shape(r) for r in read_jsonl(Path(eval_path))][:HELDOUT_ROWS] if eval_path else None
         where = "the task's held-out set" if heldout else "held-out reference rows"
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(task, train + other + (heldout or []), work / "tokenizer")
     proxy = model_ladder(task.model, RUNGS)[0]
-    found = compare_datasets({"data": train}, other, tokenizer=tokenizer, model=task.model, work_dir=work,
-                             config=_proxy_config(task, proxy), eval_data=heldout, rungs=RUNGS, seed=task.data.seed,
-                             tolerance=LADDER_TOLERANCE if reference is not None else LEARN_TOLERANCE)["data"]
+    found = compare_datasets(
+        {"data": train},
+        other,
+        tokenizer=tokenizer,
+        model=task.model,
+        work_dir=work,
+        config=_proxy_config(task, proxy),
+        eval_data=heldout,
+        rungs=RUNGS,
+        seed=task.data.seed,
+        tolerance=LADDER_TOLERANCE if reference is not None else LEARN_TOLERANCE,
+    )["data"]
     for name in ("data", "reference", "tokenizer"):
         shutil.rmtree(work / name, ignore_errors=True)
     seconds = round(time.monotonic() - t0, 2)
@@ -223,41 +246,80 @@ def _tokenizer(task, rows: list[dict], out: Path):
 def _proxy_config(task, proxy) -> TrainConfig:
     first = curriculum_from_task(task).training_stages()[:1]
     seq_len = task.train_config(first[0].name).max_length if first else PROXY_MAX_SEQ
-    return TrainConfig(max_steps=PROXY_STEPS, per_device_train_batch_size=PROXY_BATCH, learning_rate=PROXY_LR,
-                       warmup_steps=0, max_length=min(seq_len, PROXY_MAX_SEQ, proxy.max_position_embeddings),
-                       threads=task.threads)
+    return TrainConfig(
+        max_steps=PROXY_STEPS,
+        per_device_train_batch_size=PROXY_BATCH,
+        learning_rate=PROXY_LR,
+        warmup_steps=0,
+        max_length=min(seq_len, PROXY_MAX_SEQ, proxy.max_position_embeddings),
+        threads=task.threads,
+    )
 
 
-_CONTROLS = {"pair": ("each answer moved to another row's prompt", "the answers may not follow from the prompts"),
-             "text": ("each row's characters shuffled", "the text may have no order a model could learn")}
+_CONTROLS = {
+    "pair": ("each answer moved to another row's prompt", "the answers may not follow from the prompts"),
+    "text": ("each row's characters shuffled", "the text may have no order a model could learn"),
+}
 
 
 def _learnability(v: LadderVerdict, kind: str, why: str, where: str, seconds: float) -> PrecheckVerdict:
     learnable = v.verdict == "better"
     d, c = v.custom, v.reference
-    reasons = [(f"held-out loss on {where}: {d.heldout_loss:.4f} trained on the data, {c.heldout_loss:.4f} on its "
-               f"control (ratio {v.ratio:.3f}; learnable below {1 - LEARN_TOLERANCE:.2f})"),
-               (f"training loss: data {d.first_loss:.3f} -> {d.last_loss:.3f}, control {c.first_loss:.3f} -> "
-               f"{c.last_loss:.3f} ({d.steps} steps each, same initial weights)")]
+    reasons = [
+        (
+            f"held-out loss on {where}: {d.heldout_loss:.4f} trained on the data, {c.heldout_loss:.4f} on its "
+            f"control (ratio {v.ratio:.3f}; learnable below {1 - LEARN_TOLERANCE:.2f})"
+        ),
+        (
+            f"training loss: data {d.first_loss:.3f} -> {d.last_loss:.3f}, control {c.first_loss:.3f} -> "
+            f"{c.last_loss:.3f} ({d.steps} steps each, same initial weights)"
+        ),
+    ]
     control, hint = _CONTROLS[kind]
-    reasons.append("the proxy learns clearly more from the data than from its control" if learnable else
-                   f"the proxy learned no more from the data than from its control ({control}): {hint}")
-    return PrecheckVerdict(check="learnability", verdict="learnable" if learnable else "unlearnable", accept=learnable,
-                           why_run=why, against=f"a control: the same rows, {control}", ratio=v.ratio, data=d,
-                           baseline=c, heldout=where, heldout_rows=v.heldout_rows, proxy=_proxy(v), seconds=seconds,
-                           reasons=reasons)
+    reasons.append(
+        "the proxy learns clearly more from the data than from its control"
+        if learnable
+        else f"the proxy learned no more from the data than from its control ({control}): {hint}"
+    )
+    return PrecheckVerdict(
+        check="learnability",
+        verdict="learnable" if learnable else "unlearnable",
+        accept=learnable,
+        why_run=why,
+        against=f"a control: the same rows, {control}",
+        ratio=v.ratio,
+        data=d,
+        baseline=c,
+        heldout=where,
+        heldout_rows=v.heldout_rows,
+        proxy=_proxy(v),
+        seconds=seconds,
+        reasons=reasons,
+    )
 
 
 def _ladder(v: LadderVerdict, why: str, reference: str, seconds: float) -> PrecheckVerdict:
-    return PrecheckVerdict(check="ladder", verdict=v.verdict, accept=v.accept, why_run=why,
-                           against=f"precheck.reference {reference}", ratio=v.ratio, data=v.custom,
-                           baseline=v.reference,
-                           heldout=v.heldout, heldout_rows=v.heldout_rows, proxy=_proxy(v), seconds=seconds,
-                           reasons=v.reasons if not v.accept else [*v.reasons, _AS_GOOD[v.verdict]])
+    return PrecheckVerdict(
+        check="ladder",
+        verdict=v.verdict,
+        accept=v.accept,
+        why_run=why,
+        against=f"precheck.reference {reference}",
+        ratio=v.ratio,
+        data=v.custom,
+        baseline=v.reference,
+        heldout=v.heldout,
+        heldout_rows=v.heldout_rows,
+        proxy=_proxy(v),
+        seconds=seconds,
+        reasons=v.reasons if not v.accept else [*v.reasons, _AS_GOOD[v.verdict]],
+    )
 
 
-_AS_GOOD = {"better": "the data teaches the proxy more about the held-out rows than the reference does",
-            "comparable": "the data teaches the proxy about as much as the reference does"}
+_AS_GOOD = {
+    "better": "the data teaches the proxy more about the held-out rows than the reference does",
+    "comparable": "the data teaches the proxy about as much as the reference does",
+}
 
 
 def _proxy(v: LadderVerdict) -> dict[str, int]:

@@ -127,8 +127,15 @@ class StageRecipe:
     warm_start: Path | None = None  # the chosen probe's checkpoint: the stage's run resumes from it
 
 
-def find_recipe(ctx: ToolContext, stage: str, make_model: Callable[[], Any], data_path: Path, tokenizer,
-                later: list[str], reward_funcs=None) -> StageRecipe:
+def find_recipe(
+    ctx: ToolContext,
+    stage: str,
+    make_model: Callable[[], Any],
+    data_path: Path,
+    tokenizer,
+    later: list[str],
+    reward_funcs=None,
+) -> StageRecipe:
     """The stage's recipe: the searched settings chosen (no report when nothing is searched)."""
     cfg = ctx.task.train_config(stage)
     searched = (ctx.task.search.stages or {}).get(stage)
@@ -210,32 +217,66 @@ def _prior(task, cfg: TrainConfig, from_scratch: bool) -> tuple[list[float], flo
         width, arch = None, None
     lora = cfg.lora is not None
     _, _, centre, why = lr_prior(from_scratch=from_scratch, lora=lora, hidden_size=width, arch=arch)
-    space = lr_space(cfg.method, from_scratch=from_scratch, lora=lora, n=task.search.trials, hidden_size=width,
-                     arch=arch)
+    space = lr_space(
+        cfg.method, from_scratch=from_scratch, lora=lora, n=task.search.trials, hidden_size=width, arch=arch
+    )
     return space, centre, why
 
 
-def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str], make_model, rows: list[dict],
-            tokenizer, later: list[str], reward_funcs) -> SearchReport:
+def _search(
+    ctx: ToolContext,
+    stage: str,
+    cfg: TrainConfig,
+    searched: list[str],
+    make_model,
+    rows: list[dict],
+    tokenizer,
+    later: list[str],
+    reward_funcs,
+) -> SearchReport:
     task = ctx.task
-    batch = (cfg.per_device_train_batch_size if "per_device_train_batch_size" not in searched
-             else default_batch(len(rows)))
+    batch = (
+        cfg.per_device_train_batch_size if "per_device_train_batch_size" not in searched else default_batch(len(rows))
+    )
     probe_s, share_s = _time_shares(ctx, stage, later)
     given_steps = _given_steps(cfg, searched, len(rows), batch)
     from_scratch = task.model.path is None and stage == task.stage_names()[0]  # random init: no weights before it
     space, centre, prior = _prior(task, cfg, from_scratch)
-    report = SearchReport(stage=stage, method=cfg.method, space=space, prior=prior, prior_lr=centre, probe_steps=9,
-                          rungs=rung_steps(9), budget_s=round(probe_s, 1))
+    report = SearchReport(
+        stage=stage,
+        method=cfg.method,
+        space=space,
+        prior=prior,
+        prior_lr=centre,
+        probe_steps=9,
+        rungs=rung_steps(9),
+        budget_s=round(probe_s, 1),
+    )
     work = _work(ctx, stage)
     shutil.rmtree(work, ignore_errors=True)  # a search cut short (a crash) starts again: its folders mean nothing
     if "learning_rate" in searched and len(rows) >= MIN_ROWS:
         train_rows, val_rows = split_rows(rows, task.data.seed)
         report.validation_rows = len(val_rows)
-        _probe(ctx, report, cfg, batch, given_steps, probe_s, share_s, make_model, train_rows, val_rows, tokenizer,
-               work, reward_funcs)
+        _probe(
+            ctx,
+            report,
+            cfg,
+            batch,
+            given_steps,
+            probe_s,
+            share_s,
+            make_model,
+            train_rows,
+            val_rows,
+            tokenizer,
+            work,
+            reward_funcs,
+        )
     elif "learning_rate" in searched:
-        report.reasons.append(f"{len(rows)} rows: fewer than {MIN_ROWS}, too few to rank learning rates on; "
-                              f"the default {cfg.learning_rate:g} is kept")
+        report.reasons.append(
+            f"{len(rows)} rows: fewer than {MIN_ROWS}, too few to rank learning rates on; "
+            f"the default {cfg.learning_rate:g} is kept"
+        )
     _choose(ctx, report, cfg, searched, len(rows), batch, share_s, given_steps)
     kept = _continuing(report)
     release(report, work, keep=kept.trial if kept else None)
@@ -243,45 +284,105 @@ def _search(ctx: ToolContext, stage: str, cfg: TrainConfig, searched: list[str],
     return report
 
 
-def _probe(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, batch: int, given_steps: int | None,
-           probe_s: float, share_s: float, make_model, train_rows: list[dict], val_rows: list[dict], tokenizer,
-           work: Path, reward_funcs) -> None:
+def _probe(
+    ctx: ToolContext,
+    report: SearchReport,
+    cfg: TrainConfig,
+    batch: int,
+    given_steps: int | None,
+    probe_s: float,
+    share_s: float,
+    make_model,
+    train_rows: list[dict],
+    val_rows: list[dict],
+    tokenizer,
+    work: Path,
+    reward_funcs,
+) -> None:
     """The stage's length (given, or what its share affords beside the probes), the top rung (half of it,
     less where the search's share is short), then the probes at that length."""
     task = ctx.task
     trials = task.search.trials
     began = clock.now()
-    setup, pace = measure_pace(cfg, make_model, train_rows, tokenizer, lr=report.space[len(report.space) // 2],
-                               batch=batch, work_dir=work, reward_funcs=reward_funcs)
+    setup, pace = measure_pace(
+        cfg,
+        make_model,
+        train_rows,
+        tokenizer,
+        lr=report.space[len(report.space) // 2],
+        batch=batch,
+        work_dir=work,
+        reward_funcs=reward_funcs,
+    )
     setups = 2 * trials * setup  # a probe sets up once per rung
     top = probe_length(probe_s - (clock.now() - began) - setups, pace, trials)
     waste_s = setups + wasted_tops(trials) * top * pace
-    steps = given_steps or final_steps(share_s - (clock.now() - began) - waste_s, pace, len(train_rows), batch,
-                                       cfg.gradient_accumulation_steps, _epochs(task), FIRST_RUNG * TOP_OF_RUN)
+    steps = given_steps or final_steps(
+        share_s - (clock.now() - began) - waste_s,
+        pace,
+        len(train_rows),
+        batch,
+        cfg.gradient_accumulation_steps,
+        _epochs(task),
+        FIRST_RUNG * TOP_OF_RUN,
+    )
     half = max(1, steps // TOP_OF_RUN)
     warmup = probe_warmup(_warmup(cfg, steps), min(top, half), _gave_warmup(cfg))
     top = max(1, min(max(top, 2 * warmup), half))  # past the warm-up, if half the stage allows
     report.probe_steps, report.rungs, report.run_steps = top, rung_steps(top, warmup), steps
     report.warmup_steps, report.pace_s = warmup, round(pace, 4)
     report.budget_s = round(probe_s - (clock.now() - began), 1)
-    report.reasons.append(f"measured {pace:.3g} s a step and {setup:.1f} s to set up: every probe trains towards the "
-                          f"stage's {steps} steps after {warmup} warm-up steps, all to step {report.rungs[0]}, the "
-                          f"best third to {top}; the chosen one goes on from there")
+    report.reasons.append(
+        f"measured {pace:.3g} s a step and {setup:.1f} s to set up: every probe trains towards the "
+        f"stage's {steps} steps after {warmup} warm-up steps, all to step {report.rungs[0]}, the "
+        f"best third to {top}; the chosen one goes on from there"
+    )
     say(escape(f"recipe search of {report.stage}: {report.reasons[-1]}"))
+    score = _objective(ctx, report, tokenizer, val_rows)
+    final = cfg.model_copy(
+        update={
+            "max_steps": steps,
+            "num_train_epochs": None,
+            "per_device_train_batch_size": batch,
+            "warmup_steps": warmup,
+            "warmup_ratio": None,
+        }
+    )
+    run_probes(
+        report,
+        final,
+        make_model,
+        train_rows,
+        score,
+        tokenizer,
+        seed=task.data.seed,
+        work_dir=work,
+        reward_funcs=reward_funcs,
+    )
+
+
+def _objective(ctx: ToolContext, report: SearchReport, tokenizer, val_rows: list[dict]):
+    """The rungs' scorer: the gate's metric on the validation rows where they carry answers, and why."""
     report.objective, score = _scorer(ctx, report.stage, tokenizer, val_rows)
-    metric, why = search_metric(task, report.stage)
+    metric, why = search_metric(ctx.task, report.stage)
     if report.objective != metric:
         why += "; the validation rows carry no answers to check"
-    report.reasons.append(f"the rungs rank by {report.objective} where it separates the probes, else by held-out "
-                          f"loss ({why})")
-    final = cfg.model_copy(update={"max_steps": steps, "num_train_epochs": None, "per_device_train_batch_size": batch,
-                                   "warmup_steps": warmup, "warmup_ratio": None})
-    run_probes(report, final, make_model, train_rows, score, tokenizer, seed=task.data.seed, work_dir=work,
-               reward_funcs=reward_funcs)
+    report.reasons.append(
+        f"the rungs rank by {report.objective} where it separates the probes, else by held-out loss ({why})"
+    )
+    return score
 
 
-def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: list[str], rows: int, batch: int,
-            share_s: float, given_steps: int | None) -> None:
+def _choose(
+    ctx: ToolContext,
+    report: SearchReport,
+    cfg: TrainConfig,
+    searched: list[str],
+    rows: int,
+    batch: int,
+    share_s: float,
+    given_steps: int | None,
+) -> None:
     """The offline pick (the best probe where two or more stable probes stood), offered to a configured model,
     then the length."""
     chosen = _pick(report)
@@ -291,12 +392,14 @@ def _choose(ctx: ToolContext, report: SearchReport, cfg: TrainConfig, searched: 
         say(f"recipe for {report.stage}: no probe finished stably; the default lr {lr:g} is kept")
     if report.run_steps is not None:
         steps = report.run_steps
-        report.reasons.append(f"{steps} steps: " + ("what the task gave" if given_steps else _length_reason(
-            ctx, rows, batch, share_s)))
+        report.reasons.append(
+            f"{steps} steps: " + ("what the task gave" if given_steps else _length_reason(ctx, rows, batch, share_s))
+        )
     elif given_steps is None:
         pace = _estimate_pace(ctx, report.stage, cfg)
-        steps = final_steps(share_s - report.spent_s, pace, rows, batch, cfg.gradient_accumulation_steps,
-                            _epochs(ctx.task), 9)
+        steps = final_steps(
+            share_s - report.spent_s, pace, rows, batch, cfg.gradient_accumulation_steps, _epochs(ctx.task), 9
+        )
         report.reasons.append(f"{steps} steps: " + _length_reason(ctx, rows, batch, share_s, pace))
     else:
         steps = given_steps
@@ -318,9 +421,13 @@ def _pick(report: SearchReport) -> Probe | None:
     comparison = choice_comparison(report, report.best_trial)
     why = f"the best at step {comparison.step}: {comparison.reason}" if comparison else "the only stable probe"
     offline = RecipeChoice(trial=report.best_trial, reason=why[:500])
-    decided = decide("training_engineer", f"Choose the learning rate for stage {report.stage} among the probes",
-                     report, offline,
-                     check=lambda c: None if c.trial in ok else f"trial {c.trial} is not a stable probe {sorted(ok)}")
+    decided = decide(
+        "training_engineer",
+        f"Choose the learning rate for stage {report.stage} among the probes",
+        report,
+        offline,
+        check=lambda c: None if c.trial in ok else f"trial {c.trial} is not a stable probe {sorted(ok)}",
+    )
     if decided.warning:
         report.reasons.append(decided.warning)
     report.decided_by = decided.by
@@ -335,8 +442,7 @@ def _pick(report: SearchReport) -> Probe | None:
     return chosen
 
 
-def _length_reason(ctx: ToolContext, rows: int, batch: int, share_s: float,
-                   pace: float | None = None) -> str:
+def _length_reason(ctx: ToolContext, rows: int, batch: int, share_s: float, pace: float | None = None) -> str:
     epochs = _epochs(ctx.task)
     afford = f"what the stage's {share_s:.0f} s afford" + (f" at {pace:.3g} s a step" if pace else " beside the probes")
     return f"{epochs:g} passes over {rows} rows at batch {batch}, or {afford}, whichever is less" if epochs else afford
@@ -346,10 +452,10 @@ def _scorer(ctx: ToolContext, stage: str, tokenizer, val_rows: list[dict]):
     """The probes' scores on the validation slice: held-out loss, and the gate's metric (``search_metric``) by
     the task's answer rule where the rows carry answers."""
     metric, _ = search_metric(ctx.task, stage)
-    length = size_generation(tokenizer, val_rows, set_value=ctx.task.eval.max_new_tokens,
-                             where="the recipe search's validation rows")  # sized from their own answers
-    return make_scorer(tokenizer, val_rows, answer=ctx.task.answer, metric=metric,
-                       max_new_tokens=length.tokens)
+    length = size_generation(
+        tokenizer, val_rows, set_value=ctx.task.eval.max_new_tokens, where="the recipe search's validation rows"
+    )  # sized from their own answers
+    return make_scorer(tokenizer, val_rows, answer=ctx.task.answer, metric=metric, max_new_tokens=length.tokens)
 
 
 def _epochs(task) -> float | None:
@@ -360,10 +466,28 @@ def _epochs(task) -> float | None:
 
 
 def _record(ctx: ToolContext, stage: str, report: SearchReport) -> None:
-    nodes = [record_probe(ctx.graph, f"{ctx.run_id}/{ctx.step}/{stage}/probe-{p.trial}", run_id=ctx.run_id,
-                          stage=stage, step_node=ctx.step_node, facts=p.model_dump(mode="json"))
-             for p in report.probes]
-    record_recipe(ctx.graph, _key(ctx, stage), run_id=ctx.run_id, stage=stage, step_node=ctx.step_node,
-                  probe_nodes=nodes, facts={"chosen": report.chosen.model_dump() if report.chosen else None,
-                                            "decided_by": report.decided_by, "reasons": report.reasons,
-                                            "report": report.model_dump(mode="json")})
+    nodes = [
+        record_probe(
+            ctx.graph,
+            f"{ctx.run_id}/{ctx.step}/{stage}/probe-{p.trial}",
+            run_id=ctx.run_id,
+            stage=stage,
+            step_node=ctx.step_node,
+            facts=p.model_dump(mode="json"),
+        )
+        for p in report.probes
+    ]
+    record_recipe(
+        ctx.graph,
+        _key(ctx, stage),
+        run_id=ctx.run_id,
+        stage=stage,
+        step_node=ctx.step_node,
+        probe_nodes=nodes,
+        facts={
+            "chosen": report.chosen.model_dump() if report.chosen else None,
+            "decided_by": report.decided_by,
+            "reasons": report.reasons,
+            "report": report.model_dump(mode="json"),
+        },
+    )

@@ -11,18 +11,39 @@ from trainteam.trainers.serving.registry import ModelRecord, ModelRegistry
 from trainteam.workflows.report.evidence import register_evidence
 
 
-def register_and_record(ws, path: Path, *, stage: str, metrics: dict[str, Any] | None = None, name: str | None = None,
-                        base: str | None = None, run_id: str | None = None, checkpoint_node: str | None = None,
-                        lineage: dict[str, Any] | None = None, step_node: str | None = None) -> tuple[ModelRecord, str]:
+def register_and_record(
+    ws,
+    path: Path,
+    *,
+    stage: str,
+    metrics: dict[str, Any] | None = None,
+    name: str | None = None,
+    base: str | None = None,
+    run_id: str | None = None,
+    checkpoint_node: str | None = None,
+    lineage: dict[str, Any] | None = None,
+    step_node: str | None = None,
+) -> tuple[ModelRecord, str]:
     """The checkpoint in the model registry, and its Model node in the graph (registers the
     Checkpoint ``checkpoint_node``, produced_by the run and ``step_node``): ``(record, node)``.
     A registration whose process died between the registry row and the Model node gets its
     node on the retry."""
-    rec = ModelRegistry.of(ws).register_checkpoint(path, stage=stage, base=base, metrics=metrics, name=name,
-                                                   run_id=run_id, lineage=lineage)
-    node = record_model(ws.graph, rec.id, name=rec.name, path=rec.path, stage=rec.stage, base=rec.base,
-                        metrics=rec.metrics, content_hash=rec.content_hash, checkpoint_node=checkpoint_node,
-                        run_id=run_id, produced_by=step_node)
+    rec = ModelRegistry.of(ws).register_checkpoint(
+        path, stage=stage, base=base, metrics=metrics, name=name, run_id=run_id, lineage=lineage
+    )
+    node = record_model(
+        ws.graph,
+        rec.id,
+        name=rec.name,
+        path=rec.path,
+        stage=rec.stage,
+        base=rec.base,
+        metrics=rec.metrics,
+        content_hash=rec.content_hash,
+        checkpoint_node=checkpoint_node,
+        run_id=run_id,
+        produced_by=step_node,
+    )
     return rec, node
 
 
@@ -31,16 +52,28 @@ def register_model(ctx: ToolContext) -> StepResult:
     ckpt = final.checkpoint
     generation = final.details.get("generation")
     record, node = register_and_record(
-        ctx.ws, ckpt, stage=final.details["stage"], metrics=final.metrics, name=ctx.task.name,
-        run_id=ctx.run_id, checkpoint_node=final.checkpoint_node,
-        lineage={"run": ctx.run_id, "task": ctx.task.name, "stages": ctx.task.stage_names(),
-                 # the answer length it was judged at: `trainteam serve` answers with it by default
-                 **({"answer_tokens": generation["tokens"]} if generation else {})},
+        ctx.ws,
+        ckpt,
+        stage=final.details["stage"],
+        metrics=final.metrics,
+        name=ctx.task.name,
+        run_id=ctx.run_id,
+        checkpoint_node=final.checkpoint_node,
+        lineage={
+            "run": ctx.run_id,
+            "task": ctx.task.name,
+            "stages": ctx.task.stage_names(),
+            # the answer length it was judged at: `trainteam serve` answers with it by default
+            **({"answer_tokens": generation["tokens"]} if generation else {}),
+        },
         step_node=ctx.step_node,
     )
-    return StepResult(summary=f"registered model {record.id} ({record.stage})",
-                      nodes={"model": node, "checkpoint": final.checkpoint_node},
-                      artifacts={"model": str(ckpt)}, details={"model_id": record.id})
+    return StepResult(
+        summary=f"registered model {record.id} ({record.stage})",
+        nodes={"model": node, "checkpoint": final.checkpoint_node},
+        artifacts={"model": str(ckpt)},
+        details={"model_id": record.id},
+    )
 
 
 def register_model_evidence(ctx: ToolContext) -> dict[str, Any]:

@@ -78,10 +78,20 @@ def train_tokenizer(ctx: ToolContext) -> StepResult:
     if not (out_dir / "tokenizer.json").exists():
         texts = (r.get("text") or (r["prompt"] + r["completion"]) for path, _ in sources for r in _records(str(path)))
         fit(texts, cfg, out_dir)
-    node = record_tokenizer(ctx.graph, key, sources=[n for _, n in sources], step_node=ctx.step_node,
-                            path=str(out_dir), vocab_size=cfg.vocab_size, split_digits=cfg.split_digits)
-    return StepResult(summary=f"tokenizer {key} (vocab {cfg.vocab_size})", artifacts={"tokenizer": str(out_dir)},
-                      nodes={"tokenizer": node})
+    node = record_tokenizer(
+        ctx.graph,
+        key,
+        sources=[n for _, n in sources],
+        step_node=ctx.step_node,
+        path=str(out_dir),
+        vocab_size=cfg.vocab_size,
+        split_digits=cfg.split_digits,
+    )
+    return StepResult(
+        summary=f"tokenizer {key} (vocab {cfg.vocab_size})",
+        artifacts={"tokenizer": str(out_dir)},
+        nodes={"tokenizer": node},
+    )
 
 
 def _templated_tokenizer(ctx: ToolContext, model_path: Path, template: str) -> tuple[Path, str]:
@@ -89,20 +99,46 @@ def _templated_tokenizer(ctx: ToolContext, model_path: Path, template: str) -> t
     in the workspace and recorded; every checkpoint then saves it."""
     key = hashlib.sha256(f"{Path(model_path).resolve()}\0{template}".encode()).hexdigest()[:16]
     out_dir, _ = save_tokenizer_with_template(Path(model_path), template, ctx.ws.dir("tokenizers") / key)
-    node = record_tokenizer(ctx.graph, key, sources=[], step_node=ctx.step_node, path=str(out_dir),
-                            vocab_size=len(load_tokenizer(out_dir)), split_digits=False)
+    node = record_tokenizer(
+        ctx.graph,
+        key,
+        sources=[],
+        step_node=ctx.step_node,
+        path=str(out_dir),
+        vocab_size=len(load_tokenizer(out_dir)),
+        split_digits=False,
+    )
     return out_dir, node
 
 
-def _checkpoint_node(ctx: ToolContext, final_dir: Path, stage: str, data_node: str, tok_node: str | None,
-                     parent: str | None, metrics: dict, config=None) -> str:
+def _checkpoint_node(
+    ctx: ToolContext,
+    final_dir: Path,
+    stage: str,
+    data_node: str,
+    tok_node: str | None,
+    parent: str | None,
+    metrics: dict,
+    config=None,
+) -> str:
     """The stage's final weights in the graph, with the resolved config (``config``) they were trained with."""
-    return record_checkpoint(ctx.graph, weights_hash(final_dir)[:16], run_id=ctx.run_id, step_node=ctx.step_node,
-                             trained_on=data_node, tokenizer=tok_node, derived_from=parent, path=str(final_dir),
-                             stage=stage, metrics=metrics, adapter=(final_dir / "adapter_config.json").exists(),
-                             method=config.method if config else None, seq_len=config.max_length if config else None,
-                             prompt_format=folder_prompt_format(final_dir),
-                             config=recorded(config) if config else None)
+    return record_checkpoint(
+        ctx.graph,
+        weights_hash(final_dir)[:16],
+        run_id=ctx.run_id,
+        step_node=ctx.step_node,
+        trained_on=data_node,
+        tokenizer=tok_node,
+        derived_from=parent,
+        path=str(final_dir),
+        stage=stage,
+        metrics=metrics,
+        adapter=(final_dir / "adapter_config.json").exists(),
+        method=config.method if config else None,
+        seq_len=config.max_length if config else None,
+        prompt_format=folder_prompt_format(final_dir),
+        config=recorded(config) if config else None,
+    )
 
 
 class _Stage:
@@ -163,8 +199,14 @@ class _Stage:
             if event not in self.events:  # the same restart resumed (more budget, a crash) is one restart
                 self.events.append(event)
         chosen = recipe.report.chosen if recipe is not None and recipe.report is not None else None
-        cfg = resolve_stage(ctx.task, stage, recipe=chosen, retry=retry, attempt=StageAttempt(out, factor),
-                            completion_length=completion_length)
+        cfg = resolve_stage(
+            ctx.task,
+            stage,
+            recipe=chosen,
+            retry=retry,
+            attempt=StageAttempt(out, factor),
+            completion_length=completion_length,
+        )
         warm_start = recipe.warm_start if recipe is not None else None
         if restart is None or restart.stage != stage:
             if warm_start is not None and _continues(warm_start, cfg) and not list_checkpoints(out):
@@ -175,19 +217,42 @@ class _Stage:
         self.configs[stage] = recorded(cfg)  # once per attempt: what the trainer gets
         return cfg, proposal
 
-    def run(self, stage: str, model, data, parent: str | None, data_node: str, recipe: StageRecipe | None = None,
-            completion_length: int | None = None):
+    def run(
+        self,
+        stage: str,
+        model,
+        data,
+        parent: str | None,
+        data_node: str,
+        recipe: StageRecipe | None = None,
+        completion_length: int | None = None,
+    ):
         ctx = self.ctx
         cfg, proposal = self._config(stage, model, recipe, completion_length)
         callbacks = recipe.callbacks if recipe is not None else None
         if ctx.task.distributed is not None:  # the same training, in launched processes (trainers/launch/supervisor.py)
-            report = train_launched(cfg.method, cfg, model, data, tokenizer=self.tokenizer, dist=ctx.task.distributed,
-                                    apply_proposal=proposal, answer=ctx.task.answer)
+            report = train_launched(
+                cfg.method,
+                cfg,
+                model,
+                data,
+                tokenizer=self.tokenizer,
+                dist=ctx.task.distributed,
+                apply_proposal=proposal,
+                answer=ctx.task.answer,
+            )
         else:
-            report = run_training(cfg.method, cfg, model, data, tokenizer=self.tokenizer, progress=ctx.progress,
-                                  apply_proposal=proposal,
-                                  reward_funcs=default_rewards(self.tokenizer, ctx.task.answer),
-                                  callbacks=callbacks)
+            report = run_training(
+                cfg.method,
+                cfg,
+                model,
+                data,
+                tokenizer=self.tokenizer,
+                progress=ctx.progress,
+                apply_proposal=proposal,
+                reward_funcs=default_rewards(self.tokenizer, ctx.task.answer),
+                callbacks=callbacks,
+            )
         new = [list(x) for x in report.losses]
         if new:  # points from before the rollback stay; the resumed run's points follow them
             self.curves[stage] = [p for p in self.curves.get(stage, []) if p[0] < new[0][0]] + new
@@ -195,13 +260,21 @@ class _Stage:
             return None, report
         # Telemetry counts the steps of this attempt only (a resumed run: max_steps minus the
         # checkpoint's step); the stage's step count is the trainer's global step.
-        tel = {("steps_this_attempt" if k == "steps" else k): float(v) for k, v in report.telemetry.items()
-               if isinstance(v, (int, float))}
-        stage_metrics = {**tel, "final_loss": report.losses[-1][1] if report.losses else float("nan"),
-                         "steps": float(report.steps_done), "seq_len": float(cfg.max_length)}
+        tel = {
+            ("steps_this_attempt" if k == "steps" else k): float(v)
+            for k, v in report.telemetry.items()
+            if isinstance(v, (int, float))
+        }
+        stage_metrics = {
+            **tel,
+            "final_loss": report.losses[-1][1] if report.losses else float("nan"),
+            "steps": float(report.steps_done),
+            "seq_len": float(cfg.max_length),
+        }
         self.metrics.update({f"{stage}.{k}": v for k, v in stage_metrics.items()})
-        node = _checkpoint_node(ctx, Path(report.final_dir), stage, data_node, self.tok_node, parent,
-                                stage_metrics, config=cfg)
+        node = _checkpoint_node(
+            ctx, Path(report.final_dir), stage, data_node, self.tok_node, parent, stage_metrics, config=cfg
+        )
         return node, report
 
     def stopped(self, stage: str, report) -> StepResult:
@@ -209,13 +282,19 @@ class _Stage:
         if report.stopped_reason == "budget":
             limit = budget.current()
             overrun = round(-limit.left_s(), 2) if limit is not None else None
-            where = {"where": f"training {stage}", "checkpoint": str(report.final_dir), "step": report.steps_done,
-                     "overrun_s": overrun}
-            return StepResult(outcome="over_budget", metrics=self.metrics,
-                              summary=f"{stage}: budget reached at step {report.steps_done}; checkpoint kept",
-                              details={"stage": stage, **where, **self.carried().model_dump(),
-                                       "configs": self.configs},
-                              needs=over_budget(self.ctx, where, self.carried()))
+            where = {
+                "where": f"training {stage}",
+                "checkpoint": str(report.final_dir),
+                "step": report.steps_done,
+                "overrun_s": overrun,
+            }
+            return StepResult(
+                outcome="over_budget",
+                metrics=self.metrics,
+                summary=f"{stage}: budget reached at step {report.steps_done}; checkpoint kept",
+                details={"stage": stage, **where, **self.carried().model_dump(), "configs": self.configs},
+                needs=over_budget(self.ctx, where, self.carried()),
+            )
         return self.spike_result(stage, report)
 
     def spike_result(self, stage: str, report) -> StepResult:
@@ -226,20 +305,45 @@ class _Stage:
         previous = [s for s in self.spikes if s["stage"] == stage]
         refusal = restart_refusal({**ev, "step": step}, previous, self.ctx.task.train_config(stage).spike.max_restarts)
         self.events.append({"stage": stage, "step": step, "kind": "spike"})
-        self.spikes.append({"stage": stage, "step": step, "metric": ev.get("metric"), "value": ev.get("value"),
-                            "rule": ev.get("rule"), "z": ev.get("z")})
-        details = {"stage": stage, "losses": self.curves, "events": self.events, "spikes": self.spikes,
-                   "evidence": ev, "configs": self.configs}
+        self.spikes.append(
+            {
+                "stage": stage,
+                "step": step,
+                "metric": ev.get("metric"),
+                "value": ev.get("value"),
+                "rule": ev.get("rule"),
+                "z": ev.get("z"),
+            }
+        )
+        details = {
+            "stage": stage,
+            "losses": self.curves,
+            "events": self.events,
+            "spikes": self.spikes,
+            "evidence": ev,
+            "configs": self.configs,
+        }
         if refusal is not None:
             return self._unresolved(stage, step, refusal, details)
         proposal = self._proposal(stage, step, report, ev, previous)
         # The person deciding sees what the monitor saw, whichever kind of proposal it is.
-        needs = NeedsPerson(action="restart_after_spike", numbered=True, proposed=proposal,
-                            evidence={"monitor": ev, "spikes": self.spikes}, requested_by=self.ctx.persona,
-                            resume=Resume(kind="restart", stage=stage, value=proposal), refused="restart",
-                            carried=self.carried())
-        return StepResult(outcome="spike", summary=f"{stage}: {proposal['reason']}", metrics=self.metrics,
-                          details={**details, "proposal": proposal}, needs=needs)
+        needs = NeedsPerson(
+            action="restart_after_spike",
+            numbered=True,
+            proposed=proposal,
+            evidence={"monitor": ev, "spikes": self.spikes},
+            requested_by=self.ctx.persona,
+            resume=Resume(kind="restart", stage=stage, value=proposal),
+            refused="restart",
+            carried=self.carried(),
+        )
+        return StepResult(
+            outcome="spike",
+            summary=f"{stage}: {proposal['reason']}",
+            metrics=self.metrics,
+            details={**details, "proposal": proposal},
+            needs=needs,
+        )
 
     def carried(self) -> Carried:
         """What a re-run of this step continues from this attempt."""
@@ -249,21 +353,35 @@ class _Stage:
         p = report.proposal
         self.spikes[-1]["from_start"] = p is None
         if p is not None:  # roll back inside the folder that spiked, at that attempt's learning rate
-            return {"stage": stage, "from_start": False, "spike_step": step, "reason": p.reason,
-                    "output_dir": str(self.attempt["output_dir"]), "lr_factor": self.attempt["lr_factor"],
-                    "proposal": p.model_dump(mode="json")}
+            return {
+                "stage": stage,
+                "from_start": False,
+                "spike_step": step,
+                "reason": p.reason,
+                "output_dir": str(self.attempt["output_dir"]),
+                "lr_factor": self.attempt["lr_factor"],
+                "proposal": p.model_dump(mode="json"),
+            }
         # No checkpoint preceded the spike: start the stage over from its input weights, in a
         # folder of its own, at half the learning rate of the attempt that spiked.
         k = 1 + sum(1 for s in previous if s.get("from_start"))
         factor = self.attempt["lr_factor"] * 0.5
-        seen = (f" ({ev['metric']} {ev['value']:.4g} against a window mean of {ev['window_mean']:.4g} ± "
-                f"{ev['window_std']:.2g}, z {ev['z']:.1f})" if "z" in ev
-                else f" ({ev.get('metric')} {ev.get('value')})")
+        seen = (
+            f" ({ev['metric']} {ev['value']:.4g} against a window mean of {ev['window_mean']:.4g} ± "
+            f"{ev['window_std']:.2g}, z {ev['z']:.1f})"
+            if "z" in ev
+            else f" ({ev.get('metric')} {ev.get('value')})"
+        )
         out = self._out(stage)
-        return {"stage": stage, "from_start": True, "spike_step": step, "lr_factor": factor,
-                "output_dir": str(out.with_name(f"{out.name}-restart{k}")),
-                "reason": f"spike at step {step}{seen}, before any checkpoint: restart {stage} from its start "
-                          f"with the learning rate at {factor:g}× the task's"}
+        return {
+            "stage": stage,
+            "from_start": True,
+            "spike_step": step,
+            "lr_factor": factor,
+            "output_dir": str(out.with_name(f"{out.name}-restart{k}")),
+            "reason": f"spike at step {step}{seen}, before any checkpoint: restart {stage} from its start "
+            f"with the learning rate at {factor:g}× the task's",
+        }
 
     def _unresolved(self, stage: str, step: int, refusal: str, details: dict) -> StepResult:
         """No restart is proposed: the step fails, or a person may keep the weights before the spike."""
@@ -276,11 +394,22 @@ class _Stage:
             return StepResult(outcome="error", summary=summary, metrics=self.metrics, details=details)
         what = f"checkpoint {keep.name} (before the spike)" if before else f"the stage's input weights ({keep})"
         accept = {"stage": stage, "keep": str(keep), "spike_step": step, "reason": f"keep {what} as {stage}'s result"}
-        needs = NeedsPerson(action=f"accept_spiked_{stage}", proposed=accept, requested_by=self.ctx.persona,
-                            evidence={"monitor": details["evidence"], "spikes": self.spikes}, refused="acceptance",
-                            resume=Resume(kind="keep_spiked", stage=stage, value=accept), carried=self.carried())
-        return StepResult(outcome="spike_limit", summary=f"{summary}; a person may keep {what}", metrics=self.metrics,
-                          details={**details, "accept": accept}, needs=needs)
+        needs = NeedsPerson(
+            action=f"accept_spiked_{stage}",
+            proposed=accept,
+            requested_by=self.ctx.persona,
+            evidence={"monitor": details["evidence"], "spikes": self.spikes},
+            refused="acceptance",
+            resume=Resume(kind="keep_spiked", stage=stage, value=accept),
+            carried=self.carried(),
+        )
+        return StepResult(
+            outcome="spike_limit",
+            summary=f"{summary}; a person may keep {what}",
+            metrics=self.metrics,
+            details={**details, "accept": accept},
+            needs=needs,
+        )
 
 
 def _finals(ctx: ToolContext, stage: str) -> list[Path]:
@@ -345,8 +474,9 @@ def train(ctx: ToolContext) -> StepResult:
         data_path, data_node = stage_train_data(ctx, st)
         seen.append(str(data_path))
         # what the stage starts from, on its own held-out set: what its gate compares against
-        record["inputs"][st.name] = _input_of(ctx, cur, st, model, tok_path if i == 0 else model, tokenizer,
-                                              record, seen).model_dump()
+        record["inputs"][st.name] = _input_of(
+            ctx, cur, st, model, tok_path if i == 0 else model, tokenizer, record, seen
+        ).model_dump()
         record.setdefault("base", record["inputs"][st.name])
         # A stage this visit trained to its end already (before a crash, a later stage's spike, a
         # failed stage gate a person accepted, or more budget granted) is not trained again.
@@ -354,15 +484,19 @@ def train(ctx: ToolContext) -> StepResult:
         if reused is not None:
             parent, final_dir = reused
         else:
-            later = names[i + 1:] + ([align.name] if align else [])
+            later = names[i + 1 :] + ([align.name] if align else [])
             recipe = _recipe(runner.ctx, st.name, model, tokenizer, data_path, later)
             if model is None:
                 model = build_model(task.model, tokenizer)
             try:
                 parent, report = runner.run(st.name, model, recipe.rows or data_path, parent, data_node, recipe)
             except StopRetry as stop:  # the judge's plan: retraining cannot fix what failed
-                return StepResult(outcome="error", summary=str(stop), metrics=runner.metrics,
-                                  details={"stages": names[: i + 1], "retry": "stopped", **record})
+                return StepResult(
+                    outcome="error",
+                    summary=str(stop),
+                    metrics=runner.metrics,
+                    details={"stages": names[: i + 1], "retry": "stopped", **record},
+                )
             if recipe.report is not None:
                 record["search"][st.name] = recipe.report.model_dump(mode="json")
             if parent is None:
@@ -371,21 +505,39 @@ def train(ctx: ToolContext) -> StepResult:
         model = final_dir
         record["checkpoints"][st.name], record["data"][st.name] = parent, data_node
         if i < len(stages) - 1:  # the last stage: the workflow's evaluate and gate steps
-            failed = _measure_and_gate(ctx, cur, st, final_dir, parent, seen, runner.metrics, record,
-                                       accepted.get(st.name))
+            failed = _measure_and_gate(
+                ctx, cur, st, final_dir, parent, seen, runner.metrics, record, accepted.get(st.name)
+            )
             if failed is not None:
                 return _stage_gate_failed(ctx, st.name, names, i, failed, runner, parent, record)
+    return _trained(ctx, names, runner, record, final_dir, parent, tok_node, seen)
+
+
+def _trained(
+    ctx: ToolContext, names: list[str], runner, record: dict, final_dir, parent, tok_node, seen: list[str]
+) -> StepResult:
+    """The step's result once every stage trained: the last checkpoint, the curves, the stages' records."""
     last = names[-1]
-    shown = "; ".join(f"{n} exact match {m['exact_match']:.3g}" for n, m in record["stage_evals"].items()
-                      if "exact_match" in m)
+    shown = "; ".join(
+        f"{n} exact match {m['exact_match']:.3g}" for n, m in record["stage_evals"].items() if "exact_match" in m
+    )
     note = retry_note(ctx, last)
     return StepResult(
         summary=f"trained {' → '.join(names)}; final loss {runner.metrics.get(f'{last}.final_loss', 0):.4f}"
-                + (f" ({shown})" if shown else "") + (f"; {note}" if note else ""),
+        + (f" ({shown})" if shown else "")
+        + (f"; {note}" if note else ""),
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
-        metrics=runner.metrics, nodes={"checkpoint": parent, **({"tokenizer": tok_node} if tok_node else {})},
-        details={"stages": names, "losses": runner.curves, "events": runner.events, "spikes": runner.spikes,
-                 "trained_on": seen, "configs": runner.configs, **record},
+        metrics=runner.metrics,
+        nodes={"checkpoint": parent, **({"tokenizer": tok_node} if tok_node else {})},
+        details={
+            "stages": names,
+            "losses": runner.curves,
+            "events": runner.events,
+            "spikes": runner.spikes,
+            "trained_on": seen,
+            "configs": runner.configs,
+            **record,
+        },
     )
 
 
@@ -410,24 +562,55 @@ def over_budget(ctx: ToolContext, where: dict[str, Any], carried: Carried | None
     return budget_overrun(ctx.step, budget, allowed_s, where, carried)
 
 
-def _stage_gate_failed(ctx: ToolContext, stage: str, names: list[str], i: int, failed, runner: _Stage,
-                       parent: str, record: dict) -> StepResult:
+def _stage_gate_failed(
+    ctx: ToolContext, stage: str, names: list[str], i: int, failed, runner: _Stage, parent: str, record: dict
+) -> StepResult:
     """An earlier curriculum stage's gate failed: the step stops (``stop``) or asks a person (``ask``)."""
     ask = ctx.task.on_gate_failure == "ask"
-    summary = (f"{failed.summary} (after stage {stage}; {' → '.join(names[i + 1:])} "
-               + ("waits for a person)" if ask else "not trained)"))
-    needs = NeedsPerson(action=f"accept_failed_gate_{stage}", proposed={"gate": f"{ctx.step}.{stage}", "stage": stage},
-                        evidence={"reasons": failed.reasons}, requested_by="eval_judge", refused="acceptance",
-                        resume=Resume(kind="accept_stage_gate", stage=stage),
-                        carried=Carried(losses=runner.curves, events=runner.events)) if ask else None
-    return StepResult(outcome="stage_gate_failed" if ask else "error", summary=summary, metrics=runner.metrics,
-                      nodes={"checkpoint": parent, "gate": record["stage_gates"][stage]["node"]},
-                      details={"stages": names[: i + 1], "stage": stage, "reasons": failed.reasons,
-                               "losses": runner.curves, "events": runner.events, **record}, needs=needs)
+    summary = f"{failed.summary} (after stage {stage}; {' → '.join(names[i + 1 :])} " + (
+        "waits for a person)" if ask else "not trained)"
+    )
+    needs = (
+        NeedsPerson(
+            action=f"accept_failed_gate_{stage}",
+            proposed={"gate": f"{ctx.step}.{stage}", "stage": stage},
+            evidence={"reasons": failed.reasons},
+            requested_by="eval_judge",
+            refused="acceptance",
+            resume=Resume(kind="accept_stage_gate", stage=stage),
+            carried=Carried(losses=runner.curves, events=runner.events),
+        )
+        if ask
+        else None
+    )
+    return StepResult(
+        outcome="stage_gate_failed" if ask else "error",
+        summary=summary,
+        metrics=runner.metrics,
+        nodes={"checkpoint": parent, "gate": record["stage_gates"][stage]["node"]},
+        details={
+            "stages": names[: i + 1],
+            "stage": stage,
+            "reasons": failed.reasons,
+            "losses": runner.curves,
+            "events": runner.events,
+            **record,
+        },
+        needs=needs,
+    )
 
 
-def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, seen: list[str],
-                      metrics: dict[str, float], record: dict, accepted: Decision | None = None):
+def _measure_and_gate(
+    ctx: ToolContext,
+    cur,
+    st,
+    ckpt: Path,
+    ckpt_node: str,
+    seen: list[str],
+    metrics: dict[str, float],
+    record: dict,
+    accepted: Decision | None = None,
+):
     """A stage's battery (an Eval node per stage; read back when a restart passes by again)
     and its gate rules against the stage before it. Returns the failed GateDecision, or None
     when it passed or ``accepted`` (a person's approved decision) accepts its failure."""
@@ -445,11 +628,24 @@ def _measure_and_gate(ctx: ToolContext, cur, st, ckpt: Path, ckpt_node: str, see
     decision = judge_stage(st.name, st.kind, st.method, measured, list(st.gates), before, n_eval)
     if accepted is not None:
         decision = accept_failed_gate(decision, accepted.model_dump())
-    node = record_gate(ctx.graph, run_id=ctx.run_id, stage=decision.stage, passed=decision.passed,
-                       promote=decision.promote, reasons=decision.reasons, accepted_by=decision.accepted_by,
-                       approval_id=decision.approval_id, eval_node=ev_node, produced_by=ctx.step_node)
-    record["stage_gates"][st.name] = {"passed": decision.passed, "reasons": decision.reasons, "node": node,
-                                      "accepted_by": decision.accepted_by}
+    node = record_gate(
+        ctx.graph,
+        run_id=ctx.run_id,
+        stage=decision.stage,
+        passed=decision.passed,
+        promote=decision.promote,
+        reasons=decision.reasons,
+        accepted_by=decision.accepted_by,
+        approval_id=decision.approval_id,
+        eval_node=ev_node,
+        produced_by=ctx.step_node,
+    )
+    record["stage_gates"][st.name] = {
+        "passed": decision.passed,
+        "reasons": decision.reasons,
+        "node": node,
+        "accepted_by": decision.accepted_by,
+    }
     return None if decision.promote else decision
 
 
@@ -459,13 +655,19 @@ def _input_of(ctx: ToolContext, cur, st, model, tok_dir, tokenizer, record: dict
     (an Eval node, read back on a re-run: measured once). The first stage's input is the task's model
     (``base``, measured once per run), or for a model built from its config a random init's known values."""
     prev = cur.previous(st.name)
-    if prev is not None and prev.name in record["stage_evals"] and \
-            stage_eval_set(ctx, prev)[0] == stage_eval_set(ctx, st)[0]:
+    if (
+        prev is not None
+        and prev.name in record["stage_evals"]
+        and stage_eval_set(ctx, prev)[0] == stage_eval_set(ctx, st)[0]
+    ):
         return StageInput(name=prev.name, metrics=record["stage_evals"][prev.name])
     if model is None:
         return random_init(len(tokenizer))
-    name, key = ("base", f"{ctx.run_id}/base") if prev is None else (
-        f"{prev.name} (on {st.name}'s held-out set)", f"{ctx.run_id}/{ctx.step}#{ctx.visit}/{st.name}/input")
+    name, key = (
+        ("base", f"{ctx.run_id}/base")
+        if prev is None
+        else (f"{prev.name} (on {st.name}'s held-out set)", f"{ctx.run_id}/{ctx.step}#{ctx.visit}/{st.name}/input")
+    )
     if ctx.graph.has_node(node_id(NodeKind.EVAL, key)):
         metrics = ctx.graph.get_node(node_id(NodeKind.EVAL, key))["metrics"]
     else:
@@ -474,16 +676,17 @@ def _input_of(ctx: ToolContext, cur, st, model, tok_dir, tokenizer, record: dict
     return StageInput(name=name, metrics={k: float(v) for k, v in metrics.items()})
 
 
-def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dict], max_new_tokens: int,
-                      limit: int = 512) -> list[dict]:
+def _preference_pairs(
+    ctx: ToolContext, ckpt: Path, tokenizer, records: list[dict], max_new_tokens: int, limit: int = 512
+) -> list[dict]:
     """DPO pairs from the model's own answers: the reference is chosen; the model's wrong
     answer is rejected, or — where it was right by the task's ``answer`` rule — a wrong one
     (``AnswerSpec.wrong_answer``: a number with one digit changed, another label, another row's answer)."""
     rows = [r for r in records if row_kind(r) in ("pair", "chat")][:limit]
     model = load_model(ckpt)
-    gens = greedy_generations(model, tokenizer, [query(r) for r in rows],
-                              max_new_tokens=max_new_tokens,
-                              batch_size=ctx.task.eval.batch_size)
+    gens = greedy_generations(
+        model, tokenizer, [query(r) for r in rows], max_new_tokens=max_new_tokens, batch_size=ctx.task.eval.batch_size
+    )
     spec, rng = ctx.task.answer, random.Random(ctx.task.data.seed)
     references = [example(r)[1] for r in rows]
     samples = []
@@ -492,8 +695,13 @@ def _preference_pairs(ctx: ToolContext, ckpt: Path, tokenizer, records: list[dic
         if spec.is_correct(answer, reference):
             answer = spec.wrong_answer(reference, rng, references)
         for completion in (reference, answer):  # grouped by row: a chat prompt is a list of turns
-            samples.append({"prompt": str(i), "completion": completion,
-                            "reward": score_reward(completion, reference, answer=spec).total})
+            samples.append(
+                {
+                    "prompt": str(i),
+                    "completion": completion,
+                    "reward": score_reward(completion, reference, answer=spec).total,
+                }
+            )
     return [{**pair, "prompt": query(rows[int(pair["prompt"])])} for pair in build_preference_pairs(samples)]
 
 
@@ -523,20 +731,32 @@ def align(ctx: ToolContext) -> StepResult:
         given = method == "dpo" and records and all(row_kind(r) == "preference" for r in records)
         # DPO on the user's chosen/rejected rows as given; else pairs from the model's own answers
         answer_tokens = eval_budget(ctx, st, tokenizer).tokens  # the model's own answers, as long as the judge's
-        train_data = (_preference_pairs(ctx, ckpt, tokenizer, records, answer_tokens) if method == "dpo" and not given
-                      else records)
+        train_data = (
+            _preference_pairs(ctx, ckpt, tokenizer, records, answer_tokens)
+            if method == "dpo" and not given
+            else records
+        )
         # GRPO's completions as long as the answer checks' (``eval_budget``) unless the task sets their length
-        node, report = runner.run(st.name, ckpt, train_data, start.checkpoint_node, data_node,
-                                  completion_length=answer_tokens)
+        node, report = runner.run(
+            st.name, ckpt, train_data, start.checkpoint_node, data_node, completion_length=answer_tokens
+        )
         if node is None:
             return runner.stopped(st.name, report)
         final_dir = Path(report.final_dir)
         what = f"{st.name}: {report.steps_done} steps; final loss {runner.metrics.get(f'{st.name}.final_loss', 0):.4f}"
     return StepResult(
-        summary=what, artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)}, metrics=runner.metrics,
-        nodes={"checkpoint": node}, details={"stages": [st.name], "losses": runner.curves, "events": runner.events,
-                                             "spikes": runner.spikes, "configs": runner.configs,
-                                             "trained_on": [*_trained_on(ctx), str(data_path)]},
+        summary=what,
+        artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
+        metrics=runner.metrics,
+        nodes={"checkpoint": node},
+        details={
+            "stages": [st.name],
+            "losses": runner.curves,
+            "events": runner.events,
+            "spikes": runner.spikes,
+            "configs": runner.configs,
+            "trained_on": [*_trained_on(ctx), str(data_path)],
+        },
     )
 
 
@@ -558,19 +778,24 @@ def merge_adapters(ctx: ToolContext) -> StepResult:
     # the stage whose weights these are (SFT's when the align stage was skipped): the final eval's battery
     gated = {"stages": [last.stage]} if last.stage else {}
     if not (ckpt / "adapter_config.json").exists():
-        return StepResult(outcome="ok", summary="no adapters to merge: the checkpoint holds full weights",
-                          artifacts=dict(last.artifacts), nodes={"checkpoint": last.checkpoint_node},
-                          details=gated)
+        return StepResult(
+            outcome="ok",
+            summary="no adapters to merge: the checkpoint holds full weights",
+            artifacts=dict(last.artifacts),
+            nodes={"checkpoint": last.checkpoint_node},
+            details=gated,
+        )
     out = ctx.ws.dir("checkpoints") / ctx.run_id / f"merged-v{ctx.visit}"
     tokenizer = load_tokenizer(last.tokenizer)
     merged = _merge_one(ckpt, out, tokenizer)
-    node = _checkpoint_node(ctx, merged, "merged", _training_data(ctx).node("train"), None,
-                            last.checkpoint_node, {})
+    node = _checkpoint_node(ctx, merged, "merged", _training_data(ctx).node("train"), None, last.checkpoint_node, {})
     base = json.loads((ckpt / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    return StepResult(summary=f"adapter of {ckpt.parent.name} merged into the base it was trained on "
-                              f"({Path(base).name})",
-                      artifacts={"checkpoint": str(merged), "tokenizer": str(merged)}, nodes={"checkpoint": node},
-                      details=gated)
+    return StepResult(
+        summary=f"adapter of {ckpt.parent.name} merged into the base it was trained on ({Path(base).name})",
+        artifacts={"checkpoint": str(merged), "tokenizer": str(merged)},
+        nodes={"checkpoint": node},
+        details=gated,
+    )
 
 
 def _merge_one(adapter: Path, out: Path, tokenizer) -> Path:

@@ -23,16 +23,16 @@ from itertools import islice
 
 from trainteam.agents.providers import build_model, choose_model
 from trainteam.contract.redaction import redacted_task
+from trainteam.contract.train_task import DataSpec, TrainTask
 from trainteam.core.errors import BadInput
 from trainteam.curation.rows import Row, iter_rows
 from trainteam.curation.splits import Part, held_out, plan_splits
 from trainteam.trainers.methods.method_registry import checked_trl, get_method
 from trainteam.trainers.training.tracking import install_hint, installed
+from trainteam.workflows.engine.spec import PERSONAS
 from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.task.eval_plan import planned_length
-from trainteam.workflows.engine.spec import PERSONAS
 from trainteam.workflows.task.stage_plan import plan_stage, task_machine
-from trainteam.contract.train_task import DataSpec, TrainTask
 
 
 def preflight(task: TrainTask, source: str) -> None:
@@ -71,8 +71,10 @@ def _trackers(task: TrainTask, source: str) -> None:
     for stage in task.stage_names():
         tracker = task.train_config(stage).tracker
         if tracker != "none" and not installed(tracker):
-            raise BadInput(f"{source}: training.{stage}.tracker: {tracker} is not installed "
-                           f"({install_hint(tracker)}), or set tracker: none")
+            raise BadInput(
+                f"{source}: training.{stage}.tracker: {tracker} is not installed "
+                f"({install_hint(tracker)}), or set tracker: none"
+            )
 
 
 def _plans(task: TrainTask, source: str) -> None:
@@ -81,14 +83,18 @@ def _plans(task: TrainTask, source: str) -> None:
     for stage in task.stage_names():
         cfg = task.train_config(stage)
         if task.distributed is None and (cfg.strategy != "single" or cfg.devices_per_node > 1 or cfg.num_nodes > 1):
-            raise BadInput(f"{source}: training.{stage}.strategy: {cfg.strategy} over {cfg.num_nodes * cfg.devices_per_node} "
-                           "processes is launched by the task's distributed block (distributed: {strategy: ddp, "
-                           "num_processes: 2}); remove strategy, devices_per_node and num_nodes here")
+            raise BadInput(
+                f"{source}: training.{stage}.strategy: {cfg.strategy} over {cfg.num_nodes * cfg.devices_per_node} "
+                "processes is launched by the task's distributed block (distributed: {strategy: ddp, "
+                "num_processes: 2}); remove strategy, devices_per_node and num_nodes here"
+            )
         data = task.stage_data(stage)
         batch = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
         if data.demo is not None and cfg.method in ("pretrain", "sft") and batch > data.n_train:
-            raise BadInput(f"{source}: training.{stage}.per_device_train_batch_size: a batch of {batch} rows is more "
-                           f"than the {data.n_train} training rows")
+            raise BadInput(
+                f"{source}: training.{stage}.per_device_train_batch_size: a batch of {batch} rows is more "
+                f"than the {data.n_train} training rows"
+            )
         verdict = plan_stage(task, stage, cfg, hw)
         if not verdict.runnable:
             raise BadInput(f"{source}: {refusal_line(stage, verdict.refusals)}")
@@ -99,11 +105,14 @@ def refusal_line(stage: str, refusals: list[dict[str, str]]) -> str:
     (``training.<stage>.<field>``, or the task's ``model``), and a memory refusal says how it was estimated."""
     if not refusals:
         return f"training.{stage}: the planner refused it"
-    why = "; ".join(f"training.{stage}{': ' if r['field'] == 'model' else '.'}{r['field']}: {r['reason']}"
-                    for r in refusals)
+    why = "; ".join(
+        f"training.{stage}{': ' if r['field'] == 'model' else '.'}{r['field']}: {r['reason']}" for r in refusals
+    )
     if any("GiB" in r["reason"] for r in refusals):
-        why += (" (the planner's memory estimate: weights, gradients, optimizer states and activations counted "
-                "in closed form for this model's shape, trainers/planning/estimate.py)")
+        why += (
+            " (the planner's memory estimate: weights, gradients, optimizer states and activations counted "
+            "in closed form for this model's shape, trainers/planning/estimate.py)"
+        )
     return why
 
 
@@ -157,8 +166,10 @@ def check_data(data: DataSpec, uses: list[Use], source: str, field: str = "data"
     bad = sorted(held.intersection(held_bad))
     if bad and answers:
         row = next(islice(iter_rows(plan.train.path, columns=data.columns, split=plan.train.split), bad[0], None))
-        raise BadInput(f"{source}: {field}.path: {row.where}: held out for evaluation, "
-                       f"{_answer_problem(row)}; give {field}.eval_path")
+        raise BadInput(
+            f"{source}: {field}.path: {row.where}: held out for evaluation, "
+            f"{_answer_problem(row)}; give {field}.eval_path"
+        )
     return {"train": n_train - len(held), "eval": len(held)}
 
 
@@ -168,8 +179,11 @@ def _check_part(part: Part, data: DataSpec, uses: list[Use], prefix: str, no_ans
     try:
         for n, row in enumerate(iter_rows(part.path, columns=data.columns, split=part.split), 1):
             for use in uses:
-                problem = _train_problem(row, use.method) if use.method != "eval" else (
-                    _answer_problem(row) if use.answers else None)
+                problem = (
+                    _train_problem(row, use.method)
+                    if use.method != "eval"
+                    else (_answer_problem(row) if use.answers else None)
+                )
                 if problem:
                     raise BadInput(f"{row.where}: {problem}")
             if no_answer is not None and _answer_problem(row):
@@ -199,6 +213,8 @@ def _train_problem(row: Row, method: str) -> str | None:
 
 def _answer_problem(row: Row) -> str | None:
     if row.kind not in ANSWER_KINDS:
-        return (f"a held-out row needs a prompt and its reference answer (prompt/completion, or messages "
-                f"ending with an assistant reply); this row is {row.kind}")
+        return (
+            f"a held-out row needs a prompt and its reference answer (prompt/completion, or messages "
+            f"ending with an assistant reply); this row is {row.kind}"
+        )
     return _ends_with_answer(row)

@@ -41,8 +41,16 @@ from trainteam.trainers.planning.calibrate import Calibration, calibrate, lookup
 from trainteam.trainers.planning.tokens import SAMPLE_ROWS, RowTokens, bytes_bound, count_tokens, model_tokenizer
 from trainteam.trainers.search.recipe_search import default_batch, final_steps
 
-FIXABLE = ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "precision",
-           "gradient_checkpointing", "strategy", "max_length")
+FIXABLE = (
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "precision",
+    "gradient_checkpointing",
+    "strategy",
+    "max_length",
+)
 
 
 class StageVerdict(BaseModel):
@@ -58,16 +66,21 @@ class StageVerdict(BaseModel):
     max_steps: int = 0
     examples: int | None = Field(default=None, description="training examples the planner counted (epochs, steps)")
     row_tokens: float | None = Field(default=None, description="mean tokens per training example")
-    row_tokens_source: str | None = Field(default=None,
-                                          description="tokenizer (counted on a sample) or bytes (a bound)")
+    row_tokens_source: str | None = Field(
+        default=None, description="tokenizer (counted on a sample) or bytes (a bound)"
+    )
     longest_row: int | None = None
     tokens_per_second: float = 0.0
     throughput_source: str = "assumed"
-    estimate_note: str = Field(default="", description="how the time estimate was made: a measurement (when, at "
-                               "what load, scaled or not) or the FLOP guess")
+    estimate_note: str = Field(
+        default="",
+        description="how the time estimate was made: a measurement (when, at "
+        "what load, scaled or not) or the FLOP guess",
+    )
     step_seconds: float = Field(default=0.0, description="the estimate's seconds per optimizer step")
-    length_note: str | None = Field(default=None, description="a searched length planned at what the budget "
-                                    "affords instead of its placeholder")
+    length_note: str | None = Field(
+        default=None, description="a searched length planned at what the budget affords instead of its placeholder"
+    )
     reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
@@ -120,17 +133,29 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
             return StageVerdict(stage=stage, runnable=False, refusals=[r.model_dump() for r in still.refusals])
     p, length_note = _searched_length(task, stage, cfg.model_copy(update=fixes), p, counted, attempt)
     tokens = counted.tokens if counted is not None else None
-    return StageVerdict(stage=stage, runnable=True, refusals=refusals, fixes=fixes, params=p.params,
-                        total_tokens=p.total_tokens, est_minutes=round(p.cost.hours * 60, 3),
-                        est_cost_usd=round(p.cost.cost, 4), memory_gib=round(p.memory.total_gib, 3),
-                        max_steps=p.max_steps, examples=counted.examples if counted is not None else None,
-                        row_tokens=round(tokens.mean(p.config.max_length), 2) if tokens is not None else None,
-                        row_tokens_source=tokens.source if tokens is not None else None,
-                        longest_row=tokens.longest if tokens is not None else None,
-                        tokens_per_second=round(p.cost.tokens_per_second, 2),
-                        throughput_source=p.cost.throughput_source, estimate_note=measured['note'] or flop_note(p),
-                        step_seconds=round(p.cost.hours * 3600 / max(p.max_steps, 1), 4), length_note=length_note,
-                        reasons=list(p.reasons) + ([length_note] if length_note else []), warnings=list(p.warnings))
+    return StageVerdict(
+        stage=stage,
+        runnable=True,
+        refusals=refusals,
+        fixes=fixes,
+        params=p.params,
+        total_tokens=p.total_tokens,
+        est_minutes=round(p.cost.hours * 60, 3),
+        est_cost_usd=round(p.cost.cost, 4),
+        memory_gib=round(p.memory.total_gib, 3),
+        max_steps=p.max_steps,
+        examples=counted.examples if counted is not None else None,
+        row_tokens=round(tokens.mean(p.config.max_length), 2) if tokens is not None else None,
+        row_tokens_source=tokens.source if tokens is not None else None,
+        longest_row=tokens.longest if tokens is not None else None,
+        tokens_per_second=round(p.cost.tokens_per_second, 2),
+        throughput_source=p.cost.throughput_source,
+        estimate_note=measured["note"] or flop_note(p),
+        step_seconds=round(p.cost.hours * 3600 / max(p.max_steps, 1), 4),
+        length_note=length_note,
+        reasons=list(p.reasons) + ([length_note] if length_note else []),
+        warnings=list(p.warnings),
+    )
 
 
 def _fixes(task, cfg, hw, vocab, refused: PlanRefused) -> dict[str, Any]:
@@ -154,9 +179,11 @@ def flop_note(p) -> str:
     """How a plan's minutes were made without a measurement: the FLOP guess spelled out."""
     hw = p.hardware
     fpt = p.cost.flops / max(p.total_tokens, 1)
-    return (f"a FLOP guess: {p.world_size} x {hw.peak_flops() / 1e12:.2g} TFLOP/s peak x assumed MFU {hw.mfu():g} "
-            f"/ {fpt:,.0f} FLOPs per token; nothing measured for this model on this machine (trainteam validate "
-            "measures it)")
+    return (
+        f"a FLOP guess: {p.world_size} x {hw.peak_flops() / 1e12:.2g} TFLOP/s peak x assumed MFU {hw.mfu():g} "
+        f"/ {fpt:,.0f} FLOPs per token; nothing measured for this model on this machine (trainteam validate "
+        "measures it)"
+    )
 
 
 # The share of the time left that recipe.py keeps for evaluation, merging and registering (its RESERVE).
@@ -166,10 +193,9 @@ SEARCH_RESERVE = 0.15
 def _searched_length(task, stage: str, cfg, p, counted: DataTokens | None, attempt):
     """(the plan, a note): a stage whose length is the search's, still at its placeholder, planned at what its
     share of the budget affords after the probes when the placeholder would not fit it; else ``p`` as it is."""
-    searched = (getattr(getattr(task, "search", None), "stages", None) or {})
+    searched = getattr(getattr(task, "search", None), "stages", None) or {}
     own = task.train_config(stage)
-    if ("max_steps" not in searched.get(stage, []) or cfg.num_train_epochs is not None
-            or cfg.max_steps != own.max_steps):
+    if "max_steps" not in searched.get(stage, []) or cfg.num_train_epochs is not None or cfg.max_steps != own.max_steps:
         return p, None  # a length the task gave, or one the search (or the engineer) has set since
     allowed = task.budget.allowed_s()
     share = allowed * (1 - SEARCH_RESERVE - task.search.budget_fraction) / max(1, len(searched))
@@ -177,21 +203,40 @@ def _searched_length(task, stage: str, cfg, p, counted: DataTokens | None, attem
     if p.max_steps * step_s <= share:
         return p, None
     examples = counted.examples if counted is not None and counted.examples else None
-    batch = (default_batch(examples) if examples and "per_device_train_batch_size" in searched[stage]
-             else cfg.per_device_train_batch_size)
+    batch = (
+        default_batch(examples)
+        if examples and "per_device_train_batch_size" in searched[stage]
+        else cfg.per_device_train_batch_size
+    )
     epochs = task.search.max_epochs if task.model.path is not None and examples else None
-    steps = final_steps(share, step_s * batch / cfg.per_device_train_batch_size, examples or 1, batch,
-                        cfg.gradient_accumulation_steps, epochs, 1)
+    steps = final_steps(
+        share,
+        step_s * batch / cfg.per_device_train_batch_size,
+        examples or 1,
+        batch,
+        cfg.gradient_accumulation_steps,
+        epochs,
+        1,
+    )
     try:
-        fitted = attempt(cfg.model_copy(update={"max_steps": steps, "per_device_train_batch_size": batch,
-                                                "warmup_steps": min(cfg.warmup_steps, steps - 1)}))
+        fitted = attempt(
+            cfg.model_copy(
+                update={
+                    "max_steps": steps,
+                    "per_device_train_batch_size": batch,
+                    "warmup_steps": min(cfg.warmup_steps, steps - 1),
+                }
+            )
+        )
     except PlanRefused:
         return p, None  # the placeholder's plan stands; the search sets the length before anything trains
-    note = (f"max_steps: the recipe search's to choose; planned at {steps} steps, what this stage's "
-            f"{share / 60:.1f} min of the {allowed / 60:g} min budget afford after the probes at "
-            f"{step_s * batch / cfg.per_device_train_batch_size:.2f} s a step"
-            + (f" (at most {epochs:g} passes over {examples} examples)" if epochs else "")
-            + f"; its placeholder {p.max_steps} steps would take {p.cost.hours * 60:.1f} min")
+    note = (
+        f"max_steps: the recipe search's to choose; planned at {steps} steps, what this stage's "
+        f"{share / 60:.1f} min of the {allowed / 60:g} min budget afford after the probes at "
+        f"{step_s * batch / cfg.per_device_train_batch_size:.2f} s a step"
+        + (f" (at most {epochs:g} passes over {examples} examples)" if epochs else "")
+        + f"; its placeholder {p.max_steps} steps would take {p.cost.hours * 60:.1f} min"
+    )
     return fitted, note
 
 
@@ -216,9 +261,18 @@ def data_tokens(task, stage: str, method: str) -> DataTokens | None:
     try:
         if data.demo:
             return _demo_tokens(data, method, tokenizer_path)
-        return _file_tokens(Path(data.path), None if data.eval_path is None else Path(data.eval_path), data.split,
-                            data.eval_split, tuple(sorted(data.columns.items())), data.eval_fraction, data.seed,
-                            method, tokenizer_path, _stamp(data.path))
+        return _file_tokens(
+            Path(data.path),
+            None if data.eval_path is None else Path(data.eval_path),
+            data.split,
+            data.eval_split,
+            tuple(sorted(data.columns.items())),
+            data.eval_fraction,
+            data.seed,
+            method,
+            tokenizer_path,
+            _stamp(data.path),
+        )
     except (BadInput, OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -230,9 +284,16 @@ def _counted(rows: list[dict], method: str, tokenizer_path: tuple[str, str | Non
 
 
 def _demo_tokens(data, method: str, tokenizer_path: tuple[str, str | None] | None) -> DataTokens:
-    rows, _ = generate_arithmetic(ArithmeticConfig(task=data.demo, max_operand=data.max_operand,
-                                                   n_train=min(SAMPLE_ROWS, data.n_train), n_eval=0, seed=data.seed,
-                                                   fixed_width=data.fixed_width))
+    rows, _ = generate_arithmetic(
+        ArithmeticConfig(
+            task=data.demo,
+            max_operand=data.max_operand,
+            n_train=min(SAMPLE_ROWS, data.n_train),
+            n_eval=0,
+            seed=data.seed,
+            fixed_width=data.fixed_width,
+        )
+    )
     return DataTokens(rows=data.n_train, tokens=_counted(rows, method, tokenizer_path))
 
 
@@ -243,10 +304,18 @@ def _stamp(path) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=32)
-def _file_tokens(path: Path, eval_path: Path | None, split: str | None, eval_split: str | None,
-                 columns: tuple, eval_fraction: float, seed: int, method: str,
-                 tokenizer_path: tuple[str, str | None] | None,
-                 stamp: tuple[int, int]) -> DataTokens:
+def _file_tokens(
+    path: Path,
+    eval_path: Path | None,
+    split: str | None,
+    eval_split: str | None,
+    columns: tuple,
+    eval_fraction: float,
+    seed: int,
+    method: str,
+    tokenizer_path: tuple[str, str | None] | None,
+    stamp: tuple[int, int],
+) -> DataTokens:
     parts = plan_splits(path, eval_path, split=split, eval_split=eval_split)
     n = sum(1 for _ in iter_items(parts.train.path, split=parts.train.split))
     if parts.eval is None and n >= 2:  # corpus holds a seeded share of the training rows out
@@ -268,8 +337,9 @@ def _plan_inputs(task, cfg, counted: DataTokens | None, device: str, vocab: int 
     per_sequence = 2 if cfg.method == "dpo" else 1
     if cfg.method in ("sft", "dpo") and tokens.lengths:
         out["row_tokens"] = tokens.mean(cfg.max_length, per_sequence)
-        out["row_tokens_note"] = ("counted with the model's tokenizer" if tokens.source == "tokenizer"
-                                  else "an upper bound from UTF-8 bytes")
+        out["row_tokens_note"] = (
+            "counted with the model's tokenizer" if tokens.source == "tokenizer" else "an upper bound from UTF-8 bytes"
+        )
     cal = _calibration(task, cfg, out.get("row_tokens"), device, vocab, measure)
     if cal is not None:
         out["tokens_per_second"] = cal.tokens_per_s * cfg.num_nodes * cfg.devices_per_node
@@ -282,8 +352,9 @@ def calibration_tokens(cfg, row_tokens: float | None) -> float:
     return cfg.per_device_train_batch_size * (row_tokens or cfg.max_length)
 
 
-def _calibration(task, cfg, row_tokens: float | None, device: str, vocab: int | None,
-                 measure: bool) -> Calibration | None:
+def _calibration(
+    task, cfg, row_tokens: float | None, device: str, vocab: int | None, measure: bool
+) -> Calibration | None:
     """The stored measurement for this stage's model and shape; with ``measure``, taken now if missing.
     GRPO's time goes to generation, which a training step does not measure: it keeps the guess."""
     if get_method(cfg.method).generates:
