@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -151,7 +151,9 @@ def _as_sent(p: Mapping[str, Any]) -> str:
 
     if p.get("part_kind") == "retry-prompt":
         return RetryPromptPart(
-            content=p.get("content"), tool_name=p.get("tool_name"), tool_call_id=p["tool_call_id"]
+            content=cast("str | list[Any]", p.get("content")),  # as stored: the text or pydantic's error details
+            tool_name=p.get("tool_name"),
+            tool_call_id=p["tool_call_id"],
         ).model_response()
     return ToolReturnPart(
         tool_name=p.get("tool_name") or "",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -56,7 +57,7 @@ def public_url(url: str | None) -> str | None:
     return urlunsplit(parts._replace(netloc=host)).rstrip("/")
 
 
-def _env(name: str, persona: str, environ: dict[str, str]) -> tuple[str | None, str | None]:
+def _env(name: str, persona: str, environ: Mapping[str, str]) -> tuple[str | None, str | None]:
     specific = f"{name}_{persona.upper()}"
     if environ.get(specific):
         return environ[specific], specific
@@ -77,7 +78,7 @@ def choose_model(persona: str, environ: dict[str, str] | None = None) -> ModelCh
     return ModelChoice(persona=persona, model=model, base_url=base_url, source=source or "default")
 
 
-def _api_key(persona: str, environ: dict[str, str]) -> str | None:
+def _api_key(persona: str, environ: Mapping[str, str]) -> str | None:
     key, _ = _env("TRAINTEAM_MODEL_API_KEY", persona, environ)
     if not key:
         key = _keyring_key(persona)
@@ -107,7 +108,7 @@ def build_model(choice: ModelChoice, environ: dict[str, str] | None = None) -> A
         raise BadInput(f"{choice.source}: {choice.model}: {first}") from None
 
 
-def _build(choice: ModelChoice, env: dict[str, str]) -> Any:
+def _build(choice: ModelChoice, env: Mapping[str, str]) -> Any:
     provider_name, _, name = choice.model.partition(":")
     key = _api_key(choice.persona, env)
     if choice.base_url is not None:
@@ -126,8 +127,10 @@ def _build(choice: ModelChoice, env: dict[str, str]) -> Any:
         return infer_model(choice.model)
     from pydantic_ai.providers import infer_provider_class
 
+    # The concrete provider classes take api_key (the base class's signature does not say so).
+    provider_class: Callable[..., Any] = infer_provider_class(provider_name)
     try:
-        provider = infer_provider_class(provider_name)(api_key=key)
+        provider = provider_class(api_key=key)
     except TypeError:
         raise BadInput(f"TRAINTEAM_MODEL_API_KEY: provider {provider_name!r} does not take an api key") from None
     return infer_model(choice.model, provider_factory=lambda _name: provider)
@@ -166,11 +169,13 @@ def _where(model: Any, choice: ModelChoice | None) -> str:
 
 
 def _causes(exc: BaseException) -> list[BaseException]:
-    chain, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        chain.append(exc)
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        chain.append(cur)
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
     return chain
 
 
@@ -181,8 +186,9 @@ def _what(exc: BaseException) -> str:
             return f"HTTP {status} ({HTTPStatus(status).phrase.lower()})"
         except ValueError:
             return f"HTTP {status}"
-    if getattr(exc, "timeout", None) is not None and isinstance(exc.timeout, (int, float)):
-        return f"no answer within {exc.timeout:g} s"
+    timeout = getattr(exc, "timeout", None)
+    if timeout is not None and isinstance(timeout, (int, float)):
+        return f"no answer within {timeout:g} s"
     chain = _causes(exc)
     kinds = tuple(type(c).__name__ for c in chain)
     if any(isinstance(c, ConnectionRefusedError) for c in chain):

@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -133,12 +133,13 @@ def measure(chat, turns: list[CallTurn], samples: int = 8) -> Agreement:
     for turn in turns:
         reply = chat.complete({"messages": turn.messages, "tools": turn.tools, "temperature": 0})
         got = as_received(_first_call(reply["choices"][0]["message"]), turn.tools)
-        want = as_received(turn.want, turn.tools)
+        want = cast(dict[str, Any], as_received(turn.want, turn.tools))  # a dict in gives a dict out
         if turn.want["name"] == FINAL:
             finals += 1
             final_hits += got == want
             decisions += (
-                bool(got)
+                isinstance(got, dict)
+                and bool(got)
                 and isinstance(got["arguments"], dict)
                 and (got["arguments"].get("decision", "proceed") == want["arguments"].get("decision", "proceed"))
             )
@@ -146,7 +147,7 @@ def measure(chat, turns: list[CallTurn], samples: int = 8) -> Agreement:
         hit = got == want
         step_hits += hit
         actions += _without_reason(got) == _without_reason(want)
-        names += bool(got) and got["name"] == turn.want["name"]
+        names += isinstance(got, dict) and bool(got) and got["name"] == turn.want["name"]
         per.setdefault(turn.persona, []).append(int(hit))
         if not hit and len(out.samples) < samples:  # the misses are what says what to fix
             content = reply["choices"][0]["message"].get("content") or ""

@@ -261,7 +261,8 @@ def _kind(rec: Any) -> str | None:
 
 def format_adherence(gens: Sequence[dict], tokenizer, answer: AnswerSpec, max_new_tokens: int) -> dict[str, Any]:
     """Share of answers that end with EOS within the budget and are well-formed (``answer.well_formed``)."""
-    ok, bad = 0, []
+    ok = 0
+    bad: list[str] = []
     for g in gens:
         ids = g["ids"]
         text = tokenizer.decode(ids[:max_new_tokens], skip_special_tokens=True).strip()

@@ -777,7 +777,8 @@ def measure_pace(
 ) -> tuple[float, float]:
     """(set-up seconds, seconds per step) of this stage on this machine now: a ``steps``-step run at ``lr``
     before the probes, so their length fits the budget under whatever load the machine has."""
-    out, times = work_dir / "pace", []
+    out = work_dir / "pace"
+    times: list[float] = []
     began = clock.now()
     try:
         short = cfg.model_copy(

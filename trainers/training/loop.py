@@ -140,19 +140,29 @@ def train(
         telemetry=tel,
         resumed_from=resume_from,
         log_history=watch.telemetry.logs,
-        spike_evidence=watch.spike.evidence if reason == "spike" else None,
+        spike_evidence=_spike_evidence(watch, reason),
     )
+
+
+def _spike_evidence(watch: _Watch, reason: str) -> Any:
+    """The spike monitor's evidence when the run stopped for a spike, else None."""
+    if reason != "spike":
+        return None
+    if watch.spike is None:
+        raise RuntimeError("the run stopped for a spike, but no spike monitor watched it")
+    return watch.spike.evidence
 
 
 def _checked(method: str, config: TrainConfig, tokenizer) -> tuple[TrainConfig, Path]:
     """The request, refused before anything loads; the config for this method and its (created) folder."""
     get_method(method)  # BadInput naming the known methods
-    if config.output_dir is None:
+    output_dir = config.output_dir
+    if output_dir is None:
         raise BadInput("output_dir: required (checkpoints and the final model go there)")
     if tokenizer is None:
         raise BadInput("tokenizer: required")
     config = config.model_copy(update={"method": method})
-    out = Path(config.output_dir)
+    out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     return config, out
 

@@ -85,6 +85,8 @@ class SpikeDetector:
 
     def _confirm(self, step: int, logs: Mapping[str, float | None]) -> dict | None:
         cand, self.candidate = self.candidate, None
+        if cand is None:
+            raise RuntimeError("no candidate spike to confirm: _confirm is only called while one waits")
         sig = next(s for s in self.signals if s.metric == cand["metric"])
         again = self._jump(step, sig, logs.get(sig.metric), sigma=self.opt.sigma / 2)
         if again is not None:
@@ -135,6 +137,8 @@ def same_spike(a: Mapping, b: Mapping, rel: float = 1e-3) -> bool:
     va, vb = a.get("value"), b.get("value")
     if isinstance(va, str) or isinstance(vb, str):  # non-finite values are recorded as repr()
         return va == vb
+    if va is None or vb is None:
+        raise TypeError(f"a spike without a value cannot be compared: {va!r} vs {vb!r}")
     return math.isclose(float(va), float(vb), rel_tol=rel, abs_tol=1e-9)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -228,7 +228,7 @@ class CurriculumStage(_Strict):
 
     @field_validator("kind")
     @classmethod
-    def _kind(cls, v: StageKind | None, info: ValidationInfo) -> StageKind:
+    def _kind(cls, v: StageKind | None, info: ValidationInfo) -> StageKind | None:
         name = info.data.get("name")
         if v is None and name is not None:  # (a refused name has its own error)
             if name not in STAGE_KINDS:
@@ -517,7 +517,9 @@ def check_curriculum(task: TrainTask) -> list[str]:
     ``stages`` it stands for: the methods it uses, in order, for the workflow's
     per-stage steps (``pretrain`` → tokenizer, ``dpo``/``grpo`` → the align step)."""
     stages = task.curriculum or []
-    derived = list(dict.fromkeys(s.method for s in stages))
+    if any(s.method is None for s in stages):  # the validator fills it in whenever the kind is valid
+        raise ValueError("curriculum: every stage needs a method")
+    derived = list(dict.fromkeys(cast(str, s.method) for s in stages))
     given = task.model_fields_set
     if (task.training or task.gates) or ("stages" in given and list(task.stages) != derived):
         raise ValueError("curriculum: give the stages either as curriculum or as stages/training/gates, not both")
@@ -562,7 +564,7 @@ def check_context_length(stages: list[CurriculumStage], model: ModelSpec) -> Non
     longer than the model's context (``max_position_embeddings``: the built model's, or
     a local model's from its ``config.json``). Cutting its sequences to fit, as the planner
     does for other stages, would defeat the stage: it is refused instead."""
-    limit = model.max_position_embeddings
+    limit: int | None = model.max_position_embeddings
     where = f"model.max_position_embeddings ({limit})"
     if model.path is not None:
         try:

@@ -76,6 +76,8 @@ def _texts(value: Any) -> Iterator[str]:
 def train_tokenizer(ws, args: TrainTokenizerArgs) -> dict[str, Any]:
     corpus = _existing(args.corpus, "corpus")
     fp = source_fingerprint(corpus)
+    if fp is None:  # a file or folder always has one
+        raise BadInput(f"corpus: {corpus}: cannot fingerprint its content")
     key = hashlib.sha256(f"{fp}\0{args.config.model_dump_json()}".encode()).hexdigest()[:16]
     out = Path(args.out).expanduser() if args.out else ws.dir("tokenizers") / key
     reused = (out / "tokenizer.json").exists()

@@ -49,7 +49,8 @@ class Tools:
         """Opened (created, if new) on the first call that needs it, not when the server starts."""
         return Workspace.open(self.root)
 
-    def table(self) -> list[tuple[str, type[BaseModel], Callable[[BaseModel], dict], ToolAnnotations]]:
+    def table(self) -> list[tuple[str, type[BaseModel], Callable[[Any], dict], ToolAnnotations]]:
+        """(name, argument model, the function it calls with an instance of that model, hints) per tool."""
         w = lambda fn: lambda args: fn(self.ws, args)  # noqa: E731
         run = lambda fn: lambda args: fn(self.ws.root, lambda: self.ws, args)  # noqa: E731
         return [
@@ -72,7 +73,7 @@ class Tools:
         ]
 
 
-def flat_tool(name: str, model: type[BaseModel], run: Callable[[BaseModel], dict]) -> Callable[..., dict]:
+def flat_tool(name: str, model: type[BaseModel], run: Callable[[Any], dict]) -> Callable[..., dict]:
     """A function whose signature is ``model``'s fields (the SDK builds the schema from it) and
     whose body validates them as ``model`` and calls ``run``."""
     params = []
@@ -91,7 +92,8 @@ def flat_tool(name: str, model: type[BaseModel], run: Callable[[BaseModel], dict
         except TrainteamError as exc:
             raise ToolError(str(exc)) from None
 
-    call.__signature__ = inspect.Signature(params, return_annotation=dict[str, Any])
+    # inspect.signature reads __signature__; mypy does not know a function takes one
+    call.__signature__ = inspect.Signature(params, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
     call.__name__ = name
     return call
 
@@ -106,9 +108,10 @@ class TeamServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         known = self.known_arguments.get(name)
-        unknown = sorted(set(arguments or {}) - known) if known is not None else []
-        if unknown:
-            raise ToolError(f"{name}: unknown argument {unknown[0]!r} (arguments: {', '.join(sorted(known))})")
+        if known is not None:
+            unknown = sorted(set(arguments or {}) - known)
+            if unknown:
+                raise ToolError(f"{name}: unknown argument {unknown[0]!r} (arguments: {', '.join(sorted(known))})")
         return await super().call_tool(name, arguments, context)
 
 

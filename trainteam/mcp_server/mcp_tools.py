@@ -217,9 +217,12 @@ def decontaminate_corpus(ws, args: DecontaminateCorpusArgs) -> dict[str, Any]:
 
 
 def _task(args: ExecuteWorkflowArgs) -> TrainTask:
-    if (args.task is None) == (args.task_path is None):
+    if args.task is not None and args.task_path is None:
+        task = parse_task(args.task, "task")
+    elif args.task is None and args.task_path is not None:
+        task = load_task_file(Path(args.task_path))
+    else:
         raise BadInput("task: give either task (the task's fields) or task_path (a task file), not both or neither")
-    task = parse_task(args.task, "task") if args.task is not None else load_task_file(Path(args.task_path))
     for stage, ov in args.overrides.items():
         if stage not in task.stage_names():
             raise BadInput(f"overrides: stage {stage!r} is not in the task's stages {task.stage_names()}")

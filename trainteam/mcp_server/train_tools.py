@@ -63,12 +63,16 @@ class TrainSftArgs(_TrainArgs):
     )
 
 
+def _after_sft() -> list[Before]:
+    return ["sft"]
+
+
 class TrainDpoArgs(_TrainArgs):
     """Direct preference optimisation (TRL DPOTrainer) on chosen/rejected rows: a train_model run whose last
     stage is dpo, after the stages in before; registering the model waits for a person."""
 
     before: list[Before] = Field(
-        default_factory=lambda: ["sft"], description="stages before dpo (dpo needs sft or pretrain first)"
+        default_factory=_after_sft, description="stages before dpo (dpo needs sft or pretrain first)"
     )
 
 
@@ -77,7 +81,7 @@ class TrainGrpoArgs(_TrainArgs):
     train_model run whose last stage is grpo, after the stages in before; registering waits for a person."""
 
     before: list[Before] = Field(
-        default_factory=lambda: ["sft"], description="stages before grpo (grpo needs sft or pretrain first)"
+        default_factory=_after_sft, description="stages before grpo (grpo needs sft or pretrain first)"
     )
 
 
