@@ -72,7 +72,10 @@ def _source(source: Path, field: str) -> Path:
 def planned_build(kind: str, source: Path, opts: BuildOptions, field: str = "source") -> str:
     """The version ``build_recorded`` would make (or reuse), without reading a row."""
     _, params = _builder(kind, opts)
-    return version_key(kind, {"source": source_fingerprint(_source(source, field))}, params)
+    fingerprint = source_fingerprint(_source(source, field))
+    if fingerprint is None:  # a file always has one
+        raise BadInput(f"{field}: {source}: cannot be fingerprinted")
+    return version_key(kind, {"source": fingerprint}, params)
 
 
 def build_recorded(

@@ -549,7 +549,8 @@ def _durations(text: str) -> list[Duration]:
             prev
             and prev.unit == "h"
             and d.unit == "m"
-            and None not in (prev.minutes, d.minutes)
+            and prev.minutes is not None
+            and d.minutes is not None
             and re.fullmatch(_JOINED, text[prev.end : d.start], re.IGNORECASE)
         ):
             merged[-1] = Duration(prev.start, d.end, prev.minutes + d.minutes, f"{prev.said} {d.said}")
@@ -622,7 +623,7 @@ def stated_budget(text: str) -> dict[str, set[float]]:
     """Every budget amount the text writes, by field, in that field's unit: hourly prices, money
     amounts (not the hourly ones) and durations in minutes. A model's budget must be one of them."""
     text = " ".join(text[: MAX_REQUEST_CHARS + 1].split())
-    out: dict[str, set[float]] = {"cost_per_hour_usd": set(), "max_cost_usd": set(), "max_wall_minutes": set()}
+    out: dict[str, set[float | None]] = {"cost_per_hour_usd": set(), "max_cost_usd": set(), "max_wall_minutes": set()}
     rest = text
     for m in re.finditer(_HOURLY, text, re.IGNORECASE):
         out["cost_per_hour_usd"].add(_finite(m.group(1)))
@@ -636,8 +637,8 @@ def stated_budget(text: str) -> dict[str, set[float]]:
 def stated_numbers(text: str) -> set[float]:
     """Every finite number the text writes, also read as a percentage (90 → 0.9) and as hours
     in minutes (2 → 120): what a model's answer may put in a numeric field."""
-    values = {_finite(m.group(1)) for m in re.finditer(_NUM, text[: MAX_REQUEST_CHARS + 1])}
-    values.discard(None)
+    read = (_finite(m.group(1)) for m in re.finditer(_NUM, text[: MAX_REQUEST_CHARS + 1]))
+    values = {v for v in read if v is not None}
     return values | {v / 100 for v in values} | {v * 60 for v in values}
 
 

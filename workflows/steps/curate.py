@@ -83,7 +83,7 @@ def trained_seq_len(task, stage: str | None) -> int | None:
         for s in curriculum_from_task(task).stages
         if (s.data is None if stage is None else s.name == stage) and s.method in CUT_AT_SEQ_LEN
     ]
-    return min((s.training.max_length for s in readers), default=None)
+    return min((s.train_config().max_length for s in readers), default=None)
 
 
 def split_kind(rows: list[dict], path: str) -> RowKind:
@@ -144,6 +144,8 @@ def curate_recorded(
     )
     if report.facts is not None:
         report.node_id = record_built(graph, report.facts)
+        if report.facts.report is None:
+            raise RuntimeError(f"curate: dataset version {report.version} was built without a report path")
         Path(report.facts.report).write_text(report.model_dump_json(indent=1))
     elif report.node_id is None:  # reused, its report written before its node was recorded
         report.node_id = node_id(NodeKind.DATASET_VERSION, report.version)
@@ -190,6 +192,8 @@ def _curate_split(
         progress=ctx.progress,
         tokenizer=tok,
     )
+    if report.node_id is None or report.output is None:  # curate_recorded records it; an out_dir was given
+        raise RuntimeError(f"curate: {train}: dataset version {report.version} was not recorded or written")
     record_derived_from(ctx.graph, report.node_id, prepared_node)
     if not report.counts.get("output"):  # an empty training set would fail three steps later, unexplained
         removed = report.removed()
@@ -246,13 +250,14 @@ def curate(ctx: ToolContext) -> StepResult:
     prepared = ctx.output("prepare_corpus")
     evals = eval_sets(ctx)
     tokenizer = _tokenizer(ctx.task)
-    artifacts, metrics, nodes, summaries, details = {}, {}, {}, [], {}
+    artifacts, metrics, nodes, summaries = {}, {}, {}, []
+    details: dict[str, Any] = {}
     over: dict[str, tuple[CurationReport, CurationConfig]] = {}
     for prefix, stage, data in _splits(ctx):
         report, path, config = _curate_split(
             ctx, prepared.artifacts[f"{prefix}train"], prepared.node(f"{prefix}train"), evals, stage, data, tokenizer
         )
-        out_dir = Path(report.output).parent
+        out_dir = path.parent  # the curated version's folder (train.jsonl sits beside its output)
         artifacts.update(
             {
                 f"{prefix}train": str(path),

@@ -153,7 +153,7 @@ def find_recipe(
             length = resolve_stage(ctx.task, stage, recipe=report.chosen).max_steps
             out.callbacks = [Plateau(report, score, plateau_every(length))]
     probe = _continuing(report)
-    if probe is not None and Path(probe.checkpoint).is_dir():
+    if probe is not None and probe.checkpoint and Path(probe.checkpoint).is_dir():  # _continuing picks a kept one
         out.warm_start = Path(probe.checkpoint)
     return out
 

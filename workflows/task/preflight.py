@@ -139,6 +139,8 @@ def _data_uses(task: TrainTask) -> list[tuple[str, DataSpec, list[Use]]]:
         if data.path is None:
             continue
         field = f"curriculum[{own[st.name]}].data" if st.name in own else "data"
+        if st.method is None or st.battery is None:  # the stage's validators and curriculum_from_task fill both
+            raise RuntimeError(f"stage {st.name!r}: no method or battery after curriculum_from_task")
         use = Use(st.name, st.method, bool(set(st.battery.metrics) - {"heldout_loss"}))
         groups.setdefault(data.model_dump_json(), (field, data, []))[2].append(use)
     return list(groups.values())
@@ -148,6 +150,8 @@ def check_data(data: DataSpec, uses: list[Use], source: str, field: str = "data"
     """Every row of a DataSpec's training and held-out parts reads and fits the stages that use it;
     one BadInput line (``task.yaml: data.path: train.parquet: row 12: column 'messages': ...``)
     otherwise. Returns the rows counted per part."""
+    if data.path is None:  # _data_uses passes only the DataSpecs that name a file
+        raise BadInput(f"{source}: {field}.path: give the training data's path")
     try:
         plan = plan_splits(data.path, data.eval_path, split=data.split, eval_split=data.eval_split)
     except BadInput as exc:

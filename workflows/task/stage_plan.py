@@ -331,7 +331,7 @@ def _plan_inputs(task, cfg, counted: DataTokens | None, device: str, vocab: int 
         return out
     tokens = counted.tokens
     examples = counted.examples
-    if cfg.method == "pretrain" and examples:
+    if cfg.method == "pretrain" and examples and counted.rows:  # examples are counted from rows
         examples = max(1, int(counted.rows * tokens.mean() / cfg.max_length))  # packed windows of seq_len
     out["dataset_rows"] = examples
     per_sequence = 2 if cfg.method == "dpo" else 1
