@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic_ai.capabilities import AbstractCapability
 
@@ -79,7 +79,7 @@ def result_view(content: Any) -> Any:
 def check_style(style: str, field: str = "--prompt") -> PromptStyle:
     if style not in PROMPT_STYLES:
         raise BadInput(f"{field}: {style!r} is not a prompt style (one of {', '.join(PROMPT_STYLES)})")
-    return style  # type: ignore[return-value]
+    return cast(PromptStyle, style)  # checked against PROMPT_STYLES just above
 
 
 def compact_schema(schema: Any) -> Any:

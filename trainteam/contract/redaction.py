@@ -183,6 +183,7 @@ def redacted_task(
 def _changed(before: Any, after: Any, path: str) -> str | None:
     """The dotted path of the first value redaction changed, or None."""
     if isinstance(before, dict) and isinstance(after, dict):
+        # strict=False: redaction keeps keys and lengths; a difference in them is reported below, not raised
         for (k, v), w in zip(before.items(), after.values(), strict=False):
             found = _changed(v, w, f"{path}.{k}")
             if found is not None:
