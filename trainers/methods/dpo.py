@@ -51,6 +51,15 @@ def shape(config: TrainConfig, tokenizer, ds):
     return dpo_dataset(tokenizer, ds)
 
 
+def peft_and_reference(config: TrainConfig, model) -> tuple[Any, Any]:
+    """The LoRA config a preference trainer wraps the model in (none for a PEFT model already) and its frozen
+    reference: none with PEFT (the adapter off is the reference); without PEFT, TRL would reload the reference
+    from model.config._name_or_path, stale or missing for an in-memory model, so a frozen copy is the one we mean."""
+    pc = None if is_peft(model) else peft_config(config)
+    ref = None if pc is not None or is_peft(model) else copy.deepcopy(model).eval()
+    return pc, ref
+
+
 def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbacks, reward_funcs=None) -> Any:
     from trl import DPOConfig, DPOTrainer
 
@@ -65,10 +74,7 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
         max_length=config.max_length,
         **trl_args(config, DPOConfig),
     )
-    pc = None if is_peft(model) else peft_config(config)
-    # Without PEFT, TRL would reload the reference from model.config._name_or_path: stale or
-    # missing for an in-memory model. A frozen copy is the reference we mean.
-    ref = None if pc is not None or is_peft(model) else copy.deepcopy(model).eval()
+    pc, ref = peft_and_reference(config, model)
     return DPOTrainer(
         model=model,
         ref_model=ref,

@@ -10,17 +10,16 @@ starts, as for DPO.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 from trainteam.curation import formats as F
 from trainteam.curation.formats import PromptFormat, completion_text, prompt_format, prompt_text
-from trainteam.trainers.methods.base import TrainingMethod, is_peft
-from trainteam.trainers.methods.dpo import dpo_dataset, side_tokens
+from trainteam.trainers.methods.base import TrainingMethod
+from trainteam.trainers.methods.dpo import dpo_dataset, peft_and_reference, side_tokens
 from trainteam.trainers.methods.dpo import row_tokens as preference_tokens
 from trainteam.trainers.training.config import TrainConfig
-from trainteam.trainers.training.trainer_args import common_args, peft_config, trl_args
+from trainteam.trainers.training.trainer_args import common_args, trl_args
 
 
 def kto_dataset(tokenizer, ds):
@@ -56,9 +55,7 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
     train_ds = shape(config, tokenizer, ds)
     ev = shape(config, tokenizer, eval_ds) if eval_ds is not None else None
     args = KTOConfig(**common_args(config, out), max_length=config.max_length, **trl_args(config, KTOConfig))
-    pc = None if is_peft(model) else peft_config(config)
-    # Without PEFT, TRL would load the reference from model.config's path: a frozen copy is the one we mean.
-    ref = None if pc is not None or is_peft(model) else copy.deepcopy(model).eval()
+    pc, ref = peft_and_reference(config, model)
     return KTOTrainer(
         model=model,
         ref_model=ref,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from trainteam.agents.decisions import decide
-from trainteam.contract.step_io import GateFacts, StepResult, ToolContext
+from trainteam.contract.step_io import Decision, GateFacts, StepResult, ToolContext
 from trainteam.contract.train_task import CurriculumStage
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph.record import record_diagnosis, record_eval, record_gate
@@ -263,6 +264,28 @@ def gate_facts(ctx: ToolContext) -> GateFacts | None:
     return None if rule is None else GateFacts(rule.metric, rule.min, dict(ev.metrics))
 
 
+def settle_gate(
+    ctx: ToolContext, decision: GateDecision, accepted: Decision | None, eval_node: str | None
+) -> tuple[GateDecision, str]:
+    """A gate's decision with a person's acceptance of its failure applied, recorded as its Gate node (which
+    evaluates the Eval node and is produced by this step): the decision and the node's id."""
+    if accepted is not None:
+        decision = accept_failed_gate(decision, accepted.model_dump())
+    node = record_gate(
+        ctx.graph,
+        run_id=ctx.run_id,
+        stage=decision.stage,
+        passed=decision.passed,
+        promote=decision.promote,
+        reasons=decision.reasons,
+        accepted_by=decision.accepted_by,
+        approval_id=decision.approval_id,
+        eval_node=eval_node,
+        produced_by=ctx.step_node,
+    )
+    return decision, node
+
+
 def gate(ctx: ToolContext) -> StepResult:
     """Pass or fail from the task's thresholds (absolute, and no regression against the
     previous stage). Never overridden by an agent: a failed gate is promoted only with a
@@ -282,22 +305,8 @@ def gate(ctx: ToolContext) -> StepResult:
             stage_input(ctx, ev_step, stage),
             ev.details.get("n_eval"),
         )
-    accepted = ctx.decided.accepted_gate
-    if accepted is not None:
-        decision = accept_failed_gate(decision, accepted.model_dump())
-    node = record_gate(
-        ctx.graph,
-        run_id=ctx.run_id,
-        stage=decision.stage,
-        passed=decision.passed,
-        promote=decision.promote,
-        reasons=decision.reasons,
-        accepted_by=decision.accepted_by,
-        approval_id=decision.approval_id,
-        eval_node=ev.node("eval"),
-        produced_by=ctx.step_node,
-    )
-    details = {
+    decision, node = settle_gate(ctx, decision, ctx.decided.accepted_gate, ev.node("eval"))
+    details: dict[str, Any] = {
         "stage": decision.stage,
         "reasons": decision.reasons,
         "passed": decision.passed,

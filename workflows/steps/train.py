@@ -33,9 +33,8 @@ from trainteam.curation.demo import read_jsonl
 from trainteam.curation.formats import example, folder_prompt_format, query, row_kind
 from trainteam.curation.rewards import default_rewards
 from trainteam.graph import NodeKind, node_id
-from trainteam.graph.record import record_checkpoint, record_gate, record_tokenizer
+from trainteam.graph.record import record_checkpoint, record_tokenizer
 from trainteam.trainers.evaluation.battery import greedy_generations
-from trainteam.trainers.evaluation.gates import accept_failed_gate
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage, random_init
 from trainteam.trainers.launch.supervisor import train_launched
 from trainteam.trainers.training import budget
@@ -48,7 +47,7 @@ from trainteam.trainers.training.tokenizer import train_tokenizer as fit
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.headroom import skip_align
-from trainteam.workflows.steps.judge import measure_stage
+from trainteam.workflows.steps.judge import measure_stage, settle_gate
 from trainteam.workflows.steps.recipe import StageRecipe, find_recipe
 from trainteam.workflows.steps.retry import StopRetry, retraining_plan, retry_note
 from trainteam.workflows.task.curriculum import curriculum_from_task
@@ -626,20 +625,7 @@ def _measure_and_gate(
     before = StageInput.model_validate(record["inputs"][st.name])
     n_eval = ctx.graph.get_node(ev_node).get("n_eval")
     decision = judge_stage(st.name, st.kind, st.method, measured, list(st.gates), before, n_eval)
-    if accepted is not None:
-        decision = accept_failed_gate(decision, accepted.model_dump())
-    node = record_gate(
-        ctx.graph,
-        run_id=ctx.run_id,
-        stage=decision.stage,
-        passed=decision.passed,
-        promote=decision.promote,
-        reasons=decision.reasons,
-        accepted_by=decision.accepted_by,
-        approval_id=decision.approval_id,
-        eval_node=ev_node,
-        produced_by=ctx.step_node,
-    )
+    decision, node = settle_gate(ctx, decision, accepted, ev_node)
     record["stage_gates"][st.name] = {
         "passed": decision.passed,
         "reasons": decision.reasons,
