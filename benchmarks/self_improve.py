@@ -1,7 +1,7 @@
 """The self-training loop, measured: the team's own runs → chat data with tool calls → tool-calling
 LoRA SFT of a real instruct model through ``train_model`` → tool-call agreement on held-out runs.
 
-1. gather: ``--runs`` real tiny ``train_model`` runs under the offline policy (tests/spine's task) in one
+1. gather: ``--runs`` real tiny ``train_model`` runs under the offline policy (tests/spine_helpers.py's task) in one
    workspace;
 2. the loop: ``trainteam self-improve --yes`` in that workspace (``workflows/improve/self_improve.py``): chat
    export of every run with the ``--prompt`` style (compact: a short brief, the step's tool and the
@@ -41,7 +41,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "spine"))
 CLI = [sys.executable, "-m", "trainteam.cli"]
 TEMPLATE = "qwen2_5"
 PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator")

@@ -30,7 +30,7 @@ import time
 Sample = tuple[float, float, float]  # a cpu_sample(): (machine busy s, this process's CPU s, wall s)
 
 
-def cpu_sample() -> tuple[float, float, float]:
+def cpu_sample() -> Sample:
     """(machine busy CPU seconds, this process's CPU seconds, wall seconds), all cumulative."""
     import psutil
 
@@ -41,12 +41,12 @@ def cpu_sample() -> tuple[float, float, float]:
     return busy, r.ru_utime + r.ru_stime, time.perf_counter()
 
 
-def neighbours_between(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+def neighbours_between(a: Sample, b: Sample) -> float:
     """Cores the neighbours used between two ``cpu_sample()`` readings: machine busy time minus ours."""
     return max(0.0, (b[0] - a[0]) - (b[1] - a[1])) / max(b[2] - a[2], 1e-9)
 
 
-def neighbours_since(mark: tuple[float, float, float], min_s: float = 0.3) -> float:
+def neighbours_since(mark: Sample, min_s: float = 0.3) -> float:
     """Cores the neighbours used since ``mark`` (a ``cpu_sample()``), waiting out ``min_s`` if needed.
 
     This process's own CPU is subtracted, so the window can cover its own set-up work

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from trainteam.core.errors import BadInput, format_validation_error
-from trainteam.trainers.training import key_aliases as recipe_keys
+from trainteam.trainers.training import key_aliases
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.methods.method_registry import checked_trl as trl_args
 from trainteam.trainers.methods.method_registry import config_class as trl_config_class
@@ -116,11 +116,11 @@ def test_epochs_config_survives_a_dump_and_reload():
 
 def test_every_argument_trainteam_sets_is_refused_in_the_trl_block(tmp_path):
     owned = set(common_args(TrainConfig(), tmp_path))
-    assert owned <= set(recipe_keys.OWNED), owned - set(recipe_keys.OWNED)
+    assert owned <= set(key_aliases.OWNED), owned - set(key_aliases.OWNED)
     for key in owned:
         with pytest.raises(ValidationError) as info:
             TrainConfig.model_validate({"trl": {key: 1}})
-        assert f"trl.{key}: trainteam sets it from {recipe_keys.OWNED[key]}" in format_validation_error(info.value, "x")
+        assert f"trl.{key}: trainteam sets it from {key_aliases.OWNED[key]}" in format_validation_error(info.value, "x")
 
 
 def test_the_method_builders_own_arguments_are_refused_too(tmp_path):
@@ -131,7 +131,7 @@ def test_the_method_builders_own_arguments_are_refused_too(tmp_path):
     defaults = cls(output_dir=str(tmp_path), use_cpu=True)
     changed = {f.name for f in dataclasses.fields(cls) if getattr(built, f.name) != getattr(defaults, f.name)}
     changed -= {"_n_gpu", "run_name", "logging_dir"}  # derived by the class itself
-    missing = {k for k in changed if recipe_keys.owned_by("grpo", k) is None}
+    missing = {k for k in changed if key_aliases.owned_by("grpo", k) is None}
     assert not missing, missing
     with pytest.raises(BadInput, match=r"training.grpo.trl.num_generations: trainteam sets it from grpo.num_generations"):
         trl_args(TrainConfig.model_construct(**{**TrainConfig(method="grpo").__dict__,
