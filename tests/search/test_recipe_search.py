@@ -7,11 +7,9 @@ import math
 
 import pytest
 
-from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
-from trainteam.trainers.training.config import ModelSpec, TokenizerConfig, TrainConfig
-from trainteam.trainers.training.models import build_model
 from trainteam.core import clock
-from trainteam.trainers.training import console_lines
+from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
+from trainteam.trainers.evaluation.metrics.metric_spec import rate_band
 from trainteam.trainers.search import recipe_search as R
 from trainteam.trainers.search.recipe_search import (
     Probe,
@@ -26,13 +24,15 @@ from trainteam.trainers.search.recipe_search import (
     probe_warmup,
     promoted,
     rank,
-    rate_band,
     release,
-    rung_steps,
     run_probes,
+    rung_steps,
     split_rows,
     wasted_tops,
 )
+from trainteam.trainers.training import console_lines
+from trainteam.trainers.training.config import ModelSpec, TokenizerConfig, TrainConfig
+from trainteam.trainers.training.models import build_model
 from trainteam.trainers.training.tokenizer import load_tokenizer, train_tokenizer
 
 

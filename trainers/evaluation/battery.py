@@ -30,7 +30,10 @@ from trainteam.curation.answers import NUMERIC, AnswerSpec
 from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
 from trainteam.curation.formats import Prompt, example, example_ids, prompt_format, prompt_ids, query, row_kind
 from trainteam.trainers.evaluation.answer_length import MAX_NEW_TOKENS, reference_match
+from trainteam.trainers.evaluation.answer_style import AnswerStyle, answer_style
 from trainteam.trainers.evaluation.lm_eval_runner import run_lm_eval, write_exact_match_task
+from trainteam.trainers.evaluation.metrics.metric_registry import METRICS
+from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, bootstrap_se
 from trainteam.trainers.methods.method_registry import methods
 from trainteam.trainers.training import budget
 from trainteam.trainers.training.models import load_model
@@ -39,7 +42,18 @@ from trainteam.trainers.training.step_lines import RowLines
 from trainteam.trainers.training.tokenizer import load_tokenizer
 
 StageKind = Literal["pretrain", "mid_train", "long_context", "post_train"]
-Metric = Literal["heldout_loss", "exact_match", "format_adherence", "determinism", "repetition", "lm_eval"]
+Metric = Literal[
+    "heldout_loss",
+    "exact_match",
+    "format_adherence",
+    "determinism",
+    "repetition",
+    "lm_eval",
+    "rouge_l",
+    "chrf",
+    "form_rate",
+    "stop_rate",
+]
 
 # Training methods (each its record's ``eval_kind``) and curriculum stage names map onto the four stage kinds.
 STAGE_KINDS: dict[str, StageKind] = {
@@ -70,6 +84,11 @@ class BatterySpec(BaseModel):
         default_factory=list, description="harness tasks; empty: exact match as a harness task"
     )
     lm_eval_include: Path | None = Field(default=None, description="folder of local harness task YAML")
+    judged_by: list[str] | None = Field(
+        default=None,
+        description="the metrics that judge the answers (the task's eval.metrics); "
+        "default: chosen from the references (answer_style.py)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -242,6 +261,11 @@ def exact_match(
         batch_size=batch_size,
         what="evaluation (exact match)",
     )
+    return scored_exact(problems, gens, answer)
+
+
+def scored_exact(problems: list[dict], gens: Sequence[dict], answer: AnswerSpec) -> EvalResult:
+    """Exact match of greedy answers already generated (``greedy_generations``) for ``problems``."""
     samples, correct = [], 0
     for p, g in zip(problems, gens, strict=True):
         prompt, reference = example(p)
@@ -384,17 +408,16 @@ def run_battery(
             batch_size=min(spec.batch_size, 32),
         )
         metrics.update(heldout_loss=loss, perplexity=math.exp(min(loss, 50.0)))
-    if "exact_match" in spec.metrics:
-        em = exact_match(
-            model, tokenizer, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size, answer=answer
-        )
-        metrics["exact_match"] = em.accuracy
-        details["exact_match"] = {"n": em.n, "correct": em.correct, "samples": em.samples[:10]}
-    if {"exact_match", "format_adherence"} & set(spec.metrics):  # can the check see a right answer at all?
+    style = answers_style(records, spec, answer)
+    if style is not None:
+        details["answers"] = style.model_dump()
+    gens = _answers(model, tokenizer, records, spec, answer, style, metrics, details)
+    if ANSWER_CHECKS & set(spec.metrics) and style is not None and style.kind != "text":
+        # can the check see a right answer at all?
         metrics["reference_match"], details["reference_misses"] = reference_match(
             tokenizer, records, answer, spec.max_new_tokens
         )
-    _reliability(model, tokenizer, records, spec, answer, metrics, details)
+    _reliability(model, tokenizer, records, spec, answer, metrics, details, gens)
     if "lm_eval" in spec.metrics:
         metrics.update(_lm_eval(spec, ckpt, tokenizer, records, stage, out_dir))
     return BatteryResult(
@@ -408,6 +431,80 @@ def run_battery(
     )
 
 
+ANSWER_CHECKS = {"exact_match", "format_adherence", "rouge_l", "chrf", "form_rate", "stop_rate"}
+
+
+def answers_style(records: list[dict], spec: BatterySpec, answer: AnswerSpec) -> AnswerStyle | None:
+    """The style of the held-out answers (``answer_style``) when the battery checks answers, else None."""
+    if not ANSWER_CHECKS & set(spec.metrics):
+        return None
+    return answer_style(records, answer, spec.judged_by)
+
+
+def _answer_metrics(spec: BatterySpec, style: AnswerStyle | None) -> list[str]:
+    """The metrics scored from greedy answers: exact match and every registered answer metric the battery
+    lists, the style's judges and reported ones (free-form: ROUGE-L, chrF, the form rate, the stop rate)."""
+    wanted = list(spec.metrics)
+    if style is not None and style.kind != "text":
+        wanted += style.judged_by + style.reported
+    return [m for m in dict.fromkeys(wanted) if m == "exact_match" or m == "stop_rate" or _scored(m)]
+
+
+def _scored(name: str) -> bool:
+    return name in METRICS and METRICS[name].score is not None
+
+
+def _answers(
+    model: Any,
+    tokenizer: Any,
+    records: list[dict],
+    spec: BatterySpec,
+    answer: AnswerSpec,
+    style: AnswerStyle | None,
+    metrics: dict[str, float],
+    details: dict[str, Any],
+) -> list[dict]:
+    """Greedy answers to every held-out prompt, generated once, scored by each answer metric into ``metrics``
+    (a bootstrap metric's standard error beside it as ``<name>_se``) and ``details`` (samples, misses); returns
+    the answers (none when no answer metric runs)."""
+    names = _answer_metrics(spec, style)
+    if not names:
+        return []
+    bad = next((i for i, p in enumerate(records) if _kind(p) not in ("pair", "chat")), None)
+    if bad is not None:
+        raise BadInput(f"problems[{bad}]: needs fields prompt and completion, or messages ending with an answer")
+    gens = greedy_generations(
+        model,
+        tokenizer,
+        [query(r) for r in records],
+        max_new_tokens=spec.max_new_tokens,
+        batch_size=spec.batch_size,
+        what="evaluation (answers)",
+    )
+    if "exact_match" in names:
+        em = scored_exact(records, gens, answer)
+        metrics["exact_match"] = em.accuracy
+        details["exact_match"] = {"n": em.n, "correct": em.correct, "samples": em.samples[:10]}
+    if "stop_rate" in names:
+        stopped = sum(1 for g in gens if g["eos"] and len(g["ids"]) < spec.max_new_tokens)
+        metrics["stop_rate"] = stopped / len(gens)
+    texts = [g["text"] for g in gens]
+    rows = AnswerRows.of([example(r) for r in records])
+    for name in names:
+        score = METRICS[name].score if name in METRICS else None
+        if score is None:
+            continue
+        result = score(texts, rows)
+        if not result.values:  # nothing this metric can check on these rows (a form rule learnt empty)
+            details[name] = {"n": 0, "why": "nothing to check on these references", "rule": result.rule}
+            continue
+        metrics[name] = result.mean
+        if METRICS[name].noise == "bootstrap":
+            metrics[f"{name}_se"] = bootstrap_se(result.values)
+        details[name] = {"n": len(result.values), "misses": result.misses, "rule": result.rule}
+    return gens
+
+
 def _reliability(
     model: Any,
     tokenizer: Any,
@@ -416,14 +513,19 @@ def _reliability(
     answer: AnswerSpec,
     metrics: dict[str, float],
     details: dict[str, Any],
+    answered: list[dict] | None = None,
 ) -> None:
-    """Format adherence, repetition and determinism of greedy answers, into ``metrics`` and ``details``."""
+    """Format adherence, repetition and determinism of greedy answers, into ``metrics`` and ``details``; the
+    answers already generated at the same length (``answered``) are reused rather than generated again."""
     reliability = {"format_adherence", "determinism", "repetition"} & set(spec.metrics)
     if not reliability:
         return
     prompts = [query(r) for r in records[: spec.reliability_limit]]
     budget = max(spec.max_new_tokens, spec.repetition_max_new_tokens if "repetition" in reliability else 0)
-    first = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=spec.batch_size)
+    if answered and budget == spec.max_new_tokens:
+        first = answered[: len(prompts)]
+    else:
+        first = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=spec.batch_size)
     if "format_adherence" in reliability:
         fa = format_adherence(first, tokenizer, answer, spec.max_new_tokens)
         metrics["format_adherence"] = fa["format_adherence"]

@@ -1,6 +1,7 @@
 """Gates: may a stage's checkpoint be promoted, judged from its eval metrics (pure; no torch).
 
-A gate is a list of rules from the task: absolute thresholds (``min`` / ``max``)
+A gate is a list of rules from the task, each on a metric of the registry
+(``metrics/metric_registry.py``: its direction and range come from there): absolute thresholds (``min`` / ``max``)
 and "no regression beyond x against the previous stage". The decision carries
 one reason per rule, so a person reading the approval sees exactly why a gate
 failed. A failed gate is final for the workflow: only a person can accept it,
@@ -17,46 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainteam.core.errors import BadInput, format_validation_error
-
-# Metrics where smaller is better; every other metric is taken as higher-is-better.
-LOWER_IS_BETTER = ("loss", "perplexity", "ppl", "repetition", "error", "latency", "seconds")
-
-
-# What an eval can measure, and the range a threshold on it may take: a gate on a metric
-# nothing measures, or ``exact_match >= 2``, could never pass, and would only fail after
-# hours of training. lm-eval-harness results are ``lm_eval/<task>/<metric>`` (any finite bound).
-METRIC_RANGES: dict[str, tuple[float, float | None]] = {
-    "exact_match": (0.0, 1.0),
-    "format_adherence": (0.0, 1.0),
-    "determinism": (0.0, 1.0),
-    "repetition_rate": (0.0, 1.0),
-    "heldout_loss": (0.0, None),
-    "perplexity": (1.0, None),
-    "reference_match": (0.0, 1.0),
-}
-
-
-def check_metric(metric: str, **bounds: float | None) -> None:
-    """ValueError unless ``metric`` is one an eval measures and every bound (``min=…``) lies in its range."""
-    if metric.startswith("lm_eval/") and metric.count("/") == 2:
-        return
-    if metric not in METRIC_RANGES:
-        raise ValueError(
-            f"metric {metric!r} is not measured by any eval "
-            f"(one of {', '.join(METRIC_RANGES)}, or lm_eval/<task>/<metric>)"
-        )
-    lo, hi = METRIC_RANGES[metric]
-    for name, b in bounds.items():
-        if b is not None and (b < lo or (hi is not None and b > hi)):
-            raise ValueError(
-                f"{name} {b:g}: {metric} lies in [{lo:g}, {'inf' if hi is None else f'{hi:g}'}], "
-                "so the gate could never be decided by it"
-            )
-
-
-def lower_is_better(metric: str) -> bool:
-    m = metric.lower()
-    return any(key in m for key in LOWER_IS_BETTER)
+from trainteam.trainers.evaluation.metrics.metric_registry import check_metric, higher_is_better
 
 
 class GateRule(BaseModel):
@@ -69,7 +31,7 @@ class GateRule(BaseModel):
     min: float | None = None
     max: float | None = None
     max_regression: float | None = Field(default=None, ge=0, le=1e6)
-    higher_is_better: bool | None = Field(default=None, description="None: inferred from the metric name")
+    higher_is_better: bool | None = Field(default=None, description="None: the metric registry's direction")
 
     @model_validator(mode="after")
     def _has_a_test(self) -> GateRule:
@@ -82,7 +44,7 @@ class GateRule(BaseModel):
 
     @property
     def higher_better(self) -> bool:
-        return (not lower_is_better(self.metric)) if self.higher_is_better is None else self.higher_is_better
+        return higher_is_better(self.metric) if self.higher_is_better is None else self.higher_is_better
 
 
 class GateCheck(BaseModel):

@@ -27,12 +27,16 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
+from trainteam.trainers.evaluation.answer_style import AnswerStyle
 from trainteam.trainers.evaluation.gates import GateCheck, GateDecision, GateRule, evaluate_gate
+from trainteam.trainers.evaluation.metrics.metric_registry import METRICS
+from trainteam.trainers.evaluation.metrics.metric_spec import loss_band, rate_band
 from trainteam.trainers.methods.method_registry import align_methods
 
-ANSWER_METRICS = ("exact_match", "format_adherence")  # read from generated answers: blind when cut or mis-checked
+# read from generated answers: blind when cut or mis-checked
+ANSWER_METRICS = ("exact_match", "format_adherence", "rouge_l", "chrf", "form_rate")
 PRETRAIN_KINDS = ("pretrain", "mid_train", "long_context")
-LOSS_BAND = 0.01  # a held-out loss change under 1 % of the input's is noise
+HELD = ("format_adherence", "chrf")  # judged metrics that must not fall beyond noise (the others must gain)
 
 
 class StageInput(BaseModel):
@@ -60,29 +64,26 @@ def random_init(vocab_size: int) -> StageInput:
     )
 
 
-def rate_band(rate: float, n: int | None) -> float:
-    """Two binomial standard errors of ``rate`` on ``n`` rows, at least two rows' worth (2/n)."""
-    if not n:
-        return 0.05
-    return max(2 * math.sqrt(max(rate * (1 - rate), 0.0) / n), 2 / n)
-
-
-def loss_band(loss: float) -> float:
-    return max(LOSS_BAND * abs(loss), 1e-3)
-
-
 def _measured(metric: str, metrics: Mapping[str, float], before: StageInput) -> bool:
     return metric in metrics and metric in before.metrics
 
 
 def default_rules(
-    kind: str, method: str, metrics: Mapping[str, float], before: StageInput, n_eval: int | None
+    kind: str,
+    method: str,
+    metrics: Mapping[str, float],
+    before: StageInput,
+    n_eval: int | None,
+    style: AnswerStyle | None = None,
 ) -> list[tuple[GateRule, str]]:
     """The gate of a stage the task names none for, each rule with where its bar came from: beat the input
     beyond noise (an align stage: do not fall below it) on exact match where answers are checked after
-    pre-training, else on held-out loss; format adherence never falls beyond noise."""
-    rules: list[tuple[GateRule, str]] = []
+    pre-training, else on held-out loss; format adherence never falls beyond noise. Free-form answers, or
+    metrics the task names (``style``), are judged by ``judged_rules`` instead: exact match never gates them."""
     aligning = method in align_methods()
+    if style is not None and kind not in PRETRAIN_KINDS and (style.free_form or style.named):
+        return judged_rules(style.judged_by, metrics, before, n_eval, aligning)
+    rules: list[tuple[GateRule, str]] = []
     if kind not in PRETRAIN_KINDS and _measured("exact_match", metrics, before):
         q = before.metrics["exact_match"]
         band = rate_band(q, n_eval)
@@ -104,6 +105,35 @@ def default_rules(
     if _measured("format_adherence", metrics, before):
         band = rate_band(before.metrics["format_adherence"], n_eval)
         rules.append((GateRule(metric="format_adherence", max_regression=band), f"noise {band:.3g}"))
+    return rules
+
+
+def judged_rules(
+    judged_by: list[str], metrics: Mapping[str, float], before: StageInput, n_eval: int | None, aligning: bool
+) -> list[tuple[GateRule, str]]:
+    """One rule for each judging metric both models measured: beat the input beyond the metric's noise band
+    (the registry's: a loss 1 %, a rate two binomial errors, ROUGE-L or chrF two bootstrap errors of the
+    input's mean), or, for an align stage, an input already within a band of the top, or a metric that is
+    only held (``HELD``: format adherence, chrF), do not fall beyond it. The form rate must gain: a model that
+    learnt a house style's phrases but not its facts reads well and is wrong."""
+    rules: list[tuple[GateRule, str]] = []
+    for name in judged_by:
+        spec = METRICS.get(name)
+        if spec is None or not _measured(name, metrics, before):
+            continue
+        was = before.metrics[name]
+        band = spec.band(was, n_eval, before.metrics.get(f"{name}_se"))
+        top = spec.high if spec.higher_is_better else spec.low
+        at_top = top is not None and abs(top - was) <= band
+        if aligning or at_top or name in HELD:
+            scale = 10 if aligning and spec.noise == "loss" else 1
+            rules.append((GateRule(metric=name, max_regression=scale * band), f"noise {scale * band:.3g}"))
+        elif spec.higher_is_better:
+            bar = min(spec.high if spec.high is not None else math.inf, was + band)
+            rules.append((GateRule(metric=name, min=bar), f"{before.name} {was:.3g} + noise {band:.3g}"))
+        else:
+            bar = max(spec.low, was - band)
+            rules.append((GateRule(metric=name, max=bar), f"{before.name} {was:.4g} - noise {band:.3g}"))
     return rules
 
 
@@ -167,11 +197,13 @@ def judge_stage(
     before: StageInput,
     n_eval: int | None,
     previous_stage: str | None = None,
+    style: AnswerStyle | None = None,
 ) -> GateDecision:
-    """The stage's gate: the task's ``rules`` (or ``default_rules``) against ``before``, plus the
-    measurement checks; ``previous_stage`` names ``before`` in the reasons (default: its name)."""
+    """The stage's gate: the task's ``rules`` (or ``default_rules``, by the answers' ``style``) against
+    ``before``, plus the measurement checks; ``previous_stage`` names ``before`` in the reasons (default: its
+    name)."""
     own = list(rules)
-    defaults = [] if own else default_rules(kind, method, metrics, before, n_eval)
+    defaults = [] if own else default_rules(kind, method, metrics, before, n_eval, style)
     where = previous_stage or before.name
     decision = evaluate_gate(
         stage, metrics, own or [r for r, _ in defaults], previous=before.metrics, previous_stage=where

@@ -26,9 +26,10 @@ from pydantic import AliasChoices, BaseModel, Field
 from rich.markup import escape
 
 from trainteam.core import clock
-from trainteam.curation.formats import query, row_kind
+from trainteam.curation.formats import example, query, row_kind
 from trainteam.trainers.evaluation.battery import exact_match, format_adherence, greedy_generations, heldout_loss
-from trainteam.trainers.evaluation.stage_gate import rate_band
+from trainteam.trainers.evaluation.metrics.metric_registry import get_metric
+from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, bootstrap_se
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.console_lines import say
 from trainteam.trainers.training.loop import train
@@ -41,6 +42,7 @@ MIN_ROWS = 32  # fewer rows than this: nothing to probe on (8 validation rows, t
 MAX_WIDEN = 2  # rates added beyond an edge of the prior's range when the best probe sits at that edge
 PRIOR_SPAN = 4.0  # a LoRA range: the prior's rate divided and multiplied by this
 RATE_METRICS = ("exact_match", "format_adherence")  # gate metrics a rung can measure on the validation slice
+SCORE_METRICS = ("rouge_l", "chrf")  # free-form scores a rung can measure there (a mean of per-row scores)
 TOL = 1e-4  # below a row's worth on any slice (1/128): the stored values are rounded to 5 decimals
 
 
@@ -51,6 +53,7 @@ class RungScore(BaseModel):
     metric: float | None = Field(
         default=None, description="the gate's metric (a rate, higher is better) where the search measures it"
     )
+    metric_se: float | None = Field(default=None, description="a mean score's bootstrap standard error")
 
     def finite(self) -> bool:
         return math.isfinite(self.heldout_loss) and (self.metric is None or math.isfinite(self.metric))
@@ -77,6 +80,9 @@ class Probe(BaseModel):
         description="step -> the gate's metric on the "
         "validation slice (SearchReport.objective; higher is better); empty when "
         "the search ranks by held-out loss alone",
+    )
+    metric_se: dict[int, float] = Field(
+        default_factory=dict, description="step -> the metric's bootstrap standard error (ROUGE-L, chrF)"
     )
     pruned: bool = False
     unstable: bool = Field(default=False, description="a non-finite loss, grad norm or score ended it")
@@ -196,8 +202,10 @@ def make_scorer(
         return value
 
     checkable = answer is not None and val_rows and all(row_kind(r) in ("pair", "chat") for r in val_rows)
-    if metric not in RATE_METRICS or not checkable:
+    if metric not in RATE_METRICS + SCORE_METRICS or not checkable:
         return "heldout_loss", lambda model: RungScore(heldout_loss=loss(model))
+    if metric in SCORE_METRICS:
+        return metric, _mean_scorer(tokenizer, val_rows, metric, max_new_tokens, loss)
 
     def rate(model) -> float:
         if metric == "exact_match":
@@ -215,6 +223,28 @@ def make_scorer(
         return format_adherence(gens, tokenizer, answer, max_new_tokens)["format_adherence"]
 
     return metric, lambda model: RungScore(metric=rate(model), heldout_loss=loss(model))
+
+
+def _mean_scorer(tokenizer, val_rows: list[dict], metric: str, max_new_tokens: int, loss: Callable) -> Scorer:
+    """A free-form score (ROUGE-L, chrF: the registry's) of greedy answers on the slice, with its bootstrap
+    standard error, beside the held-out loss on the answer tokens."""
+    rows = AnswerRows.of([example(r) for r in val_rows])
+    score = get_metric(metric).score
+    assert score is not None  # SCORE_METRICS are answer metrics
+
+    def scored(model) -> RungScore:
+        gens = greedy_generations(
+            model,
+            tokenizer,
+            [query(r) for r in val_rows],
+            max_new_tokens=max_new_tokens,
+            batch_size=64,
+            what=f"evaluation ({metric})",
+        )
+        result = score([g["text"] for g in gens], rows)
+        return RungScore(metric=result.mean, metric_se=bootstrap_se(result.values), heldout_loss=loss(model))
+
+    return scored
 
 
 # Checks without a real improvement before a searched length stops: 5 of its 20 checks, a quarter of the run.
@@ -353,6 +383,8 @@ class _StopAt:
                 probe.values[step] = round(scored.heldout_loss, 5)
                 if scored.metric is not None:
                     probe.metric[step] = round(scored.metric, 5)
+                if scored.metric_se is not None:
+                    probe.metric_se[step] = round(scored.metric_se, 5)
                 control.should_save = True
                 return control
 
@@ -649,7 +681,7 @@ def release(report: SearchReport, work_dir: Path, keep: int | None) -> None:
 
 def rank(report: SearchReport, probes: list[Probe], rung: int) -> tuple[list[Probe], RungComparison]:
     """The stable probes that reached ``rung``, best first, and the comparison that ordered them: by the gate's
-    metric when its spread reaches the noise band (``stage_gate.rate_band``: two binomial standard errors, at
+    metric when its spread reaches its noise band (the registry's: a rate's two binomial standard errors, at
     least two rows; probes less than a band apart tied, the tie broken by held-out loss), else by held-out loss;
     an exact tie in loss goes to the rate nearest the prior's."""
     live = [p for p in probes if rung in p.values and not p.unstable]
@@ -661,7 +693,8 @@ def rank(report: SearchReport, probes: list[Probe], rung: int) -> tuple[list[Pro
     name, why = report.objective, "held-out loss ranks them"
     if name != "heldout_loss" and live and all(rung in p.metric for p in live):
         rates = [p.metric[rung] for p in live]
-        band = rate_band(max(rates), report.validation_rows)
+        ses = [p.metric_se[rung] for p in live if rung in p.metric_se]
+        band = get_metric(name).band(max(rates), report.validation_rows, max(ses) if ses else None)
         spread = f"{name} {min(rates):.3g} to {max(rates):.3g}, noise band {band:.2g}"
         if max(rates) - min(rates) >= band - TOL:  # the gate's own convention: a band's difference counts
             tiers = _tiers(live, rung, band, by_loss)

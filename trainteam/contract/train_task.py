@@ -33,7 +33,8 @@ from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
 from trainteam.curation.rows import check_columns
 from trainteam.trainers.evaluation.battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
-from trainteam.trainers.evaluation.gates import GateRule, check_metric
+from trainteam.trainers.evaluation.gates import GateRule
+from trainteam.trainers.evaluation.metrics.metric_registry import check_metric, check_names
 from trainteam.trainers.methods.method_registry import METHODS, align_methods, train_methods
 from trainteam.trainers.training import key_aliases
 from trainteam.trainers.training.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
@@ -184,6 +185,18 @@ class EvalSpec(_Strict):
         "(trainers/evaluation/answer_length.py)",
     )
     batch_size: int = Field(default=64, gt=0, le=4096)
+    metrics: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description="the metrics that judge the answers (the gate's default rules and the search read them); "
+        "default: chosen from the held-out references (trainers/evaluation/answer_style.py)",
+    )
+
+    @field_validator("metrics")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else check_names(v, "eval.metrics")
 
 
 # Continued pretraining for the pre-/mid-training kinds; supervised fine-tuning after.

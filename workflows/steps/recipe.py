@@ -32,12 +32,14 @@ from trainteam.curation.demo import read_jsonl
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_probe, record_recipe
 from trainteam.trainers.evaluation.answer_length import size_generation
+from trainteam.trainers.evaluation.answer_style import AnswerStyle, answer_style
 from trainteam.trainers.evaluation.stage_gate import PRETRAIN_KINDS
 from trainteam.trainers.planning import ModelShape
 from trainteam.trainers.search.recipe_search import (
     FIRST_RUNG,
     MIN_ROWS,
     RATE_METRICS,
+    SCORE_METRICS,
     TOP_OF_RUN,
     Plateau,
     Probe,
@@ -189,23 +191,30 @@ def _gave_warmup(cfg: TrainConfig) -> bool:
     return bool(cfg.warmup_steps or cfg.warmup_ratio)
 
 
-def search_metric(task, stage: str) -> tuple[str, str]:
+def search_metric(task, stage: str, style: AnswerStyle | None = None) -> tuple[str, str]:
     """(the metric the rungs rank by where it separates the probes, why): the stage's gate metric when the
     task names one the validation slice can measure; else the default gate's (``stage_gate.default_rules``):
-    exact match after pre-training (``make_scorer`` falls back to held-out loss on rows without answers),
-    held-out loss for the pre-training kinds."""
+    for free-form answers (``style``) or metrics the task names, the first of the judging metrics the slice
+    can score (ROUGE-L), never exact match; else exact match after pre-training (``make_scorer`` falls back
+    to held-out loss on rows without answers); held-out loss for the pre-training kinds."""
     found = curriculum_from_task(task).find(stage)
     rules = list(found.gates) if found is not None else []
     named = next((r.metric for r in rules if r.min is not None), rules[0].metric if rules else None)
-    if named is not None and named in RATE_METRICS:
+    if named is not None and named in RATE_METRICS + SCORE_METRICS:
         return named, f"the stage's gate is on {named}"
     if named in ("heldout_loss", "perplexity"):
         return "heldout_loss", f"the stage's gate is on {named}"
     why = f"the gate's {named} cannot be measured on the slice" if named else "the task names no gate"
     kind = found.kind if found is not None else "post_train"
-    if kind not in PRETRAIN_KINDS:
-        return "exact_match", why + f": a {kind} stage's default gate is exact match"
-    return "heldout_loss", why + f": a {kind} stage's default gate is held-out loss"
+    if kind in PRETRAIN_KINDS:
+        return "heldout_loss", why + f": a {kind} stage's default gate is held-out loss"
+    if style is not None and (style.free_form or style.named):
+        rankable = [m for m in style.judged_by if m in RATE_METRICS + SCORE_METRICS]
+        head = "free-form answers" if style.free_form else "the task's metrics"
+        if rankable:
+            return rankable[0], why + f": {head} are judged by {', '.join(style.judged_by)}, never exact match"
+        return "heldout_loss", why + f": {head} are judged by {', '.join(style.judged_by)}, never exact match"
+    return "exact_match", why + f": a {kind} stage's default gate is exact match"
 
 
 def _prior(task, cfg: TrainConfig, from_scratch: bool) -> tuple[list[float], float, str]:
@@ -364,7 +373,7 @@ def _probe(
 def _objective(ctx: ToolContext, report: SearchReport, tokenizer, val_rows: list[dict]):
     """The rungs' scorer: the gate's metric on the validation rows where they carry answers, and why."""
     report.objective, score = _scorer(ctx, report.stage, tokenizer, val_rows)
-    metric, why = search_metric(ctx.task, report.stage)
+    metric, why = search_metric(ctx.task, report.stage, _style(ctx, val_rows))
     if report.objective != metric:
         why += "; the validation rows carry no answers to check"
     report.reasons.append(
@@ -451,11 +460,17 @@ def _length_reason(ctx: ToolContext, rows: int, batch: int, share_s: float, pace
 def _scorer(ctx: ToolContext, stage: str, tokenizer, val_rows: list[dict]):
     """The probes' scores on the validation slice: held-out loss, and the gate's metric (``search_metric``) by
     the task's answer rule where the rows carry answers."""
-    metric, _ = search_metric(ctx.task, stage)
+    metric, _ = search_metric(ctx.task, stage, _style(ctx, val_rows))
     length = size_generation(
         tokenizer, val_rows, set_value=ctx.task.eval.max_new_tokens, where="the recipe search's validation rows"
     )  # sized from their own answers
     return make_scorer(tokenizer, val_rows, answer=ctx.task.answer, metric=metric, max_new_tokens=length.tokens)
+
+
+def _style(ctx: ToolContext, val_rows: list[dict]) -> AnswerStyle:
+    """The answers' style on the validation slice (``answer_style``): free-form ones are never ranked by exact
+    match."""
+    return answer_style(val_rows, ctx.task.answer, ctx.task.eval.metrics)
 
 
 def _epochs(task) -> float | None:

@@ -47,7 +47,7 @@ from trainteam.trainers.training.tokenizer import train_tokenizer as fit
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.headroom import skip_align
-from trainteam.workflows.steps.judge import measure_stage, settle_gate
+from trainteam.workflows.steps.judge import measure_stage, settle_gate, stage_style
 from trainteam.workflows.steps.recipe import StageRecipe, find_recipe
 from trainteam.workflows.steps.retry import StopRetry, retraining_plan, retry_note
 from trainteam.workflows.task.curriculum import curriculum_from_task
@@ -624,7 +624,9 @@ def _measure_and_gate(
     metrics.update({f"{st.name}.{k}": v for k, v in measured.items()})
     before = StageInput.model_validate(record["inputs"][st.name])
     n_eval = ctx.graph.get_node(ev_node).get("n_eval")
-    decision = judge_stage(st.name, st.kind, st.method, measured, list(st.gates), before, n_eval)
+    decision = judge_stage(
+        st.name, st.kind, st.method, measured, list(st.gates), before, n_eval, style=stage_style(ctx, st)
+    )
     decision, node = settle_gate(ctx, decision, accepted, ev_node)
     record["stage_gates"][st.name] = {
         "passed": decision.passed,
