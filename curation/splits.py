@@ -111,3 +111,40 @@ def split_by_group(
         raise BadInput(f"{where}: row {missing + 1} has no {by!r} to split by")
     held = held_out_groups((r[by] for r in rows), fraction, seed, where)
     return [r for r in rows if r[by] not in held], [r for r in rows if r[by] in held]
+
+
+SEALED_MIN_ROWS = 30  # fewer held-out rows: no test part (each part would be too small to mean anything)
+SEALED_SHARE = 1 / 3  # of the held-out rows, sealed as the test part
+SEALED_MAX = 200  # test rows at most: it is scored once, but every row is a greedy generation
+
+
+@dataclass(frozen=True)
+class SealedSplit:
+    """The held-out rows cut in two: ``dev`` (what gates, the judge, the search and retries read) and ``test``
+    (sealed: scored once at the end, read by no deciding step), with how the cut was sized."""
+
+    dev: tuple[int, ...]
+    test: tuple[int, ...]
+    why: str
+
+
+def seal_test(n: int, seed: int) -> SealedSplit:
+    """A seeded third of ``n`` held-out rows (at most ``SEALED_MAX``) as the sealed test part, the rest dev;
+    under ``SEALED_MIN_ROWS`` rows nothing is sealed and the reason says so. The noise each part carries is
+    stated in rows: a rate measured on k rows moves by 2 standard errors, at most 1/sqrt(k) (at 50 %)."""
+    if n < SEALED_MIN_ROWS:
+        return SealedSplit(
+            tuple(range(n)),
+            (),
+            f"{n} held-out rows: too few to seal a test part (at least {SEALED_MIN_ROWS}); "
+            "every figure is on the rows the gates read",
+        )
+    k = min(SEALED_MAX, round(n * SEALED_SHARE))
+    test = frozenset(random.Random(f"sealed-test-{seed}").sample(range(n), k))
+    dev = tuple(i for i in range(n) if i not in test)
+    why = (
+        f"{n} held-out rows: {len(dev)} dev (gates, search, judge; a rate's noise up to "
+        f"±{1 / len(dev) ** 0.5:.2f}), {k} sealed test (scored once at the end; up to ±{1 / k**0.5:.2f}), "
+        f"a seeded third (seed {seed})"
+    )
+    return SealedSplit(dev, tuple(sorted(test)), why)

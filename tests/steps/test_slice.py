@@ -35,7 +35,7 @@ def test_slice_end_to_end_with_lineage(tmp_path, ws):
         ("train", "completed", 1), ("evaluate", "completed", 1), ("gate", "completed", 1),
         ("align", "skipped", 1),  # a skipped align goes straight to merging (nothing to measure or gate)
         ("merge_adapters", "completed", 1), ("final_eval", "completed", 1), ("gate_final", "completed", 1),
-        ("register_model", "completed", 1)]
+        ("sealed_test", "completed", 1), ("register_model", "completed", 1)]
     assert 0.0 <= view["metrics"]["evaluate.exact_match"] <= 1.0
     assert view["metrics"]["train.pretrain.steps"] == 6
 
@@ -97,7 +97,7 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     assert view["status"] == "completed"
     attempts = {s["name"]: s["attempts"] for s in view["steps"]}
     assert attempts.pop("train") == 2
-    assert set(attempts.values()) == {1} and len(attempts) == 11  # precheck_data in; a skipped align goes straight to merging
+    assert set(attempts.values()) == {1} and len(attempts) == 12  # precheck_data, sealed_test in; a skipped align goes to merging
     assert view["metrics"]["train.pretrain.steps"] == 150
     assert view["metrics"]["train.pretrain.threads"] == 1
     # DBOS recorded every step exactly once; the graph holds one Step node per step

@@ -9,6 +9,7 @@ from trainteam.workflows.steps.judge import evaluate, gate, gate_facts
 from trainteam.workflows.steps.plans import TrainArgs, apply_overrides, plan_curate, plan_stages
 from trainteam.workflows.steps.precheck import precheck_data
 from trainteam.workflows.steps.register import register_model, register_model_evidence
+from trainteam.workflows.steps.sealed_test import sealed_test
 from trainteam.workflows.steps.train import align, merge_adapters, train, train_tokenizer
 
 STEPS: dict[str, StepTool] = {
@@ -21,6 +22,7 @@ STEPS: dict[str, StepTool] = {
     "merge_adapters": StepTool(merge_adapters),
     "evaluate": StepTool(evaluate),
     "gate": StepTool(gate, facts=gate_facts),
+    "sealed_test": StepTool(sealed_test),
     "register_model": StepTool(register_model, evidence=register_model_evidence),
 }
 

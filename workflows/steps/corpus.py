@@ -22,9 +22,9 @@ from pathlib import Path
 
 from trainteam.contract.step_io import StepResult, ToolContext
 from trainteam.core.hashing import file_fingerprint, sha256_file
-from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, write_jsonl
+from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, read_jsonl, write_jsonl
 from trainteam.curation.rows import iter_rows
-from trainteam.curation.splits import Part, SplitPlan, held_out, plan_splits
+from trainteam.curation.splits import Part, SealedSplit, SplitPlan, held_out, plan_splits, seal_test
 from trainteam.graph.record import record_corpus, record_split
 from trainteam.workflows.task.curriculum import curriculum_from_task
 
@@ -153,16 +153,38 @@ def _versions(ctx: ToolContext, corpus: str, paths: dict[str, Path], stage: str 
     return nodes, counts
 
 
+def _seal(prepared: Prepared, seed: int) -> tuple[dict[str, Path], SealedSplit]:
+    """The task's held-out rows cut into ``dev.jsonl`` (the ``eval`` every deciding step reads) and a sealed
+    ``test.jsonl`` (``curation.splits.seal_test``), beside them in the prepared folder; too few rows: all dev."""
+    rows = read_jsonl(prepared.eval)
+    cut = seal_test(len(rows), seed)
+    if not cut.test:
+        return {"eval": prepared.eval}, cut
+    dev, test = prepared.folder / "dev.jsonl", prepared.folder / "test.jsonl"
+    if not (dev.exists() and test.exists()):
+        for path, part in ((dev, cut.dev), (test, cut.test)):
+            tmp = path.with_suffix(".tmp")
+            write_jsonl([rows[i] for i in part], tmp)
+            tmp.replace(path)
+    return {"eval": dev, "test": test}, cut
+
+
 def prepare_corpus(ctx: ToolContext) -> StepResult:
     """Generate the bundled verifiable demo data, or read the task's own data as canonical
     rows, as content-addressed dataset versions (the same inputs never do the work twice); the
-    same for each curriculum stage that names its own data (keys ``<stage>.train`` ...)."""
+    same for each curriculum stage that names its own data (keys ``<stage>.train`` ...). The task's
+    held-out rows are cut into the dev part (``eval``) and a sealed test part (``test``, ``_seal``)."""
     main = _prepare(ctx, ctx.task.data)
-    nodes, counts = _versions(ctx, main.corpus, {"train": main.train, "eval": main.eval}, None)
-    artifacts = {"train": str(main.train), "eval": str(main.eval)}
+    held, cut = _seal(main, ctx.task.data.seed)
+    nodes, counts = _versions(ctx, main.corpus, {"train": main.train, **held}, None)
+    artifacts = {"train": str(main.train), **{k: str(v) for k, v in held.items()}}
     metrics = {"n_train": counts["train"], "n_eval": counts["eval"]}
+    if "test" in counts:
+        metrics["n_test"] = counts["test"]
     nodes = {"corpus": main.corpus, **nodes}
     summary = f"{counts['train']} training and {counts['eval']} held-out problems ({main.folder.name}{_how(main)})"
+    if "test" in counts:
+        summary += f"; {counts['test']} more sealed as the test part, scored once at the end"
     eval_from = {"eval": main.eval_from}
     own = [s for s in curriculum_from_task(ctx.task).stages if s.data is not None]
     for s in own:
@@ -180,7 +202,7 @@ def prepare_corpus(ctx: ToolContext) -> StepResult:
         artifacts=artifacts,
         metrics=metrics,
         nodes=nodes,
-        details={"stage_data": [s.name for s in own], "eval_from": eval_from},
+        details={"stage_data": [s.name for s in own], "eval_from": eval_from, "sealed_test": cut.why},
     )
 
 
@@ -218,4 +240,10 @@ def eval_sets(ctx: ToolContext) -> dict[str, str]:
     """Every held-out set of the run (the task's and each stage's own): what training data
     is decontaminated against, whichever stage trains on it."""
     prepared = ctx.output("prepare_corpus")
-    return {k: v for k, v in prepared.artifacts.items() if k == "eval" or k.endswith(".eval")}
+    return {k: v for k, v in prepared.artifacts.items() if k in ("eval", "test") or k.endswith(".eval")}
+
+
+def sealed_test_set(ctx: ToolContext) -> tuple[Path, str] | None:
+    """(file, DatasetVersion node) of the sealed test part, or None where the held-out rows were too few."""
+    prepared = ctx.output("prepare_corpus")
+    return (prepared.artifact("test"), prepared.node("test")) if "test" in prepared.artifacts else None

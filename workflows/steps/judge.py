@@ -66,11 +66,13 @@ def measure_stage(
     key: str,
     trained_on: list[Path],
     battery: dict | None = None,
+    eval_set: tuple[str, Path, str] | None = None,
 ):
-    """A curriculum stage's battery on its checkpoint, on the stage's eval set, recorded as an
-    Eval node (``key``). Returns (node, BatteryResult). Without a curation report, the eval
-    set is first checked against ``trained_on`` (every file the checkpoint trained on)."""
-    set_name, eval_path, eval_node = stage_eval_set(ctx, stage)
+    """A curriculum stage's battery on its checkpoint, on the stage's eval set (or ``eval_set``: name, file,
+    DatasetVersion node), recorded as an Eval node (``key``). Returns (node, BatteryResult). Without a
+    curation report, the eval set is first checked against ``trained_on`` (every file the checkpoint
+    trained on)."""
+    set_name, eval_path, eval_node = eval_set or stage_eval_set(ctx, stage)
     tokenizer = load_tokenizer(tokenizer_dir)
     spec = BatterySpec.model_validate(battery).model_copy(update=eval_settings(ctx.task)) if battery else stage.battery
     length = eval_budget(ctx, stage, tokenizer)  # sized from the held-out answers, or the task's checked length
@@ -117,7 +119,7 @@ def stage_style(ctx: ToolContext, stage) -> AnswerStyle:
     return answer_style(read_jsonl(eval_path), ctx.task.answer, ctx.task.eval.metrics)
 
 
-def _stage_of(ctx: ToolContext, name: str):
+def stage_of(ctx: ToolContext, name: str):
     """The filled-in curriculum stage ``name``; a stage the task does not list (an ad-hoc
     ``inputs.stage``) gets its kind's default battery on the task's data."""
     found = curriculum_from_task(ctx.task).find(name)
@@ -132,7 +134,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
     (the train step measured the curriculum's earlier stages itself), with that stage's
     battery on that stage's eval set."""
     trained = ctx.output(ctx.inputs.get("of", "train"))
-    stage = _stage_of(
+    stage = stage_of(
         ctx,
         ctx.inputs.get("stage")
         or (trained.stages[-1] if trained.stages else None)
@@ -239,7 +241,7 @@ def judge_gate(
     """The stage's gate (``trainers/evaluation/stage_gate.py``): the task's rules or the default, against what the
     stage started from, with the measurement checks. Without anything to compare against (a stage
     outside the task's list) only the task's rules judge; with none either, the gate cannot pass."""
-    st = _stage_of(ctx, stage)
+    st = stage_of(ctx, stage)
     if before is None:
         if not rules:
             return GateDecision(
@@ -507,7 +509,7 @@ def _data_evidence(ctx: ToolContext, ev: StepResult, stage: str, trained: StepRe
     """Rows trained on, what curation removed from them, and eval problems found in training data."""
     out: dict = {}
     try:
-        path, node = stage_train_data(ctx, _stage_of(ctx, stage))
+        path, node = stage_train_data(ctx, stage_of(ctx, stage))
     except LookupError:  # no corpus step in this run's outputs: the diagnosis goes without row counts
         path, node = None, None
     if path is not None and path.is_file():

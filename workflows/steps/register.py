@@ -51,11 +51,13 @@ def register_model(ctx: ToolContext) -> StepResult:
     final = ctx.output(ctx.inputs.get("of", "final_eval"))
     ckpt = final.checkpoint
     generation = final.details.get("generation")
+    sealed = ctx.ran("sealed_test")
+    test = sealed.metrics if sealed is not None and sealed.outcome == "ok" else {}
     record, node = register_and_record(
         ctx.ws,
         ckpt,
         stage=final.details["stage"],
-        metrics=final.metrics,
+        metrics={**final.metrics, **{f"test.{k}": v for k, v in test.items()}},
         name=ctx.task.name,
         run_id=ctx.run_id,
         checkpoint_node=final.checkpoint_node,
@@ -65,6 +67,12 @@ def register_model(ctx: ToolContext) -> StepResult:
             "stages": ctx.task.stage_names(),
             # the answer length it was judged at: `trainteam serve` answers with it by default
             **({"answer_tokens": generation["tokens"]} if generation else {}),
+            # the figures to trust: the sealed test part, scored once, that no deciding step read
+            **(
+                {"sealed_test": {"rows": sealed.details["n_test"], "sizing": sealed.details["sizing"]}}
+                if test and sealed is not None
+                else {}
+            ),
         },
         step_node=ctx.step_node,
     )

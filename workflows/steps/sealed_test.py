@@ -1,0 +1,56 @@
+"""eval_judge's last measurement: the registered weights on the sealed test part, scored once.
+
+The held-out rows were cut at ``prepare_corpus`` into a dev part, which every deciding step reads (the gates,
+the judge's diagnosis, the recipe search's choice, a retry), and a sealed test part (``curation.splits.
+seal_test``), which no deciding step reads: agents overfit what they select on, so the figure to trust is one
+nothing was chosen by. This step runs after the final gate, on the weights ``register_model`` will register,
+with the same battery and answer length as the final evaluation, and records the test figures with the
+dev-test gap. What follows it only records: the registry keeps the figures beside the dev ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainteam.contract.step_io import StepResult, ToolContext
+from trainteam.workflows.steps.corpus import sealed_test_set
+from trainteam.workflows.steps.judge import measure_stage, stage_of
+
+SHOWN = ("exact_match", "rouge_l", "chrf", "form_rate", "heldout_loss")
+
+
+def _trained_on(ctx: ToolContext) -> list[Path]:
+    """Every file the weights trained on (the train and align steps' record), for a battery without curation."""
+    return [Path(p) for name in ("train", "align") if (out := ctx.ran(name)) for p in out.details.get("trained_on", [])]
+
+
+def sealed_test(ctx: ToolContext) -> StepResult:
+    """The final weights (``inputs.of``, default ``final_eval``) on the sealed test rows, once."""
+    final = ctx.output(ctx.inputs.get("of", "final_eval"))
+    found = sealed_test_set(ctx)
+    if found is None:
+        why = ctx.output("prepare_corpus").details.get("sealed_test", "no sealed test part")
+        return StepResult(outcome="skipped", summary=f"no sealed test: {why}")
+    path, data_node = found
+    stage = stage_of(ctx, final.details["stage"])
+    node, result = measure_stage(
+        ctx,
+        stage,
+        final.checkpoint,
+        final.tokenizer,
+        final.checkpoint_node,
+        f"{ctx.run_id}/sealed_test",
+        _trained_on(ctx),
+        eval_set=("test", path, data_node),
+    )
+    test, dev = result.metrics, final.metrics
+    gap = {k: round(test[k] - dev[k], 5) for k in test if k in dev}
+    sizing = ctx.output("prepare_corpus").details.get("sealed_test", "")
+    shown = ", ".join(f"{k} {test[k]:.3g} (dev {dev[k]:.3g})" for k in SHOWN if k in test and k in dev)
+    return StepResult(
+        summary=f"sealed test, {result.n_eval} rows scored once: {shown}",
+        metrics=test,
+        nodes={"test_eval": node, "checkpoint": final.checkpoint_node},
+        artifacts={"checkpoint": str(final.checkpoint), "tokenizer": final.artifacts["tokenizer"]},
+        details={"stage": stage.name, "n_test": result.n_eval, "dev": dev, "gap": gap, "sizing": sizing},
+    )
