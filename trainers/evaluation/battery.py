@@ -133,6 +133,7 @@ class BatteryResult(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
     decontamination: dict[str, Any] | None = None
     seconds: float
+    answers: list[str] = Field(default_factory=list, description="the greedy answers, in row order (answer metrics)")
 
 
 # -- individual measures -------------------------------------------------------------------
@@ -428,6 +429,7 @@ def run_battery(
         details=details,
         decontamination=report,
         seconds=time.monotonic() - started,
+        answers=[g["text"] for g in gens],
     )
 
 

@@ -221,3 +221,41 @@ def judge_stage(
             "passed": all(c.passed for c in checks),
         }
     )
+
+
+def gate_text(kind: str, method: str, rules: list, style: AnswerStyle | None) -> str:
+    """The gate a stage will meet, in words, before anything runs: the task's rules, or the default that
+    ``default_rules`` will build (its bars come from the input's measured values, known only in the run)."""
+    if rules:
+        return "the task's: " + "; ".join(_rule_text(r) for r in rules)
+    aligning = method in align_methods()
+    if kind in PRETRAIN_KINDS or (style is not None and style.kind == "text"):
+        want = "not above the input's by 10x its noise" if aligning else "below the input's beyond noise (1 %)"
+        return f"default: heldout_loss {want}"
+    if style is not None and (style.free_form or style.named):
+        parts = []
+        for name in style.judged_by:
+            spec = METRICS.get(name)
+            if spec is None:
+                continue
+            if aligning or name in HELD:
+                parts.append(f"{name} not falling beyond noise")
+            else:
+                parts.append(f"{name} {'above' if spec.higher_is_better else 'below'} the input's beyond noise")
+        never = (
+            "; exact_match reported, never gating" if style.free_form and "exact_match" not in style.judged_by else ""
+        )
+        return "default: " + ", ".join(parts) + never + " (an input within noise of the top: held)"
+    if aligning:
+        return "default: exact_match not falling beyond noise, format_adherence not falling beyond noise"
+    return (
+        "default: exact_match above the input's beyond noise (two binomial errors; an input at the top: held), "
+        "format_adherence not falling beyond noise"
+    )
+
+
+def _rule_text(rule) -> str:
+    parts = [f"{rule.metric} >= {rule.min:g}"] if rule.min is not None else []
+    parts += [f"{rule.metric} <= {rule.max:g}"] if rule.max is not None else []
+    parts += [f"{rule.metric} drop <= {rule.max_regression:g}"] if rule.max_regression is not None else []
+    return " and ".join(parts)

@@ -51,6 +51,7 @@ from trainteam.workflows.requests.request_rules import (
     stated_budget,
     stated_numbers,
 )
+from trainteam.workflows.task.eval_plan import planned_gates, planned_style
 from trainteam.workflows.task.stage_plan import plan_stage, task_machine
 
 DEMO_REQUEST = (
@@ -371,7 +372,7 @@ class RequestPlan(BaseModel):
                 f"{s['params']:,} parameters, {s['memory_gib']:.2f} GiB, ~{s['est_minutes']:.1f} min"
             )
         lines += [
-            f"  gates: {', '.join(f'{k} {v}' for k, v in self.gates.items()) or 'none'}",
+            *(f"  gate {k}: {v}" for k, v in self.gates.items()),
             f"  steps: {' → '.join(self.steps)}",
             f"  estimate: ~{self.est_minutes:.1f} min of training, cost {self.est_cost_usd:.2f} USD "
             f"(budget {self.budget_minutes:g} min, {self.budget_usd:g} USD)",
@@ -429,15 +430,10 @@ def plan_request(
             f"budget.max_cost_usd: the planner estimates {cost:.2f} USD, over the "
             f"{task.budget.max_cost_usd:g} USD budget"
         )
-    gates = {
-        k: " and ".join(
-            ([f"{g.metric} ≥ {g.min:g}"] if g.min is not None else [])
-            + ([f"{g.metric} ≤ {g.max:g}"] if getattr(g, "max", None) is not None else [])
-            + ([f"{g.metric} drop ≤ {g.max_regression:g}"] if g.max_regression is not None else [])
-        )
-        or g.metric
-        for k, g in task.gates.items()
-    }
+    style = planned_style(task)
+    gates = planned_gates(task, style)
+    if style is not None:
+        notes = [style.line(), *notes]
     said = None if request is None else read_request(request, resolver(sources or ModelSources.find()))
     return RequestPlan(
         task=task.name,

@@ -12,11 +12,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainteam.agents.pairwise_judge import PairwiseResult, configured, pairwise_judge
 from trainteam.contract.step_io import StepResult, ToolContext
+from trainteam.curation.demo import read_jsonl
+from trainteam.curation.formats import example, query
+from trainteam.trainers.evaluation.battery import greedy_generations
+from trainteam.trainers.evaluation.metrics.metric_spec import prompt_words
+from trainteam.trainers.training.models import load_model
+from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.workflows.steps.corpus import sealed_test_set
 from trainteam.workflows.steps.judge import measure_stage, stage_of
 
 SHOWN = ("exact_match", "rouge_l", "chrf", "form_rate", "heldout_loss")
+PAIRWISE_PROMPTS = 20
 
 
 def _trained_on(ctx: ToolContext) -> list[Path]:
@@ -43,14 +51,56 @@ def sealed_test(ctx: ToolContext) -> StepResult:
         _trained_on(ctx),
         eval_set=("test", path, data_node),
     )
+    pairwise = _pairwise(ctx, path, result.answers, result.details.get("generation", {}).get("tokens"))
     test, dev = result.metrics, final.metrics
     gap = {k: round(test[k] - dev[k], 5) for k in test if k in dev}
     sizing = ctx.output("prepare_corpus").details.get("sealed_test", "")
     shown = ", ".join(f"{k} {test[k]:.3g} (dev {dev[k]:.3g})" for k in SHOWN if k in test and k in dev)
     return StepResult(
-        summary=f"sealed test, {result.n_eval} rows scored once: {shown}",
+        summary=f"sealed test, {result.n_eval} rows scored once: {shown}; {pairwise.line()}",
         metrics=test,
         nodes={"test_eval": node, "checkpoint": final.checkpoint_node},
         artifacts={"checkpoint": str(final.checkpoint), "tokenizer": final.artifacts["tokenizer"]},
-        details={"stage": stage.name, "n_test": result.n_eval, "dev": dev, "gap": gap, "sizing": sizing},
+        details={
+            "stage": stage.name,
+            "n_test": result.n_eval,
+            "dev": dev,
+            "gap": gap,
+            "sizing": sizing,
+            "pairwise": pairwise.model_dump(mode="json"),
+        },
     )
+
+
+def _pairwise(ctx: ToolContext, path: Path, answers: list[str], tokens: int | None) -> PairwiseResult:
+    """The eval_judge's model comparing the trained and the input model's answers on the test prompts, in both
+    orders (``agents.pairwise_judge``): beside the metrics, never a gate. Off, and said so, without a provider
+    for eval_judge (the input model is then not even loaded), or where the run has no input model (random
+    init) or its answers do not line up with the rows."""
+    if not configured("eval_judge"):
+        return pairwise_judge([], [], [])  # off, and its note says why
+    rows = read_jsonl(path)
+    base = ctx.task.model.path
+    if base is None or len(rows) != len(answers) or not tokens:
+        return _not_run(base, rows, answers)
+    tokenizer = load_tokenizer(ctx.output(ctx.inputs.get("of", "final_eval")).tokenizer)
+    model = load_model(Path(base))
+    prompts = [query(r) for r in rows]
+    baseline = greedy_generations(model, tokenizer, prompts, max_new_tokens=tokens, batch_size=16)
+    pairs = [example(r) for r in rows]
+    return pairwise_judge(
+        [prompt_words(p) for p, _ in pairs],
+        answers,
+        [g["text"] for g in baseline],
+        [ref for _, ref in pairs],
+        n=min(PAIRWISE_PROMPTS, len(rows)),
+    )
+
+
+def _not_run(base: Path | None, rows: list[dict], answers: list[str]) -> PairwiseResult:
+    why = (
+        "the run started from random init: no input model"
+        if base is None
+        else (f"{len(answers)} answers for {len(rows)} rows")
+    )
+    return PairwiseResult(ran=False, note=f"pairwise judge: not run ({why})")

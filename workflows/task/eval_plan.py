@@ -15,9 +15,12 @@ from itertools import islice
 from trainteam.contract.train_task import DataSpec, TrainTask
 from trainteam.core.errors import BadInput
 from trainteam.curation.rows import iter_rows
-from trainteam.curation.splits import held_out, plan_splits
+from trainteam.curation.splits import held_out, plan_splits, seal_test
 from trainteam.trainers.evaluation.answer_length import GenerationBudget, size_generation
+from trainteam.trainers.evaluation.answer_style import AnswerStyle, answer_style
+from trainteam.trainers.evaluation.stage_gate import gate_text
 from trainteam.trainers.planning.tokens import model_tokenizer
+from trainteam.workflows.task.curriculum import curriculum_from_task
 
 MAX_ROWS = 5000  # held-out rows read to size the length (a longer set: its first rows)
 
@@ -51,3 +54,19 @@ def planned_length(task: TrainTask, source: str) -> GenerationBudget | None:
         )
     except BadInput as exc:
         raise BadInput(f"{source}: {exc}") from None
+
+
+def planned_style(task: TrainTask) -> AnswerStyle | None:
+    """The answers' style the run will judge by (``answer_style`` on the dev part of the held-out rows, as
+    ``prepare_corpus`` will cut it); None for the bundled demo (its numbers are exact by construction)."""
+    if task.data.path is None:
+        return None
+    rows = list(islice(held_out_records(task.data), MAX_ROWS))
+    dev = [rows[i] for i in seal_test(len(rows), task.data.seed).dev]
+    return answer_style(dev, task.answer, task.eval.metrics)
+
+
+def planned_gates(task: TrainTask, style: AnswerStyle | None) -> dict[str, str]:
+    """Stage -> the gate it will meet, in words (``stage_gate.gate_text``): what plan, validate and
+    ``submit --plan-only`` print instead of "none" when the task names no rule."""
+    return {s.name: gate_text(s.kind, s.method or "", list(s.gates), style) for s in curriculum_from_task(task).stages}

@@ -30,7 +30,7 @@ from trainteam.trainers.planning.tokens import model_tokenizer
 from trainteam.trainers.training.chat_templates import apply_chat_template
 from trainteam.workflows.engine.runner import check_runnable
 from trainteam.workflows.engine.spec import load_builtin
-from trainteam.workflows.task.eval_plan import planned_length
+from trainteam.workflows.task.eval_plan import planned_gates, planned_length, planned_style
 from trainteam.workflows.task.stage_plan import data_tokens, plan_stage
 
 
@@ -66,6 +66,7 @@ def check_task(path: Path, *, measure: bool = True) -> Iterator[Check]:
         "and column, and the planner's refusals",
     )
     yield answers_check(task, source)
+    yield from judging_checks(task)
     if task.distributed is not None:
         yield distributed_check(task)
     for stage in task.stage_names():
@@ -86,6 +87,15 @@ def answers_check(task: TrainTask, source: str) -> Check:
             "checked against the held-out answers once the run's tokenizer exists)",
         )
     return Check("answers", "ok", f"answer checks generate up to {length.describe()}")
+
+
+def judging_checks(task: TrainTask) -> Iterator[Check]:
+    """Which metrics will judge the answers and why (``eval_plan.planned_style``), then each stage's gate."""
+    style = planned_style(task)
+    if style is not None:
+        yield Check("judging", "ok", style.line())
+    for stage, text in planned_gates(task, style).items():
+        yield Check(f"gate ({stage})", "ok", text)
 
 
 def distributed_check(task: TrainTask) -> Check:
