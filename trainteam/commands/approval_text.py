@@ -56,11 +56,16 @@ def _header(console, view) -> None:
 
 
 def _register(console, ev) -> None:
+    test = ev.test_metrics
     metrics = Table(
-        "metric", "value", title=f"metrics of the weights to register ({ev.stage or '?'})", title_justify="left"
+        "metric",
+        "dev (the gates read)",
+        *(["sealed test (the figure to trust)"] if test else []),
+        title=f"metrics of the weights to register ({ev.stage or '?'})",
+        title_justify="left",
     )
     for k, v in sorted(ev.metrics.items()):
-        metrics.add_row(_e(k), _num(v))
+        metrics.add_row(_e(k), _num(v), *([_num(test[k]) if k in test else ""] if test else []))
     console.print(metrics)
     gates = Table("gate", "stage", "verdict", "why", title="gates", title_justify="left")
     for g in ev.gates:

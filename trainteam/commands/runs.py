@@ -64,6 +64,23 @@ def show(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
         console.print(search_line(stage, found), highlight=False, markup=False)
     for entry in view["trained"]:
         console.print(trained_line(entry), highlight=False, markup=False)
+    if view.get("sealed_test"):
+        console.print(sealed_line(view["sealed_test"]), highlight=False, markup=False)
+
+
+SEALED_SHOWN = ("rouge_l", "chrf", "form_rate", "exact_match", "heldout_loss")
+
+
+def sealed_line(sealed: dict) -> str:
+    """The figures to trust: the sealed test part, with the dev figures the gates read and the gap."""
+    test, dev = sealed["test"], sealed["dev"]
+    parts = [
+        f"{k} {test[k]:.3g} (dev {dev[k]:.3g}, gap {test[k] - dev[k]:+.3g})" if k in dev else f"{k} {test[k]:.3g}"
+        for k in SEALED_SHOWN
+        if k in test
+    ]
+    line = f"sealed test ({sealed['rows']} rows, scored once; the figures to trust): {', '.join(parts)}"
+    return line + (f"\n  {sealed['pairwise']}" if sealed.get("pairwise") else "")
 
 
 # What a trained line shows of a resolved config (``runs show --json`` has all of it), in TRL's names

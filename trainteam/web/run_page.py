@@ -117,6 +117,7 @@ class RunPage(BaseModel):
     metrics: dict[str, Any]
     steps: list[StepView]
     searches: list[SearchView] = []
+    sealed_test: dict[str, Any] | None = None
     evals: list[EvalView]
     gates: list[GateView]
     decisions: list[DecisionView]
@@ -290,6 +291,7 @@ def run_page(ws, run_id: str) -> RunPage:
         metrics=view["metrics"] or {},
         steps=_steps(runs, approvals, decisions, run_id),
         searches=searches(ws, runs, run_id),
+        sealed_test=view.get("sealed_test"),
         evals=evals,
         gates=gates,
         decisions=decisions,

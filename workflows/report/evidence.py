@@ -88,6 +88,9 @@ class RegisterEvidence(_Evidence):
     kind: Literal["register_model"] = "register_model"
     stage: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict, description="the measured weights' metrics")
+    test_metrics: dict[str, float] = Field(
+        default_factory=dict, description="the same weights on the sealed test rows no deciding step read"
+    )
     gates: list[GateVerdict] = Field(default_factory=list)
     checkpoint: CheckpointEvidence | None = None
     lineage: LineageEvidence | None = None
@@ -199,6 +202,7 @@ def register_evidence(ws, final: StepResult, outputs: Mapping[str, StepResult]) 
     return RegisterEvidence(
         stage=final.stage,
         metrics=dict(final.metrics),
+        test_metrics=dict(sealed.metrics) if (sealed := outputs.get("sealed_test")) and sealed.outcome == "ok" else {},
         gates=gate_verdicts(outputs),
         checkpoint=checkpoint_evidence(ckpt, node) if ckpt else None,
         lineage=lineage_evidence(ws.graph, node) if node else None,

@@ -98,6 +98,17 @@ class PlanVsRun(_Strict):
     wall_minutes_run: float | None = Field(default=None, description="the stage from set-up to its end")
 
 
+class SealedTest(_Strict):
+    """The figures to trust: the weights to register on the sealed test rows, scored once (no step chose by them),
+    beside the dev figures the gates read, and the pairwise judge's comparison where it ran."""
+
+    rows: int
+    sizing: str
+    metrics: dict[str, float]
+    gap: dict[str, float] = Field(description="test - dev, per metric")
+    pairwise: str = ""
+
+
 class ReportInput(_Strict):
     run_id: str
     task_name: str
@@ -112,6 +123,7 @@ class ReportInput(_Strict):
     diagnoses: list[DiagnosisRecord] = Field(default_factory=list, description="failed gates, in the order they ran")
     searches: list[SearchReport] = Field(default_factory=list, description="the engineer's recipe search per stage")
     model_id: str | None = None
+    sealed_test: SealedTest | None = Field(default=None, description="the registered weights on the sealed rows")
     plan_vs_run: list[PlanVsRun] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
@@ -176,6 +188,19 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 {%- endfor %}
 {% if plots.get("evals") %}
 ![eval metrics per stage]({{ plots.evals }}){% endif %}
+{% if r.sealed_test %}
+## Sealed test — the figures to trust
+
+{{ r.sealed_test.rows }} held-out rows that no deciding step read (not the gates, the search, the judge or a
+retry), scored once on the weights to register. {{ r.sealed_test.sizing }}
+
+| metric | test | dev | test - dev |
+| --- | ---: | ---: | ---: |
+{% for m, v in r.sealed_test.metrics.items() if not m.endswith("_se") -%}
+| {{ m }} | {{ "%.4g"|format(v) }} | {{ "%.4g"|format(v - r.sealed_test.gap[m]) if m in r.sealed_test.gap else "" }} | {{ "%+.3g"|format(r.sealed_test.gap[m]) if m in r.sealed_test.gap else "" }} |
+{% endfor %}{% if r.sealed_test.pairwise %}
+{{ r.sealed_test.pairwise }}
+{% endif %}{% endif %}
 {% if r.searches %}
 ## Recipe search
 
@@ -426,6 +451,20 @@ def _diagnoses(runs: RunStore, run_id: str) -> list[DiagnosisRecord]:
     ]
 
 
+def sealed_test(out: dict | None) -> SealedTest | None:
+    """The sealed_test step's stored output as the report shows it (None where it did not score)."""
+    if not out or out.get("outcome") != "ok":
+        return None
+    details = out.get("details") or {}
+    return SealedTest(
+        rows=details["n_test"],
+        sizing=details.get("sizing", ""),
+        metrics={k: float(v) for k, v in out["metrics"].items()},
+        gap=details.get("gap") or {},
+        pairwise=(details.get("pairwise") or {}).get("note", ""),
+    )
+
+
 def report_input(ws, run_id: str) -> ReportInput:
     view = run_public(ws, run_id)
     task = TrainTask.model_validate(view["task"])
@@ -464,6 +503,7 @@ def report_input(ws, run_id: str) -> ReportInput:
             )
         if details.get("model_id"):
             model_id = details["model_id"]
+
     diagnoses = _diagnoses(runs, run_id)
     searches = [
         SearchReport.model_validate(v)
@@ -496,6 +536,7 @@ def report_input(ws, run_id: str) -> ReportInput:
         diagnoses=diagnoses,
         searches=searches,
         model_id=model_id,
+        sealed_test=sealed_test(outputs.get("sealed_test")),
         plan_vs_run=plan_vs_run(task, view["metrics"]),
         notes=notes,
     )

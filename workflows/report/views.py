@@ -45,7 +45,26 @@ def run_view(runs, approvals, run_id: str) -> dict[str, Any]:
     ]
     view["search"] = searches_in(attempts)
     view["trained"] = trained_in(attempts)
+    view["sealed_test"] = sealed_in(attempts)
     return view
+
+
+def sealed_in(attempts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The sealed test's figures (the weights to register on rows no deciding step read), with the dev figures
+    and the gap, from the sealed_test step's output; None where it did not score."""
+    for a in reversed(attempts):
+        output = a.get("output") if isinstance(a.get("output"), dict) else None
+        if a["step"] == "sealed_test" and output and output.get("outcome") == "ok":
+            details = output.get("details") or {}
+            return {
+                "rows": details.get("n_test"),
+                "sizing": details.get("sizing"),
+                "test": output.get("metrics") or {},
+                "dev": details.get("dev") or {},
+                "gap": details.get("gap") or {},
+                "pairwise": (details.get("pairwise") or {}).get("note"),
+            }
+    return None
 
 
 def trained_in(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Iterable
+from types import ModuleType
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.evaluation import metrics as _package
@@ -23,12 +24,13 @@ _OWN = {"metric_spec", "metric_registry"}
 _LOWER_HARNESS = ("loss", "perplexity", "ppl", "error")
 
 
-def _load() -> dict[str, MetricSpec]:
+def load(package: ModuleType = _package) -> dict[str, MetricSpec]:
+    """Every ``MetricSpec`` the modules of ``package`` declare (their ``METRICS``), by name."""
     found: dict[str, MetricSpec] = {}
-    for info in sorted(pkgutil.iter_modules(_package.__path__), key=lambda m: m.name):
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if info.name in _OWN:
             continue
-        module = importlib.import_module(f"{_package.__name__}.{info.name}")
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
         for spec in getattr(module, "METRICS", ()):
             if not isinstance(spec, MetricSpec):
                 raise TypeError(f"metrics/{info.name}.py: METRICS holds {spec!r}, not a MetricSpec")
@@ -38,7 +40,7 @@ def _load() -> dict[str, MetricSpec]:
     return found
 
 
-METRICS: dict[str, MetricSpec] = _load()
+METRICS: dict[str, MetricSpec] = load()
 
 
 def harness_metric(name: str) -> bool:
