@@ -51,9 +51,10 @@ def test_a_demo_task_passes_every_check_and_writes_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["✓ task", "✓ model", "✓ preflight", "✓ answers",
-                                                      "✓ tokens (pretrain)", "✓ plan (pretrain)"]
-    assert "random init" in lines[1] and "bounded by UTF-8 bytes" in lines[4] and "6 steps" in lines[5]
-    assert "(assumed: a FLOP guess, not measured)" in lines[5]  # how the estimate was made
+                                                      "✓ gate (pretrain)", "✓ tokens (pretrain)", "✓ plan (pretrain)"]
+    assert "random init" in lines[1] and "bounded by UTF-8 bytes" in lines[5] and "6 steps" in lines[6]
+    assert lines[4] == "✓ gate (pretrain): the task's: heldout_loss <= 50"  # the gate that will apply, said before
+    assert "(assumed: a FLOP guess, not measured)" in lines[6]  # how the estimate was made
     assert _files(tmp_path) == {"task.yaml"}  # no .trainteam, no database, no cache
 
 
@@ -74,6 +75,31 @@ def test_a_real_model_with_chat_data_and_trl_keys(chat_task, tmp_path_factory):
     assert "(measured " in plan_line and " at load " in plan_line  # how the estimate was made, and under what load
     assert _files(folder) == made  # nothing new beside the task: no workspace
     assert len(list((cache / "calibration").glob("*.json"))) == 1  # the one measurement, outside any workspace
+
+
+def test_free_form_answers_are_said_to_be_judged_by_free_form_metrics(tmp_path, real_model):
+    """A chat task whose answers are replies in a house style: validate says they are free-form, which metrics
+    judge them and why, and the default gate that will apply; exact match is named as never deciding."""
+    from freeform_tasks import freeform_rows
+
+    train, held, _ = freeform_rows("reply", 40, 30, seed=1)
+    for name, rows in (("train.jsonl", train), ("eval.jsonl", held)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = {"name": "replies", "model": {"path": str(real_model)}, "stages": ["sft"],
+            "data": {"path": "train.jsonl", "eval_path": "eval.jsonl"}, "budget": {"max_wall_minutes": 20}}
+    proc = validate(tmp_path, _write(tmp_path, task), "--no-measure")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = {line.split(":")[0]: line for line in proc.stdout.splitlines()}
+    judging = lines["✓ judging"]
+    assert "answers: free-form (long answers: the median reference holds" in judging
+    assert "judged by heldout_loss, rouge_l, chrf, form_rate" in judging and "never deciding: exact_match" in judging
+    gate = lines["✓ gate (sft)"]
+    assert gate.startswith("✓ gate (sft): default: heldout_loss below the input's beyond noise, rouge_l above")
+    assert "exact_match reported, never gating" in gate
+    _refused(tmp_path, {**task, "eval": {"metrics": ["rouge_l", "bleu"]}},
+             "eval.metrics: unknown metric 'bleu' (one of heldout_loss")
+    named = validate(tmp_path, _write(tmp_path, {**task, "eval": {"metrics": ["chrf"]}}), "--no-measure")
+    assert "the task names its metrics: chrf) -> judged by chrf;" in named.stdout, named.stderr[-2000:]
 
 
 def _refused(folder, task: dict, expected: str, *args: str) -> tuple[str, str]:

@@ -446,7 +446,7 @@ def answers_style(records: list[dict], spec: BatterySpec, answer: AnswerSpec) ->
 def _answer_metrics(spec: BatterySpec, style: AnswerStyle | None) -> list[str]:
     """The metrics scored from greedy answers: exact match and every registered answer metric the battery
     lists, the style's judges and reported ones (free-form: ROUGE-L, chrF, the form rate, the stop rate)."""
-    wanted = list(spec.metrics)
+    wanted: list[str] = list(spec.metrics)
     if style is not None and style.kind != "text":
         wanted += style.judged_by + style.reported
     return [m for m in dict.fromkeys(wanted) if m == "exact_match" or m == "stop_rate" or _scored(m)]

@@ -69,4 +69,5 @@ def planned_style(task: TrainTask) -> AnswerStyle | None:
 def planned_gates(task: TrainTask, style: AnswerStyle | None) -> dict[str, str]:
     """Stage -> the gate it will meet, in words (``stage_gate.gate_text``): what plan, validate and
     ``submit --plan-only`` print instead of "none" when the task names no rule."""
-    return {s.name: gate_text(s.kind, s.method or "", list(s.gates), style) for s in curriculum_from_task(task).stages}
+    stages = curriculum_from_task(task).stages
+    return {s.name: gate_text(s.kind or "post_train", s.method or "", list(s.gates), style) for s in stages}
