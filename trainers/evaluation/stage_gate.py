@@ -6,6 +6,10 @@ Two ways a gate used to pass without having seen anything, both on a user's real
 - a rule on a metric that read 0 for every model passed (``exact_match did not regress (0 -> 0)``):
   the answers had been cut at 8 new tokens, the metric was blind, and the model was registered.
 
+Which metrics judge a stage's answers follows from the references (``answer_style``): exact answers (one right
+string a row) by exact match, free-form ones (replies, summaries, rewrites) by answer-only held-out loss, ROUGE-L,
+chrF and the form check (``judged_rules``); exact match is reported there and never gates.
+
 So every stage is judged against what it started from (``StageInput``: the base model measured once,
 the stage before it, or a random init's known loss), with a default when the task names no rule
 (``default_rules``): a training stage must beat its input beyond noise on the held-out metric — exact

@@ -169,7 +169,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
     base = base_input(ctx)
     return StepResult(
         summary=f"{stage.name}: {scores_beside(m, base)} on {result.n_eval} held-out problems "
-        f"(answers up to {result.details['generation']['tokens']} new tokens)",
+        f"(answers up to {result.details['generation']['tokens']} new tokens){_judged_by(result.details)}",
         metrics=m,
         nodes={"eval": node, "checkpoint": trained.checkpoint_node},
         artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
@@ -185,6 +185,15 @@ def evaluate(ctx: ToolContext) -> StepResult:
             "decontamination": result.decontamination,
         },
     )
+
+
+def _judged_by(details: dict) -> str:
+    """``; free-form answers, judged by heldout_loss, rouge_l, ...``: what the gate will read, from the battery."""
+    style = details.get("answers")
+    if not style or style.get("kind") == "text":
+        return ""
+    kind = "free-form" if style["kind"] == "free_form" else style["kind"]
+    return f"; {kind} answers, judged by {', '.join(style['judged_by'])}"
 
 
 SHOWN = ("exact_match", "rouge_l", "chrf", "form_rate", "format_adherence", "heldout_loss")
