@@ -36,7 +36,19 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from trainteam.trainers.planning.advice import over_budget
 
 # The metrics a persona's report names (by the last part of their key); agents/compact.py shows only these.
-REPORTED_METRICS = ("final_loss", "exact_match", "accuracy", "n_train", "n_eval", "steps", "kept", "removed")
+REPORTED_METRICS = (
+    "final_loss",
+    "exact_match",
+    "rouge_l",
+    "chrf",
+    "form_rate",
+    "accuracy",
+    "n_train",
+    "n_eval",
+    "steps",
+    "kept",
+    "removed",
+)
 
 
 @dataclass
