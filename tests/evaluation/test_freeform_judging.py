@@ -125,3 +125,14 @@ def test_the_default_free_form_gate_refuses_the_input_and_the_form_alone_and_pas
         checked = {c.metric for c in decision.checks}
         assert {"heldout_loss", "rouge_l", "form_rate"} <= checked and "exact_match" not in checked
         assert all(r.startswith("default gate") for r in decision.reasons)
+
+
+def test_the_final_gate_allows_merging_noise_on_free_form_scores_only():
+    from trainteam.workflows.steps.judge import final_tolerance
+
+    judged = {"rouge_l": 0.7, "rouge_l_se": 0.02, "form_rate": 0.95, "exact_match": 1.0, "heldout_loss": 0.5}
+    assert final_tolerance(0.0, "rouge_l", judged, 40) == pytest.approx(0.04)  # two bootstrap errors
+    assert final_tolerance(0.0, "form_rate", judged, 40) == pytest.approx(0.069, abs=1e-3)  # two binomial errors
+    assert final_tolerance(0.0, "heldout_loss", judged, 40) == pytest.approx(0.005)  # 1 % of the loss
+    assert final_tolerance(0.0, "exact_match", judged, 40) == 0.0  # a short exact answer: the task's tolerance
+    assert final_tolerance(0.1, "rouge_l", judged, 40) == 0.1

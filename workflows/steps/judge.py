@@ -571,15 +571,19 @@ def _final_decision(ctx: ToolContext, ev: StepResult):
         return GateDecision(
             stage="final", passed=True, checks=[], reasons=[f"{name} checked no metric that final_eval measured"]
         )
-    rules = [GateRule(metric=m, max_regression=final_tolerance(ctx.task.final_tolerance, m, judged)) for m in metrics]
+    n_eval = ev.details.get("n_eval")
+    rules = [
+        GateRule(metric=m, max_regression=final_tolerance(ctx.task.final_tolerance, m, judged, n_eval)) for m in metrics
+    ]
     return evaluate_gate("final", ev.metrics, rules, previous=judged, previous_stage=f"{name} ({last.stage})")
 
 
-def final_tolerance(task_tolerance: float, metric: str, judged: dict) -> float:
+def final_tolerance(task_tolerance: float, metric: str, judged: dict, n_eval: int | None = None) -> float:
     """How far ``metric`` may fall from the gate that passed to the merged weights: the task's tolerance, or for a
-    continuous score (a loss, ROUGE-L, chrF) at least its noise band: merging folds the adapter into the weights in
-    another float order, which moves a loss in its fourth digit and may turn one greedy token of a long answer."""
+    loss or a score of free-form answers (ROUGE-L, chrF, the form rate) at least its noise band: merging folds the
+    adapter into the weights in another float order, which moves a loss in its fourth digit and may turn one
+    greedy token of a long answer (a short exact answer keeps the task's tolerance, 0 by default)."""
     spec = METRICS.get(metric)
-    if spec is None or spec.noise not in ("loss", "bootstrap") or metric not in judged:
+    if spec is None or metric not in judged or (spec.noise != "loss" and spec.judges != "free_form"):
         return task_tolerance
-    return max(task_tolerance, spec.band(float(judged[metric]), None, judged.get(f"{metric}_se")))
+    return max(task_tolerance, spec.band(float(judged[metric]), n_eval, judged.get(f"{metric}_se")))
