@@ -498,7 +498,10 @@ def run_trainteam(
     shown = subprocess.run(
         trainteam_cli("runs", "show", view["run_id"], "--json"), cwd=folder, env=env, capture_output=True, text=True
     )
-    out["own_metric"] = _json_tail(shown.stdout).get("metrics", {}).get(own_key)
+    own_metrics = _json_tail(shown.stdout).get("metrics", {})
+    out["own_metric"] = own_metrics.get(own_key)
+    # the same figure on the sealed test rows no deciding step read (the figure trainteam says to trust)
+    out["own_test_metric"] = own_metrics.get("sealed_test." + own_key.split(".", 1)[1])
     listed = subprocess.run(
         trainteam_cli("models", "list", "--json"), cwd=folder, env=env, capture_output=True, text=True
     )
@@ -616,6 +619,7 @@ def summarize_task(task: str, base: dict, sides: dict[str, dict]) -> dict:
         "own_metric": own,
         "own_metric_name": "rouge_l" if main == "rouge_l" else "exact_match",
         "own_metric_abs_diff": diff,
+        "own_test_metric": tt.get("own_test_metric"),
         "form_misses": {s: v.get("form_misses", [])[:2] for s, v in sides.items()} if main == "rouge_l" else {},
         "answer_tokens": [base["answer_tokens_min"], base["answer_tokens_max"]],
         "wall_s": {s: v.get("wall_s") for s, v in sides.items()},

@@ -50,7 +50,7 @@ def test_markdown_tells_the_run_at_a_glance(tmp_path):
     md = write_report(_input(), tmp_path).markdown.read_text()
     assert md.startswith("# Run run-42 — demo-addition")
     assert "| train_sft | training_engineer | completed | 110.0 | 0.0120 |" in md
-    assert "| sft | exact_match | 0.93 | min 0.95 |" in md
+    assert "| sft | exact_match | 0.93 | higher | min 0.95 |" in md  # its direction: the metric registry's
     assert "gate **sft**: FAILED (accepted by ana)" in md
     assert "spike in sft at step 2" in md
     for png in ("loss.png", "evals.png", "steps.png"):
@@ -61,3 +61,14 @@ def test_empty_run_still_writes_a_report(tmp_path):
     files = write_report(ReportInput(run_id="r0", task_name="t"), tmp_path)
     assert files.plots == {} and files.markdown.read_text().startswith("# Run r0 — t")
 
+
+
+def test_the_sealed_test_is_shown_as_the_figure_to_trust_with_its_gap(tmp_path):
+    from trainteam.workflows.report.run_report import SealedTest
+
+    sealed = SealedTest(rows=20, sizing="60 held-out rows: 40 dev, 20 sealed test", metrics={"rouge_l": 0.66,
+                        "rouge_l_se": 0.02}, gap={"rouge_l": -0.04}, pairwise="pairwise judge: off (no provider)")
+    md = write_report(_input().model_copy(update={"sealed_test": sealed}), tmp_path).markdown.read_text()
+    assert "## Sealed test — the figures to trust" in md and "60 held-out rows: 40 dev, 20 sealed test" in md
+    assert "| rouge_l | 0.66 | 0.7 | -0.04 |" in md and "rouge_l_se" not in md.split("## Sealed test")[1]
+    assert "pairwise judge: off (no provider)" in md

@@ -26,6 +26,7 @@ from trainteam.contract.train_task import TrainTask
 from trainteam.core.errors import BadInput
 from trainteam.trainers.evaluation.diagnosis import Diagnosis
 from trainteam.trainers.evaluation.gates import GateRule, as_rules
+from trainteam.trainers.evaluation.metrics.metric_registry import METRICS, harness_metric, higher_is_better
 from trainteam.trainers.search.recipe_search import SearchReport
 from trainteam.workflows.engine.store import RunStore
 from trainteam.workflows.report.views import run_public
@@ -177,10 +178,10 @@ Total: {{ "%.1f"|format(total_seconds) }} s, ${{ "%.4f"|format(total_cost) }}.
 
 ## Evaluation and gates
 
-| stage | metric | value | gate |
-| --- | --- | ---: | --- |
-{% for stage, metrics in r.evals.items() %}{% for m, v in metrics.items() -%}
-| {{ stage }} | {{ m }} | {{ "%.4g"|format(v) }} | {{ thresholds.get(stage, {}).get(m, "") }} |
+| stage | metric | value | better | gate |
+| --- | --- | ---: | --- | --- |
+{% for stage, metrics in r.evals.items() %}{% for m, v in metrics.items() if m in better -%}
+| {{ stage }} | {{ m }} | {{ "%.4g"|format(v) }} | {{ better[m] }} | {{ thresholds.get(stage, {}).get(m, "") }} |
 {% endfor %}{% endfor %}
 {% for stage, g in r.gate_outcomes.items() %}
 - gate **{{ stage }}**: {{ "passed" if g.passed else "FAILED" }}{% if g.accepted_by %} (accepted by {{ g.accepted_by }}){% endif %}{% for reason in g.reasons %}
@@ -296,7 +297,7 @@ def _thresholds(r: ReportInput) -> dict[str, dict[str, dict[str, float]]]:
 
 def _eval_plot(r: ReportInput, plt, png: Path) -> dict:
     thresholds = _thresholds(r)
-    metrics = sorted({m for vals in r.evals.values() for m in vals})
+    metrics = sorted({m for vals in r.evals.values() for m in vals if m in METRICS or harness_metric(m)})
     stages = list(r.evals)
     data = {}
     fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(3.2 * max(1, len(metrics)), 3.6), squeeze=False)
@@ -322,7 +323,7 @@ def _eval_plot(r: ReportInput, plt, png: Path) -> dict:
                         label=f"gate {kind}" if i == 0 else None,
                     )
         ax.set_xticks(range(len(st)), st, rotation=30, fontsize=8)
-        ax.set_title(m, fontsize=9)
+        ax.set_title(f"{m} ({'higher' if higher_is_better(m) else 'lower'} is better)", fontsize=9)
         data[m] = {"stages": st, "values": vals, "thresholds": th, "meets_threshold": meets}
     fig.tight_layout()
     fig.savefig(png, dpi=100)
@@ -401,6 +402,12 @@ def write_report(r: ReportInput, out_dir: str | Path) -> ReportFiles:
         r=r,
         plots={k: v.name for k, v in plots.items()},
         thresholds=thresholds,
+        better={  # each metric's direction, from the registry (a standard error beside a score is not shown)
+            m: "higher" if higher_is_better(m) else "lower"
+            for vals in r.evals.values()
+            for m in vals
+            if m in METRICS or harness_metric(m)
+        },
         total_seconds=sum(s.seconds or 0.0 for s in r.steps),
         total_cost=sum(s.cost for s in r.steps),
     )
