@@ -8,8 +8,10 @@ same, while the sealed test figures differ — the test rows reach the sealed_te
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pytest
 from spine_helpers import TINY_TASK, cli, write_task
 
 from trainteam.curation.splits import seal_test
@@ -76,3 +78,29 @@ def test_changing_the_sealed_rows_changes_no_decision(tmp_path):
     test_b = {k: v for k, v in b["metrics"].items() if k.startswith("sealed_test.")}
     assert test_a and test_a != test_b  # the sealed rows were read, by the sealed_test step alone
     assert test_a["sealed_test.heldout_loss"] < test_b["sealed_test.heldout_loss"]  # wrong references cost loss
+    sealed = a["sealed_test"]  # runs show --json: the figures to trust, beside the dev ones, with the gap
+    assert sealed["rows"] == 15 and "30 dev" in sealed["sizing"] and "15 sealed test" in sealed["sizing"]
+    loss = sealed["test"]["heldout_loss"]
+    assert sealed["gap"]["heldout_loss"] == pytest.approx(loss - sealed["dev"]["heldout_loss"], abs=1e-4)
+    assert sealed["pairwise"].startswith("pairwise judge: off (no provider configured for eval_judge")
+    shown = cli(ws_a, "runs", "show", "r", check=True).stdout
+    assert "sealed test (15 rows, scored once; the figures to trust): " in shown and "(dev " in shown
+    page = _run_page(ws_a, "r")
+    assert "<h2>Sealed test: the figures to trust</h2>" in page and "<th>test − dev</th>" in page
+
+
+def _run_page(ws: Path, run_id: str) -> str:
+    """The web console's run page, signed in with a token the real CLI made."""
+    from fastapi.testclient import TestClient
+
+    from trainteam.web.app import create_app
+    from trainteam.workspace import Workspace
+
+    token = cli(ws, "web", "--new-token", check=True).stdout.strip()
+    client = TestClient(create_app(Workspace.open(ws)), base_url="http://127.0.0.1")
+    form = client.get("/signin").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)
+    client.post("/signin", data={"token": token, "name": "ana", "csrf": csrf, "next": "/runs"}, follow_redirects=False)
+    page = client.get(f"/runs/{run_id}")
+    assert page.status_code == 200
+    return page.text

@@ -94,7 +94,7 @@ def test_free_form_answers_are_said_to_be_judged_by_free_form_metrics(tmp_path, 
     assert "answers: free-form (long answers: the median reference holds" in judging
     assert "judged by heldout_loss, rouge_l, chrf, form_rate" in judging and "never deciding: exact_match" in judging
     gate = lines["✓ gate (sft)"]
-    assert gate.startswith("✓ gate (sft): default: heldout_loss below the input's beyond noise, rouge_l above")
+    assert gate.startswith("✓ gate (sft): the default (the task names none): heldout_loss below the input's beyond noise, rouge_l above")
     assert "exact_match reported, never gating" in gate
     _refused(tmp_path, {**task, "eval": {"metrics": ["rouge_l", "bleu"]}},
              "eval.metrics: unknown metric 'bleu' (one of heldout_loss")

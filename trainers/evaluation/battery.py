@@ -251,18 +251,19 @@ def exact_match(
     the reference by ``answer`` (the task's AnswerSpec; default the demo's numbers)."""
     if isinstance(model, (str, Path)):
         model = load_model(Path(model))
+    gens = answers_to(model, tokenizer, problems, max_new_tokens, batch_size, "evaluation (exact match)")
+    return scored_exact(problems, gens, answer)
+
+
+def answers_to(model, tokenizer, problems: list[dict], max_new_tokens: int, batch_size: int, what: str) -> list[dict]:
+    """Greedy answers (``greedy_generations``) to pair or chat rows; BadInput naming the first other row."""
     bad = next((i for i, p in enumerate(problems) if _kind(p) not in ("pair", "chat")), None)
     if bad is not None:
         raise BadInput(f"problems[{bad}]: needs fields prompt and completion, or messages ending with an answer")
-    gens = greedy_generations(
-        model,
-        tokenizer,
-        [query(p) for p in problems],
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        what="evaluation (exact match)",
+    prompts = [query(p) for p in problems]
+    return greedy_generations(
+        model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, what=what
     )
-    return scored_exact(problems, gens, answer)
 
 
 def scored_exact(problems: list[dict], gens: Sequence[dict], answer: AnswerSpec) -> EvalResult:
@@ -472,17 +473,7 @@ def _answers(
     names = _answer_metrics(spec, style)
     if not names:
         return []
-    bad = next((i for i, p in enumerate(records) if _kind(p) not in ("pair", "chat")), None)
-    if bad is not None:
-        raise BadInput(f"problems[{bad}]: needs fields prompt and completion, or messages ending with an answer")
-    gens = greedy_generations(
-        model,
-        tokenizer,
-        [query(r) for r in records],
-        max_new_tokens=spec.max_new_tokens,
-        batch_size=spec.batch_size,
-        what="evaluation (answers)",
-    )
+    gens = answers_to(model, tokenizer, records, spec.max_new_tokens, spec.batch_size, "evaluation (answers)")
     if "exact_match" in names:
         em = scored_exact(records, gens, answer)
         metrics["exact_match"] = em.accuracy

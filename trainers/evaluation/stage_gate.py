@@ -235,6 +235,9 @@ def judge_stage(
     )
 
 
+DEFAULT = "the default (the task names none): "
+
+
 def gate_text(kind: str, method: str, rules: list, style: AnswerStyle | None) -> str:
     """The gate a stage will meet, in words, before anything runs: the task's rules, or the default that
     ``default_rules`` will build (its bars come from the input's measured values, known only in the run)."""
@@ -243,27 +246,22 @@ def gate_text(kind: str, method: str, rules: list, style: AnswerStyle | None) ->
     aligning = method in align_methods()
     if kind in PRETRAIN_KINDS or (style is not None and style.kind == "text"):
         want = "not above the input's by 10x its noise" if aligning else "below the input's beyond noise (1 %)"
-        return f"default: heldout_loss {want}"
+        return f"{DEFAULT}heldout_loss {want}"
     if style is not None and (style.free_form or style.named):
-        parts = []
-        for name in style.judged_by:
-            spec = METRICS.get(name)
-            if spec is None:
-                continue
-            if aligning or name in HELD:
-                parts.append(f"{name} not falling beyond noise")
-            else:
-                parts.append(f"{name} {'above' if spec.higher_is_better else 'below'} the input's beyond noise")
-        never = (
-            "; exact_match reported, never gating" if style.free_form and "exact_match" not in style.judged_by else ""
-        )
-        return "default: " + ", ".join(parts) + never + " (an input within noise of the top: held)"
+        parts = [_judged_text(name, aligning) for name in style.judged_by if name in METRICS]
+        never = style.free_form and "exact_match" not in style.judged_by
+        tail = "; exact_match reported, never gating" if never else ""
+        return f"{DEFAULT}{', '.join(parts)}{tail} (an input within noise of the top: held)"
+    held = "format_adherence not falling beyond noise"
     if aligning:
-        return "default: exact_match not falling beyond noise, format_adherence not falling beyond noise"
-    return (
-        "default: exact_match above the input's beyond noise (two binomial errors; an input at the top: held), "
-        "format_adherence not falling beyond noise"
-    )
+        return f"{DEFAULT}exact_match not falling beyond noise, {held}"
+    return f"{DEFAULT}exact_match above the input's beyond noise (two binomial errors; at the top: held), {held}"
+
+
+def _judged_text(name: str, aligning: bool) -> str:
+    if aligning or name in HELD:
+        return f"{name} not falling beyond noise"
+    return f"{name} {'above' if METRICS[name].higher_is_better else 'below'} the input's beyond noise"
 
 
 def _rule_text(rule) -> str:

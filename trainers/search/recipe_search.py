@@ -212,17 +212,18 @@ def make_scorer(
             return exact_match(
                 model, tokenizer, val_rows, max_new_tokens=max_new_tokens, batch_size=64, answer=answer
             ).accuracy
-        gens = greedy_generations(
-            model,
-            tokenizer,
-            [query(r) for r in val_rows],
-            max_new_tokens=max_new_tokens,
-            batch_size=64,
-            what="evaluation (format adherence)",
-        )
+        gens = _slice_answers(model, tokenizer, val_rows, max_new_tokens, "format adherence")
         return format_adherence(gens, tokenizer, answer, max_new_tokens)["format_adherence"]
 
     return metric, lambda model: RungScore(metric=rate(model), heldout_loss=loss(model))
+
+
+def _slice_answers(model, tokenizer, val_rows: list[dict], max_new_tokens: int, what: str) -> list[dict]:
+    """Greedy answers to the validation slice's prompts (``battery.greedy_generations``)."""
+    prompts = [query(r) for r in val_rows]
+    return greedy_generations(
+        model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=64, what=f"evaluation ({what})"
+    )
 
 
 def _mean_scorer(tokenizer, val_rows: list[dict], metric: str, max_new_tokens: int, loss: Callable) -> Scorer:
@@ -233,14 +234,7 @@ def _mean_scorer(tokenizer, val_rows: list[dict], metric: str, max_new_tokens: i
     assert score is not None  # SCORE_METRICS are answer metrics
 
     def scored(model) -> RungScore:
-        gens = greedy_generations(
-            model,
-            tokenizer,
-            [query(r) for r in val_rows],
-            max_new_tokens=max_new_tokens,
-            batch_size=64,
-            what=f"evaluation ({metric})",
-        )
+        gens = _slice_answers(model, tokenizer, val_rows, max_new_tokens, metric)
         result = score([g["text"] for g in gens], rows)
         return RungScore(metric=result.mean, metric_se=bootstrap_se(result.values), heldout_loss=loss(model))
 
