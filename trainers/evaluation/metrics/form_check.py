@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, MetricScores, MetricSpec, words
+from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, MetricScores, share, words
 
 SHARED = 0.9
 MIN_REFERENCES = 8
@@ -121,15 +121,11 @@ def form_rate(answers: Sequence[str], rows: AnswerRows) -> MetricScores:
 
 
 METRICS = (
-    MetricSpec(
-        name="form_rate",
-        description="share of answers holding what the references require: the facts the prompt gives that the "
-        "reference repeats, and the phrases (nearly) every reference shares",
-        higher_is_better=True,
-        low=0.0,
-        high=1.0,
+    share(
+        "form_rate",
+        "share of answers holding what the references require: the facts the prompt gives that the reference "
+        "repeats, and the phrases (nearly) every reference shares",
         reads=("answers", "references", "prompts"),
-        noise="rate",
         judges="free_form",
         score=form_rate,
     ),

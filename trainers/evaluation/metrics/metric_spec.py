@@ -132,6 +132,12 @@ class MetricSpec(BaseModel):
         return a > b if self.higher_is_better else a < b
 
 
+def share(name: str, description: str, *, higher: bool = True, **fields: object) -> MetricSpec:
+    """A metric that is a share of rows, in [0, 1], with a rate's noise (two binomial standard errors)."""
+    spec = {"reads": ("answers",), "noise": "rate", **fields}
+    return MetricSpec(name=name, description=description, higher_is_better=higher, low=0.0, high=1.0, **spec)
+
+
 @functools.cache
 def words(text: str) -> tuple[str, ...]:
     return tuple(re.findall(r"\w+(?:[-'.]\w+)*", text.lower()))

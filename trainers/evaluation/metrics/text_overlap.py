@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, MetricScores, MetricSpec
+from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, MetricScores, share
 
 
 def _low(values: list[float], answers: Sequence[str], rows: AnswerRows, name: str) -> list[str]:
@@ -38,23 +38,17 @@ def chrf(answers: Sequence[str], rows: AnswerRows) -> MetricScores:
 
 
 METRICS = (
-    MetricSpec(
-        name="rouge_l",
-        description="ROUGE-L F1 of the greedy answer against the reference (rouge-score), mean over rows",
-        higher_is_better=True,
-        low=0.0,
-        high=1.0,
+    share(
+        "rouge_l",
+        "ROUGE-L F1 of the greedy answer against the reference (rouge-score), mean over rows",
         reads=("answers", "references"),
         noise="bootstrap",
         judges="free_form",
         score=rouge_l,
     ),
-    MetricSpec(
-        name="chrf",
-        description="chrF of the greedy answer against the reference (sacrebleu), / 100, mean over rows",
-        higher_is_better=True,
-        low=0.0,
-        high=1.0,
+    share(
+        "chrf",
+        "chrF of the greedy answer against the reference (sacrebleu), / 100, mean over rows",
         reads=("answers", "references"),
         noise="bootstrap",
         judges="free_form",
