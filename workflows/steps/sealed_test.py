@@ -83,17 +83,17 @@ def _pairwise(ctx: ToolContext, path: Path, answers: list[str], tokens: int | No
     base = ctx.task.model.path
     if base is None or len(rows) != len(answers) or not tokens:
         return _not_run(base, rows, answers)
+    rows, answers = rows[:PAIRWISE_PROMPTS], answers[:PAIRWISE_PROMPTS]  # the input model answers only these
     tokenizer = load_tokenizer(ctx.output(ctx.inputs.get("of", "final_eval")).tokenizer)
     model = load_model(Path(base))
-    prompts = [query(r) for r in rows]
-    baseline = greedy_generations(model, tokenizer, prompts, max_new_tokens=tokens, batch_size=16)
+    baseline = greedy_generations(model, tokenizer, [query(r) for r in rows], max_new_tokens=tokens, batch_size=16)
     pairs = [example(r) for r in rows]
     return pairwise_judge(
         [prompt_words(p) for p, _ in pairs],
         answers,
         [g["text"] for g in baseline],
         [ref for _, ref in pairs],
-        n=min(PAIRWISE_PROMPTS, len(rows)),
+        n=len(rows),
     )
 
 
