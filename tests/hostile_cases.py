@@ -206,6 +206,9 @@ def late_cases() -> list[Case]:
             **{"gates.pretrain": {"metric": "lm_eval_acc", "min": 0.5}})),
         _task_case("late", "gate without a test", "gate", task_yaml(**{"gates.pretrain": {"metric": "exact_match"}})),
         _task_case("late", "exact match of 2", "min", task_yaml(**{"gates.pretrain": {"metric": "exact_match", "min": 2}})),
+        _task_case("late", "eval metric bleu", "rouge_l", task_yaml(eval={"metrics": ["rouge_l", "bleu"]})),
+        _task_case("late", "rouge_l above 1", "rouge_l lies in", task_yaml(
+            **{"gates.pretrain": {"metric": "rouge_l", "min": 1.5}})),
         _task_case("late", "tracker wandb", "tracker", task_yaml(**{"training.pretrain.tracker": "wandb"})),
         _task_case("late", "tracker unknown", "tracker", task_yaml(**{"training.pretrain.tracker": "comet"})),
         _task_case("late", "training output_dir", "output_dir", task_yaml(**{"training.pretrain.output_dir": "/tmp/x"})),
