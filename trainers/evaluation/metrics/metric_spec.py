@@ -17,7 +17,6 @@ Noise, by the metric's ``noise``:
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 import re
@@ -138,6 +137,5 @@ def share(name: str, description: str, *, higher: bool = True, **fields: object)
     return MetricSpec(name=name, description=description, higher_is_better=higher, low=0.0, high=1.0, **spec)
 
 
-@functools.cache
 def words(text: str) -> tuple[str, ...]:
     return tuple(re.findall(r"\w+(?:[-'.]\w+)*", text.lower()))
