@@ -1,4 +1,5 @@
-"""GGUF checkpoint -> safetensors Hugging Face folder (model, tokenizer, chat template), checked by logits.
+"""GGUF checkpoint -> safetensors Hugging Face folder (model, tokenizer, chat template), checked by logits;
+and the check of a Hugging Face model folder that is imported as it is (``models import FOLDER --register``).
 
 transformers' own GGUF loader dequantizes the file into a float model and builds the tokenizer
 (with the chat template the file carries) from its metadata. The leftover GGUF quantizer is removed
@@ -6,12 +7,19 @@ so that ``save_pretrained`` writes plain safetensors; the saved folder is then r
 logits on a fixed prompt compared with the in-memory model's. Everything is written into a temporary
 folder beside the destination and renamed at the end: a crash or a failed check leaves no half folder.
 Nothing is fetched from a hub, and no remote code is run.
+
+A folder imported as it is must hold what ``save_pretrained`` writes: config.json, ``*.safetensors``
+weights and a tokenizer. What it is (``folder_facts``: architecture, model type, parameter count) is
+read from config.json and the safetensors headers, without loading a tensor or torch.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
+import struct
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,6 +31,9 @@ from trainteam.core.errors import BadInput, TrainteamError
 GGUF_MAGIC = b"GGUF"
 LOGITS_TOLERANCE = 1e-4
 CHECK_PROMPT = "The capital of France is Paris. Two plus three equals"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+FOLDER_SHAPE = "a model folder holds config.json, *.safetensors weights and a tokenizer, as save_pretrained writes them"
+_HEADER_MAX = 100 << 20  # a safetensors header larger than this is not one
 
 Progress = Callable[[str], None]
 
@@ -38,6 +49,15 @@ class ImportResult:
     max_abs_logit_diff: float
     chat_template: bool
     seconds: float
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a model folder's files say it is, read without loading it."""
+
+    architecture: str  # config.json's architectures[0], else its model_type
+    model_type: str | None
+    parameters: int | None  # from the safetensors headers; None when one cannot be read
 
 
 class ImportCheckFailed(TrainteamError):
@@ -56,6 +76,64 @@ def check_source(path: Path) -> Path:
     if magic != GGUF_MAGIC:
         raise BadInput(f"{path}: not a GGUF file (its first bytes are {magic!r}, a GGUF file starts with b'GGUF')")
     return path.resolve()
+
+
+def check_model_folder(path: Path) -> Path:
+    """A Hugging Face model folder to register where it is, or BadInput naming what it lacks and the fix."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or folder")
+    if not path.is_dir():
+        raise BadInput(f"{path}: not a folder")
+    problem = _folder_problem(path)
+    if problem:
+        raise BadInput(f"{path}: {problem}; {FOLDER_SHAPE} (or import a .gguf file)")
+    return path.resolve()
+
+
+def _folder_problem(path: Path) -> str | None:
+    if not (path / "config.json").is_file():
+        return "no config.json"
+    if not any(path.glob("*.safetensors")):
+        found = sorted(p.name for p in path.glob("*.bin"))
+        return "no *.safetensors weights" + (f" (found {', '.join(found[:3])})" if found else "")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        return f"no tokenizer ({', '.join(TOKENIZER_FILES)})"
+    return None
+
+
+def folder_facts(folder: Path) -> ModelFacts:
+    """The architecture (config.json), model type and parameter count of a checked model folder."""
+    config_path = Path(folder) / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BadInput(f"{config_path}: not readable JSON ({type(exc).__name__}); {FOLDER_SHAPE}") from None
+    if not isinstance(config, dict):
+        raise BadInput(f"{config_path}: not a JSON object; {FOLDER_SHAPE}")
+    archs, model_type = config.get("architectures"), config.get("model_type")
+    model_type = model_type if isinstance(model_type, str) and model_type else None
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else model_type
+    if not arch:
+        raise BadInput(f"{config_path}: names no architecture (no 'architectures', no 'model_type'); {FOLDER_SHAPE}")
+    return ModelFacts(architecture=arch, model_type=model_type, parameters=safetensors_parameters(Path(folder)))
+
+
+def safetensors_parameters(folder: Path) -> int | None:
+    """The parameters in a folder's ``*.safetensors`` files, summed from their headers (no tensor is read)."""
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with path.open("rb") as fh:
+                (size,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(size)) if size <= _HEADER_MAX else None
+            tensors = [t for k, t in header.items() if k != "__metadata__"] if isinstance(header, dict) else None
+            if tensors is None:
+                return None
+            total += sum(math.prod(int(d) for d in t["shape"]) for t in tensors)
+        except (OSError, ValueError, struct.error, KeyError, TypeError):
+            return None
+    return total
 
 
 def check_destination(out: Path) -> Path:
