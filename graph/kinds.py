@@ -23,6 +23,7 @@ class NodeKind(str, Enum):
     TELEMETRY = "Telemetry"
     PROBE = "Probe"  # a short run of the recipe search: one learning rate, its held-out loss at each rung
     PERSONA = "Persona"  # a persona a registered model is bound to (role ``persona:<name>``)
+    EXPORT = "Export"  # a registered model written out (GGUF, Ollama, a Hugging Face folder) and read back
 
 
 class EdgeKind(str, Enum):
@@ -42,6 +43,7 @@ class EdgeKind(str, Enum):
     CALLED_BY = "called_by"  # tool call -> step
     DECONTAMINATED_AGAINST = "decontaminated_against"  # dataset version -> eval set it was checked against
     BOUND_TO = "bound_to"  # model -> persona it serves (a role binding)
+    EXPORTS = "exports"  # export -> the model it holds
 
 
 def node_id(kind: NodeKind | str, key: str) -> str:

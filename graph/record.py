@@ -544,6 +544,19 @@ def record_decided_by_model(graph: KnowledgeGraph, node: str, model_id: str) -> 
         graph.add_edge(node, model_node, EdgeKind.DECIDED_BY)
 
 
+def record_export(graph: KnowledgeGraph, model_id: str, key: str, **facts: Any) -> str:
+    """A registered model written out and read back (``models export``): the Export node (where, format, hash,
+    the check's figures) ``exports`` the Model node, which must exist (``record_model``)."""
+    return graph.link(
+        NodeKind.EXPORT, key, [(EdgeKind.EXPORTS, node_id(NodeKind.MODEL, model_id))], model=model_id, **facts
+    )
+
+
+def recorded_exports(graph: KnowledgeGraph, model_id: str) -> list[dict[str, Any]]:
+    """The Export nodes of a model, oldest first (their facts as recorded)."""
+    return [n for n in graph.nodes(NodeKind.EXPORT) if n.get("model") == model_id]
+
+
 # -- the recipe search --------------------------------------------------------------------------
 
 

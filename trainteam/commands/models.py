@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from trainteam.commands.common import console, err_console, print_json, workspace
+from trainteam.commands.model_export import export
 from trainteam.core.errors import BadInput
 from trainteam.core.hashing import sha256_file
 from trainteam.core.ids import check_run_id
@@ -61,12 +62,22 @@ def show(
     model: str = typer.Argument(..., help="model id, unique id prefix or name"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """One model: path, base, stage, metrics, lineage, roles."""
-    rec = _registry().get(model)
+    """One model: path, base, stage, metrics, lineage, roles, and its exports (``models export``)."""
+    from trainteam.trainers.serving.registry import ModelRegistry
+    from trainteam.workflows.report.model_export import exports_of
+
+    ws = workspace()
+    rec = ModelRegistry.of(ws).get(model)
+    exports = exports_of(ws, rec.id)
     if as_json:
-        return print_json(rec.model_dump())
+        return print_json({**rec.model_dump(), "exports": exports})
     for key, value in rec.model_dump().items():
         console.print(f"[bold]{key}[/bold]: {value}", highlight=False)
+    console.print(f"[bold]exports[/bold]: {len(exports) or 'none'}", highlight=False)
+    for e in exports:
+        kind = f"{e['format']} {e['quant']}" if e.get("quant") else e["format"]
+        console.print(f"  {e['at'][:19]}  {kind}  {e['path']}  sha256 {str(e['sha256'])[:16]}", highlight=False)
+        console.print(f"    read back: {e['check']}", highlight=False)
 
 
 @models_app.command("bind")
@@ -282,6 +293,9 @@ def import_model(
     result = _converted(source, out, as_json)
     if as_json:
         print_json({**result.__dict__, "folder": str(result.folder)})
+
+
+models_app.command("export")(export)
 
 
 def register(app: typer.Typer) -> None:
