@@ -39,9 +39,10 @@ _CARD = """---
 
 # {{ f.name }}
 
-{% if f.run_id %}Fine-tuned with trainteam from `{{ f.base or "an unknown base" }}` (registered as `{{ f.model_id }}`,
-run `{{ f.run_id }}`).{% else %}Exported by trainteam; not trained by it (registered as `{{ f.model_id }}`{% if f.base %}
-from `{{ f.base }}`{% endif %}).{% endif %}
+{% if f.run_id %}Fine-tuned with trainteam from `{{ f.base or "an unknown base" }}`
+(registered as `{{ f.model_id }}`, run `{{ f.run_id }}`).
+{%- else %}Exported by trainteam; not trained by it
+(registered as `{{ f.model_id }}`{% if f.base %} from `{{ f.base }}`{% endif %}).{% endif %}
 
 ## Data
 
