@@ -138,7 +138,7 @@ TABLE = [
       "Mistral-7B-Instruct-v0.3", "name one")),
     ("fine-tune gpt2-medium on data/train.jsonl, 10 minutes",
      ("model: 'gpt2-medium' is not a model registered in this workspace or in the local Hugging Face cache",
-      "nothing is downloaded", "model.path", "trainteam models import FILE.gguf", "from scratch")),
+      "nothing is downloaded", "model.path", "trainteam models import FILE.gguf --register", "from scratch")),
     ("SFT gemma-2-2b-it on data/chats.jsonl, 20 minutes",
      ("model: 'gemma-2-2b-it' is google/gemma-2-2b-it in the local Hugging Face cache", "no safetensors weights",
       "nothing is downloaded")),
@@ -162,7 +162,7 @@ TABLE = [
      ("model: 'my imported model' matches 2 registered models",)),
     ("fine-tune the phi model I imported on data/chats.jsonl, 20 minutes",
      ("model: 'the phi model I imported': no model registered in the workspace", "named like 'phi'",
-      "trainteam models import FILE.gguf --out DIR")),
+      "trainteam models import FILE.gguf|FOLDER --register --name N")),
     # local folders, as today
     ("fine-tune the model in ./models/x on data/chats.jsonl, 20 minutes", (("folder", "models/x"), SFT)),
     ("SFT the model at base on data/train.jsonl within 2 hours", (("folder", "base"), SFT)),

@@ -18,7 +18,7 @@ from spine_helpers import TINY_TASK, _env, cli
 
 TRAIN = {"pretrain_model", "train_sft", "train_dpo", "train_grpo"}
 PLAN_FIRST = {"curate_corpus", "dedup_corpus", "decontaminate_corpus", "execute_workflow", "build_training_dataset",
-              "train_tokenizer", "merge_adapters_ties"} | TRAIN
+              "train_tokenizer", "merge_adapters_ties", "export_model"} | TRAIN
 TOOLS = PLAN_FIRST | {"list_runs", "show_run", "list_approvals", "show_approval", "lineage", "graph_nodes",
                       "dataset_lineage", "compose_reward"}
 ROWS = ["the cat sat on the mat and looked at the dog", "the cat sat on the mat and looked at the dog",
@@ -73,6 +73,9 @@ def test_over_stdio_tools_plan_first_dedup_lineage_and_no_decision_tool(tmp_path
 
             assert "no such file" in await _refused(client, "dedup_corpus", {"corpus": str(tmp_path / "nope.jsonl")})
             assert "limit" in await _refused(client, "list_runs", {"limit": 0})
+            nope = {"model": "m-nope", "format": "gguf", "out": str(tmp_path / "exported")}
+            assert "is not registered" in await _refused(client, "export_model", nope)
+            assert not (tmp_path / "exported").exists()
             misspelt = await _refused(client, "dedup_corpus", {"corpus": str(corpus), "exectue": True})
             assert "unknown argument 'exectue'" in misspelt
             for name in ("approve", "reject", "decide_approval", "raise_budget"):

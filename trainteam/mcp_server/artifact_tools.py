@@ -1,5 +1,5 @@
 """MCP tools that make or check one artifact, outside a run: ``train_tokenizer``,
-``merge_adapters_ties``, ``build_training_dataset``, ``compose_reward`` and ``dataset_lineage``.
+``merge_adapters_ties``, ``build_training_dataset``, ``compose_reward``, ``dataset_lineage`` and ``export_model``.
 
 Each makes what the matching part of a run makes, with the same code (``trainers.tokenizer``,
 ``trainers.merge`` on PEFT's ``add_weighted_adapter``, ``workflows.built_datasets``, the GRPO
@@ -27,12 +27,14 @@ from trainteam.curation.rows import iter_rows
 from trainteam.graph import NodeKind, node_id
 from trainteam.graph.knowledge import UnknownNode
 from trainteam.graph.record import record_fitted_tokenizer, record_merged_checkpoint
+from trainteam.trainers.export.exporter import ExportRequest
 from trainteam.trainers.methods.grpo import METHOD as GRPO  # compose_reward shows GRPO's own rewards
 from trainteam.trainers.training.config import TokenizerConfig
 from trainteam.trainers.training.merge import check_adapters, merge_adapters
 from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.trainers.training.tokenizer import train_tokenizer as fit
 from trainteam.workflows.improve.built_datasets import BuildKind, BuildOptions, build_recorded, planned_build
+from trainteam.workflows.report.model_export import plan_export, run_export
 
 MAX_SAMPLES = 1000
 
@@ -274,3 +276,27 @@ def compose_reward(args: ComposeRewardArgs) -> dict[str, Any]:
         "correct": sum(1 for e in exact if e >= 1.0),
         "of": n,
     }
+
+
+# ------------------------------------------------------------------ export
+
+
+class ExportModelArgs(PlanFirstArgs):
+    """Write a registered model as GGUF (llama.cpp), an Ollama folder (GGUF + Modelfile) or a Hugging Face folder
+    with its card, and read it back against the registered model on its run's held-out rows before it is done;
+    recorded as an Export node of the Model. Plan-first: without execute, every check runs and nothing is written."""
+
+    model: str = Field(description="a registered model's id, unique id prefix or name")
+    format: Literal["gguf", "hf", "ollama"]
+    out: str = Field(description="the folder to create (it must not exist)")
+    quant: Literal["f16", "q8_0"] = Field("f16", description="gguf, ollama: the tensor type")
+    rows: str | None = Field(None, description="answered rows to check on (default: the model's run's held-out rows)")
+
+
+def export_model(ws, args: ExportModelArgs) -> dict[str, Any]:
+    request = ExportRequest(format=args.format, quant=args.quant, out=Path(args.out))
+    planned = plan_export(ws, args.model, request, Path(args.rows).expanduser() if args.rows else None)
+    if not args.execute:
+        return _plan("export_model", **planned.plan.model_dump())
+    result = run_export(ws, planned, lambda _line: None)
+    return {"executed": True, "tool": "export_model", **result.model_dump(mode="json")}

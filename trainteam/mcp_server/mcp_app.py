@@ -62,6 +62,7 @@ class Tools:
             ("execute_workflow", t.ExecuteWorkflowArgs, run(t.execute_workflow), PLAN_FIRST),
             *((name, model, run(fn), PLAN_FIRST) for name, model, fn in TRAIN_TOOLS),
             ("merge_adapters_ties", a.MergeAdaptersArgs, w(a.merge_adapters_ties), PLAN_FIRST),
+            ("export_model", a.ExportModelArgs, w(a.export_model), PLAN_FIRST),
             ("compose_reward", a.ComposeRewardArgs, a.compose_reward, READ_ONLY),
             ("dataset_lineage", a.DatasetLineageArgs, w(a.dataset_lineage), READ_ONLY),
             ("list_runs", t.ListRunsArgs, w(t.list_runs), READ_ONLY),

@@ -87,9 +87,9 @@ _REGISTERED = (
 
 
 WAYS_OUT = (
-    "give the model's folder (model.path: 'fine-tune the model in ./models/x'), import a GGUF file "
-    "(`trainteam models import FILE.gguf --out DIR`, then name that folder), or build one from scratch at a "
-    "size the planner can fit (e.g. 'a tiny llama from scratch')"
+    "give the model's folder (model.path: 'fine-tune the model in ./models/x'), import and register a GGUF file "
+    "or a folder (`trainteam models import FILE.gguf --register --name N`, then 'fine-tune the model I imported'), "
+    "or build one from scratch at a size the planner can fit (e.g. 'a tiny llama from scratch')"
 )
 
 
@@ -210,7 +210,7 @@ def closed_refusal(name: ModelName) -> str:
     return (
         f"model: '{name.words}' is a closed model ({name.owner}'s weights are not published), so it cannot be "
         "trained here; fine-tune an open model you have locally (its folder, or `trainteam models import "
-        "FILE.gguf --out DIR`), or build one from scratch (e.g. 'a tiny llama from scratch')"
+        "FILE.gguf --register`), or build one from scratch (e.g. 'a tiny llama from scratch')"
     )
 
 

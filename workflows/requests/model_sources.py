@@ -205,8 +205,8 @@ def _registered(name: ModelName, sources: ModelSources) -> ModelChoice:
         )
     raise BadInput(
         f"model: '{name.words}': no model registered in the workspace {sources.workspace} is named like "
-        f"'{name.ref or ''}' (registered: {names}); a model imported with `trainteam models import "
-        "FILE.gguf --out DIR` is named by its folder ('fine-tune the model in DIR')"
+        f"'{name.ref or ''}' (registered: {names}); import and register it first (`trainteam models import "
+        "FILE.gguf|FOLDER --register --name N`), or name its folder ('fine-tune the model in DIR')"
     )
 
 
