@@ -2,9 +2,10 @@
 
 ``check_export_request`` refuses what cannot work before anything is written (an ``--out`` that exists or cannot
 be written, a registered folder that changed since it was registered or is an adapter, an architecture or a
-tokenizer GGUF cannot hold). ``export_model`` then writes everything into a temporary folder beside ``--out``,
-reads it back (``export_check``: answers, tokenizer, stops; for Ollama the template too) and renames the folder
-to ``--out`` only when the check holds: a failure or a crash leaves nothing half-written under ``--out``.
+tokenizer GGUF cannot hold, a chat template a Modelfile cannot say). ``export_model`` then writes everything into
+a temporary folder beside ``--out``, reads it back (``export_check``: answers, tokenizer, stops; for Ollama the
+template too) and renames the folder to ``--out`` only when the check holds: a failure or a crash leaves nothing
+half-written under ``--out``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainteam.core.errors import BadInput, TrainteamError
 from trainteam.core.hashing import sha256_file, weights_hash
 from trainteam.trainers.export.export_check import CheckRows, ExportCheck, check_export
-from trainteam.trainers.export.gguf_writer import QUANTS, Quant, gguf_architecture, write_gguf
+from trainteam.trainers.export.gguf_writer import QUANTS, Quant, gguf_architecture, pre_tokenizer, write_gguf
 from trainteam.trainers.export.model_card import CardFacts, model_card
 from trainteam.trainers.export.modelfile import ollama_modelfile
 
@@ -114,12 +115,21 @@ def check_export_request(source: ExportSource, request: ExportRequest, *, hashed
             f"{hashed[:12]}, registered {source.content_hash[:12]}); restore the folder or register it again"
         )
     if request.format in ("gguf", "ollama"):
-        gguf_architecture(json.loads((folder / "config.json").read_text()), folder)
-        if not (folder / "tokenizer.json").is_file():
-            raise BadInput(
-                f"{folder}: no tokenizer.json (a byte-level BPE tokenizer); export it with --format hf instead"
-            )
+        _gguf_can_hold(folder, request.format)
     return out
+
+
+def _gguf_can_hold(folder: Path, fmt: Format) -> None:
+    """BadInput unless the folder's architecture, tokenizer (and, for Ollama, chat template) fit a GGUF export."""
+    from transformers import AutoTokenizer
+
+    gguf_architecture(json.loads((folder / "config.json").read_text()), folder)
+    if not (folder / "tokenizer.json").is_file():
+        raise BadInput(f"{folder}: no tokenizer.json (a byte-level BPE tokenizer); export it with --format hf instead")
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    pre_tokenizer(tokenizer, folder)
+    if fmt == "ollama":
+        ollama_modelfile(tokenizer, "model.gguf")  # a chat template the Modelfile cannot say is refused here
 
 
 def export_model(source: ExportSource, request: ExportRequest, progress: Progress, *, hashed: str) -> ExportResult:

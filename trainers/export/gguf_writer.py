@@ -79,8 +79,11 @@ def gguf_architecture(config: dict[str, Any], folder: Path) -> str:
     return arch
 
 
-def write_gguf(folder: Path, out_file: Path, quant: Quant, *, name: str, eot_ids: tuple[int, ...] = ()) -> GgufWritten:
-    """Write ``folder`` (config.json, *.safetensors, tokenizer) as ``out_file`` in ``quant``; see the module."""
+def write_gguf(
+    folder: Path, out_file: Path, quant: Quant, *, name: str, eot_ids: tuple[int, ...] = (), tokenizer: Any = None
+) -> GgufWritten:
+    """Write ``folder`` (config.json, *.safetensors, tokenizer) as ``out_file`` in ``quant``; see the module.
+    ``tokenizer``: the folder's tokenizer as the model was trained with it (default: ``AutoTokenizer`` of it)."""
     import gguf
     from transformers import AutoTokenizer
 
@@ -89,7 +92,7 @@ def write_gguf(folder: Path, out_file: Path, quant: Quant, *, name: str, eot_ids
         raise BadInput(f"--quant: {quant!r} is not one of {', '.join(QUANTS)}")
     config = json.loads((folder / "config.json").read_text())
     arch = gguf_architecture(config, folder)
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     writer = gguf.GGUFWriter(str(out_file), arch)
     _hyper_parameters(writer, config, name, quant)
     pre = _vocabulary(writer, folder, config, tokenizer)
