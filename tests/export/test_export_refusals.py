@@ -1,4 +1,5 @@
-"""`trainteam models export` on input it cannot honour: one line naming the problem and the fix, exit 2, nothing written.
+"""`trainteam models export` on input it cannot honour: one line naming the problem and the fix, exit 2, nothing
+written.
 
 The real CLI in a subprocess, on a workspace whose registry holds the real SmolLM2 (imported, no run), a tiny GPT-2
 (an architecture GGUF export does not take), trainteam's tiny llama with its own BPE tokenizer (a pre-tokenizer
@@ -14,7 +15,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hostile_cases import snapshot

@@ -66,8 +66,8 @@ def test_written_gguf_reads_back_with_the_same_logits(real_model, tmp_path, arch
         assert (got - want).abs().max().item() <= bound * spread, (arch, quant)
         assert torch.equal(got.argmax(-1), want.argmax(-1)) or quant == "q8_0"
         fields = gguf.GGUFReader(out).fields
-        text = lambda key: bytes(fields[key].parts[fields[key].data[0]]).decode()  # noqa: E731
-        number = lambda key: int(fields[key].parts[fields[key].data[0]][0])  # noqa: E731
+        text = lambda key, f=fields: bytes(f[key].parts[f[key].data[0]]).decode()  # noqa: E731
+        number = lambda key, f=fields: int(f[key].parts[f[key].data[0]][0])  # noqa: E731
         assert text("general.architecture") == arch and text("tokenizer.ggml.pre") == "smollm"
         assert text("tokenizer.chat_template") == tokenizer.chat_template
         assert number("tokenizer.ggml.eos_token_id") == 2 and number("tokenizer.ggml.eot_token_id") == 2
