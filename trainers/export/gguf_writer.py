@@ -138,10 +138,13 @@ def _hyper_parameters(writer: Any, config: dict[str, Any], name: str, quant: Qua
     )
     writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
     writer.add_vocab_size(config["vocab_size"])
-    writer.add_rope_dimension_count(config.get("head_dim") or config["hidden_size"] // heads)
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_type(gguf.GGUFType.MODEL)
     writer.add_file_type(_file_type(quant))
-    if quant == "q8_0":
-        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
 def pre_tokenizer(tokenizer: Any, folder: Path) -> str:
@@ -187,6 +190,9 @@ def _vocabulary(writer: Any, folder: Path, config: dict[str, Any], tokenizer: An
     special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
     if special.chat_template is None and tokenizer.chat_template:
         special.chat_template = tokenizer.chat_template
+    # said, not left to llama.cpp's default for the vocabulary type: whether the tokenizer puts BOS in front
+    bare, framed = tokenizer.encode("a", add_special_tokens=False), tokenizer.encode("a")
+    special.add_special_token["bos"] = bool(framed[:1] != bare[:1] and framed[:1] == [tokenizer.bos_token_id])
     special.add_to_gguf(writer, quiet=True)
     return pre
 
