@@ -1,10 +1,15 @@
-"""llama.cpp's own GGUF converter, from the package registry, for tests that compare trainteam's GGUF with it.
+"""llama.cpp from the package registry, for tests: its own GGUF converter, and (slow) its runtime built from source.
 
 llama.cpp's converter (``convert_hf_to_gguf.py`` with its ``conversion/`` package and the ``gguf-py`` it is written
 against) is not a library on the registry; the one registry package that carries it is llama-cpp-python's source
 distribution (``vendor/llama.cpp``). It is fetched once (pinned), and only the converter's files are kept, in
 ``~/.cache/trainteam-tests/llama-cpp-<version>/``. The converter imports ``sentencepiece`` before it looks for a
 SentencePiece model (SmolLM2 has none, so it falls back to the BPE path); its pinned wheel is unpacked beside it.
+
+``llama_cpp_tools()`` builds llama.cpp's ``llama-simple`` (greedy generation until an end-of-generation token) and
+``llama-tokenize`` from the same source with cmake (no wheel of llama.cpp installs here: llama-cpp-python has none
+for this platform, and llama-cpp-cffi's CPU build needs a newer libstdc++ than the machine's); about 7 CPU-minutes,
+cached.
 """
 
 from __future__ import annotations
@@ -53,6 +58,41 @@ def converter() -> Path:
         p.unlink()
     done.write_text("ok\n")
     return root
+
+
+def _sdist_tree(home: Path) -> Path:
+    """The whole vendored llama.cpp source, unpacked once (the build needs more than the converter's files)."""
+    src = home / "src" / "llama.cpp"
+    if (src / "CMakeLists.txt").is_file():
+        return src
+    downloads = home / "downloads"
+    sdist = _download(LLAMA_CPP_PYTHON, downloads, binary=False)
+    with tarfile.open(sdist) as tar:
+        prefix = tar.getnames()[0].split("/")[0] + "/vendor/"
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix + "llama.cpp/")]
+        for m in members:
+            m.name = m.name.removeprefix(prefix)
+        tar.extractall(home / "src", members=members, filter="data")
+    sdist.unlink()
+    return src
+
+
+def llama_cpp_tools() -> dict[str, Path]:
+    """``{"simple": ..., "tokenize": ...}``: llama.cpp's binaries, built once from the registry's source."""
+    home = cache_dir() / "llama-cpp-0.3.36"
+    bins = {"simple": home / "bin" / "llama-simple", "tokenize": home / "bin" / "llama-tokenize"}
+    if all(p.is_file() for p in bins.values()):
+        return bins
+    src, build = _sdist_tree(home), home / "build"
+    flags = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+             "-DBUILD_SHARED_LIBS=OFF"]
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build), *flags], check=True, capture_output=True, timeout=900)
+    subprocess.run(["cmake", "--build", str(build), "--target", "llama-simple", "llama-tokenize", "-j2"], check=True,
+                   capture_output=True, timeout=3600)
+    (home / "bin").mkdir(exist_ok=True)
+    for name, target in bins.items():
+        (build / "bin" / target.name).replace(target)
+    return bins
 
 
 def convert(folder: Path, out: Path, outtype: str) -> subprocess.CompletedProcess:
