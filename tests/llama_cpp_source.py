@@ -90,7 +90,7 @@ def llama_cpp_tools() -> dict[str, Path]:
     subprocess.run(["cmake", "--build", str(build), "--target", "llama-simple", "llama-tokenize", "-j2"], check=True,
                    capture_output=True, timeout=3600)
     (home / "bin").mkdir(exist_ok=True)
-    for name, target in bins.items():
+    for target in bins.values():
         (build / "bin" / target.name).replace(target)
     return bins
 

@@ -129,10 +129,10 @@ class ModelSpec(_Strict):
         default=None,
         max_length=4096,
         description=(
-            "a chat template for the model's tokenizer that writes tools and tool calls "
-            "(trainers/training/chat_templates.py): "
-            "a template TRL ships by name (qwen2_5: ChatML, tools in the system turn, <tool_call> calls) or a .jinja "
-            "file; saved with the checkpoints"
+            "a chat template for the model's tokenizer (trainers/training/chat_templates.py): a template TRL ships "
+            "by name (qwen2_5: ChatML, tools in the system turn, <tool_call> calls; gemma3: Gemma's turns) or a "
+            ".jinja file; saved with the checkpoints. Unset: the model's own, else its family's turn format when "
+            "its vocabulary holds the tokens (a base Gemma), else plain prompts"
         ),
     )
 

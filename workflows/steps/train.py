@@ -38,7 +38,7 @@ from trainteam.trainers.evaluation.battery import greedy_generations
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage, random_init
 from trainteam.trainers.launch.supervisor import train_launched
 from trainteam.trainers.training import budget
-from trainteam.trainers.training.chat_templates import save_tokenizer_with_template
+from trainteam.trainers.training.chat_templates import chosen_format, save_tokenizer_with_template
 from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
 from trainteam.trainers.training.loop import train as run_training
 from trainteam.trainers.training.models import build_model, load_model
@@ -459,6 +459,7 @@ def train(ctx: ToolContext) -> StepResult:
     names = [s.name for s in stages]
     tok_path, tok_node = _tokenizer_source(ctx)
     tokenizer = load_tokenizer(tok_path)
+    chosen = chosen_format(Path(tok_path), tokenizer) if task.model.path is not None else None
     runner = _Stage(ctx, tokenizer, tok_node)
     accepted = ctx.decided.accepted_stage_gates
     model: Any = task.model.path
@@ -467,6 +468,7 @@ def train(ctx: ToolContext) -> StepResult:
     record: dict[str, dict] = {"stage_evals": {}, "stage_gates": {}, "checkpoints": {}, "data": {}, "search": {}}
     align = cur.align_stage()
     record["inputs"] = {}
+    record["chat_template"] = {"chosen": chosen.describe()} if chosen else {}  # the model carries none
     for st in stages + ([align] if align else []):  # a set length shorter than a held-out answer: refused now
         record.setdefault("generation", {})[st.name] = eval_budget(ctx, st, tokenizer).tokens
     for i, st in enumerate(stages):
@@ -524,6 +526,11 @@ def _trained(
     return StepResult(
         summary=f"trained {' → '.join(names)}; final loss {runner.metrics.get(f'{last}.final_loss', 0):.4f}"
         + (f" ({shown})" if shown else "")
+        + (
+            f"; the model carries no chat template: trained with {chosen}"
+            if (chosen := record["chat_template"].get("chosen"))
+            else ""
+        )
         + (f"; {note}" if note else ""),
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
         metrics=runner.metrics,

@@ -23,11 +23,10 @@ from typing import Literal
 
 from trainteam.contract.train_task import TrainTask, load_task_file
 from trainteam.core.errors import BadInput
-from trainteam.curation.formats import prompt_format
 from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.tokens import model_tokenizer
-from trainteam.trainers.training.chat_templates import apply_chat_template
+from trainteam.trainers.training.chat_templates import template_choice
 from trainteam.workflows.engine.runner import check_runnable
 from trainteam.workflows.engine.spec import load_builtin
 from trainteam.workflows.task.eval_plan import planned_gates, planned_length, planned_style
@@ -145,14 +144,7 @@ def model_check(task: TrainTask, source: str) -> Check:
     except (BadInput, OSError, ValueError) as exc:
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise BadInput(f"{source}: model.path: {folder}: the tokenizer does not load ({why})") from None
-    fmt = prompt_format(tok)
-    template = (
-        "has a chat template: chat rows train and evaluate through it"
-        if fmt == "chat"
-        else "no chat template: prompts are plain (bos + prompt)"
-    )
-    if spec.chat_template:  # stated, never silent: the run trains and serves with this template
-        template = apply_chat_template(tok, spec.chat_template)
+    template = template_choice(folder, tok, spec.chat_template)  # stated, never silent: the run's template
     return Check(
         "model",
         "ok",
