@@ -24,6 +24,7 @@ from trainteam.trainers.training import budget, console_lines
 from trainteam.trainers.training import method_data as D
 from trainteam.trainers.training.checkpoints import complete_checkpoints, resolve_resume
 from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.labelled_logits import score_labelled_positions_only
 from trainteam.trainers.training.manifest import manifest_callback
 from trainteam.trainers.training.models import load_model
 from trainteam.trainers.training.restart import lr_sync_callback, prepare_rollback
@@ -271,6 +272,7 @@ def _build_trainer(
 
     record = get_method(method)
     rewards = reward_funcs if record.needs_rewards else None
+    score_labelled_positions_only()  # logits only where the loss is, on a CPU too (labelled_logits.py)
     trainer = record.build(config, model, tokenizer, ds, eval_ds, out, cbs, reward_funcs=rewards)
     trainer.remove_callback(PrinterCallback)
     return trainer
