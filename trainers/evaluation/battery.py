@@ -413,13 +413,13 @@ def run_battery(
     style = answers_style(records, spec, answer)
     if style is not None:
         details["answers"] = style.model_dump()
-    gens = _answers(model, tokenizer, records, spec, answer, style, metrics, details)
+    gens, longer = _answers(model, tokenizer, records, spec, answer, style, metrics, details)
     if ANSWER_CHECKS & set(spec.metrics) and style is not None and style.kind != "text":
         # can the check see a right answer at all?
         metrics["reference_match"], details["reference_misses"] = reference_match(
             tokenizer, records, answer, spec.max_new_tokens
         )
-    _reliability(model, tokenizer, records, spec, answer, metrics, details, gens)
+    _reliability(model, tokenizer, records, spec, answer, metrics, details, longer)
     if "lm_eval" in spec.metrics:
         metrics.update(_lm_eval(spec, ckpt, tokenizer, records, stage, out_dir))
     return BatteryResult(
@@ -435,6 +435,9 @@ def run_battery(
 
 
 ANSWER_CHECKS = {"exact_match", "format_adherence", "rouge_l", "chrf", "form_rate", "stop_rate"}
+# The determinism check answers this many prompts again in another batching (it reports; it decides nothing): a
+# second pass over every held-out row doubled the battery's generation.
+DETERMINISM_PROMPTS = 16
 
 
 def answers_style(records: list[dict], spec: BatterySpec, answer: AnswerSpec) -> AnswerStyle | None:
@@ -466,14 +469,17 @@ def _answers(
     style: AnswerStyle | None,
     metrics: dict[str, float],
     details: dict[str, Any],
-) -> list[dict]:
+) -> tuple[list[dict], list[dict]]:
     """Greedy answers to every held-out prompt, generated once, scored by each answer metric into ``metrics``
     (a bootstrap metric's standard error beside it as ``<name>_se``) and ``details`` (samples, misses); returns
-    the answers (none when no answer metric runs)."""
+    the answers at the answer length and the same generation at the reliability checks' length (``generation_budget``;
+    none when no answer metric runs). Greedy answers are prefixes of longer ones, so one generation serves both."""
     names = _answer_metrics(spec, style)
     if not names:
-        return []
-    gens = answers_to(model, tokenizer, records, spec.max_new_tokens, spec.batch_size, "evaluation (answers)")
+        return [], []
+    budget = generation_budget(spec)
+    longer = answers_to(model, tokenizer, records, budget, spec.batch_size, "evaluation (answers)")
+    gens = [cut_answer(g, spec.max_new_tokens, tokenizer) for g in longer]
     if "exact_match" in names:
         em = scored_exact(records, gens, answer)
         metrics["exact_match"] = em.accuracy
@@ -495,7 +501,22 @@ def _answers(
         if METRICS[name].noise == "bootstrap":
             metrics[f"{name}_se"] = bootstrap_se(result.values)
         details[name] = {"n": len(result.values), "misses": result.misses, "rule": result.rule}
-    return gens
+    return gens, longer
+
+
+def generation_budget(spec: BatterySpec) -> int:
+    """The new tokens the battery generates once: the answer length, or the repetition check's when it is longer."""
+    checks_repetition = "repetition" in spec.metrics
+    return max(spec.max_new_tokens, spec.repetition_max_new_tokens if checks_repetition else 0)
+
+
+def cut_answer(gen: dict, max_new_tokens: int, tokenizer: Any) -> dict:
+    """A longer greedy generation as ``greedy_generations`` at ``max_new_tokens`` gives it: the same tokens up to
+    there, EOS only where it came within the length (greedy decoding in the same batch is prefix-stable)."""
+    if gen["eos"] and len(gen["ids"]) < max_new_tokens:
+        return gen
+    ids = gen["ids"][:max_new_tokens]
+    return {"ids": ids, "eos": False, "text": tokenizer.decode(ids, skip_special_tokens=True).strip()}
 
 
 def _reliability(
@@ -514,8 +535,8 @@ def _reliability(
     if not reliability:
         return
     prompts = [query(r) for r in records[: spec.reliability_limit]]
-    budget = max(spec.max_new_tokens, spec.repetition_max_new_tokens if "repetition" in reliability else 0)
-    if answered and budget == spec.max_new_tokens:
+    budget = generation_budget(spec)
+    if answered and len(answered) >= len(prompts):
         first = answered[: len(prompts)]
     else:
         first = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=spec.batch_size)
@@ -528,10 +549,11 @@ def _reliability(
         metrics["repetition_rate"] = rep["repetition_rate"]
         details["mean_repeated_ngram_fraction"] = rep["mean_repeated_ngram_fraction"]
     if "determinism" in reliability:
-        # Same prompts, other batch composition (other padding): greedy answers must not change.
-        other = max(1, min(spec.batch_size, len(prompts)) // 3)
-        second = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=other)
-        metrics["determinism"] = determinism(first, second)
+        # Some prompts again in another batch composition (other padding): greedy answers must not change.
+        few = prompts[:DETERMINISM_PROMPTS]
+        other = max(1, min(spec.batch_size, len(few)) // 3)
+        second = greedy_generations(model, tokenizer, few, max_new_tokens=budget, batch_size=other)
+        metrics["determinism"] = determinism(first[: len(few)], second)
 
 
 def _lm_eval(
