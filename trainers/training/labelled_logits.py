@@ -35,5 +35,6 @@ def score_labelled_positions_only() -> bool:
         return device.type == "cpu" or choice(device)
 
     setattr(compact, _MARK, True)
+    compact.trl_choice = choice  # type: ignore[attr-defined]  # TRL's own, for a test to compare with
     fused._use_triton = compact
     return True
