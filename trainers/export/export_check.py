@@ -30,7 +30,7 @@ from trainteam.trainers.training.models import load_model
 from trainteam.trainers.training.tokenizer import load_tokenizer
 
 SCORE_TOLERANCE = 0.02
-CHECK_BATCH = 16
+CHECK_BATCH = 64  # the battery's batch: the held-out rows in one or two batches
 Progress = Callable[[str], None]
 
 
