@@ -794,9 +794,13 @@ def merge_adapters(ctx: ToolContext) -> StepResult:
 
 
 def _merge_one(adapter: Path, out: Path, tokenizer) -> Path:
+    """The merged model, its generation config stopping at the tokenizer's EOS as the trainer's model did (the
+    base's config came back with the base: a Gemma base stops at <eos>, its chat turns end at <end_of_turn>)."""
     from peft import AutoPeftModelForCausalLM
+    from transformers.trainer_utils import align_special_tokens
 
-    model = AutoPeftModelForCausalLM.from_pretrained(str(adapter), local_files_only=True)
-    model.merge_and_unload().save_pretrained(str(out), safe_serialization=True)
+    model = AutoPeftModelForCausalLM.from_pretrained(str(adapter), local_files_only=True).merge_and_unload()
+    align_special_tokens(model, tokenizer)
+    model.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save_pretrained(str(out))
     return out
