@@ -56,7 +56,8 @@ def _persona_of(role: str) -> str | None:
     return name
 
 
-def _record_model(g, rec: ModelRecord) -> None:
+def record_registered_model(g, rec: ModelRecord) -> None:
+    """The Model node of a registry record (a no-op once recorded)."""
     record_model(
         g,
         rec.id,
@@ -78,7 +79,7 @@ def bind_role(ws, role: str, model: str, *, by: str | None, prompt: str = "full"
         raise BadInput(f"--prompt: {prompt} applies to a persona:NAME role, not {role!r}")
     rec = ModelRegistry.of(ws).bind(role, model, by=by, prompt=prompt)
     if persona is not None:
-        _record_model(ws.graph, rec)
+        record_registered_model(ws.graph, rec)
         record_binding(ws.graph, rec.id, persona=persona, role=role, action="bind", by=by, at=utcnow())
     return rec
 
@@ -157,7 +158,7 @@ def bound_model(ws, persona: str) -> BoundModel | None:
         rec = registry.pick_for_role(persona_role(persona))
     except NotFound:
         return None
-    _record_model(ws.graph, rec)
+    record_registered_model(ws.graph, rec)
     record_bound_use(ws.graph, rec.id, persona=persona, role=persona_role(persona))
     return serve_bound(persona, rec, registry.role_prompt(persona_role(persona)))
 

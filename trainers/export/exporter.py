@@ -28,20 +28,17 @@ from trainteam.trainers.export.export_check import CheckRows, ExportCheck, check
 from trainteam.trainers.export.gguf_writer import QUANTS, Quant, gguf_architecture, pre_tokenizer, write_gguf
 from trainteam.trainers.export.model_card import CardFacts, model_card
 from trainteam.trainers.export.modelfile import ollama_modelfile
+from trainteam.trainers.serving.registry import IDENTITY_FILES
 
 Format = Literal["gguf", "hf", "ollama"]
 FORMATS: tuple[Format, ...] = ("gguf", "hf", "ollama")
 Progress = Callable[[str], None]
-# The files of a model folder an export carries; trainer state (optimizer, rng, arguments) stays behind.
+# The files of a model folder an export carries: what defines the checkpoint (the registry's identity files, an
+# adapter's config aside: an adapter is refused) and the tokenizer's other files; trainer state stays behind.
 MODEL_FILES = (
     "*.safetensors",
     "model.safetensors.index.json",
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
+    *(name for name in IDENTITY_FILES if name != "adapter_config.json"),
     "added_tokens.json",
     "vocab.json",
     "merges.txt",
@@ -187,7 +184,7 @@ def _write_and_check(
         return artifact, written, check_export(source.folder, staging, source.rows, progress)
     name = f"{safe_name(source.name)}-{request.quant}.gguf"
     progress(f"writing {name} ({request.quant}) with llama.cpp's gguf package")
-    write_gguf(source.folder, staging / name, request.quant, name=source.name, eot_ids=eot)
+    write_gguf(source.folder, staging / name, request.quant, name=source.name, eot_ids=eot, tokenizer=tokenizer)
     template_line = _ollama(staging, name, tokenizer, source.folder) if request.format == "ollama" else None
     written = time.monotonic() - started
     check = check_export(source.folder, staging / name, source.rows, progress)

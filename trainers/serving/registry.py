@@ -61,7 +61,7 @@ role_prompts_table = Table(
 
 # Files that define what a checkpoint computes. Trainer state (optimizer, rng,
 # trainer_state.json) is left out: it changes nothing about the model.
-_IDENTITY_FILES = (
+IDENTITY_FILES = (
     "config.json",
     "generation_config.json",
     "tokenizer.json",
@@ -105,7 +105,7 @@ def checkpoint_hash(path: Path) -> str:
         raise BadInput(
             f"checkpoint {path}: no *.safetensors weights (found {', '.join(found)}); checkpoints must be safetensors"
         )
-    files = weights + sorted(path / n for n in _IDENTITY_FILES if (path / n).is_file())
+    files = weights + sorted(path / n for n in IDENTITY_FILES if (path / n).is_file())
     return named_files_hash(sorted(files, key=lambda p: p.name))
 
 

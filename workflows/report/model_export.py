@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from trainteam.agents.bound_models import record_registered_model
 from trainteam.core.db import utcnow
-from trainteam.graph.record import record_export, record_model, recorded_exports
+from trainteam.graph.record import record_export, recorded_exports
 from trainteam.trainers.export.exporter import (
     ExportRequest,
     ExportResult,
@@ -77,16 +78,7 @@ def run_export(ws: Any, planned: PlannedExport, progress: Progress) -> ExportRes
     """Write, read back and record the export ``planned``."""
     result = export_model(planned.source, planned.request, progress, hashed=planned.hashed)
     rec = planned.record
-    record_model(
-        ws.graph,
-        rec.id,
-        name=rec.name,
-        path=rec.path,
-        stage=rec.stage,
-        base=rec.base,
-        metrics=rec.metrics,
-        content_hash=rec.content_hash,
-    )
+    record_registered_model(ws.graph, rec)
     check = result.check
     record_export(
         ws.graph,
