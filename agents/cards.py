@@ -15,11 +15,11 @@ from importlib import resources
 from typing import Any, Literal
 
 import jinja2
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainteam.contract.step_io import StepResult
 from trainteam.core.errors import BadInput, format_validation_error
+from trainteam.core.inputfiles import load_yaml
 
 PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator")
 
@@ -68,7 +68,7 @@ def load_card(persona: str) -> PersonaCard:
         raise BadInput(f"persona: unknown persona {persona!r} (known: {', '.join(PERSONAS)})")
     ref = resources.files("trainteam.prompts").joinpath("personas", f"{persona}.yaml")
     try:
-        return PersonaCard.model_validate(yaml.safe_load(ref.read_text()))
+        return PersonaCard.model_validate(load_yaml(ref.read_text(), f"prompts/personas/{persona}.yaml"))
     except ValidationError as exc:  # a broken bundled card is a packaging bug, said plainly
         raise BadInput(format_validation_error(exc, f"prompts/personas/{persona}.yaml")) from None
 
@@ -83,7 +83,7 @@ def load_skill(name: str) -> Skill:
         raise BadInput(f"skills/{name}/SKILL.md: front matter (--- ... ---) is missing")
     _, front, body = text.split("---", 2)
     try:
-        return Skill.model_validate({**yaml.safe_load(front), "text": body.strip()})
+        return Skill.model_validate({**(load_yaml(front, f"skills/{name}/SKILL.md") or {}), "text": body.strip()})
     except ValidationError as exc:
         raise BadInput(format_validation_error(exc, f"skills/{name}/SKILL.md")) from None
 

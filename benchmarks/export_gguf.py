@@ -96,16 +96,20 @@ def main() -> None:
     ap.add_argument("--workspace", type=Path, required=True)
     ap.add_argument("--model", help="a registered model (default: the newest)")
     ap.add_argument("--rounds", type=int, default=2, help="writer rounds per side (ABBA)")
+    ap.add_argument("--formats", default=",".join(f"{f}:{q}" for f, q in EXPORTS),
+                    help="FORMAT:QUANT of the exports to run, comma-separated (default: all four)")
     a = ap.parse_args()
+    wanted = [tuple(x.split(":", 1)) for x in a.formats.split(",") if x]
     from trainteam.trainers.serving.registry import ModelRegistry
     from trainteam.workspace import Workspace
 
     ws = Workspace.open(find_workspace(a.workspace.resolve()))
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     record = ModelRegistry.of(ws).get(a.model) if a.model else ModelRegistry.of(ws).list()[-1]
-    print(f"model {record.id} ({record.name}, {record.path}); load {[round(x, 2) for x in os.getloadavg()]}")
+    print(f"model {record.id} ({record.name}, {record.path}); load {load_at_start}")
     with tempfile.TemporaryDirectory(prefix="export-bench-") as tmp:
         rows = []
-        for fmt, quant in EXPORTS:
+        for fmt, quant in wanted:
             print(f"[{fmt} {quant}]", flush=True)
             rows.append(ours(ws, record.id, fmt, quant, Path(tmp) / f"{fmt}-{quant}"))
             r = rows[-1]

@@ -76,6 +76,10 @@ FILES = {
     "two documents": ("name: a\n---\nname: b\n", "not valid YAML (but found another document, line 2)"),
     "unknown tool": (_spec(tool="fly"), "steps.prep.tool: unknown tool 'fly'"),
     "tool not on the card": (_spec(tool="train"), "steps.prep.tool: 'train' is not on the data_curator card"),
+    "a key given twice": (_spec() + "start: other\n", "key 'start' is given twice (lines 2 and 7); keep one"),
+    "a step's key given twice": ("name: t\nstart: prep\nsteps:\n- name: prep\n  persona: data_curator\n"
+                                 "  tool: prepare_corpus\n  persona: eval_judge\n",
+                                 "key 'persona' is given twice (lines 5 and 7)"),
 }
 
 
@@ -153,3 +157,30 @@ def test_load_yaml_is_safe_load_within_the_limits(loader, monkeypatch):
             with pytest.raises(BadInput, match=r"^x\.yaml: "):
                 inputfiles.load_yaml(text, "x.yaml")
     assert spent.seconds < 1
+
+
+@pytest.mark.parametrize("loader", ["libyaml", "python"])
+def test_a_key_given_twice_is_refused_naming_both_lines(loader, monkeypatch):
+    """PyYAML keeps the last of two equal keys silently; a person's second ``learning_rate:`` must not win unseen."""
+    from trainteam.core import inputfiles
+    from trainteam.core.errors import BadInput
+
+    if loader == "python":
+        monkeypatch.setattr(inputfiles, "_Loader", inputfiles._PyLoader)
+    text = "training:\n  sft:\n    learning_rate: 1e-4\n    max_steps: 5\n    learning_rate: 3e-4\n"
+    with pytest.raises(BadInput, match=r"^task\.yaml: YAML refused: key 'learning_rate' is given twice "
+                                        r"\(lines 3 and 5\); keep one$"):
+        inputfiles.load_yaml(text, "task.yaml")
+    with pytest.raises(BadInput, match=r"key 'a' is given twice \(lines 1 and 1\)"):
+        inputfiles.load_yaml("- {a: 1, b: 2, a: 3}\n", "x.yaml")
+    # what YAML itself allows stays: a written key over a merged one, equal text of different types, equal keys
+    # in different mappings
+    for ok in ("base: &b {a: 1}\nc:\n  <<: *b\n  a: 2\n", "1: a\n'1': b\n", "x: {a: 1}\ny: {a: 1}\n"):
+        assert inputfiles.load_yaml(ok, "x.yaml") == yaml.safe_load(ok)
+
+
+def test_a_task_file_with_a_key_given_twice_is_one_line(tmp_path, ws):
+    body = yaml.safe_dump(TINY_TASK) + "name: other\n"
+    task = _write(tmp_path / "task.yaml", body)
+    line = _refused(ws, "validate", str(task), expected="key 'name' is given twice")
+    assert str(task) in line

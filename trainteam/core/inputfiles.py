@@ -142,9 +142,29 @@ def _line(mark: Any) -> int | None:
     return mark.line + 1 if mark is not None else None
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _duplicate_key(node: yaml.MappingNode) -> tuple[str, int | None, int | None] | None:
+    """The first key a mapping writes twice, and the lines of both: PyYAML keeps the last silently,
+    so a person's second ``learning_rate:`` would quietly win. Keys are compared as written and
+    resolved (``1`` and ``"1"`` differ, as they do once loaded); merge keys (``<<``) are left to
+    YAML's own rule, where a written key overrides a merged one."""
+    seen: dict[tuple[str, str], int | None] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        ident = (key.tag, key.value)
+        if ident in seen:
+            return key.value, seen[ident], _line(key.start_mark)
+        seen[ident] = _line(key.start_mark)
+    return None
+
+
 class _Bounds(_ComposerHooks):
     """Composer hooks that stop past MAX_DEPTH levels, MAX_NODES written nodes or a scalar over
-    MAX_SCALAR_CHARS, while composing (before Python recursion or memory grows)."""
+    MAX_SCALAR_CHARS, and at a key a mapping writes twice, while composing (before Python recursion
+    or memory grows)."""
 
     _depth = 0
     _written = 0
@@ -162,6 +182,15 @@ class _Bounds(_ComposerHooks):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        node = super().compose_mapping_node(anchor)
+        dup = _duplicate_key(node)
+        if dup is not None:
+            key, first, again = dup
+            shown = key if len(key) <= 60 and key.isprintable() else ascii(key[:60])
+            raise _Limit(f"key {shown!r} is given twice (lines {first} and {again}); keep one", None)
+        return node
 
     def compose_scalar_node(self, anchor: Any) -> Any:
         node = super().compose_scalar_node(anchor)
@@ -252,7 +281,8 @@ def _one_line(source: str, problem: str, line: int | None) -> BadInput:
 
 def load_yaml(text: str, source: str) -> Any:
     """``yaml.safe_load(text)`` with limits: nesting ≤ MAX_DEPTH, expanded size ≤ MAX_NODES nodes,
-    scalars ≤ MAX_SCALAR_CHARS. Any failure is one ``BadInput`` line naming ``source``."""
+    scalars ≤ MAX_SCALAR_CHARS, no key twice in one mapping. Any failure is one ``BadInput`` line
+    naming ``source``."""
     loader = None
     try:
         loader = _Loader(text)  # the reader refuses unprintable characters here

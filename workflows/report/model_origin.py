@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainteam.contract.train_task import TrainTask
 from trainteam.core.errors import BadInput
+from trainteam.core.inputfiles import load_yaml
 from trainteam.curation.answers import default_answer
 from trainteam.curation.demo import read_jsonl
 from trainteam.curation.formats import row_kind
@@ -62,7 +61,10 @@ def _license(base: str | None, lineage: dict[str, Any]) -> str | None:
         return None
     text = card.read_text(errors="replace")
     if text.startswith("---"):
-        meta = yaml.safe_load(text.split("---", 2)[1]) or {}
+        try:  # someone else's card: a front matter that does not load means the license is not known here
+            meta = load_yaml(text.split("---", 2)[1], str(card)) or {}
+        except BadInput:
+            return None
         return str(meta["license"]) if isinstance(meta, dict) and meta.get("license") else None
     return None
 
