@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from pathlib import Path
+
 import pytest
 import yaml
 from cpu_clock import cpu_seconds
@@ -19,6 +21,20 @@ _BOMB = "".join([
 ])
 BOMB = _BOMB + "# billion laughs".ljust(722 - len(_BOMB), ".") + "\n"
 GOOD_STEP = {"name": "prep", "persona": "data_curator", "tool": "prepare_corpus"}
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLED = ROOT / "workflows" / "train_model.yaml"
+
+
+def _looping(*loops: int, more: tuple[tuple[str, int], ...] = ()) -> str:
+    """The bundled train_model spec with its two loop edges allowed ``loops`` passes, and ``more`` loop edges
+    (``(target, max_loops)``) from its final gate."""
+    spec = yaml.safe_load(BUNDLED.read_text())
+    edges = [e for e in spec["edges"] if e.get("max_loops")]
+    assert len(edges) == len(loops)
+    for e, n in zip(edges, loops):
+        e["max_loops"] = n
+    spec["edges"] += [{"from": "gate_final", "to": to, "when": "failed", "max_loops": n} for to, n in more]
+    return yaml.safe_dump(spec)
 
 
 def _spec(**step) -> str:
@@ -76,6 +92,11 @@ FILES = {
     "two documents": ("name: a\n---\nname: b\n", "not valid YAML (but found another document, line 2)"),
     "unknown tool": (_spec(tool="fly"), "steps.prep.tool: unknown tool 'fly'"),
     "tool not on the card": (_spec(tool="train"), "steps.prep.tool: 'train' is not on the data_curator card"),
+    "a loop allowed 10^9 times": (_looping(10**9, 1), "edges.8.max_loops: Input should be less than or equal to 10"),
+    "loops over 30 passes in all": (_looping(10, 10, more=(("train", 10), ("final_eval", 1))),
+                                    "edges: the loop edges allow 31 passes in all; at most 30"),
+    "101 steps": (yaml.safe_dump({"name": "t", "start": "s0", "steps": [
+        {**GOOD_STEP, "name": f"s{i}"} for i in range(101)]}), "steps: List should have at most 100 items"),
     "a key given twice": (_spec() + "start: other\n", "key 'start' is given twice (lines 2 and 7); keep one"),
     "a step's key given twice": ("name: t\nstart: prep\nsteps:\n- name: prep\n  persona: data_curator\n"
                                  "  tool: prepare_corpus\n  persona: eval_judge\n",
@@ -101,6 +122,8 @@ def test_the_bundled_and_a_good_spec_still_validate(tmp_path, ws):
     spec = _write(tmp_path / "ok.yaml", "# a comment\n" + _spec())
     proc = cli(ws, "workflows", "validate", str(spec))
     assert proc.returncode == 0 and "ok (t, 1 steps)" in proc.stdout, proc.stderr
+    at_the_bounds = _write(tmp_path / "bounds.yaml", _looping(10, 10, more=(("train", 10),)))
+    assert cli(ws, "workflows", "validate", str(at_the_bounds)).returncode == 0
     bom = _write(tmp_path / "bom.yaml", b"\xef\xbb\xbf" + _spec().encode())
     assert cli(ws, "workflows", "validate", str(bom)).returncode == 0
     assert cli(ws, "workflows", "show", "train_model").returncode == 0

@@ -3,6 +3,12 @@
 A spec names steps (persona, tool, inputs), edges (with an outcome condition) and
 gates. Cycles are allowed only through edges leaving a gate step, and each such
 edge carries a loop limit, so every run terminates.
+
+Bounds, checked by ``workflows validate`` and before a run is stored (a spec over one is one line):
+at most ``MAX_STEPS`` steps and ``MAX_EDGES`` edges; a loop edge taken at most ``MAX_LOOPS`` times,
+and at most ``MAX_LOOPS_IN_ALL`` loop passes over all the spec's loop edges together (each pass
+re-runs a gate's stage: training, evaluation, a person's approval). A run that needs more is
+several runs: a retry policy is the judge's to propose, not a spec's to repeat unseen.
 """
 
 from __future__ import annotations
@@ -19,6 +25,10 @@ from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.core.inputfiles import load_yaml, load_yaml_file
 from trainteam.workflows.steps import STEPS
 
+MAX_STEPS = 100
+MAX_EDGES = 400
+MAX_LOOPS = 10
+MAX_LOOPS_IN_ALL = 30
 PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator")
 Persona = Literal["data_curator", "training_engineer", "eval_judge", "ml_orchestrator"]
 
@@ -28,7 +38,7 @@ class _Strict(BaseModel):
 
 
 class StepSpec(_Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)
     persona: Persona
     tool: str
     inputs: dict[str, Any] = Field(default_factory=dict)
@@ -41,18 +51,23 @@ class EdgeSpec(_Strict):
     source: str = Field(alias="from")
     target: str = Field(alias="to")
     when: str = Field(default="ok", description="the source step's outcome that takes this edge; '*' for any")
-    max_loops: int | None = Field(default=None, ge=1, description="required on edges that close a cycle")
+    max_loops: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_LOOPS,
+        description=f"required on edges that close a cycle; at most {MAX_LOOPS} (and {MAX_LOOPS_IN_ALL} over the spec)",
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class WorkflowSpec(_Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    version: int = 1
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)
+    version: int = Field(default=1, ge=1, le=1_000_000)
     description: str = ""
     start: str
-    steps: list[StepSpec] = Field(min_length=1)
-    edges: list[EdgeSpec] = Field(default_factory=list)
+    steps: list[StepSpec] = Field(min_length=1, max_length=MAX_STEPS, description=f"at most {MAX_STEPS}")
+    edges: list[EdgeSpec] = Field(default_factory=list, max_length=MAX_EDGES, description=f"at most {MAX_EDGES}")
 
     @model_validator(mode="after")
     def _check_graph(self) -> WorkflowSpec:
@@ -70,6 +85,12 @@ class WorkflowSpec(_Strict):
                     raise ValueError(f"edges[{i}].{field}: unknown step {end!r}")
             if e.max_loops is not None and e.source not in gates:
                 raise ValueError(f"edges[{i}].max_loops: only edges leaving a gate step may loop")
+        passes = sum(e.max_loops or 0 for e in self.edges)
+        if passes > MAX_LOOPS_IN_ALL:
+            raise ValueError(
+                f"edges: the loop edges allow {passes} passes in all; at most {MAX_LOOPS_IN_ALL} "
+                "(lower their max_loops)"
+            )
         forward = nx.DiGraph()
         forward.add_nodes_from(names)  # spec order: error messages are deterministic
         forward.add_edges_from((e.source, e.target) for e in self.edges if e.max_loops is None)
