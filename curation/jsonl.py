@@ -11,9 +11,35 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from trainteam.core.errors import BadInput
+
+
+def bounded_lines(fh: IO[bytes], path: Path, max_line_bytes: int | None) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of each line of a binary file; a line longer than ``max_line_bytes``
+    stops with ``file:line`` and the bound before more of it is read (a 5 GB one-line file never
+    lands in memory whole). ``None``: no bound (the product's own files)."""
+    if max_line_bytes is None:
+        yield from enumerate(fh, 1)
+        return
+    lineno = 0
+    while True:
+        raw = fh.readline(max_line_bytes + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > max_line_bytes and not (len(raw) == max_line_bytes + 1 and raw.endswith(b"\n")):
+            raise BadInput(f"{path}:{lineno}: {too_long(max_line_bytes)}")
+        yield lineno, raw
+
+
+def too_long(max_bytes: int) -> str:
+    """The reason a row over the bound is refused, with the way to raise the bound."""
+    return (
+        f"a row of more than {max_bytes:,} bytes (the bound on one row; split it, or raise data.max_row_bytes "
+        "in the task)"
+    )
 
 
 class SkipCounter:
@@ -35,17 +61,17 @@ def iter_jsonl(
     skip_bad: bool = False,
     skipped: SkipCounter | None = None,
     on_line: Callable[[int], None] | None = None,
+    max_line_bytes: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield one dict per non-blank line. Bad lines raise ``BadInput("file:line: reason")``
     unless ``skip_bad``, in which case they are counted in ``skipped``. ``on_line`` is told
-    the line number of each record just before it is yielded."""
+    the line number of each record just before it is yielded. A line over ``max_line_bytes``
+    stops (never skipped: it is a row, too long)."""
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: no such file")
     with path.open("rb") as fh:  # bytes, decoded line by line: an encoding error names its own line
-        lineno = 0
-        for raw in fh:
-            lineno += 1
+        for lineno, raw in bounded_lines(fh, path, max_line_bytes):
             if lineno == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
             try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -47,7 +48,7 @@ from trainteam.curation.lineage import (
 )
 from trainteam.curation.quality import QualityConfig, QualityFilter
 from trainteam.curation.row_checks import RowChecker, RowChecksConfig, RowExample, contents, prompt_side, row_of
-from trainteam.curation.sources import SkipCounter, iter_records, source_name
+from trainteam.curation.sources import SkipCounter, check_source, iter_records, source_name, source_where
 from trainteam.curation.text import Words, tokenize
 
 _DUP_FLAGS = ("near_dup_of", "exact_dup_of")
@@ -164,6 +165,21 @@ class CurationReport(BaseModel):
         for rule, n in self.quality_dropped.items():
             found[f"quality.{rule}"] = (n, self.quality_examples.get(rule, [])[:limit])
         return {rule: {"count": n, "examples": ex} for rule, (n, ex) in found.items() if n}
+
+    def removed_text(self) -> str:
+        """``rule n, ...`` of every rule that removed records (``nothing removed`` when none did)."""
+        return ", ".join(f"{rule} {r['count']}" for rule, r in self.removed().items()) or "nothing removed"
+
+
+class NothingKept(BadInput):
+    """Curation would write a version of 0 rows: refused, nothing written. ``report`` says which rules removed
+    what, so a caller can say which to loosen."""
+
+    def __init__(self, where: str, report: CurationReport):
+        n = report.counts.get("input", 0)
+        self.reason = f"no row is left of {n} after curation ({report.removed_text()})"
+        super().__init__(f"{where}: {self.reason}")
+        self.report = report
 
 
 def load_eval_sets(eval_sets: Mapping[str, Any] | None) -> dict[str, list[dict]]:
@@ -358,6 +374,7 @@ def curate(
     count tokens with (``config.rows.max_tokens``); the version then depends on it too.
     """
     config = config or CurationConfig()
+    check_source(corpus)  # before it is hashed: /dev/zero would never end
     evals = load_eval_sets(eval_sets)
     if recorded is not None and out_dir is None:
         raise BadInput("out_dir: needed to record a dataset version")
@@ -374,6 +391,7 @@ def curate(
     skipped = SkipCounter()
     tmp = tempfile.TemporaryDirectory(prefix="curate-") if out_dir is None else None
     work = Path(tmp.name) if tmp is not None else Path(out_dir or ".")
+    made = None if work.exists() else _first_missing(work)
     work.mkdir(parents=True, exist_ok=True)
     final = work / "data.jsonl"
     # Two runs of one workspace may build the same version at once: each writes its own files and
@@ -384,7 +402,14 @@ def curate(
     try:
         near = _first_pass(run, _records(corpus, config, skipped), spill, stream_hash, progress)
         near_pairs = _second_pass(spill, staged, near, run, config.max_listed)
+        if not run.counts.get("output"):  # a 0-row version would reach the next step as a dataset
+            run.counts["skipped_bad"] = skipped.count
+            raise NothingKept(source_where(corpus), _report(run, "", near, near_pairs, skipped))
         staged.replace(final)
+    except BaseException:
+        if made is not None:  # a refused curation leaves no folder behind
+            shutil.rmtree(made, ignore_errors=True)
+        raise
     finally:
         spill.unlink(missing_ok=True)
         staged.unlink(missing_ok=True)
@@ -414,6 +439,14 @@ def curate(
         staged_report.write_text(report.model_dump_json(indent=1))
         staged_report.replace(report_path)
     return report
+
+
+def _first_missing(folder: Path) -> Path:
+    """The outermost folder of ``folder``'s path that does not exist yet (what making it creates)."""
+    missing = folder
+    while not missing.parent.exists():
+        missing = missing.parent
+    return missing
 
 
 def _records(corpus: Any, config: CurationConfig, skipped: SkipCounter) -> Iterator[dict]:

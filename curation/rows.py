@@ -34,7 +34,7 @@ from typing import Any, NoReturn, cast
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import RowKind
-from trainteam.curation.sources import iter_items
+from trainteam.curation.sources import MAX_ROW_BYTES, iter_items
 
 COLUMNS = ("text", "prompt", "completion", "messages", "system", "chosen", "rejected", "tools")
 PROMPT_NAMES = ("prompt", "instruction", "question")
@@ -82,25 +82,36 @@ def check_columns(columns: Mapping[str, str]) -> None:
 
 
 def iter_rows(
-    source: Any, *, columns: Mapping[str, str] | None = None, split: str | None = None, limit: int | None = None
+    source: Any,
+    *,
+    columns: Mapping[str, str] | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    max_row_bytes: int | None = MAX_ROW_BYTES,
 ) -> Iterator[Row]:
     """Every row of ``source`` (a path, or records in memory) as a canonical ``Row``, in order;
-    ``split`` picks one split of a source that has several; ``limit`` stops after that many."""
+    ``split`` picks one split of a source that has several; ``limit`` stops after that many. A
+    source with no row, or a row over ``max_row_bytes``, is one ``BadInput`` line (``iter_items``)."""
     if columns:
         try:
             check_columns(columns)
         except ValueError as exc:
             raise BadInput(f"columns: {exc}") from None
-    items = iter_items(source, split=split)
+    items = iter_items(source, split=split, max_row_bytes=max_row_bytes)
     for where, _, raw in items if limit is None else islice(items, limit):
         yield canonical_row(raw, where, columns)
 
 
 def read_rows(
-    source: Any, *, columns: Mapping[str, str] | None = None, split: str | None = None, limit: int | None = None
+    source: Any,
+    *,
+    columns: Mapping[str, str] | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    max_row_bytes: int | None = MAX_ROW_BYTES,
 ) -> list[dict[str, Any]]:
     """The canonical records of ``source`` (a sample of the first ``limit`` with ``limit``)."""
-    return [r.record for r in iter_rows(source, columns=columns, split=split, limit=limit)]
+    return [r.record for r in iter_rows(source, columns=columns, split=split, limit=limit, max_row_bytes=max_row_bytes)]
 
 
 class _Cells:

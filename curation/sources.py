@@ -32,11 +32,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainteam.core.errors import BadInput
-from trainteam.curation.jsonl import SkipCounter, iter_jsonl
+from trainteam.curation.jsonl import SkipCounter, bounded_lines, iter_jsonl, too_long
 
 __all__ = [
     "DATA_SUFFIXES",
+    "MAX_ROW_BYTES",
     "SkipCounter",
+    "check_source",
+    "source_where",
     "canonical_split",
     "iter_items",
     "iter_records",
@@ -58,6 +61,7 @@ SPLITS = {
     "dev": "validation",
     "eval": "validation",
 }
+MAX_ROW_BYTES = 1 << 20  # one row: 64 sequences of 4,096 tokens at 4 bytes a token; a task may raise it
 JSON_CONTAINERS = ("data", "rows", "records", "examples", "instances")
 _SAVED_META = ("dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json")
 
@@ -143,53 +147,115 @@ def iter_items(
     skipped: SkipCounter | None = None,
     txt_mode: Literal["paragraph", "line", "file"] = "paragraph",
     batch_size: int = 1024,
+    max_row_bytes: int | None = MAX_ROW_BYTES,
 ) -> Iterator[Item]:
     """``(where, default id, raw row)`` of every row of a file, a folder or an in-memory
-    source, in order (``split``: which split of a source that has several)."""
+    source, in order (``split``: which split of a source that has several). A row over
+    ``max_row_bytes`` (a line, or a row's JSON) stops naming the file and row; a source that
+    gives no row at all stops too, once read to its end (an empty file is no dataset)."""
+    skipped = skipped if skipped is not None or not skip_bad else SkipCounter()
+    n = 0
+    for item in _items(source, split, skip_bad, skipped, txt_mode, batch_size, max_row_bytes):
+        n += 1
+        yield item
+    if n == 0:
+        raise BadInput(_no_rows(source, split, skipped))
+
+
+def check_source(source: Any) -> None:
+    """A path names a folder or a regular file: before anything reads or hashes it (``/dev/zero``
+    would never end, a FIFO would block). Other sources pass."""
     if not isinstance(source, (str, Path)):
-        if isinstance(source, dict) or not hasattr(source, "__iter__"):
-            raise BadInput(f"source: expected a path, a list of records or a dataset, got {type(source).__name__}")
-        yield from _memory_items(source, "source")
         return
     path = Path(source)
     if not path.exists():
         raise BadInput(f"{path}: no such file or folder")
+    if not path.is_dir() and not path.is_file():
+        raise BadInput(f"{path}: not a regular file or a folder (a device, FIFO or socket)")
+
+
+def source_where(source: Any) -> str:
+    """A source as an error names it: its path, or ``source`` for rows in memory."""
+    return str(source) if isinstance(source, (str, Path)) else "source"
+
+
+def _no_rows(source: Any, split: str | None, skipped: SkipCounter | None) -> str:
+    where = source_where(source) + (f" (split {split})" if split else "")
+    if skipped is not None and skipped.count:
+        first = f"; the first: {skipped.examples[0]}" if skipped.examples else ""
+        return f"{where}: no usable row ({skipped.count} malformed skipped{first})"
+    if isinstance(source, (str, Path)) and Path(source).is_dir():
+        return f"{where}: no rows in its files (they are empty, or only blank lines)"
+    if isinstance(source, (str, Path)):
+        return f"{where}: no rows (the file is empty, or only blank lines)"
+    return f"{where}: no rows"
+
+
+def _row_bytes_ok(where: str, raw: Any, max_row_bytes: int | None) -> Any:
+    """``raw`` when its JSON is within the bound (rows not read as lines: JSON, Parquet, datasets, memory)."""
+    if max_row_bytes is not None:
+        size = len(raw.encode()) if isinstance(raw, str) else len(json.dumps(raw, ensure_ascii=False, default=str))
+        if size > max_row_bytes:
+            raise BadInput(f"{where}: {too_long(max_row_bytes)}")
+    return raw
+
+
+def _items(
+    source: Any,
+    split: str | None,
+    skip_bad: bool,
+    skipped: SkipCounter | None,
+    txt_mode: str,
+    batch_size: int,
+    cap: int | None,
+) -> Iterator[Item]:
+    if not isinstance(source, (str, Path)):
+        if isinstance(source, dict) or not hasattr(source, "__iter__"):
+            raise BadInput(f"source: expected a path, a list of records or a dataset, got {type(source).__name__}")
+        yield from _memory_items(source, "source", cap)
+        return
+    check_source(source)
+    path = Path(source)
     if path.is_dir():
         if _is_saved_dataset(path):
-            yield from _saved_items(path, split, batch_size)
+            yield from _saved_items(path, split, batch_size, cap)
             return
         for f in _split_files(path, split):
-            yield from _file_items(f, None, skip_bad, skipped, txt_mode, batch_size)
+            yield from _file_items(f, None, skip_bad, skipped, txt_mode, batch_size, cap)
         return
-    if not path.is_file():
-        raise BadInput(f"{path}: not a regular file or a folder")
-    yield from _file_items(path, split, skip_bad, skipped, txt_mode, batch_size)
+    yield from _file_items(path, split, skip_bad, skipped, txt_mode, batch_size, cap)
 
 
 def _file_items(
-    path: Path, split: str | None, skip_bad: bool, skipped: SkipCounter | None, txt_mode: str, batch_size: int
+    path: Path,
+    split: str | None,
+    skip_bad: bool,
+    skipped: SkipCounter | None,
+    txt_mode: str,
+    batch_size: int,
+    cap: int | None,
 ) -> Iterator[Item]:
     suffix = path.suffix.lower()
     if suffix == ".json":
-        yield from _json_items(path, split, skip_bad, skipped)
+        yield from _json_items(path, split, skip_bad, skipped, cap)
         return
     if split is not None and canonical_split(split) != "train":
         raise BadInput(f"{path}: one file is one split; it has no split {split!r}")
     if suffix == ".jsonl":
-        yield from _good_lines(path, skip_bad, skipped)
+        yield from _good_lines(path, skip_bad, skipped, cap)
     elif suffix in (".csv", ".tsv"):
-        yield from _csv_items(path, "\t" if suffix == ".tsv" else ",")
+        yield from _csv_items(path, "\t" if suffix == ".tsv" else ",", cap)
     elif suffix == ".txt":
-        yield from _txt_items(path, txt_mode)
+        yield from _txt_items(path, txt_mode, cap)
     elif suffix == ".parquet":
-        yield from _parquet_items(path, batch_size)
+        yield from _parquet_items(path, batch_size, cap)
     else:
         raise BadInput(f"{path}: unknown source type {suffix!r} (use {', '.join(DATA_SUFFIXES)} or a folder)")
 
 
-def _good_lines(path: Path, skip_bad: bool, skipped: SkipCounter | None) -> Iterator[Item]:
+def _good_lines(path: Path, skip_bad: bool, skipped: SkipCounter | None, cap: int | None) -> Iterator[Item]:
     lineno_of = _LineTracker()
-    for obj in iter_jsonl(path, skip_bad=skip_bad, skipped=skipped, on_line=lineno_of):
+    for obj in iter_jsonl(path, skip_bad=skip_bad, skipped=skipped, on_line=lineno_of, max_line_bytes=cap):
         yield f"{path}:{lineno_of.n}", f"{path.stem}:{lineno_of.n}", obj
 
 
@@ -201,19 +267,19 @@ class _LineTracker:
         self.n = n
 
 
-def _decoded_lines(path: Path) -> Iterator[str]:
+def _decoded_lines(path: Path, cap: int | None) -> Iterator[str]:
     """A file's lines as text, an encoding error naming its line (a BOM some editors write dropped)."""
     with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
+        for lineno, raw in bounded_lines(fh, path, cap):
             try:
                 yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as exc:
                 raise BadInput(f"{path}:{lineno}: not UTF-8 ({exc.reason})") from None
 
 
-def _csv_items(path: Path, delimiter: str) -> Iterator[Item]:
+def _csv_items(path: Path, delimiter: str, cap: int | None) -> Iterator[Item]:
     """Rows of a CSV/TSV file with a header line, as ``{column: string}``, each named by the line it starts on."""
-    reader = csv.reader(_decoded_lines(path), delimiter=delimiter)
+    reader = csv.reader(_decoded_lines(path, cap), delimiter=delimiter)
     try:
         header = next(reader, None)
         if header is None:
@@ -229,38 +295,40 @@ def _csv_items(path: Path, delimiter: str) -> Iterator[Item]:
                 continue  # a blank line
             if len(row) != len(header):
                 raise BadInput(f"{path}:{start}: {len(row)} fields, the header has {len(header)}")
-            yield f"{path}:{start}", f"{path.stem}:{start}", dict(zip(header, row, strict=True))
+            yield (
+                f"{path}:{start}",
+                f"{path.stem}:{start}",
+                _row_bytes_ok(f"{path}:{start}", dict(zip(header, row, strict=True)), cap),
+            )
     except csv.Error as exc:
         raise BadInput(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
 
 
-def _txt_items(path: Path, mode: str) -> Iterator[Item]:
-    with path.open("r", encoding="utf-8") as fh:
-        if mode == "file":
-            yield f"{path}:1", path.stem, fh.read()
-            return
-        buf: list[str] = []
-        start = 0
-        try:
-            for lineno, line in enumerate(fh, 1):
-                if mode == "line":
-                    if line.strip():
-                        yield f"{path}:{lineno}", f"{path.stem}:{lineno}", line.rstrip("\n")
-                    continue
-                if line.strip():
-                    if not buf:
-                        start = lineno
-                    buf.append(line.rstrip("\n"))
-                elif buf:
-                    yield f"{path}:{start}", f"{path.stem}:{start}", "\n".join(buf)
-                    buf = []
-        except UnicodeDecodeError as exc:
-            raise BadInput(f"{path}:{lineno + 1}: not UTF-8 ({exc.reason})") from None
-        if buf:
-            yield f"{path}:{start}", f"{path.stem}:{start}", "\n".join(buf)
+def _txt_items(path: Path, mode: str, cap: int | None) -> Iterator[Item]:
+    """A text file as one row, a row per non-blank line, or a row per paragraph (lines up to a blank one)."""
+    if mode == "file":
+        text = "".join(_decoded_lines(path, cap))
+        yield f"{path}:1", path.stem, _row_bytes_ok(f"{path}:1", text, cap)
+        return
+    buf: list[str] = []
+    start = 0
+    for lineno, line in enumerate(_decoded_lines(path, cap), 1):
+        if mode == "line":
+            if line.strip():
+                yield f"{path}:{lineno}", f"{path.stem}:{lineno}", line.rstrip("\n").rstrip("\r")
+            continue
+        if line.strip():
+            if not buf:
+                start = lineno
+            buf.append(line.rstrip("\n").rstrip("\r"))
+        elif buf:
+            yield f"{path}:{start}", f"{path.stem}:{start}", _row_bytes_ok(f"{path}:{start}", "\n".join(buf), cap)
+            buf = []
+    if buf:
+        yield f"{path}:{start}", f"{path.stem}:{start}", _row_bytes_ok(f"{path}:{start}", "\n".join(buf), cap)
 
 
-def _parquet_items(path: Path, batch_size: int) -> Iterator[Item]:
+def _parquet_items(path: Path, batch_size: int, cap: int | None) -> Iterator[Item]:
     import pyarrow.parquet as pq
 
     try:
@@ -270,7 +338,7 @@ def _parquet_items(path: Path, batch_size: int) -> Iterator[Item]:
     row = 0
     for batch in pf.iter_batches(batch_size=batch_size):
         for raw in batch.to_pylist():
-            yield f"{path}: row {row}", f"{path.stem}:{row}", raw
+            yield f"{path}: row {row}", f"{path.stem}:{row}", _row_bytes_ok(f"{path}: row {row}", raw, cap)
             row += 1
 
 
@@ -302,17 +370,19 @@ def _json_splits(data: Any) -> dict[str, str]:
     }
 
 
-def _json_items(path: Path, split: str | None, skip_bad: bool, skipped: SkipCounter | None) -> Iterator[Item]:
+def _json_items(
+    path: Path, split: str | None, skip_bad: bool, skipped: SkipCounter | None, cap: int | None
+) -> Iterator[Item]:
     data = _load_json(path)
     if data is None:
         if split is not None and canonical_split(split) != "train":
             raise BadInput(f"{path}: JSON Lines is one split; it has no split {split!r}")
-        yield from _good_lines(path, skip_bad, skipped)
+        yield from _good_lines(path, skip_bad, skipped, cap)
         return
     key, rows = _json_rows(data, path, split)
     label = f"{path}: {key}:" if key else f"{path}:"
     for i, raw in enumerate(rows):
-        yield f"{label} row {i}", f"{path.stem}:{i}", raw
+        yield f"{label} row {i}", f"{path.stem}:{i}", _row_bytes_ok(f"{label} row {i}", raw, cap)
 
 
 def _json_rows(data: Any, path: Path, split: str | None) -> tuple[str | None, list]:
@@ -419,7 +489,7 @@ def _is_saved_dataset(path: Path) -> bool:
     return any((path / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json"))
 
 
-def _saved_items(path: Path, split: str | None, batch_size: int) -> Iterator[Item]:
+def _saved_items(path: Path, split: str | None, batch_size: int, cap: int | None) -> Iterator[Item]:
     """Rows of a ``save_to_disk`` folder: a Dataset, or the chosen split of a DatasetDict."""
     import datasets
 
@@ -436,12 +506,13 @@ def _saved_items(path: Path, split: str | None, batch_size: int) -> Iterator[Ite
     for start in range(0, len(ds), batch_size):
         batch = ds[start : start + batch_size]
         for j, values in enumerate(zip(*batch.values(), strict=True)):
-            yield f"{name}: row {start + j}", f"{path.name}:{start + j}", dict(zip(batch, values, strict=True))
+            where = f"{name}: row {start + j}"
+            yield where, f"{path.name}:{start + j}", _row_bytes_ok(where, dict(zip(batch, values, strict=True)), cap)
 
 
-def _memory_items(ds: Any, name: str) -> Iterator[Item]:
+def _memory_items(ds: Any, name: str, cap: int | None) -> Iterator[Item]:
     for i, raw in enumerate(ds):
-        yield f"{name}[{i}]", f"{name}:{i}", raw
+        yield f"{name}[{i}]", f"{name}:{i}", _row_bytes_ok(f"{name}[{i}]", raw, cap)
 
 
 def _streamed_files(path: Path) -> Iterator[Item]:
@@ -455,4 +526,4 @@ def _streamed_files(path: Path) -> Iterator[Item]:
     if builder is None:
         raise BadInput(f"{path}: streaming reads .jsonl, .json, .parquet, .txt or .csv files")
     ds = datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train", streaming=True)
-    yield from _memory_items(ds, path.name)
+    yield from _memory_items(ds, path.name, MAX_ROW_BYTES)

@@ -14,7 +14,7 @@ from instruction_rows import as_chat, instruction_rows
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.jsonl import read_jsonl, write_jsonl
-from trainteam.curation.pipeline import CurationConfig, curate, planned_version
+from trainteam.curation.pipeline import CurationConfig, NothingKept, curate, planned_version
 from trainteam.curation.row_checks import RowChecksConfig, row_records, token_lengths
 from trainteam.trainers.training.config import TokenizerConfig
 from trainteam.trainers.training.tokenizer import load_tokenizer, train_tokenizer
@@ -47,9 +47,11 @@ def test_150_short_instruction_rows_survive_default_curation(tmp_path, shape):
     assert [r["id"] for r in report.records] == [r["id"] for r in rows]
     assert report.removed() == {}
     # the text defaults (for pretraining prose) are what deleted them before: they still apply to text
-    text = _curate([{"id": r["id"], "text": rec["text"]} for r, rec in zip(rows, row_records(rows))], eval_sets,
-                   default_config("text"))
-    assert text.counts["output"] == 0 and text.removed()["quality.min_words"]["count"] == 150
+    # (a version of 0 rows is refused, saying which rule removed them)
+    with pytest.raises(NothingKept, match=r"no row is left of 150 after curation \(quality.min_words 150\)") as kept:
+        _curate([{"id": r["id"], "text": rec["text"]} for r, rec in zip(rows, row_records(rows))], eval_sets,
+                default_config("text"))
+    assert kept.value.report.removed()["quality.min_words"]["count"] == 150
 
 
 def test_each_structural_rule_drops_its_rows_with_a_count_and_examples(tmp_path):

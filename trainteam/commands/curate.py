@@ -45,7 +45,9 @@ def _corpus_rows(corpus: Path):
     from trainteam.curation.formats import row_kind
     from trainteam.curation.row_checks import row_records
     from trainteam.curation.rows import read_rows
+    from trainteam.curation.sources import iter_items
 
+    next(iter_items(corpus), None)  # a device, an empty file, a first row over the bound: refused before anything
     try:
         first = read_rows(corpus, limit=1)
     except BadInput:
@@ -118,7 +120,7 @@ def run(
     """Run the whole chain and record the result as a DatasetVersion in the knowledge graph.
     Text is filtered for quality; chat, prompt/completion and preference rows get the row checks (a
     --config file sets fields over those defaults)."""
-    from trainteam.curation.pipeline import planned_version
+    from trainteam.curation.pipeline import NothingKept, planned_version
     from trainteam.workflows.steps.curate import curate_recorded
 
     if not corpus.exists():
@@ -132,7 +134,10 @@ def run(
     evals = _eval_sets(eval_)
     ws = workspace()
     out_dir = out or ws.dir("datasets") / (planned_version(rows, evals, cfg) or "curated")
-    report = curate_recorded(ws.graph, rows, evals, cfg, out_dir, progress=not as_json)
+    try:
+        report = curate_recorded(ws.graph, rows, evals, cfg, out_dir, progress=not as_json)
+    except NothingKept as exc:  # the rows were read into memory: name the file they came from
+        raise BadInput(f"{corpus}: {exc.reason}; see --config for the rules") from None
     split = _split(report, heldout_by, heldout_fraction, seed) if heldout_by else None
     if as_json:
         return print_json({**report.model_dump(mode="json"), **({"split": split} if split else {})})

@@ -32,6 +32,7 @@ from trainteam.core.inputfiles import load_yaml_file
 from trainteam.curation.answers import AnswerSpec, default_answer
 from trainteam.curation.pipeline import CurationConfig
 from trainteam.curation.rows import check_columns
+from trainteam.curation.sources import MAX_ROW_BYTES
 from trainteam.trainers.evaluation.battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.evaluation.gates import GateRule
 from trainteam.trainers.evaluation.metrics.metric_registry import check_metric, check_names
@@ -79,6 +80,13 @@ class DataSpec(_Strict):
         description="share of the rows held out when there is "
         "no eval_path or eval split (seeded by seed; at least 1 row, at most 500)",
     )
+    max_row_bytes: int = Field(
+        default=MAX_ROW_BYTES,
+        ge=1024,
+        le=1 << 30,
+        description="the bound on one row of path and eval_path (a line, or a row's JSON), in bytes; a longer row "
+        "is refused naming it (default 1 MiB: 64 sequences of 4,096 tokens)",
+    )
     n_train: int = Field(default=20000, gt=0, le=10_000_000, description="demo only: training problems generated")
     n_eval: int = Field(default=200, gt=0, le=100_000)
     max_operand: int = Field(default=99, gt=0, le=10**12)
@@ -104,7 +112,7 @@ class DataSpec(_Strict):
         # to each step as a full dump, where every field looks "given".
         given = {
             f
-            for f in ("eval_path", "split", "eval_split", "columns", "eval_fraction")
+            for f in ("eval_path", "split", "eval_split", "columns", "eval_fraction", "max_row_bytes")
             if getattr(self, f) != type(self).model_fields[f].get_default(call_default_factory=True)
         }
         files_only = given

@@ -124,7 +124,10 @@ def _prepare_files(ctx: ToolContext, data) -> Prepared:
 
 def _write_rows(data, plan: SplitPlan, tmp: Path) -> None:
     def rows(part: Part):
-        return (r.record for r in iter_rows(part.path, columns=data.columns, split=part.split))
+        return (
+            r.record
+            for r in iter_rows(part.path, columns=data.columns, split=part.split, max_row_bytes=data.max_row_bytes)
+        )
 
     if plan.eval is not None:
         write_jsonl(rows(plan.train), tmp / "train.jsonl")

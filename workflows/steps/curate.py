@@ -22,7 +22,7 @@ from trainteam.curation import read_jsonl
 from trainteam.curation.decontam import DecontamConfig
 from trainteam.curation.formats import RowKind, row_kind
 from trainteam.curation.lineage import DatasetFacts
-from trainteam.curation.pipeline import CurationConfig, CurationReport, planned_version
+from trainteam.curation.pipeline import CurationConfig, CurationReport, NothingKept, planned_version
 from trainteam.curation.pipeline import curate as run_curation
 from trainteam.curation.row_checks import RowChecksConfig, row_of, row_records
 from trainteam.graph import KnowledgeGraph, NodeKind, node_id
@@ -167,10 +167,6 @@ def _hint(rule: str) -> str:
     return _HINTS.get(rule.split(".")[0] if rule.startswith("quality.") else rule, "the task's curation settings")
 
 
-def _removed_text(report: CurationReport) -> str:
-    return ", ".join(f"{rule} {r['count']}" for rule, r in report.removed().items()) or "nothing removed"
-
-
 def _curate_split(
     ctx: ToolContext, train: str, prepared_node: str, evals: dict[str, str], stage: str | None, data, tokenizer
 ) -> tuple[CurationReport, Path, CurationConfig]:
@@ -183,25 +179,25 @@ def _curate_split(
     )
     corpus = list(row_records(raw, Path(train).name))
     tok = tokenizer if config.rows is not None and config.rows.max_tokens is not None else None
-    report = curate_recorded(
-        ctx.graph,
-        corpus,
-        evals,
-        config,
-        _version_dir(ctx, corpus, evals, config, tok),
-        progress=ctx.progress,
-        tokenizer=tok,
-    )
+    try:
+        report = curate_recorded(
+            ctx.graph,
+            corpus,
+            evals,
+            config,
+            _version_dir(ctx, corpus, evals, config, tok),
+            progress=ctx.progress,
+            tokenizer=tok,
+        )
+    except NothingKept as exc:  # an empty training set would fail three steps later, unexplained
+        hints = "; ".join(dict.fromkeys(f"{rule}: {_hint(rule)}" for rule in exc.report.removed()))
+        raise BadInput(
+            f"curate: {train}: no training record is left of {exc.report.counts.get('input', 0)} "
+            f"({exc.report.removed_text()}); loosen the rule that removed them ({hints or 'see the report'})"
+        ) from None
     if report.node_id is None or report.output is None:  # curate_recorded records it; an out_dir was given
         raise RuntimeError(f"curate: {train}: dataset version {report.version} was not recorded or written")
     record_derived_from(ctx.graph, report.node_id, prepared_node)
-    if not report.counts.get("output"):  # an empty training set would fail three steps later, unexplained
-        removed = report.removed()
-        hints = "; ".join(dict.fromkeys(f"{rule}: {_hint(rule)}" for rule in removed))
-        raise BadInput(
-            f"curate: {train}: no training record is left of {report.counts.get('input', 0)} "
-            f"({_removed_text(report)}); loosen the rule that removed them ({hints or 'see the report'})"
-        )
     out_dir = Path(report.output).parent
     train_path = out_dir / "train.jsonl"
     if not train_path.exists():  # back to the canonical rows the trainers read

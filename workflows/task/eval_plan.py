@@ -30,10 +30,17 @@ def held_out_records(data: DataSpec) -> Iterator[dict]:
     assert data.path is not None  # asked of a task with its data's path (planned_length)
     plan = plan_splits(data.path, data.eval_path, split=data.split, eval_split=data.eval_split)
     if plan.eval is not None:
-        for row in iter_rows(plan.eval.path, columns=data.columns, split=plan.eval.split):
+        for row in iter_rows(
+            plan.eval.path, columns=data.columns, split=plan.eval.split, max_row_bytes=data.max_row_bytes
+        ):
             yield row.record
         return
-    rows = [row.record for row in iter_rows(plan.train.path, columns=data.columns, split=plan.train.split)]
+    rows = [
+        row.record
+        for row in iter_rows(
+            plan.train.path, columns=data.columns, split=plan.train.split, max_row_bytes=data.max_row_bytes
+        )
+    ]
     held = held_out(len(rows), data.eval_fraction, data.seed)
     yield from (rows[i] for i in sorted(held))
 

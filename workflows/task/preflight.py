@@ -169,7 +169,15 @@ def check_data(data: DataSpec, uses: list[Use], source: str, field: str = "data"
         raise BadInput(f"{source}: {field}.path: {plan.train}: {exc}; give {field}.eval_path") from None
     bad = sorted(held.intersection(held_bad))
     if bad and answers:
-        row = next(islice(iter_rows(plan.train.path, columns=data.columns, split=plan.train.split), bad[0], None))
+        row = next(
+            islice(
+                iter_rows(
+                    plan.train.path, columns=data.columns, split=plan.train.split, max_row_bytes=data.max_row_bytes
+                ),
+                bad[0],
+                None,
+            )
+        )
         raise BadInput(
             f"{source}: {field}.path: {row.where}: held out for evaluation, "
             f"{_answer_problem(row)}; give {field}.eval_path"
@@ -181,7 +189,9 @@ def _check_part(part: Part, data: DataSpec, uses: list[Use], prefix: str, no_ans
     """Read one part to its last row; ``no_answer`` collects the rows that could not be held out."""
     n = 0
     try:
-        for n, row in enumerate(iter_rows(part.path, columns=data.columns, split=part.split), 1):
+        for n, row in enumerate(
+            iter_rows(part.path, columns=data.columns, split=part.split, max_row_bytes=data.max_row_bytes), 1
+        ):
             for use in uses:
                 problem = (
                     _train_problem(row, use.method)

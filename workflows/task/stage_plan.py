@@ -269,6 +269,7 @@ def data_tokens(task, stage: str, method: str) -> DataTokens | None:
             tuple(sorted(data.columns.items())),
             data.eval_fraction,
             data.seed,
+            data.max_row_bytes,
             method,
             tokenizer_path,
             _stamp(data.path),
@@ -312,15 +313,18 @@ def _file_tokens(
     columns: tuple,
     eval_fraction: float,
     seed: int,
+    max_row_bytes: int,
     method: str,
     tokenizer_path: tuple[str, str | None] | None,
     stamp: tuple[int, int],
 ) -> DataTokens:
     parts = plan_splits(path, eval_path, split=split, eval_split=eval_split)
-    n = sum(1 for _ in iter_items(parts.train.path, split=parts.train.split))
+    n = sum(1 for _ in iter_items(parts.train.path, split=parts.train.split, max_row_bytes=max_row_bytes))
     if parts.eval is None and n >= 2:  # corpus holds a seeded share of the training rows out
         n -= len(held_out(n, eval_fraction, seed))
-    sample = read_rows(parts.train.path, columns=dict(columns), split=parts.train.split, limit=SAMPLE_ROWS)
+    sample = read_rows(
+        parts.train.path, columns=dict(columns), split=parts.train.split, limit=SAMPLE_ROWS, max_row_bytes=max_row_bytes
+    )
     return DataTokens(rows=n, tokens=_counted(sample, method, tokenizer_path))
 
 
