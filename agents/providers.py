@@ -136,6 +136,58 @@ def _build(choice: ModelChoice, env: Mapping[str, str]) -> Any:
     return infer_model(choice.model, provider_factory=lambda _name: provider)
 
 
+PROBE_TIMEOUT_S = 5.0
+
+
+def check_answers(choice: ModelChoice, model: Any) -> None:
+    """The endpoint a persona's model talks to answers one HTTP request (``GET <base>/models``) within
+    ``PROBE_TIMEOUT_S``; else one ``BadInput`` line naming the setting, the model, the public URL and what
+    happened, so a run is refused at the door rather than failing at its first persona step. An HTTP status
+    counts as an answer (whether the key or the model name is right is the provider's to say on the first
+    real request), but a 404 at a base URL: every OpenAI-compatible server (OpenAI, vLLM, Ollama, llama.cpp,
+    ``trainteam serve``) lists its models there, so the URL is not such an API's base (often a missing
+    ``/v1``), and the first request would fail the same way. No key is sent and nothing of the response is
+    kept. One GET needs no client library: the standard library's urllib (which honours the proxy settings
+    as the providers' clients do)."""
+    import urllib.error
+    import urllib.request
+
+    url = choice.base_url or _model_url(model)
+    if not url:
+        return
+    probe = urllib.request.Request(str(url).rstrip("/") + "/models", method="GET")
+    try:
+        with urllib.request.urlopen(probe, timeout=PROBE_TIMEOUT_S):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code != HTTPStatus.NOT_FOUND or choice.base_url is None:
+            return  # an HTTP status: something answers there
+        why = "HTTP 404 (not found) for GET /models: not an OpenAI-compatible API's base URL (it often ends in /v1)"
+        raise BadInput(_unanswered(choice, url, why, _url_setting(choice))) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        what = _what(reason) if isinstance(reason, BaseException) else f"cannot connect ({reason})"
+        setting = _url_setting(choice) if choice.base_url else choice.source
+        raise BadInput(_unanswered(choice, url, f"{what}; nothing answers there (start the server", setting)) from None
+
+
+def _url_setting(choice: ModelChoice) -> str:
+    return _env("TRAINTEAM_MODEL_BASE_URL", choice.persona, os.environ)[1] or "TRAINTEAM_MODEL_BASE_URL"
+
+
+def _unanswered(choice: ModelChoice, url: str, what: str, setting: str) -> str:
+    fix = f", or fix {setting})" if "(start" in what else f" (fix {setting})"
+    return redact_text(f"{choice.source}: {choice.model} at {public_url(str(url))}: {what}{fix}")
+
+
+def _model_url(model: Any) -> str | None:
+    try:
+        url = getattr(model, "base_url", None)
+    except Exception:  # a provider that cannot say where it talks to is not probed
+        return None
+    return str(url) if url else None
+
+
 def provider_errors() -> tuple[type[BaseException], ...]:
     """What a failing provider raises: pydantic-ai's ModelAPIError family (HTTP status, connection,
     timeout), and the openai SDK's own errors should one ever escape unwrapped."""

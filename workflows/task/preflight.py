@@ -5,7 +5,8 @@ work; found here it is one line naming the field or the file's row, and nothing 
 ``check_runnable`` (workflows/engine/runner.py) calls ``preflight`` after the task and spec parsed:
 
 - no field the run uses holds a secret (only the description's prose is masked);
-- every persona's model setting (``TRAINTEAM_MODEL*``) names a model that can be built;
+- every persona's model setting (``TRAINTEAM_MODEL*``) names a model that can be built, whose endpoint
+  answers a short request;
 - every stage plans on this machine (the planner's refusals: memory, a model too large);
 - the tracker each stage names is installed;
 - each stage's ``trl:`` block holds fields (and values) of its method's TRL config, none that
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import islice
 
-from trainteam.agents.providers import build_model, choose_model
+from trainteam.agents.providers import build_model, check_answers, choose_model
 from trainteam.contract.redaction import redacted_task
 from trainteam.contract.train_task import DataSpec, TrainTask
 from trainteam.core.errors import BadInput
@@ -47,12 +48,17 @@ def preflight(task: TrainTask, source: str) -> None:
 
 
 def providers() -> None:
-    """Every persona's model setting builds (no connection is made): a typo in TRAINTEAM_MODEL
-    is a person's input, refused here rather than in the first step that talks to a model."""
+    """Every persona's model setting builds, and the endpoint it talks to answers (one short request per
+    endpoint, ``check_answers``): a typo in TRAINTEAM_MODEL or a server that is not up is refused here rather
+    than in the first step that talks to a model, after the run was stored."""
+    probed: set[tuple[str, str | None]] = set()
     for persona in PERSONAS:
         choice = choose_model(persona)
         if not choice.offline:
-            build_model(choice)
+            model = build_model(choice)
+            if (choice.model, choice.base_url) not in probed:
+                probed.add((choice.model, choice.base_url))
+                check_answers(choice, model)
 
 
 def trl_blocks(task: TrainTask, source: str) -> None:
