@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +114,12 @@ def materialize(
     node = intact(recorded(key)) if recorded is not None else None
     if node is not None:
         return key, Path(node["path"]), None
-    path = write_jsonl(build(), Path(out_dir) / f"{key}.jsonl")
     names = {name: str(src) if isinstance(src, (str, Path)) else name for name, src in inputs.items()}
+    records = iter(build())
+    first = next(records, None)
+    if first is None:  # a version of 0 rows would be recorded and handed on as a dataset
+        raise BadInput(f"{', '.join(names.values())}: no {kind} row is built from it (it has none that qualify)")
+    path = write_jsonl(chain([first], records), Path(out_dir) / f"{key}.jsonl")
     facts = DatasetFacts(
         key=key,
         path=str(path),

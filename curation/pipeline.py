@@ -189,6 +189,8 @@ def load_eval_sets(eval_sets: Mapping[str, Any] | None) -> dict[str, list[dict]]
         if isinstance(src, (str, Path)):
             p = Path(src)
             out[name] = read_jsonl(p) if p.suffix == ".jsonl" else list(iter_records(p))
+            if not out[name]:  # decontaminating against nothing would say "no leaks" of a set never read
+                raise BadInput(f"eval set {name}: {p}: no rows (the file is empty, or only blank lines)")
         else:
             out[name] = [dict(x) for x in src]
     return out

@@ -34,7 +34,8 @@ sys.path.insert(0, str(HERE))
 from spine_helpers import DATA, TINY_TASK  # noqa: E402
 
 LIMIT_S = 60.0  # a safety net, not a speed test: a case that hangs never exits; a busy machine's slow one does
-KINDS = ("ids", "secrets", "bounds", "hangs", "tracebacks", "late", "damaged", "cli", "requests", "specs")
+KINDS = ("ids", "secrets", "bounds", "hangs", "tracebacks", "late", "damaged", "cli", "requests", "specs", "empty",
+         "unbounded", "duplicates", "writes", "providers")
 
 
 @dataclass
@@ -369,6 +370,16 @@ def _spec(**changes) -> str:
     return yaml.safe_dump(spec)
 
 
+def _gated(*loops: int) -> str:
+    """A spec whose gate loops back to its first step along ``loops`` edges (one per max_loops given)."""
+    steps = [{"name": "prepare_corpus", "persona": "data_curator", "tool": "prepare_corpus"},
+             {"name": "gate", "persona": "eval_judge", "tool": "gate", "gate": True}]
+    edges = [{"from": "prepare_corpus", "to": "gate"}] + [
+        {"from": "gate", "to": "prepare_corpus", "when": w, "max_loops": n}
+        for w, n in zip(("failed", "passed", "*", "skipped"), loops)]
+    return _spec(steps=steps, edges=edges, start="prepare_corpus")
+
+
 def spec_cases() -> list[Case]:
     step = {"name": "prepare_corpus", "persona": "data_curator", "tool": "prepare_corpus"}
     bad = {
@@ -384,6 +395,10 @@ def spec_cases() -> list[Case]:
         "edge to nowhere": (_spec(edges=[{"from": "prepare_corpus", "to": "void"}]), "edges"),
         "a list": ("- a\n", "spec.yaml"),
         "no steps": (_spec(steps=[]), "steps"),
+        "a loop allowed 10^9 times": (_gated(10**9), "max_loops"),
+        "loops over 30 passes in all": (_gated(10, 10, 10, 1), "at most 30"),
+        "101 steps": (_spec(steps=[{**step, "name": f"s{i}"} for i in range(101)], start="s0"), "at most 100"),
+        "a step name of 100 characters": (_spec(steps=[{**step, "name": "s" * 100}], start="s" * 100), "name"),
     }
     c = []
     for name, (text, expect) in bad.items():
@@ -441,9 +456,159 @@ def secret_cases(approval_id: str) -> list[Case]:
     return c
 
 
+# --- the input classes a hidden probe let through (empty, unbounded, duplicate keys, writes, providers) -----
+
+BIG = 2 << 20  # a row twice the default bound (1 MiB)
+
+
+def _curate(name: str, expect: str, files: dict, *args: str, kind: str = "empty") -> Case:
+    return Case(kind, f"curate run: {name}", ["curate", "run", *args], files=files, expect=expect)
+
+
+def _row(n: int) -> str:
+    return json.dumps({"prompt": "x" * n, "completion": "y"}) + "\n"
+
+
+def empty_cases() -> list[Case]:
+    good = ROWS["good"]
+    c = [
+        _curate("an empty file", "no rows", {"e.jsonl": ""}, "{cwd}/e.jsonl"),
+        _curate("only blank lines", "no rows", {"b.jsonl": "\n  \n\t\n"}, "{cwd}/b.jsonl"),
+        _curate("a byte-order mark only", "no rows", {"b.jsonl": "\ufeff\n"}, "{cwd}/b.jsonl"),
+        _curate("an empty CSV (a header)", "no rows", {"e.csv": "prompt,completion\n"}, "{cwd}/e.csv"),
+        _curate("an empty JSON list", "no rows", {"e.json": "[]"}, "{cwd}/e.json"),
+        _curate("an empty text file", "no rows", {"e.txt": "\n\n"}, "{cwd}/e.txt"),
+        _curate("a folder of empty files", "no rows", {"d/a.jsonl": "", "d/b.jsonl": "\n"}, "{cwd}/d"),
+        _curate("only malformed lines, skipped", "no usable row", {"m.jsonl": "{no\n[1]\n"}, "{cwd}/m.jsonl",
+                "--skip-bad"),
+        _curate("/dev/null", "/dev/null", {}, "/dev/null"),
+        _curate("/dev/zero", "/dev/zero", {}, "/dev/zero"),
+        _curate("every row removed by the row checks", "no row is left of 3",
+                {"r.jsonl": '{"prompt": "a", "completion": " "}\n' * 3}, "{cwd}/r.jsonl"),
+        _curate("every text removed by the quality filter", "no row is left of 3",
+                {"t.jsonl": "".join(json.dumps({"text": f"short {i}"}) + "\n" for i in range(3))}, "{cwd}/t.jsonl"),
+        _task_case("empty", "data.path only blank lines", "no rows", _data_task(), files={
+            "train.jsonl": "\n\n", "eval.jsonl": good}),
+        _task_case("empty", "data.eval_path empty", "no rows", _data_task(), files={
+            "train.jsonl": good, "eval.jsonl": ""}),
+        _task_case("empty", "data.path /dev/null", "data.path", _data_task(train="/dev/null"), files={
+            "eval.jsonl": good}),
+        Case("empty", "curate build sft: an empty file", ["curate", "build", "sft", "{cwd}/e.jsonl"],
+             files={"e.jsonl": ""}, expect="no rows"),
+        Case("empty", "curate build sft: no trace qualifies", ["curate", "build", "sft", "{cwd}/t.jsonl",
+                                                               "--min-reward", "2"],
+             files={"t.jsonl": json.dumps({"prompt": "1+1=", "completion": "2", "reward": 1.0}) + "\n"},
+             expect="no sft row is built"),
+    ]
+    return c
+
+
+def unbounded_cases() -> list[Case]:
+    good = ROWS["good"]
+    return [
+        _curate("one 50 MB line", "a row of more than 1,048,576 bytes", {"l.jsonl": _row(50 << 20)}, "{cwd}/l.jsonl",
+                kind="unbounded"),
+        _curate("a long row after good ones", "l.jsonl:5", {"l.jsonl": good + _row(BIG)}, "{cwd}/l.jsonl",
+                kind="unbounded"),
+        _curate("a long text row", "a row of more than", {"l.jsonl": json.dumps({"text": "word " * (BIG // 5)})},
+                "{cwd}/l.jsonl", kind="unbounded"),
+        _curate("a long CSV row", "l.csv:3", {"l.csv": "prompt,completion\na,b\n" + "x" * BIG + ",y\n"},
+                "{cwd}/l.csv", kind="unbounded"),
+        _curate("a long JSON row", "l.json: row 0", {"l.json": json.dumps([{"prompt": "x" * BIG, "completion": "y"}])},
+                "{cwd}/l.json", kind="unbounded"),
+        _curate("a long paragraph of short lines", "l.txt:1", {"l.txt": "a short line of words\n" * (BIG // 20)},
+                "{cwd}/l.txt", kind="unbounded"),
+        _task_case("unbounded", "data.path one long line", "train.jsonl:1", _data_task(), files={
+            "train.jsonl": _row(BIG), "eval.jsonl": good}),
+        _task_case("unbounded", "data.eval_path a long row", "eval.jsonl:2", _data_task(), files={
+            "train.jsonl": good, "eval.jsonl": good[:38] + _row(BIG)}),
+        _task_case("unbounded", "data.max_row_bytes below the rows", "train.jsonl:1", _data_task(
+            **{"data.max_row_bytes": 1024}), files={"train.jsonl": _row(2000), "eval.jsonl": good}),
+        _task_case("unbounded", "data.max_row_bytes 0", "max_row_bytes", _data_task(**{"data.max_row_bytes": 0}),
+                   files={"train.jsonl": good, "eval.jsonl": good}),
+        _task_case("unbounded", "data.max_row_bytes 10^12", "max_row_bytes", _data_task(
+            **{"data.max_row_bytes": 10**12}), files={"train.jsonl": good, "eval.jsonl": good}),
+    ]
+
+
+def duplicate_cases() -> list[Case]:
+    good = task_yaml()
+    nested = good.replace("training:\n  pretrain:\n", "training:\n  pretrain:\n    max_steps: 3\n", 1)
+    assert nested != good
+    spec = _spec()
+    return [
+        _task_case("duplicates", "a top-level key twice", "key 'name' is given twice", good + "name: other\n"),
+        _task_case("duplicates", "a training key twice", "key 'max_steps' is given twice", nested),
+        _task_case("duplicates", "a key twice in a flow mapping", "key 'metric' is given twice", good.replace(
+            "gates:", "x_gates: {metric: a, metric: b}\ngates:", 1)),
+        Case("duplicates", "validate: a key twice", ["validate", "{cwd}/task.yaml"],
+             files={"task.yaml": good + "stages: [pretrain]\n"}, expect="key 'stages' is given twice"),
+        Case("duplicates", "a spec key twice", ["workflows", "validate", "{cwd}/spec.yaml"],
+             files={"spec.yaml": spec + "start: prepare_corpus\n"}, expect="key 'start' is given twice"),
+        Case("duplicates", "execute: a spec key twice", ["execute-workflow", "{cwd}/spec.yaml", "--task",
+                                                          "{cwd}/task.yaml"],
+             files={"spec.yaml": spec + "name: again\n", "task.yaml": task_yaml(workflow="prep_only")},
+             expect="key 'name' is given twice"),
+        Case("duplicates", "curate --config: a key twice", ["curate", "run", "{cwd}/t.jsonl", "--config",
+                                                             "{cwd}/c.yaml"],
+             files={"t.jsonl": ROWS["good"], "c.yaml": "exact_dedup: true\nexact_dedup: false\n"},
+             expect="key 'exact_dedup' is given twice"),
+        Case("duplicates", "plan --config: a key twice", ["plan", "--params", "1e6", "--config", "{cwd}/c.yaml"],
+             files={"c.yaml": "max_steps: 5\nmax_steps: 6\n"}, expect="key 'max_steps' is given twice"),
+    ]
+
+
+def writes_cases() -> list[Case]:
+    """A command refused on bad input leaves the workspace and the folders it names as they were."""
+    good = ROWS["good"]
+    return [
+        Case("writes", "curate run /dev/null --out", ["curate", "run", "/dev/null", "--out", "{cwd}/out"],
+             expect="/dev/null"),
+        Case("writes", "curate run an empty file --out", ["curate", "run", "{cwd}/e.jsonl", "--out", "{cwd}/out"],
+             files={"e.jsonl": ""}, expect="no rows"),
+        Case("writes", "curate run: all removed, --out", ["curate", "run", "{cwd}/r.jsonl", "--out", "{cwd}/out/v"],
+             files={"r.jsonl": '{"prompt": "a", "completion": " "}\n'}, expect="no row is left"),
+        Case("writes", "curate run: a bad --eval", ["curate", "run", "{cwd}/t.jsonl", "--eval", "x={cwd}/e.jsonl"],
+             files={"t.jsonl": good, "e.jsonl": ""}, expect="e.jsonl"),
+        Case("writes", "curate run: a bad --config", ["curate", "run", "{cwd}/t.jsonl", "--config", "{cwd}/c.yaml"],
+             files={"t.jsonl": good, "c.yaml": "near_dedup: {threshold: 7}\n"}, expect="c.yaml: near_dedup.threshold"),
+        Case("writes", "curate run: --heldout-by a missing field", ["curate", "run", "{cwd}/t.jsonl",
+                                                                   "--heldout-by", "run_id"],
+             files={"t.jsonl": good}, expect="run_id"),
+        Case("writes", "models import a missing file", ["models", "import", "{cwd}/nope.gguf", "--register"],
+             expect="nope.gguf"),
+        Case("writes", "models import an empty GGUF", ["models", "import", "{cwd}/e.gguf", "--register"],
+             files={"e.gguf": ""}, expect="e.gguf"),
+    ]
+
+
+def provider_cases() -> list[Case]:
+    """A persona's provider that does not answer: refused before the run is stored (port 9 is discard: closed)."""
+    refused = {"TRAINTEAM_MODEL_EVAL_JUDGE": "openai:x", "TRAINTEAM_MODEL_BASE_URL_EVAL_JUDGE": "http://127.0.0.1:9/v1"}
+    unknown = {"TRAINTEAM_MODEL_DATA_CURATOR": "openai:x",
+               "TRAINTEAM_MODEL_BASE_URL_DATA_CURATOR": "http://no-such-host.invalid/v1"}
+    everyone = {"TRAINTEAM_MODEL": "openai:x", "TRAINTEAM_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
+                "TRAINTEAM_MODEL_API_KEY": "sk-provider-key-0123456789abcdef"}
+    ex = ["execute-workflow", "train_model", "--task", "{cwd}/task.yaml"]
+    t = {"task.yaml": task_yaml()}
+    return [
+        Case("providers", "execute: the judge's URL refuses", ex, files=t, env=refused, expect="127.0.0.1:9"),
+        Case("providers", "execute: the curator's host is unknown", ex, files=t, env=unknown, expect="unknown host"),
+        Case("providers", "execute: every persona's URL refuses", ex, files=t, env=everyone, expect="connection refused"),
+        Case("providers", "validate: the judge's URL refuses", ["validate", "{cwd}/task.yaml"], files=t, env=refused,
+             expect="TRAINTEAM_MODEL_BASE_URL_EVAL_JUDGE"),
+        Case("providers", "execute a spec: the judge's URL refuses", ["execute-workflow", str(DATA / "prep_only.yaml"),
+                                                                      "--task", "{cwd}/task.yaml"],
+             files={"task.yaml": task_yaml(workflow="prep_only")}, env=refused, expect="127.0.0.1:9"),
+        Case("providers", "execute --detach: the judge's URL refuses", ex + ["--detach"], files=t, env=refused,
+             expect="127.0.0.1:9"),
+    ]
+
+
 def all_cases(run_id: str, approval_id: str) -> list[Case]:
     return (bounds_cases() + file_cases() + late_cases() + id_cases(run_id, approval_id) + cli_cases(run_id)
-            + request_cases() + spec_cases() + damaged_cases(run_id, approval_id) + secret_cases(approval_id))
+            + request_cases() + spec_cases() + damaged_cases(run_id, approval_id) + secret_cases(approval_id)
+            + empty_cases() + unbounded_cases() + duplicate_cases() + writes_cases() + provider_cases())
 
 
 # --- the used workspace, and running one case -------------------------------------------------------

@@ -39,7 +39,7 @@ def _load_config(path: Path | None, kind: RowKind = "text"):
     return CurationConfig.model_validate({**defaults.model_dump(), **given})  # what the file says, over them
 
 
-def _corpus_rows(corpus: Path):
+def _corpus_rows(corpus: Path, skip_bad: bool = False):
     """``(kind, what curate reads)``: a text corpus as it is; chat, pair or preference rows read as
     canonical rows (``curation.rows``) into the records the row checks and dedup compare."""
     from trainteam.curation.formats import row_kind
@@ -47,7 +47,8 @@ def _corpus_rows(corpus: Path):
     from trainteam.curation.rows import read_rows
     from trainteam.curation.sources import iter_items
 
-    next(iter_items(corpus), None)  # a device, an empty file, a first row over the bound: refused before anything
+    # a device, an empty file, a first row over the bound: refused before the workspace opens
+    next(iter_items(corpus, skip_bad=skip_bad), None)
     try:
         first = read_rows(corpus, limit=1)
     except BadInput:
@@ -125,7 +126,7 @@ def run(
 
     if not corpus.exists():
         raise BadInput(f"corpus: {corpus}: no such file or folder")
-    kind, rows = _corpus_rows(corpus)
+    kind, rows = _corpus_rows(corpus, skip_bad)
     cfg = _load_config(config, kind)
     if heldout_by:
         _check_split(kind, rows, heldout_by, heldout_fraction, seed, corpus)

@@ -63,6 +63,13 @@ def _builder(kind: str, opts: BuildOptions) -> tuple[Callable[[list[dict]], list
     return table[kind]
 
 
+def _rows(src: Path) -> list[dict]:
+    rows = read_jsonl(src)
+    if not rows:
+        raise BadInput(f"{src}: no rows (the file is empty, or only blank lines)")
+    return rows
+
+
 def _source(source: Path, field: str) -> Path:
     if not source.is_file():
         raise BadInput(f"{field}: {source}: no such file")
@@ -85,7 +92,7 @@ def build_recorded(
     fn, params = _builder(kind, opts)
     src = _source(source, field)
     version, path, built = materialize(
-        kind, {"source": src}, params, lambda: fn(read_jsonl(src)), out_dir, recorded=partial(recorded_dataset, graph)
+        kind, {"source": src}, params, lambda: fn(_rows(src)), out_dir, recorded=partial(recorded_dataset, graph)
     )
     node = record_built(graph, built) if built is not None else None
     rows = sum(1 for _ in path.open("rb"))
