@@ -72,6 +72,16 @@ def test_over_stdio_tools_plan_first_dedup_lineage_and_no_decision_tool(tmp_path
             assert {n["kind"] for n in lineage["nodes"]} >= {"DatasetVersion", "Corpus"}
 
             assert "no such file" in await _refused(client, "dedup_corpus", {"corpus": str(tmp_path / "nope.jsonl")})
+            # nothing empty or unbounded gets in through MCP either: the same reader, one line, nothing stored
+            (tmp_path / "empty.jsonl").write_text("\n \n")
+            (tmp_path / "long.jsonl").write_text(json.dumps({"text": "x" * (2 << 20)}) + "\n")
+            stored = sorted(p.name for p in (ws / "datasets").iterdir())
+            for name in ("dedup_corpus", "curate_corpus"):
+                empty = await _refused(client, name, {"corpus": str(tmp_path / "empty.jsonl"), "execute": True})
+                assert "empty.jsonl: no rows" in empty, empty
+                long = await _refused(client, name, {"corpus": str(tmp_path / "long.jsonl"), "execute": True})
+                assert "long.jsonl:1: a row of more than 1,048,576 bytes" in long, long
+            assert sorted(p.name for p in (ws / "datasets").iterdir()) == stored
             assert "limit" in await _refused(client, "list_runs", {"limit": 0})
             nope = {"model": "m-nope", "format": "gguf", "out": str(tmp_path / "exported")}
             assert "is not registered" in await _refused(client, "export_model", nope)
