@@ -393,28 +393,12 @@ def curate(
     skipped = SkipCounter()
     tmp = tempfile.TemporaryDirectory(prefix="curate-") if out_dir is None else None
     work = Path(tmp.name) if tmp is not None else Path(out_dir or ".")
-    made = None if work.exists() else _first_missing(work)
-    work.mkdir(parents=True, exist_ok=True)
     final = work / "data.jsonl"
     # Two runs of one workspace may build the same version at once: each writes its own files and
     # moves the (identical) result into place, so neither finds the other's half-written ones.
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    spill, staged = work / f".stage1-{tag}.jsonl", work / f".data-{tag}.jsonl"
     stream_hash = RecordsFingerprint() if corpus_fp is None else None
-    try:
-        near = _first_pass(run, _records(corpus, config, skipped), spill, stream_hash, progress)
-        near_pairs = _second_pass(spill, staged, near, run, config.max_listed)
-        if not run.counts.get("output"):  # a 0-row version would reach the next step as a dataset
-            run.counts["skipped_bad"] = skipped.count
-            raise NothingKept(source_where(corpus), _report(run, "", near, near_pairs, skipped))
-        staged.replace(final)
-    except BaseException:
-        if made is not None:  # a refused curation leaves no folder behind
-            shutil.rmtree(made, ignore_errors=True)
-        raise
-    finally:
-        spill.unlink(missing_ok=True)
-        staged.unlink(missing_ok=True)
+    near, near_pairs = _passes(run, corpus, skipped, work, tag, stream_hash, progress)
     run.counts["skipped_bad"] = skipped.count
     fp = stream_hash.hexdigest() if stream_hash is not None else corpus_fp or ""
     report = _report(run, _key(fp, eval_fps, params), near, near_pairs, skipped)
@@ -441,6 +425,37 @@ def curate(
         staged_report.write_text(report.model_dump_json(indent=1))
         staged_report.replace(report_path)
     return report
+
+
+def _passes(
+    run: _Run,
+    corpus: Any,
+    skipped: SkipCounter,
+    work: Path,
+    tag: str,
+    stream_hash: RecordsFingerprint | None,
+    progress: bool,
+) -> tuple[NearDupResult | None, list[tuple[str, str, float]]]:
+    """Both passes into ``work/data.jsonl``; a version of 0 rows is refused (``NothingKept``) before it is
+    written, and a refused or failed curation leaves no folder it made behind."""
+    made = None if work.exists() else _first_missing(work)
+    work.mkdir(parents=True, exist_ok=True)
+    spill, staged = work / f".stage1-{tag}.jsonl", work / f".data-{tag}.jsonl"
+    try:
+        near = _first_pass(run, _records(corpus, run.cfg, skipped), spill, stream_hash, progress)
+        near_pairs = _second_pass(spill, staged, near, run, run.cfg.max_listed)
+        if not run.counts.get("output"):  # a 0-row version would reach the next step as a dataset
+            run.counts["skipped_bad"] = skipped.count
+            raise NothingKept(source_where(corpus), _report(run, "", near, near_pairs, skipped))
+        staged.replace(work / "data.jsonl")
+    except BaseException:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    finally:
+        spill.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
+    return near, near_pairs
 
 
 def _first_missing(folder: Path) -> Path:
