@@ -162,35 +162,97 @@ def heldout_loss(
     total, count = 0.0, 0
     pad = tokenizer.pad_token_id
     fmt = prompt_format(tokenizer)
+    rows = [_labelled_ids(tokenizer, r, fmt, completion_only) for r in records]
     lines = RowLines("evaluation (held-out loss)", len(records))
-    for start in range(0, len(records), batch_size):
+    for start, end in _loss_batches([len(ids) for ids, _ in rows], batch_size):
         budget.check("evaluation (held-out loss)")
-        rows, labels = [], []
-        for r in records[start : start + batch_size]:
-            if row_kind(r) == "text":
-                ids = tokenizer(r["text"], add_special_tokens=False)["input_ids"]
-                n_prompt = 0
-            else:
-                prompt, ids = example_ids(tokenizer, r, fmt)
-                n_prompt = len(prompt) if completion_only else 0
-            lab = list(ids)
-            lab[:n_prompt] = [-100] * n_prompt
-            rows.append(ids)
-            labels.append(lab)
-        width = max(len(x) for x in rows)
-        ids_t = torch.tensor([x + [pad] * (width - len(x)) for x in rows], device=model.device)
-        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in rows], device=model.device)
-        lab_t = torch.tensor([x + [-100] * (width - len(x)) for x in labels], device=model.device)
-        with torch.no_grad():
-            logits = model(input_ids=ids_t, attention_mask=mask).logits[:, :-1].float()
-        tgt = lab_t[:, 1:]
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100, reduction="sum"
-        )
-        total += float(loss)
-        count += int((tgt != -100).sum())
-        lines.done(min(start + batch_size, len(records)))
+        part = rows[start:end]
+        width = max(len(ids) for ids, _ in part)
+        ids_t = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=model.device)
+        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=model.device)
+        lab_t = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in part], device=model.device)
+        loss, n = labelled_loss(model, ids_t, mask, lab_t)
+        total += loss
+        count += n
+        lines.done(end)
     return total / max(count, 1)
+
+
+LOSS_TOKENS = 2048  # positions (rows x width) of one held-out loss forward
+
+
+def _loss_batches(widths: list[int], most: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of consecutive rows: at most ``most`` rows and ``LOSS_TOKENS`` padded positions a batch
+    (one row at least). On the real SmolLM2, 64 reply rows of ~122 tokens scored in batches of 16 added 0.87 GB
+    to the process and took 37 s; in one batch of 64, 1.9 GB and 41 s (benchmarks/heldout_loss_memory.py)."""
+    out, start = [], 0
+    while start < len(widths):
+        end, width = start + 1, widths[start]
+        while end < len(widths) and end - start < most and max(width, widths[end]) * (end + 1 - start) <= LOSS_TOKENS:
+            width = max(width, widths[end])
+            end += 1
+        out.append((start, end))
+        start = end
+    return out
+
+
+def _labelled_ids(tokenizer: Any, record: dict, fmt: Any, completion_only: bool) -> tuple[list[int], list[int]]:
+    """A record's token ids and its labels: the answer's tokens (everything for text, or without
+    ``completion_only``), -100 elsewhere."""
+    if row_kind(record) == "text":
+        ids = tokenizer(record["text"], add_special_tokens=False)["input_ids"]
+        n_prompt = 0
+    else:
+        prompt, ids = example_ids(tokenizer, record, fmt)
+        n_prompt = len(prompt) if completion_only else 0
+    return list(ids), [-100] * n_prompt + list(ids)[n_prompt:]
+
+
+LOGITS_BYTES = 256 << 20  # the LM head's output held at once while scoring held-out tokens
+
+
+def labelled_loss(model: Any, ids: Any, mask: Any, labels: Any) -> tuple[float, int]:
+    """``(sum of the cross-entropy of every labelled next token, how many)`` of one batch, with the LM head
+    applied only where a label is (an answer's tokens), ``LOGITS_BYTES`` of logits at a time. The full
+    ``(rows, width, vocabulary)`` logits of a 64-row batch are the largest tensor of an evaluation: SmolLM2's
+    49k vocabulary over 64 rows of 128 tokens is 1.6 GB (twice, with the copy the shift makes), Gemma 3's 262k
+    five times that; the answers are a small share of the positions. Same numbers as the full logits (a test);
+    a model whose decoder and head cannot be told apart is scored the plain way."""
+    import torch
+
+    tgt = labels[:, 1:]
+    keep = tgt != -100
+    with torch.no_grad():
+        parts = _decoder_and_head(model)
+        if parts is None:
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100, reduction="sum"
+            )
+            return float(loss), int(keep.sum())
+        decoder, head, cap = parts
+        hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1][keep]
+        wanted = tgt[keep]
+        step = max(1, LOGITS_BYTES // (4 * head.weight.shape[0]))
+        total = 0.0
+        for s in range(0, hidden.shape[0], step):
+            logits = head(hidden[s : s + step]).float()
+            if cap:  # Gemma 2's final soft cap, as its forward applies it
+                logits = torch.tanh(logits / cap) * cap
+            total += float(torch.nn.functional.cross_entropy(logits, wanted[s : s + step], reduction="sum"))
+    return total, int(wanted.numel())
+
+
+def _decoder_and_head(model: Any) -> tuple[Any, Any, float | None] | None:
+    """The decoder stack, the LM head and the final logit soft cap of a causal LM, or None where unsure."""
+    try:
+        decoder, head = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError, ValueError):
+        return None
+    if decoder is None or decoder is model or head is None or not hasattr(head, "weight"):
+        return None
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return decoder, head, getattr(config, "final_logit_softcapping", None)
 
 
 def greedy_generations(
