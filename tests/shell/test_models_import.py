@@ -170,3 +170,20 @@ def test_a_gguf_imported_with_register_goes_to_the_workspace_models_folder(tmp_p
     again = _import(ws, gguf, "--register")
     assert again.returncode == 0 and "imported from the same GGUF file" in again.stdout, again.stderr
     assert "loading" not in again.stderr  # nothing converted the second time
+
+
+def test_an_import_says_how_runs_will_prompt_the_model(tmp_path, real_model):
+    """The conversion's last line: the folder's own template, or plain prompts (a family's turn format where the
+    vocabulary holds one is tests/real/test_gemma_base.py's)."""
+    import shutil
+    from types import SimpleNamespace
+
+    from trainteam.commands.models import _template_line
+
+    assert _template_line(SimpleNamespace(folder=real_model)).startswith("has a chat template")
+    bare = tmp_path / "bare"
+    shutil.copytree(real_model, bare, ignore=shutil.ignore_patterns("*.safetensors", "chat_template.jinja"))
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    assert _template_line(SimpleNamespace(folder=bare)).startswith("no chat template: prompts are plain")

@@ -148,11 +148,17 @@ def _converted(source: Path, out: Path, as_json: bool) -> ImportResult:
     console.print(
         f"  logits check: max abs diff {result.max_abs_logit_diff:.3g} (limit {LOGITS_TOLERANCE:g}) ok", highlight=False
     )
-    console.print(
-        f"  chat template: {'found' if result.chat_template else 'none (the plain prompt format applies)'}",
-        highlight=False,
-    )
+    console.print(f"  prompts: {_template_line(result)}", highlight=False)
     return result
+
+
+def _template_line(result: ImportResult) -> str:
+    """What a run will prompt the imported model with: its own template, a family's turn format its vocabulary
+    holds (a base model, ``load_tokenizer``'s choice), or plain prompts; said as ``validate`` says it."""
+    from trainteam.trainers.training.chat_templates import template_choice
+    from trainteam.trainers.training.tokenizer import load_tokenizer
+
+    return template_choice(result.folder, load_tokenizer(result.folder))
 
 
 def _imported_name(name: str | None, default: str) -> str:
