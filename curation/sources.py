@@ -20,6 +20,12 @@ A split is asked for by name (``validation``, ``valid``, ``val``, ``dev`` and ``
 one split, as are ``train``/``training`` and ``test``/``testing``); without one, a source
 with splits gives ``train`` (or its only split). Nothing is loaded whole but a JSON file. A
 malformed line stops with ``file:line: reason``, or is skipped and counted when asked.
+
+Nothing empty or unbounded gets past it: a source that gives no row (an empty file, blank lines,
+a folder of empty files, only malformed lines skipped) stops once read to its end, and a row over
+``max_row_bytes`` (``MAX_ROW_BYTES``, 1 MiB, unless a task's ``data.max_row_bytes`` says otherwise)
+stops naming its file and row — a line is read no further than the bound. A path that is not a
+file or a folder (a device, a FIFO) is refused before it is read or hashed (``check_source``).
 """
 
 from __future__ import annotations
