@@ -163,21 +163,21 @@ def check_answers(choice: ModelChoice, model: Any) -> None:
         if exc.code != HTTPStatus.NOT_FOUND or choice.base_url is None:
             return  # an HTTP status: something answers there
         why = "HTTP 404 (not found) for GET /models: not an OpenAI-compatible API's base URL (it often ends in /v1)"
-        raise BadInput(_unanswered(choice, url, why, _url_setting(choice))) from None
+        raise BadInput(_unanswered(choice, url, why, f"fix {_url_setting(choice)}")) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         what = _what(reason) if isinstance(reason, BaseException) else f"cannot connect ({reason})"
         setting = _url_setting(choice) if choice.base_url else choice.source
-        raise BadInput(_unanswered(choice, url, f"{what}; nothing answers there (start the server", setting)) from None
+        fix = f"start the server, or fix {setting}"
+        raise BadInput(_unanswered(choice, url, f"{what}; nothing answers there", fix)) from None
 
 
 def _url_setting(choice: ModelChoice) -> str:
     return _env("TRAINTEAM_MODEL_BASE_URL", choice.persona, os.environ)[1] or "TRAINTEAM_MODEL_BASE_URL"
 
 
-def _unanswered(choice: ModelChoice, url: str, what: str, setting: str) -> str:
-    fix = f", or fix {setting})" if "(start" in what else f" (fix {setting})"
-    return redact_text(f"{choice.source}: {choice.model} at {public_url(str(url))}: {what}{fix}")
+def _unanswered(choice: ModelChoice, url: str, what: str, fix: str) -> str:
+    return redact_text(f"{choice.source}: {choice.model} at {public_url(str(url))}: {what} ({fix})")
 
 
 def _model_url(model: Any) -> str | None:
