@@ -208,9 +208,21 @@ def load_for_scoring(folder: Path) -> tuple[Any, Any]:
     else:
         model, tok_dir = AutoModelForCausalLM.from_pretrained(folder), folder
     tok = AutoTokenizer.from_pretrained(tok_dir, padding_side="left")
+    if not tok.chat_template and "<end_of_turn>" in tok.get_vocab():  # a Gemma base (the base model's own score)
+        _gemma_turns(tok, model)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model.eval(), tok
+
+
+def _gemma_turns(tok: Any, model: Any) -> None:
+    """A template-less Gemma base scored through the turns a run of it trains with: TRL's own gemma3 template,
+    answers ending at ``<end_of_turn>`` (so the base is measured the way the trained model is)."""
+    import trl
+
+    tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "gemma3.jinja").read_text()
+    end = tok.convert_tokens_to_ids("<end_of_turn>")
+    model.generation_config.eos_token_id = [end, tok.eos_token_id]
 
 
 def answer_tokens(tok: Any, rows: list[dict]) -> list[int]:
