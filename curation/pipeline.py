@@ -48,7 +48,14 @@ from trainteam.curation.lineage import (
 )
 from trainteam.curation.quality import QualityConfig, QualityFilter
 from trainteam.curation.row_checks import RowChecker, RowChecksConfig, RowExample, contents, prompt_side, row_of
-from trainteam.curation.sources import SkipCounter, check_source, iter_records, source_name, source_where
+from trainteam.curation.sources import (
+    SkipCounter,
+    check_source,
+    iter_items,
+    iter_records,
+    source_name,
+    source_where,
+)
 from trainteam.curation.text import Words, tokenize
 
 _DUP_FLAGS = ("near_dup_of", "exact_dup_of")
@@ -188,9 +195,8 @@ def load_eval_sets(eval_sets: Mapping[str, Any] | None) -> dict[str, list[dict]]
     for name, src in (eval_sets or {}).items():
         if isinstance(src, (str, Path)):
             p = Path(src)
-            out[name] = read_jsonl(p) if p.suffix == ".jsonl" else list(iter_records(p))
-            if not out[name]:  # decontaminating against nothing would say "no leaks" of a set never read
-                raise BadInput(f"eval set {name}: {p}: no rows (the file is empty, or only blank lines)")
+            # the one reader: an eval set with no rows is refused (decontaminating against nothing says "no leaks")
+            out[name] = [raw for *_, raw in iter_items(p)] if p.suffix == ".jsonl" else list(iter_records(p))
         else:
             out[name] = [dict(x) for x in src]
     return out

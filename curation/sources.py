@@ -34,6 +34,7 @@ import csv
 import json
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -161,7 +162,7 @@ def iter_items(
     gives no row at all stops too, once read to its end (an empty file is no dataset)."""
     skipped = skipped if skipped is not None or not skip_bad else SkipCounter()
     n = 0
-    for item in _items(source, split, skip_bad, skipped, txt_mode, batch_size, max_row_bytes):
+    for item in _items(source, split, _Reading(skip_bad, skipped, txt_mode, batch_size, max_row_bytes)):
         n += 1
         yield item
     if n == 0:
@@ -206,55 +207,51 @@ def _row_bytes_ok(where: str, raw: Any, max_row_bytes: int | None) -> Any:
     return raw
 
 
-def _items(
-    source: Any,
-    split: str | None,
-    skip_bad: bool,
-    skipped: SkipCounter | None,
-    txt_mode: str,
-    batch_size: int,
-    cap: int | None,
-) -> Iterator[Item]:
+@dataclass(frozen=True)
+class _Reading:
+    """How ``iter_items`` reads every file of a source: malformed lines skipped (and counted) or not, text
+    files' rows, Parquet and ``datasets`` batches, and the bound on one row."""
+
+    skip_bad: bool
+    skipped: SkipCounter | None
+    txt_mode: str
+    batch_size: int
+    cap: int | None
+
+
+def _items(source: Any, split: str | None, how: _Reading) -> Iterator[Item]:
     if not isinstance(source, (str, Path)):
         if isinstance(source, dict) or not hasattr(source, "__iter__"):
             raise BadInput(f"source: expected a path, a list of records or a dataset, got {type(source).__name__}")
-        yield from _memory_items(source, "source", cap)
+        yield from _memory_items(source, "source", how.cap)
         return
     check_source(source)
     path = Path(source)
     if path.is_dir():
         if _is_saved_dataset(path):
-            yield from _saved_items(path, split, batch_size, cap)
+            yield from _saved_items(path, split, how.batch_size, how.cap)
             return
         for f in _split_files(path, split):
-            yield from _file_items(f, None, skip_bad, skipped, txt_mode, batch_size, cap)
+            yield from _file_items(f, None, how)
         return
-    yield from _file_items(path, split, skip_bad, skipped, txt_mode, batch_size, cap)
+    yield from _file_items(path, split, how)
 
 
-def _file_items(
-    path: Path,
-    split: str | None,
-    skip_bad: bool,
-    skipped: SkipCounter | None,
-    txt_mode: str,
-    batch_size: int,
-    cap: int | None,
-) -> Iterator[Item]:
+def _file_items(path: Path, split: str | None, how: _Reading) -> Iterator[Item]:
     suffix = path.suffix.lower()
     if suffix == ".json":
-        yield from _json_items(path, split, skip_bad, skipped, cap)
+        yield from _json_items(path, split, how.skip_bad, how.skipped, how.cap)
         return
     if split is not None and canonical_split(split) != "train":
         raise BadInput(f"{path}: one file is one split; it has no split {split!r}")
     if suffix == ".jsonl":
-        yield from _good_lines(path, skip_bad, skipped, cap)
+        yield from _good_lines(path, how.skip_bad, how.skipped, how.cap)
     elif suffix in (".csv", ".tsv"):
-        yield from _csv_items(path, "\t" if suffix == ".tsv" else ",", cap)
+        yield from _csv_items(path, "\t" if suffix == ".tsv" else ",", how.cap)
     elif suffix == ".txt":
-        yield from _txt_items(path, txt_mode, cap)
+        yield from _txt_items(path, how.txt_mode, how.cap)
     elif suffix == ".parquet":
-        yield from _parquet_items(path, batch_size, cap)
+        yield from _parquet_items(path, how.batch_size, how.cap)
     else:
         raise BadInput(f"{path}: unknown source type {suffix!r} (use {', '.join(DATA_SUFFIXES)} or a folder)")
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.builders import build_grpo_groups, build_preference_pairs, build_sft_examples
-from trainteam.curation.jsonl import read_jsonl
 from trainteam.curation.lineage import materialize, source_fingerprint, version_key
+from trainteam.curation.sources import iter_items
 from trainteam.graph import KnowledgeGraph
 from trainteam.graph.record import recorded_dataset
 from trainteam.trainers.methods.grpo import METHOD as GRPO
@@ -64,10 +64,8 @@ def _builder(kind: str, opts: BuildOptions) -> tuple[Callable[[list[dict]], list
 
 
 def _rows(src: Path) -> list[dict]:
-    rows = read_jsonl(src)
-    if not rows:
-        raise BadInput(f"{src}: no rows (the file is empty, or only blank lines)")
-    return rows
+    """The source's rows through the one reader (an empty file, or a row over the bound, is one line)."""
+    return [raw for *_, raw in iter_items(src)]
 
 
 def _source(source: Path, field: str) -> Path:
