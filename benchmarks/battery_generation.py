@@ -2,7 +2,8 @@
 generation — before issue 39 against now. Before: the loss from the full logits of 32-row batches, and three
 generation passes (the answers, the reliability checks' longer answers, a determinism pass over every row in
 smaller batches). Now: the loss through the LM head on the answers only in batches of at most 2,048 positions,
-one generation at the longer length cut for the answers, determinism on 16 rows.
+one generation at the longer length cut for the answers, determinism on 16 rows checked in one teacher-forced pass
+(``greedy_agreement``: every answer position's most likely token is the answer's) instead of decoded again.
 
     python benchmarks/battery_generation.py [--task reply] [--rounds 2] [--threads 2]
 
@@ -35,11 +36,15 @@ def main() -> None:
     from freeform_tasks import FREEFORM_TASKS, freeform_rows
     from real_model import ensure_real_model
 
-    from trainteam.trainers.evaluation import battery
-
     from trainteam.curation.formats import query
+    from trainteam.trainers.evaluation import battery
     from trainteam.trainers.evaluation.answer_length import size_generation
-    from trainteam.trainers.evaluation.battery import DETERMINISM_PROMPTS, cut_answer, greedy_generations
+    from trainteam.trainers.evaluation.battery import (
+        DETERMINISM_PROMPTS,
+        cut_answer,
+        greedy_agreement,
+        greedy_generations,
+    )
     from trainteam.trainers.training.models import load_model
     from trainteam.trainers.training.tokenizer import load_tokenizer
 
@@ -49,6 +54,7 @@ def main() -> None:
     rows = freeform_rows(a.task, 0, 60, seed=0)[1] if a.task in FREEFORM_TASKS else chat_rows(a.task, 0, 60, seed=0)[1]
     split, tokens = battery._decoder_and_head, battery.LOSS_TOKENS
     losses: dict[str, float] = {}
+    agreed: dict[str, float] = {}
     prompts = [query(r) for r in rows]
     n = size_generation(tokenizer, rows).tokens
     budget, batch = max(n, 32), 64
@@ -68,7 +74,7 @@ def main() -> None:
         losses["now"] = battery.heldout_loss(model, tokenizer, rows, batch_size=32)
         longer = greedy_generations(model, tokenizer, prompts, max_new_tokens=budget, batch_size=batch)
         few = prompts[:DETERMINISM_PROMPTS]
-        greedy_generations(model, tokenizer, few, max_new_tokens=budget, batch_size=max(1, len(few) // 3))
+        agreed["now"] = greedy_agreement(model, tokenizer, few, longer[: len(few)])
         return [cut_answer(g, n, tokenizer) for g in longer]
 
     sides = {"before": before, "now": now}
@@ -86,6 +92,7 @@ def main() -> None:
           f"{med['before'] / med['now']:.2f}x; answers identical, losses equal: {same}; load {os.getloadavg()[0]:.2f}")
     print("RESULT " + json.dumps({"median_s": {k: round(v, 2) for k, v in med.items()},
                                   "speedup": round(med["before"] / med["now"], 2), "answers_identical": same,
+                                  "determinism_now": agreed.get("now"),
                                   "rows": len(rows), "answer_tokens": n, "threads": a.threads,
                                   "load": [round(x, 2) for x in os.getloadavg()]}))
 

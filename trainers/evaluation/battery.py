@@ -220,27 +220,48 @@ def labelled_loss(model: Any, ids: Any, mask: Any, labels: Any) -> tuple[float, 
     a model whose decoder and head cannot be told apart is scored the plain way."""
     import torch
 
+    total, count = 0.0, 0
+    for logits, wanted, _rows in _labelled_logits(model, ids, mask, labels):
+        total += float(torch.nn.functional.cross_entropy(logits, wanted, reduction="sum"))
+        count += int(wanted.numel())
+    return total, count
+
+
+def labelled_argmax_rows(model: Any, ids: Any, mask: Any, labels: Any) -> list[bool]:
+    """Per row of one batch: whether the model's most likely next token is the labelled one at every labelled
+    position (a row with no label counts as agreeing)."""
+    import torch
+
+    agree = torch.ones(ids.shape[0], dtype=torch.bool)
+    for logits, wanted, rows in _labelled_logits(model, ids, mask, labels):
+        wrong = logits.argmax(dim=-1) != wanted
+        agree[rows[wrong].cpu()] = False
+    return agree.tolist()
+
+
+def _labelled_logits(model: Any, ids: Any, mask: Any, labels: Any):
+    """``(logits, labelled next tokens, their rows)`` of one batch's labelled positions, ``LOGITS_BYTES`` of
+    float32 logits at a time: the LM head applied there only (see ``labelled_loss``)."""
+    import torch
+
     tgt = labels[:, 1:]
     keep = tgt != -100
+    rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(tgt)[keep]
     with torch.no_grad():
         parts = _decoder_and_head(model)
         if parts is None:
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100, reduction="sum"
-            )
-            return float(loss), int(keep.sum())
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1][keep].float()
+            yield logits, tgt[keep], rows
+            return
         decoder, head, cap = parts
         hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1][keep]
         wanted = tgt[keep]
         step = max(1, LOGITS_BYTES // (4 * head.weight.shape[0]))
-        total = 0.0
         for s in range(0, hidden.shape[0], step):
             logits = head(hidden[s : s + step]).float()
             if cap:  # Gemma 2's final soft cap, as its forward applies it
                 logits = torch.tanh(logits / cap) * cap
-            total += float(torch.nn.functional.cross_entropy(logits, wanted[s : s + step], reduction="sum"))
-    return total, int(wanted.numel())
+            yield logits, wanted[s : s + step], rows[s : s + step]
 
 
 def _decoder_and_head(model: Any) -> tuple[Any, Any, float | None] | None:
@@ -373,6 +394,39 @@ def repetition_rate(gens: Sequence[dict], n: int, threshold: float) -> dict[str,
         "repetition_rate": degenerate / len(gens) if gens else 0.0,
         "mean_repeated_ngram_fraction": sum(fractions) / len(fractions) if fractions else 0.0,
     }
+
+
+def greedy_agreement(model: Any, tokenizer: Any, prompts: Sequence[Prompt], gens: Sequence[dict]) -> float:
+    """Share of ``prompts`` whose greedy answers (``gens``, from ``greedy_generations``: generated in left-padded
+    batches) greedy decoding gives again in another batch composition — right-padded, in one forward pass.
+
+    Greedy decoding reproduces an answer exactly when, at each of its positions, the model's most likely next
+    token given the prompt and the answer so far is the answer's token (and, where the answer stopped, the
+    end-of-sequence token after it). One teacher-forced forward over the prompts and their answers reads every
+    position at once: the same check as decoding them again in smaller batches, which took 32 s for 16 reply
+    answers of 77 tokens on SmolLM2 (4 batches x 77 steps), more than the 60 answers' own generation (29 s)."""
+    import torch
+
+    if not gens:
+        return 1.0
+    fmt = prompt_format(tokenizer)
+    eos = tokenizer.eos_token_id
+    rows = []
+    for p, g in zip(prompts, gens, strict=True):
+        prompt = prompt_ids(tokenizer, p, fmt)
+        answer = list(g["ids"]) + ([eos] if g["eos"] else [])
+        rows.append((prompt + answer, [-100] * len(prompt) + answer))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    model.eval()
+    agree: list[bool] = []
+    for start, end in _loss_batches([len(ids) for ids, _ in rows], 32):
+        part = rows[start:end]
+        width = max(len(ids) for ids, _ in part)
+        ids_t = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=model.device)
+        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=model.device)
+        lab_t = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in part], device=model.device)
+        agree += labelled_argmax_rows(model, ids_t, mask, lab_t)
+    return sum(agree) / len(agree)
 
 
 def determinism(first: Sequence[dict], second: Sequence[dict]) -> float:
@@ -613,9 +667,7 @@ def _reliability(
     if "determinism" in reliability:
         # Some prompts again in another batch composition (other padding): greedy answers must not change.
         few = prompts[:DETERMINISM_PROMPTS]
-        other = max(1, min(spec.batch_size, len(few)) // 3)
-        second = greedy_generations(model, tokenizer, few, max_new_tokens=budget, batch_size=other)
-        metrics["determinism"] = determinism(first[: len(few)], second)
+        metrics["determinism"] = greedy_agreement(model, tokenizer, few, first[: len(few)])
 
 
 def _lm_eval(
