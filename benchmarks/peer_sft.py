@@ -70,9 +70,9 @@ the reference, on every task and side, four ways:
 A task's main figure is exact match on the exact tasks and ROUGE-L on the free-form ones.
 
 Per task and side: those four figures, wall seconds of the training subprocess (trainteam's is its
-whole ``execute-workflow``: curation, search, training, judging, registering), its peak RSS, and the
-1-minute load average when it started (the 2 cores are shared: no ABBA order, accuracy is the
-measure, wall times are context). trainteam's own figure is, from ``trainteam runs show <id> --json``,
+whole ``execute-workflow``: curation, search, training, judging, registering), its peak RSS (in MiB, under the
+key ``peak_rss_mb``), and the 1-minute load average when it started (the 2 cores are shared: no ABBA order,
+accuracy is the measure, wall times are context). trainteam's own figure is, from ``trainteam runs show <id> --json``,
 ``final_eval.exact_match`` on an exact task and ``final_eval.rouge_l`` (the ROUGE-L trainteam reports, in
 [0, 1]) on a free-form one, None when the run does not report it; ``own_metric_abs_diff`` = |that − the
 outside scorer's same figure|. Goals per task: trainteam >= the best peer on the task's main figure
@@ -402,7 +402,7 @@ class Ran:
 
     rc: int
     wall_s: float
-    peak_rss_mb: float
+    peak_rss_mb: float  # MiB (``ru_maxrss`` is KiB on Linux), under the key's older name
     load1: float
     stdout: str
     stderr: str
