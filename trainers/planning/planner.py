@@ -144,7 +144,9 @@ def _memory(
     strategy: str | None = None,
     micro_batch: int | None = None,
     gc: bool | None = None,
+    seq_len: int | None = None,
 ) -> MemoryEstimate:
+    """The memory ``cfg`` needs per device; a micro-batch padded to ``seq_len`` tokens (default: max_length)."""
     world = cfg.num_nodes * cfg.devices_per_node
     tp = cfg.tensor_parallel_size
     mem = memory_estimate(
@@ -154,7 +156,7 @@ def _memory(
         dp_size=max(1, world // tp),
         tp_size=tp,
         micro_batch=micro_batch or cfg.per_device_train_batch_size,
-        seq_len=cfg.max_length,
+        seq_len=seq_len or cfg.max_length,
         gradient_checkpointing=cfg.gradient_checkpointing if gc is None else gc,
         attn_implementation=cfg.attn_implementation,
         lora_r=cfg.lora.r if cfg.lora else None,
@@ -191,8 +193,11 @@ def planned_steps(cfg: TrainConfig, dataset_rows: int | None, data_parallel: int
     return max(1, math.ceil(cfg.num_train_epochs * per_epoch))
 
 
-def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, steps: int | None = None) -> list[Refusal]:
-    """Every refusal for this config on this hardware (empty: it may run); ``steps`` default max_steps."""
+def check(
+    cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, steps: int | None = None, seq_len: int | None = None
+) -> list[Refusal]:
+    """Every refusal for this config on this hardware (empty: it may run); ``steps`` default max_steps; ``seq_len``
+    the tokens a micro-batch pads to (``padded_length``; default max_length)."""
     out: list[Refusal] = []
     steps = steps or cfg.max_steps
 
@@ -201,7 +206,7 @@ def check(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, steps: int | No
 
     _device_refusals(cfg, shape, hw, steps, no)
     _parallel_refusals(cfg, shape, hw, no)
-    _memory_refusals(cfg, shape, hw, no)
+    _memory_refusals(cfg, shape, hw, no, seq_len)
     return out
 
 
@@ -281,11 +286,11 @@ def _parallel_refusals(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, no
             )
 
 
-def _memory_refusals(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, no: Refuse) -> None:
+def _memory_refusals(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, no: Refuse, seq_len: int | None) -> None:
     """Whether the training state fits a device, and whether checkpointing buys memory the run needs."""
-    mem = _memory(cfg, shape, hw)
+    mem = _memory(cfg, shape, hw, seq_len=seq_len)
     if not mem.fits:
-        one = _memory(cfg, shape, hw, micro_batch=1)
+        one = _memory(cfg, shape, hw, micro_batch=1, seq_len=seq_len)
         field = "per_device_train_batch_size" if one.fits else "strategy"
         hint = (
             "lower the micro-batch and raise gradient_accumulation_steps"
@@ -300,7 +305,7 @@ def _memory_refusals(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, no: 
     elif cfg.gradient_checkpointing and not hw.memory_budget:
         # under a person's memory budget checkpointing is theirs to keep: the estimate is a model (measured for
         # LoRA SFT of SmolLM2-135M in bf16 on a CPU, 1,024 tokens: 1.74 GiB estimated without it, 4.3 GiB peak RSS)
-        without = _memory(cfg, shape, hw, gc=False)
+        without = _memory(cfg, shape, hw, gc=False, seq_len=seq_len)
         if without.total_gib * 2 <= hw.device_memory_gib * without.headroom:
             no(
                 "gradient_checkpointing",
@@ -320,6 +325,7 @@ def plan(
     row_tokens: float | None = None,
     row_tokens_note: str | None = None,
     throughput_note: str | None = None,
+    longest_row: int | None = None,
     strict: bool = True,
 ) -> RunPlan:
     """Account for a config on the hardware, or raise ``PlanRefused`` naming the fields.
@@ -330,7 +336,9 @@ def plan(
     11-token rows at seq_len 64 were estimated 5.9x too many tokens); for DPO it is the chosen
     and the rejected sequence together. ``dataset_rows`` (training examples) turns
     ``num_train_epochs`` into steps and reports the epochs. ``row_tokens_note`` and
-    ``throughput_note`` say in the reasons where those numbers came from.
+    ``throughput_note`` say in the reasons where those numbers came from. ``longest_row`` (the longest
+    training example in tokens, when every row was counted) sizes the activations: an unpacked SFT
+    micro-batch is padded to its longest row, not to max_length (``padded_length``).
 
     ``model=None`` is ``ModelSpec()`` with the default tokenizer's vocabulary;
     ``hardware=None`` reads this machine (torch is imported only if a GPU may be present).
@@ -347,7 +355,8 @@ def plan(
     tp = cfg.tensor_parallel_size
     dp = max(1, world // tp)
     steps = planned_steps(cfg, dataset_rows, dp)
-    refusals = check(cfg, shape, hardware, steps)
+    seq_len = padded_length(cfg, longest_row)
+    refusals = check(cfg, shape, hardware, steps, seq_len)
     blocking = [r for r in refusals if strict or r.kind == "impossible"]
     if blocking:
         raise PlanRefused(blocking)
@@ -357,7 +366,7 @@ def plan(
     window, per_row = _row_window(cfg, row_tokens)
     tokens_step = int(round(gbs * per_row))
     total = tokens_step * steps
-    mem = _memory(cfg, shape, hardware)
+    mem = _memory(cfg, shape, hardware, seq_len=seq_len)
     n = shape.num_params()
     trainable = shape.lora_params(cfg.lora.r) if cfg.lora else n
     cost = _cost(cfg, shape, hardware, world, total, tokens_per_second)
@@ -388,6 +397,16 @@ def plan(
         reasons=reasons,
         warnings=warnings,
     )
+
+
+def padded_length(cfg: TrainConfig, longest_row: int | None) -> int:
+    """The tokens one sequence of a micro-batch holds at most: an unpacked SFT batch is padded to its longest row
+    (TRL's collator), so the longest training row where it is shorter than max_length; else max_length (a packed
+    window, or rows not all counted). The dates rows of 61 tokens under max_length 128 were sized at twice their
+    activations."""
+    if longest_row and cfg.method == "sft" and not cfg.sft.packing:
+        return max(1, min(longest_row, cfg.max_length))
+    return cfg.max_length
 
 
 def _row_window(cfg: TrainConfig, row_tokens: float | None) -> tuple[float, float]:
@@ -515,7 +534,8 @@ def recommend(
         raise BadInput(f"global_batch_size: {gbs} is smaller than the {dp} data-parallel ranks")
     update, why = _device_settings(base, hardware, tp)
     strategies = _strategies(hardware, deepspeed_available)
-    cfg, strategy, mb, gc = _first_fit(base, update, strategies, shape, hardware, gbs, dp)
+    seq_len = padded_length(base, plan_kwargs.get("longest_row"))
+    cfg, strategy, mb, gc = _first_fit(base, update, strategies, shape, hardware, gbs, dp, seq_len)
     why += _layout_reasons(strategy, mb, cfg.gradient_accumulation_steps, gc, world=world, dp=dp, gbs=gbs)
     result = plan(cfg, shape, hardware, vocab_size=vocab_size, **plan_kwargs)
     spec = model if isinstance(model, ModelSpec) else None
@@ -568,7 +588,14 @@ def _strategies(hardware: HardwareSpec, deepspeed_available: bool | None) -> lis
 
 
 def _first_fit(
-    base: TrainConfig, update: dict, strategies: list[str], shape: ModelShape, hardware: HardwareSpec, gbs: int, dp: int
+    base: TrainConfig,
+    update: dict,
+    strategies: list[str],
+    shape: ModelShape,
+    hardware: HardwareSpec,
+    gbs: int,
+    dp: int,
+    seq_len: int | None = None,
 ) -> tuple[TrainConfig, str, int, bool]:
     """The first strategy (then checkpointing off before on) whose largest power-of-two micro-batch
     fits; raises PlanRefused when nothing fits even at micro-batch 1 with checkpointing."""
@@ -586,7 +613,7 @@ def _first_fit(
                         "gradient_accumulation_steps": math.ceil(gbs / (mb * dp)),
                     }
                 )
-                if _memory(cfg, shape, hardware).fits:
+                if _memory(cfg, shape, hardware, seq_len=seq_len).fits:
                     return cfg, strategy, mb, gc
                 mb //= 2
     full = _memory(
@@ -600,6 +627,7 @@ def _first_fit(
         ),
         shape,
         hardware,
+        seq_len=seq_len,
     )
     raise PlanRefused(
         [

@@ -5,8 +5,7 @@ BOS and EOS bound its tokens (``row_tokens_bound``), and that bound is all a run
 its tokenizer exists (the project's own tokenizers are trained by the run): the demo's
 11-token rows at seq_len 64 were otherwise counted as 64 tokens each. A local model's
 tokenizer exists before the run: on SmolLM2's 49k vocabulary the bound counted 2.7x too many
-tokens. A local model's tokenizer exists before the run: on SmolLM2's 49k vocabulary the bound
-counted 2.7x too many tokens. Here a sample is tokenized the way the trainer will tokenize it
+tokens. Here a sample is tokenized the way the trainer will tokenize it
 (each method's ``row_tokens``, ``trainers/methods/``: SFT rows through ``sft_dataset`` and ``row_lengths``, a
 chat model's rows through its chat template), so the planner's tokens are the trainer's.
 

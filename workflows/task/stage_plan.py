@@ -124,7 +124,7 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
         p = attempt(cfg)
     except PlanRefused as refused:
         refusals = [r.model_dump() for r in refused.refusals]
-        fixes = _fixes(task, cfg, hw, vocab, refused)
+        fixes = _fixes(task, cfg, hw, vocab, refused, every_row_longest(counted))
         if not fixes:
             return StageVerdict(stage=stage, runnable=False, refusals=refusals)
         try:
@@ -158,14 +158,15 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
     )
 
 
-def _fixes(task, cfg, hw, vocab, refused: PlanRefused) -> dict[str, Any]:
+def _fixes(task, cfg, hw, vocab, refused: PlanRefused, longest_row: int | None) -> dict[str, Any]:
     """The settings that repair the planner's refusals where it can confirm one (see the module's notes)."""
     fixes: dict[str, Any] = {}
     if any(r.field == "max_length" for r in refused.refusals) and task.model.path is None:
         fixes["max_length"] = task.model.max_position_embeddings
     if any(r.field != "max_length" for r in refused.refusals):
         try:
-            rec = recommend(task.model, hw, base=cfg.model_copy(update=fixes), vocab_size=vocab, strict=False).config
+            base = cfg.model_copy(update=fixes)
+            rec = recommend(task.model, hw, base=base, vocab_size=vocab, strict=False, longest_row=longest_row).config
         except PlanRefused:
             rec = None
         if rec is not None:
@@ -344,11 +345,21 @@ def _plan_inputs(task, cfg, counted: DataTokens | None, device: str, vocab: int 
         out["row_tokens_note"] = (
             "counted with the model's tokenizer" if tokens.source == "tokenizer" else "an upper bound from UTF-8 bytes"
         )
+    if longest := every_row_longest(counted):
+        out["longest_row"] = longest
     cal = _calibration(task, cfg, out.get("row_tokens"), device, vocab, measure)
     if cal is not None:
         out["tokens_per_second"] = cal.tokens_per_s * cfg.num_nodes * cfg.devices_per_node
         out["throughput_note"] = cal.describe()
     return out
+
+
+def every_row_longest(counted: DataTokens | None) -> int | None:
+    """The longest training example in tokens when the sample holds every row (a longer row may hide in the rest
+    of a larger set: then None, and the planner sizes a batch at max_length)."""
+    if counted is None or not counted.rows or counted.tokens.sampled_rows < counted.rows:
+        return None
+    return counted.tokens.longest or None
 
 
 def calibration_tokens(cfg, row_tokens: float | None) -> float:
