@@ -336,9 +336,8 @@ def plan(
     11-token rows at seq_len 64 were estimated 5.9x too many tokens); for DPO it is the chosen
     and the rejected sequence together. ``dataset_rows`` (training examples) turns
     ``num_train_epochs`` into steps and reports the epochs. ``row_tokens_note`` and
-    ``throughput_note`` say in the reasons where those numbers came from. ``longest_row`` (the longest
-    training example in tokens, when every row was counted) sizes the activations: an unpacked SFT
-    micro-batch is padded to its longest row, not to max_length (``padded_length``).
+    ``throughput_note`` say in the reasons where those numbers came from. ``longest_row`` (every row
+    counted) sizes an unpacked SFT micro-batch's activations (``padded_length``).
 
     ``model=None`` is ``ModelSpec()`` with the default tokenizer's vocabulary;
     ``hardware=None`` reads this machine (torch is imported only if a GPU may be present).
@@ -351,11 +350,9 @@ def plan(
     shape, notes = model_shape(model, vocab_size)
     if isinstance(model, int):
         shape = _scaled_shape(shape, model)
-    world = cfg.num_nodes * cfg.devices_per_node
-    tp = cfg.tensor_parallel_size
+    world, tp = cfg.num_nodes * cfg.devices_per_node, cfg.tensor_parallel_size
     dp = max(1, world // tp)
-    steps = planned_steps(cfg, dataset_rows, dp)
-    seq_len = padded_length(cfg, longest_row)
+    steps, seq_len = planned_steps(cfg, dataset_rows, dp), padded_length(cfg, longest_row)
     refusals = check(cfg, shape, hardware, steps, seq_len)
     blocking = [r for r in refusals if strict or r.kind == "impossible"]
     if blocking:
