@@ -102,8 +102,9 @@ of 8-15 on 2 cores the quick smoke of one task took 45 minutes (4 LLaMA-Factory 
 micro-batches, took 13 minutes). Ends with one line ``RESULT {json}``: per task its main
 metric, the flat exact matches as before (``trainteam_em``...), ``trainteam_main`` and ``best_peer_main``,
 ``figures`` (each side's four figures, the base's included), trainteam's ``own_metric`` and its
-difference, the free-form tasks' first form misses, the goals and ``goals_met``; with ``--check-tasks``,
-each task's base figures.
+difference, the free-form tasks' first form misses, the goals and ``goals_met``, trainteam's wall and peak RSS
+over LLaMA-Factory's (``trainteam_over_llamafactory``) and its planner's memory estimate over its peak
+(``trainteam_plan_over_peak``, from validate's plan line); with ``--check-tasks``, each task's base figures.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -501,6 +503,9 @@ def run_trainteam(
         "load1": ran.load1,
         "validate_busy": validated,
     }
+    planned = next((float(m.group(1)) for ln in validated["plan"] if (m := PLANNED_GIB.search(ln))), None)
+    if planned is not None and ran.peak_rss_mb:  # the planner's memory promise against the run's peak (issue 39)
+        out.update(plan_gib=planned, plan_over_peak=round(planned * 1024 / ran.peak_rss_mb, 2))
     view = _json_tail(ran.stdout)
     out.update(run_id=view.get("run_id"), status=view.get("status"), error=view.get("error"))
     if ran.rc != 0:
@@ -524,6 +529,9 @@ def run_trainteam(
         out["model_id"] = models[-1]["id"]
     out["said"] = [ln.strip() for ln in ran.stderr.splitlines() if ln.strip().startswith(("✓", "✗", "·", "▶"))][-12:]
     return out
+
+
+PLANNED_GIB = re.compile(r"([0-9.]+) GiB per device")  # validate's plan line
 
 
 def validate_busy(folder: Path, env: dict[str, str], burners: int) -> dict:
@@ -638,11 +646,22 @@ def summarize_task(task: str, base: dict, sides: dict[str, dict]) -> dict:
         "score_wall_s": {s: v.get("score_wall_s") for s, v in sides.items()},
         "peak_rss_mb": {s: v.get("peak_rss_mb") for s, v in sides.items()},
         "load1": {s: v.get("load1") for s, v in sides.items()},
+        "trainteam_over_llamafactory": _ratios(tt, sides.get("llamafactory", {})),
+        "trainteam_plan_over_peak": tt.get("plan_over_peak"),
         "trainteam_status": tt.get("status"),
         "trainteam_exit": tt.get("exit"),
         "goals": goals,
         "goals_met": all(goals.values()),
         "sides": sides,
+    }
+
+
+def _ratios(tt: dict, lf: dict) -> dict[str, float]:
+    """trainteam's wall and peak RSS over LLaMA-Factory's recipe's, where both ran (issue 39: at most 1.0 and 1.25)."""
+    return {
+        name: round(tt[key] / lf[key], 2)
+        for name, key in (("wall", "wall_s"), ("peak_rss", "peak_rss_mb"))
+        if tt.get(key) and lf.get(key)
     }
 
 
