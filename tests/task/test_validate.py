@@ -77,6 +77,25 @@ def test_a_real_model_with_chat_data_and_trl_keys(chat_task, tmp_path_factory):
     assert len(list((cache / "calibration").glob("*.json"))) == 1  # the one measurement, outside any workspace
 
 
+def test_rows_longer_than_max_length_are_said_to_be_dropped_where_curation_drops_them(chat_task):
+    """A run that fine-tunes a local model curates rows over the stage's max_length away (rows.over_length):
+    validate says so, with the count and the setting that keeps them; with the length rule off it says the
+    trainer cuts them."""
+    folder, task = chat_task
+    task["training"]["sft"]["max_length"] = 40
+    proc = validate(folder, _write(folder, task), "--no-measure")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("! tokens (sft)"))
+    assert line.endswith(
+        "of 40 longer than max_length 40: the curate step drops them (rows.over_length); "
+        "a larger training.sft.max_length keeps them"
+    ), line
+    task["curation"] = {"rows": {"max_tokens": None}}
+    proc = validate(folder, _write(folder, task), "--no-measure")
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("! tokens (sft)"))
+    assert line.endswith("of 40 longer than max_length 40: cut there in training"), line
+
+
 def test_free_form_answers_are_said_to_be_judged_by_free_form_metrics(tmp_path, real_model):
     """A chat task whose answers are replies in a house style: validate says they are free-form, which metrics
     judge them and why, and the default gate that will apply; exact match is named as never deciding."""

@@ -154,6 +154,21 @@ def model_check(task: TrainTask, source: str) -> Check:
     )
 
 
+def _over_length(task: TrainTask, stage: str, max_length: int, lengths: list[int]) -> str:
+    """What happens to the sampled examples longer than ``max_length``: a run that fine-tunes a local model curates
+    them away (``rows.over_length``, unless the task's ``curation.rows`` says otherwise: ``workflows/steps/curate``),
+    else the trainer cuts them there."""
+    over = sum(n > max_length for n in lengths)
+    rows = (task.curation or {}).get("rows", {})
+    dropped = task.model.path is not None and rows is not None and not (isinstance(rows, dict) and "max_tokens" in rows)
+    fate = (
+        f"the curate step drops them (rows.over_length); a larger training.{stage}.max_length keeps them"
+        if dropped
+        else "cut there in training"
+    )
+    return f"{over} of {len(lengths)} longer than max_length {max_length}: {fate}"
+
+
 def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Iterator[Check]:
     cfg = task.train_config(stage)
     counted = data_tokens(task, stage, cfg.method)
@@ -166,7 +181,7 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
             "warn" if over else "ok",
             f"{rows}; {tokens.describe()}; "
             + (
-                f"longer than max_length {cfg.max_length}: cut there in training"
+                _over_length(task, stage, cfg.max_length, tokens.lengths)
                 if over
                 else f"within max_length {cfg.max_length}"
             ),
