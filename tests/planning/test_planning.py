@@ -165,7 +165,7 @@ ETH = HardwareSpec(device="cuda", devices_per_node=8, nodes=2, device_memory_gib
     (dict(precision="bf16"), SPEC, V100, "precision", "impossible", "no bf16"),
     (dict(precision="fp32"), SPEC, H100.model_copy(update={"devices_per_node": 1}), "precision", "wasteful", "bf16"),
     (dict(lora=LoraOptions(quantize_4bit=True)), SPEC, CPU1, "lora.quantize_4bit", "impossible", "CUDA"),
-    (dict(precision="bf16", strategy="fsdp", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "fits one device"),
+    (dict(precision="bf16", strategy="fsdp", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "fits one"),
     (dict(precision="bf16", strategy="zero3", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "use ddp"),
     (dict(strategy="fsdp", devices_per_node=2), SPEC, CPU2, "strategy", "impossible", "falls back to DDP"),
     (dict(strategy="zero2", devices_per_node=2), SPEC, CPU2, "strategy", "impossible", "DeepSpeed"),
@@ -181,7 +181,8 @@ ETH = HardwareSpec(device="cuda", devices_per_node=8, nodes=2, device_memory_gib
     (dict(seq_len=1024), SPEC, CPU1, "max_length", "impossible", "max_position_embeddings"),
     (dict(attn_implementation="flash_attention_2"), SPEC, CPU1, "attn_implementation", "impossible", "CUDA"),
     (dict(use_liger=True), SPEC, CPU1, "use_liger_kernel", "impossible", "GPU"),
-    (dict(gradient_checkpointing=True, per_device_batch_size=2), SPEC, CPU1, "gradient_checkpointing", "wasteful", "fits"),
+    (dict(gradient_checkpointing=True, per_device_batch_size=2), SPEC, CPU1, "gradient_checkpointing", "wasteful",
+     "fits"),
     (dict(warmup_steps=100, max_steps=100), SPEC, CPU1, "warmup_steps", "wasteful", "warm-up"),
 ])
 def test_each_refusal_names_its_field_and_reason(kw, model, hw, field, kind, words):
