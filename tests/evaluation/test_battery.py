@@ -11,7 +11,6 @@ from trainteam.trainers.evaluation.battery import (
     DEFAULT_BATTERIES,
     BatterySpec,
     default_battery,
-    determinism,
     exact_match,
     greedy_generations,
     heldout_loss,
@@ -90,13 +89,6 @@ def test_reliability_checks_catch_a_degenerate_model(addition_data):
     assert res.metrics["repetition_rate"] == 1.0
     assert res.metrics["format_adherence"] == 0.0
     assert res.details["format_violations"][0].startswith("7777")
-
-
-def test_determinism_measure_counts_mismatches():
-    a = [{"ids": [1, 2], "eos": True}, {"ids": [3], "eos": True}]
-    b = [{"ids": [1, 2], "eos": True}, {"ids": [4], "eos": True}]
-    assert determinism(a, a) == 1.0
-    assert determinism(a, b) == 0.5
 
 
 def test_stage_defaults_and_bad_stage():

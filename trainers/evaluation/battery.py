@@ -147,8 +147,6 @@ def heldout_loss(
     Prompt/completion records score the completion tokens only (what SFT trains);
     ``{"text"}`` records, or every record with ``completion_only=False``, score every token.
     """
-    import torch
-
     for i, r in enumerate(records):
         try:
             row_kind(r)
@@ -166,12 +164,7 @@ def heldout_loss(
     lines = RowLines("evaluation (held-out loss)", len(records))
     for start, end in _loss_batches([len(ids) for ids, _ in rows], batch_size):
         budget.check("evaluation (held-out loss)")
-        part = rows[start:end]
-        width = max(len(ids) for ids, _ in part)
-        ids_t = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=model.device)
-        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=model.device)
-        lab_t = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in part], device=model.device)
-        loss, n = labelled_loss(model, ids_t, mask, lab_t)
+        loss, n = labelled_loss(model, *_right_padded(rows[start:end], pad, model.device))
         total += loss
         count += n
         lines.done(end)
@@ -179,6 +172,17 @@ def heldout_loss(
 
 
 LOSS_TOKENS = 2048  # positions (rows x width) of one held-out loss forward
+
+
+def _right_padded(part: Sequence[tuple[list[int], list[int]]], pad: int, device: Any) -> tuple[Any, Any, Any]:
+    """``(ids, attention mask, labels)`` tensors of ``(ids, labels)`` rows, padded on the right to the longest."""
+    import torch
+
+    width = max(len(ids) for ids, _ in part)
+    ids_t = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=device)
+    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=device)
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in part], device=device)
+    return ids_t, mask, labels
 
 
 def _loss_batches(widths: list[int], most: int) -> list[tuple[int, int]]:
@@ -405,8 +409,6 @@ def greedy_agreement(model: Any, tokenizer: Any, prompts: Sequence[Prompt], gens
     end-of-sequence token after it). One teacher-forced forward over the prompts and their answers reads every
     position at once: the same check as decoding them again in smaller batches, which took 32 s for 16 reply
     answers of 77 tokens on SmolLM2 (4 batches x 77 steps), more than the 60 answers' own generation (29 s)."""
-    import torch
-
     if not gens:
         return 1.0
     fmt = prompt_format(tokenizer)
@@ -420,19 +422,8 @@ def greedy_agreement(model: Any, tokenizer: Any, prompts: Sequence[Prompt], gens
     model.eval()
     agree: list[bool] = []
     for start, end in _loss_batches([len(ids) for ids, _ in rows], 32):
-        part = rows[start:end]
-        width = max(len(ids) for ids, _ in part)
-        ids_t = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in part], device=model.device)
-        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in part], device=model.device)
-        lab_t = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in part], device=model.device)
-        agree += labelled_argmax_rows(model, ids_t, mask, lab_t)
+        agree += labelled_argmax_rows(model, *_right_padded(rows[start:end], pad, model.device))
     return sum(agree) / len(agree)
-
-
-def determinism(first: Sequence[dict], second: Sequence[dict]) -> float:
-    """Share of prompts whose two greedy runs (different batching) gave identical tokens."""
-    same = sum(a["ids"] == b["ids"] and a["eos"] == b["eos"] for a, b in zip(first, second, strict=True))
-    return same / len(first) if first else 1.0
 
 
 # -- decontamination -----------------------------------------------------------------------
