@@ -1,16 +1,17 @@
 """The planner's memory estimate against the peak RSS of real training: LoRA SFT of the real SmolLM2.
 
-Side by side, each layout in its own subprocess (so each peak is its own): LoRA SFT (r 8, all-linear, fp32,
-sdpa) of SmolLM2-135M-Instruct (the tests' imported fixture) on generated chat rows, ``--steps`` optimizer
-steps at ``--threads`` threads; peak RSS from ``ru_maxrss`` of the child. The estimate is ``plan()``'s for the
-same config, with the rows' longest tokens (``padded_length``) as a trainteam run passes it. Layouts: the dates
-rows (61 tokens) at micro-batch 8 x 1, 4 x 2 and 2 x 4, and the reply rows (up to 139 tokens, max_length 256)
+Side by side, each layout in its own subprocess (so each peak is its own): LoRA SFT (r 8, all-linear, sdpa;
+fp32, or with ``--precision bf16`` a bf16 base under fp32 adapters, ``bf16_base.frozen_in_bf16``) of
+SmolLM2-135M-Instruct (the tests' imported fixture) on generated chat rows, ``--steps`` optimizer steps at
+``--threads`` threads; peak RSS from ``ru_maxrss`` of the child. The estimate is ``plan()``'s for the same config,
+with the rows' longest tokens (``padded_length``) as a trainteam run passes it. Layouts: the dates rows (61
+tokens) at micro-batch 8 x 1, 4 x 2 and 2 x 4, and the reply rows (up to 139 tokens, max_length 256)
 at 8 x 1 — the four runs ``estimate.CPU_BACKWARD_PEAK`` and ``CPU_OVERHEAD_GIB`` were fitted on, 2026-12-05.
 
 Ratios are estimate / measured (1.00 = exact; issue 39 asks within 1.25x either way), with the seconds per
 optimizer step of each layout (the price of a smaller micro-batch) and the load.
 
-    python benchmarks/plan_memory.py [--steps 8] [--threads 2]
+    python benchmarks/plan_memory.py [--steps 8] [--threads 2] [--precision fp32|bf16]
 
 Ends with one line ``RESULT {json}``.
 """
@@ -38,7 +39,7 @@ def rows_of(task: str) -> list[dict]:
     return freeform_rows(task, 200, 60, seed=0)[0] if task == "reply" else chat_rows(task, 200, 60, seed=0)[0]
 
 
-def child(task: str, mb: int, ga: int, max_length: int, steps: int, threads: int) -> None:
+def child(task: str, mb: int, ga: int, max_length: int, steps: int, threads: int, precision: str) -> None:
     """One training run; prints ``CHILD {json}`` with its seconds per step."""
     import torch
     from real_model import ensure_real_model
@@ -66,6 +67,7 @@ def child(task: str, mb: int, ga: int, max_length: int, steps: int, threads: int
         warmup_steps=1,
         threads=threads,
         max_length=max_length,
+        precision=precision,
         lora=LoraOptions(),
         resume="never",
     )
@@ -74,7 +76,7 @@ def child(task: str, mb: int, ga: int, max_length: int, steps: int, threads: int
     print("CHILD " + json.dumps({"s_per_step": round(gaps[len(gaps) // 2], 3) if gaps else None}))
 
 
-def estimate(task: str, mb: int, ga: int, max_length: int) -> float:
+def estimate(task: str, mb: int, ga: int, max_length: int, precision: str) -> float:
     """``plan()``'s GiB for the layout, sized by the rows' longest (as ``stage_plan`` passes it)."""
     from real_model import ensure_real_model
 
@@ -92,9 +94,10 @@ def estimate(task: str, mb: int, ga: int, max_length: int) -> float:
         per_device_train_batch_size=mb,
         gradient_accumulation_steps=ga,
         max_length=max_length,
+        precision=precision,
         lora=LoraOptions(),
     )
-    hw = HardwareSpec(device="cpu", devices_per_node=1, device_memory_gib=64)
+    hw = HardwareSpec(device="cpu", devices_per_node=1, device_memory_gib=64, bf16=precision == "bf16")
     return plan(cfg, ModelSpec(path=folder), hw, longest_row=longest, strict=False).memory.total_gib
 
 
@@ -102,11 +105,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: on a CPU with native bf16")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         task, mb, ga, ml = a.child
-        child(task, int(mb), int(ga), int(ml), a.steps, a.threads)
+        child(task, int(mb), int(ga), int(ml), a.steps, a.threads, a.precision)
         return
     out = []
     for task, mb, ga, ml in LAYOUTS:
@@ -118,6 +122,8 @@ def main() -> None:
             str(a.steps),
             "--threads",
             str(a.threads),
+            "--precision",
+            a.precision,
             "--child",
             task,
             str(mb),
@@ -130,7 +136,7 @@ def main() -> None:
             said.seek(0)
             line = next(ln for ln in said.read().splitlines() if ln.startswith("CHILD "))
         peak_gib = usage.ru_maxrss / 2**20
-        est = estimate(task, mb, ga, ml)
+        est = estimate(task, mb, ga, ml, a.precision)
         row = {
             "task": task,
             "micro_batch": mb,
@@ -143,7 +149,7 @@ def main() -> None:
         }
         out.append(row)
         print(json.dumps(row), flush=True)
-    print("RESULT " + json.dumps({"layouts": out, "threads": a.threads, "steps": a.steps}))
+    print("RESULT " + json.dumps({"layouts": out, "threads": a.threads, "steps": a.steps, "precision": a.precision}))
 
 
 if __name__ == "__main__":

@@ -165,6 +165,7 @@ ETH = HardwareSpec(device="cuda", devices_per_node=8, nodes=2, device_memory_gib
     (dict(precision="bf16"), SPEC, V100, "precision", "impossible", "no bf16"),
     (dict(precision="fp32"), SPEC, H100.model_copy(update={"devices_per_node": 1}), "precision", "wasteful", "bf16"),
     (dict(lora=LoraOptions(quantize_4bit=True)), SPEC, CPU1, "lora.quantize_4bit", "impossible", "CUDA"),
+    (dict(lora=LoraOptions()), SPEC, CPU1.model_copy(update={"bf16": True}), "precision", "wasteful", "bf16 base"),
     (dict(precision="bf16", strategy="fsdp", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "fits one"),
     (dict(precision="bf16", strategy="zero3", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "use ddp"),
     (dict(strategy="fsdp", devices_per_node=2), SPEC, CPU2, "strategy", "impossible", "falls back to DDP"),
@@ -259,6 +260,22 @@ def test_recommend_precision_and_cpu_choices():
     cpu = recommend(SPEC, CPU2, base=TrainConfig(attn_implementation="flash_attention_2", per_device_batch_size=16))
     assert (cpu.config.precision, cpu.config.strategy, cpu.config.attn_implementation) == ("fp32", "ddp", "sdpa")
     assert cpu.config.per_device_train_batch_size * cpu.config.gradient_accumulation_steps * 2 == 16
+
+
+def test_adapters_on_a_cpu_with_native_bf16_train_on_a_bf16_base():
+    """Measured on this machine's avx512_bf16 (docs/history.md): LoRA SFT of SmolLM2-135M on a bf16 base is
+    faster and its peak RSS a quarter smaller; full fine-tuning and a CPU without native bf16 keep fp32."""
+    bf16_cpu = CPU1.model_copy(update={"bf16": True})
+    lora = recommend(SPEC, bf16_cpu, base=TrainConfig(lora=LoraOptions()))
+    assert lora.config.precision == "bf16"
+    assert any("a bf16 base, fp32 adapters" in r for r in lora.reasons), lora.reasons
+    assert recommend(SPEC, bf16_cpu, base=TrainConfig()).config.precision == "fp32"  # full fine-tuning
+    assert recommend(SPEC, CPU1, base=TrainConfig(lora=LoraOptions())).config.precision == "fp32"
+    plan(TrainConfig(lora=LoraOptions(), precision="bf16"), SPEC, bf16_cpu)  # planned as asked: no refusal
+    plan(TrainConfig(lora=LoraOptions()), SPEC, CPU1)  # fp32 where bf16 would be emulated: no refusal
+    halves = plan(TrainConfig(lora=LoraOptions(), precision="bf16"), SPEC, bf16_cpu).memory
+    whole = plan(TrainConfig(lora=LoraOptions()), SPEC, bf16_cpu, strict=False).memory
+    assert whole.weights_gib - halves.weights_gib == pytest.approx(150_592 * 2 / GIB, rel=0.01)  # 2 bytes a frozen weight
 
 
 def test_bad_inputs_name_the_field():

@@ -233,6 +233,13 @@ def _device_refusals(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, step
             "fp32 on a bf16-capable GPU doubles activation memory and forgoes tensor-core speed; use bf16",
             "wasteful",
         )
+    if cfg.precision == "fp32" and cpu and hw.bf16 and _adapters_only(cfg):
+        no(
+            "precision",
+            "fp32 adapter training on a CPU with native bf16 keeps the frozen weights at twice the memory and "
+            "runs its matmuls slower; use bf16 (a bf16 base, fp32 adapters)",
+            "wasteful",
+        )
     if cfg.lora and cfg.lora.quantize_4bit and hw.device != "cuda":
         no("lora.quantize_4bit", "QLoRA (4-bit bitsandbytes) needs a CUDA device")
     if cfg.attn_implementation == "flash_attention_2" and cpu:
@@ -539,6 +546,12 @@ def recommend(
     return result.model_copy(update={"params": shape.num_params(), "model": spec, "reasons": why + result.reasons})
 
 
+def _adapters_only(cfg: TrainConfig) -> bool:
+    """Adapters trained on a frozen base that bf16 can hold (``bf16_base.frozen_in_bf16``); a 4-bit base has its own
+    compute dtype and needs CUDA."""
+    return cfg.lora is not None and not cfg.lora.quantize_4bit
+
+
 def _device_settings(base: TrainConfig, hardware: HardwareSpec, tp: int) -> tuple[dict, list[str]]:
     """Precision, device layout and kernels for the hardware, and why each was chosen."""
     why: list[str] = []
@@ -553,10 +566,14 @@ def _device_settings(base: TrainConfig, hardware: HardwareSpec, tp: int) -> tupl
             )
         )
     else:
-        precision = "bf16" if hardware.bf16 and base.precision == "bf16" else "fp32"
+        precision = "bf16" if hardware.bf16 and (base.precision == "bf16" or _adapters_only(base)) else "fp32"
         why.append(
             f"precision {precision}: CPU training"
-            + (" with native bf16" if precision == "bf16" else "; fp16 needs CUDA and emulated bf16 is 6-8x slower")
+            + (
+                " with native bf16" + (": a bf16 base, fp32 adapters" if _adapters_only(base) else "")
+                if precision == "bf16"
+                else "; fp16 needs CUDA and emulated bf16 is 6-8x slower"
+            )
         )
     update: dict = {
         "precision": precision,

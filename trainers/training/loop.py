@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainteam.core import heap
 from trainteam.core.errors import BadInput
 from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.planning.pace import pace_check
 from trainteam.trainers.training import budget, console_lines
 from trainteam.trainers.training import method_data as D
+from trainteam.trainers.training.bf16_base import frozen_in_bf16
 from trainteam.trainers.training.checkpoints import complete_checkpoints, resolve_resume
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.labelled_logits import score_labelled_positions_only
@@ -179,12 +181,14 @@ def _setup(method: str, config: TrainConfig, out: Path, model, data, eval_data, 
         raise BadInput(f"output_dir: {out} holds a {'/'.join(sorted(other))} run; give each stage its own folder")
     quiet_libraries()
     check_runtime(config)
+    heap.give_back()  # what an earlier training or evaluation in this process freed (a search's probes)
     setup_mark = cpu_sample()  # the neighbours' CPU use is measured while we load, not in an idle wait
     ds = D.load_data(data, method, "data")
     eval_ds = D.load_data(eval_data, method, "eval_data") if eval_data is not None else None
     model, merged = _prepare_model(model, config, out)
     resized = not hasattr(model, "peft_config") and _fit_embeddings(model, tokenizer)
     model = _anchor_base(model, config, out, changed=resized or merged)
+    model = frozen_in_bf16(model, config)  # after the base is anchored: an adapter names fp32 weights
     return history, ds, eval_ds, model, choose_threads(config, since=setup_mark)
 
 
