@@ -41,7 +41,7 @@ from trainteam.contract.step_io import (
     budget_overrun,
 )
 from trainteam.contract.train_task import TrainTask
-from trainteam.core import clock
+from trainteam.core import clock, heap
 from trainteam.core.errors import Conflict, NotFound, RunStopped, TrainteamError
 from trainteam.graph.record import record_run, record_step
 from trainteam.trainers.training import budget, console_lines
@@ -262,6 +262,8 @@ class Engine:
             result = self._run_persona(ctx, step.tool, decision, spent_s, allowed_s)
         except Exception as exc:  # the run fails with the reason; the traceback stays in the log
             return self._step_failed(runs, attempt, name, exc, clock.now() - t0)
+        finally:
+            heap.give_back()  # what the step freed, before the next loads its own model (core/heap.py)
         return self._step_done(runs, attempt, run_id, name, result, clock.now() - t0)
 
     def _run_persona(
