@@ -111,26 +111,19 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
     vocab = task.model.vocab_size or task.tokenizer.vocab_size
     counted = data_tokens(task, stage, cfg.method)
 
-    measured: dict[str, str] = {}  # the last attempt's throughput note (a measurement's description)
+    measured: dict[str, Any] = {}  # the last attempt's inputs and throughput note (a measurement's description)
 
-    def attempt(c):
-        inputs = _plan_inputs(task, c, counted, hw.device, vocab, measure)
-        measured["note"] = inputs.get("throughput_note", "")
+    def attempt(c, now: bool = measure):
+        inputs = _plan_inputs(task, c, counted, hw.device, vocab, now)
+        measured["note"], measured["inputs"] = inputs.get("throughput_note", ""), inputs
         return plan(c, task.model, hw, vocab_size=vocab, strict=True, **inputs)
 
-    fixes: dict[str, Any] = {}
-    refusals: list[dict[str, str]] = []
-    try:
-        p = attempt(cfg)
-    except PlanRefused as refused:
-        refusals = [r.model_dump() for r in refused.refusals]
-        fixes = _fixes(task, cfg, hw, vocab, refused, every_row_longest(counted))
-        if not fixes:
-            return StageVerdict(stage=stage, runnable=False, refusals=refusals)
-        try:
-            p = attempt(cfg.model_copy(update=fixes))
-        except PlanRefused as still:
-            return StageVerdict(stage=stage, runnable=False, refusals=[r.model_dump() for r in still.refusals])
+    def repair(refused: PlanRefused) -> dict[str, Any]:
+        return _fixes(task, cfg, hw, vocab, refused, measured["inputs"])
+
+    p, fixes, refusals = _planned(cfg, attempt, repair, measure)
+    if p is None:
+        return StageVerdict(stage=stage, runnable=False, refusals=refusals)
     p, length_note = _searched_length(task, stage, cfg.model_copy(update=fixes), p, counted, attempt)
     tokens = counted.tokens if counted is not None else None
     return StageVerdict(
@@ -158,15 +151,44 @@ def plan_stage(task, stage: str, cfg, hardware=None, *, measure: bool = False) -
     )
 
 
-def _fixes(task, cfg, hw, vocab, refused: PlanRefused, longest_row: int | None) -> dict[str, Any]:
-    """The settings that repair the planner's refusals where it can confirm one (see the module's notes)."""
+def _planned(cfg, attempt, repair, measure: bool) -> tuple[Any, dict[str, Any], list[dict[str, str]]]:
+    """(the plan, the fixes it needed, the refusals they fixed), or (None, {}, the refusals) when nothing repairs
+    them. What a fix repairs is found before anything is measured (``attempt(c, False)``: a stored measurement or
+    the FLOP guess), so that only the settings that will run are measured; a time refusal is judged measured."""
+
+    def fixed(refused: PlanRefused) -> tuple[Any, dict[str, Any], list[dict[str, str]]]:
+        said = [r.model_dump() for r in refused.refusals]
+        fixes = repair(refused)
+        if not fixes:
+            return None, {}, said
+        try:
+            return attempt(cfg.model_copy(update=fixes), measure), fixes, said
+        except PlanRefused as still:
+            return None, {}, [r.model_dump() for r in still.refusals]
+
+    if measure:
+        try:
+            attempt(cfg, False)
+        except PlanRefused as refused:
+            if repair(refused):
+                return fixed(refused)
+    try:
+        return attempt(cfg, measure), {}, []
+    except PlanRefused as refused:
+        return fixed(refused)
+
+
+def _fixes(task, cfg, hw, vocab, refused: PlanRefused, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The settings that repair the planner's refusals where it can confirm one (see the module's notes), planned
+    on the data the refused plan was told of (``inputs``: its rows, their tokens, the longest)."""
     fixes: dict[str, Any] = {}
     if any(r.field == "max_length" for r in refused.refusals) and task.model.path is None:
         fixes["max_length"] = task.model.max_position_embeddings
     if any(r.field != "max_length" for r in refused.refusals):
         try:
             base = cfg.model_copy(update=fixes)
-            rec = recommend(task.model, hw, base=base, vocab_size=vocab, strict=False, longest_row=longest_row).config
+            data = {k: v for k, v in inputs.items() if k in ("dataset_rows", "row_tokens", "longest_row")}
+            rec = recommend(task.model, hw, base=base, vocab_size=vocab, strict=False, **data).config
         except PlanRefused:
             rec = None
         if rec is not None:
