@@ -156,9 +156,8 @@ def _planned(cfg, attempt, repair, measure: bool) -> tuple[Any, dict[str, Any], 
     them. What a fix repairs is found before anything is measured (``attempt(c, False)``: a stored measurement or
     the FLOP guess), so that only the settings that will run are measured; a time refusal is judged measured."""
 
-    def fixed(refused: PlanRefused) -> tuple[Any, dict[str, Any], list[dict[str, str]]]:
+    def fixed(refused: PlanRefused, fixes: dict[str, Any]) -> tuple[Any, dict[str, Any], list[dict[str, str]]]:
         said = [r.model_dump() for r in refused.refusals]
-        fixes = repair(refused)
         if not fixes:
             return None, {}, said
         try:
@@ -170,12 +169,12 @@ def _planned(cfg, attempt, repair, measure: bool) -> tuple[Any, dict[str, Any], 
         try:
             attempt(cfg, False)
         except PlanRefused as refused:
-            if repair(refused):
-                return fixed(refused)
+            if fixes := repair(refused):
+                return fixed(refused, fixes)
     try:
         return attempt(cfg, measure), {}, []
     except PlanRefused as refused:
-        return fixed(refused)
+        return fixed(refused, repair(refused))
 
 
 def _fixes(task, cfg, hw, vocab, refused: PlanRefused, inputs: dict[str, Any]) -> dict[str, Any]:
