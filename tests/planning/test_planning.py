@@ -177,8 +177,9 @@ ETH = HardwareSpec(device="cuda", devices_per_node=8, nodes=2, device_memory_gib
     (dict(devices_per_node=4, strategy="ddp"), SPEC, CPU2, "devices_per_node", "impossible", "has 2"),
     (dict(precision="bf16", per_device_batch_size=1, seq_len=2048), BIG,
      H100.model_copy(update={"devices_per_node": 1}), "strategy", "impossible", "GiB per device"),
-    (dict(per_device_batch_size=4096, seq_len=512), SPEC, CPU1, "per_device_train_batch_size", "impossible",
-     "gradient_accumulation_steps"),
+    # whole forwards asked for (a CPU would otherwise split this one: trainers/training/micro_batch.py)
+    (dict(per_device_batch_size=4096, seq_len=512, micro_batch_tokens=4096 * 512), SPEC, CPU1,
+     "per_device_train_batch_size", "impossible", "gradient_accumulation_steps"),
     (dict(seq_len=1024), SPEC, CPU1, "max_length", "impossible", "max_position_embeddings"),
     (dict(attn_implementation="flash_attention_2"), SPEC, CPU1, "attn_implementation", "impossible", "CUDA"),
     (dict(use_liger=True), SPEC, CPU1, "use_liger_kernel", "impossible", "GPU"),

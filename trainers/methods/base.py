@@ -60,6 +60,9 @@ class TrainingMethod:
     generates: bool = False  # samples completions while training: its time is generation, not a step's tokens
     evaluates: bool = True  # the trainer's evaluate() on held-out rows after training
     holds_reference: Callable[[TrainConfig], bool] = field(default=lambda _cfg: False)  # a frozen reference copy
+    # sequences of up to the row's tokens one row puts through a forward (DPO: chosen and rejected), for a
+    # micro-batch bounded by tokens (training/micro_batch.py); None: rows interact inside a forward, never split
+    sequences_per_row: int | None = 1
     # (config, tokens) -> the config changes that make its sampled completions that long (none where the task set it)
     completion_changes: Callable[[TrainConfig, int], dict[str, Any]] | None = None
 

@@ -67,7 +67,7 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
     ev = shape(config, tokenizer, eval_ds) if eval_ds is not None else None
     o = config.dpo
     args = DPOConfig(
-        **common_args(config, out),
+        **common_args(config, out, model=model, sequences_per_row=METHOD.sequences_per_row),
         beta=o.beta,
         loss_type=list(o.loss_type),
         precompute_ref_log_probs=o.precompute_ref_log_probs,
@@ -124,6 +124,7 @@ def _holds_reference(cfg: TrainConfig) -> bool:
 # 5e-7..5e-6 on full models; LoRA adapters take ~10x).
 METHOD = TrainingMethod(
     name="dpo",
+    sequences_per_row=2,  # the chosen and the rejected sequence of a row go through one forward
     kind="align",
     trl_config="trl.DPOConfig",
     build=build,

@@ -109,6 +109,7 @@ def _holds_reference(cfg: TrainConfig) -> bool:
 # 1e-4 fell to 44 %, 1e-5 reached 65.5-68 %).
 METHOD = TrainingMethod(
     name="grpo",
+    sequences_per_row=None,  # a forward scores a prompt's group of completions together: never split
     kind="align",
     trl_config="trl.GRPOConfig",
     build=build,

@@ -81,6 +81,7 @@ def row_tokens(tokenizer, rows: list[dict], fmt: PromptFormat) -> list[int]:
 # TRL's KTOConfig trains at 1e-6; LoRA adapters take ~10x (as for DPO).
 METHOD = TrainingMethod(
     name="kto",
+    sequences_per_row=None,  # the KL term pairs rows inside a forward: never split
     kind="align",
     trl_config="trl.KTOConfig",
     build=build,

@@ -57,7 +57,9 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
 
         model = get_peft_model(model, pc)
     args = TrainingArguments(
-        **common_args(config, out), remove_unused_columns=False, **trl_args(config, TrainingArguments)
+        **common_args(config, out, model=model, sequences_per_row=METHOD.sequences_per_row),
+        remove_unused_columns=False,
+        **trl_args(config, TrainingArguments),
     )
     return Trainer(
         model=model,

@@ -83,7 +83,7 @@ def row_lengths(tokenizer, ds) -> list[int]:
     return text_lengths(tokenizer, [p + c for p, c in zip(ds["prompt"], ds["completion"], strict=True)])
 
 
-def sft_layout(config: TrainConfig, tokenizer, ds) -> dict:
+def sft_layout(config: TrainConfig, tokenizer, ds, lengths: list[int] | None = None) -> dict:
     """Packing / padding-free choice when the config leaves it open.
 
     Rows that vary in length waste most of a padded batch; padding-free (one flattened
@@ -100,7 +100,7 @@ def sft_layout(config: TrainConfig, tokenizer, ds) -> dict:
     """
     packing = bool(config.sft.packing)
     padding_free = config.sft.padding_free
-    too_long = not packing and max(row_lengths(tokenizer, ds)) > config.max_length
+    too_long = not packing and max(lengths or row_lengths(tokenizer, ds)) > config.max_length
     if padding_free is None:
         padding_free = not packing and not too_long
     elif padding_free and too_long:
@@ -128,9 +128,11 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
 
     train_ds = shape(config, tokenizer, ds)
     ev = shape(config, tokenizer, eval_ds) if eval_ds is not None else None
+    lengths = row_lengths(tokenizer, train_ds)
+    longest = config.max_length if config.sft.packing else min(max(lengths, default=1), config.max_length)
     args = SFTConfig(
-        **common_args(config, out),
-        **sft_layout(config, tokenizer, train_ds),
+        **common_args(config, out, model=model, row_tokens=longest, sequences_per_row=METHOD.sequences_per_row),
+        **sft_layout(config, tokenizer, train_ds, lengths),
         dataset_num_proc=None,
         **trl_args(config, SFTConfig),
     )

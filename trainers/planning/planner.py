@@ -29,6 +29,7 @@ from trainteam.trainers.planning.estimate import (
 )
 from trainteam.trainers.planning.hardware import HardwareSpec, detect_hardware
 from trainteam.trainers.training.config import ModelSpec, TokenizerConfig, TrainConfig
+from trainteam.trainers.training.micro_batch import forward_rows, token_budget
 
 FITS_MANY_TIMES = 4  # a replica this many times smaller than a device does not need sharding
 
@@ -155,7 +156,7 @@ def _memory(
         strategy=strategy or cfg.strategy,
         dp_size=max(1, world // tp),
         tp_size=tp,
-        micro_batch=micro_batch or cfg.per_device_train_batch_size,
+        micro_batch=micro_batch or forward_batch(cfg, shape, hw, seq_len or cfg.max_length)[0],
         seq_len=seq_len or cfg.max_length,
         gradient_checkpointing=cfg.gradient_checkpointing if gc is None else gc,
         attn_implementation=cfg.attn_implementation,
@@ -321,6 +322,15 @@ def _memory_refusals(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, no: 
             )
 
 
+def forward_batch(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, seq_len: int) -> tuple[int, int | None]:
+    """``(rows one forward holds, the token bound that set it)``: the micro-batch as the trainer runs it
+    (``micro_batch.forward_rows``; a CPU bounds a forward's activations), the bound None where none applies."""
+    budget = token_budget(cfg.micro_batch_tokens, hw.device == "cuda", shape.num_layers * shape.hidden_size)
+    sequences = get_method(cfg.method).sequences_per_row
+    rows, _ = forward_rows(cfg.per_device_train_batch_size, 1, seq_len, sequences, budget)
+    return rows, (budget if sequences is not None else None)
+
+
 def plan(
     cfg: TrainConfig,
     model: ModelSpec | ModelShape | int | None = None,
@@ -378,6 +388,12 @@ def plan(
     how_long = f"{steps} steps{of_rows}"
     batch = _Batch(gbs, dp, tokens_step, per_row, window, total, how_long)
     reasons = notes + _reasons(cfg, hardware, mem, cost, batch, row_tokens_note, throughput_note, tokens_per_second)
+    held, bound = forward_batch(cfg, shape, hardware, seq_len)
+    if held < cfg.per_device_train_batch_size:
+        reasons.append(
+            f"a forward holds {held} of the {cfg.per_device_train_batch_size} rows ({held} x {seq_len} tokens, at most "
+            f"{bound} on a {hardware.device}: micro_batch_tokens); the others accumulate into the same optimizer step"
+        )
     warnings += _strategy_warnings(cfg, hardware)
     epochs = gbs * steps / dataset_rows if dataset_rows else None
     spec = model if isinstance(model, ModelSpec) else None

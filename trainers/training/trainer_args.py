@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.training import key_aliases
 from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.micro_batch import forward_rows, model_width, token_budget
 from trainteam.trainers.training.threads import Sample, run_threads
 from trainteam.trainers.training.tracking import tracking_args
 
@@ -63,8 +65,6 @@ def check_runtime(config: TrainConfig) -> bool:
 
 # TrainConfig fields that are TrainingArguments fields of the same name and meaning: passed as they are
 SAME_NAMES = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
     "learning_rate",
     "lr_scheduler_type",
     "weight_decay",
@@ -76,12 +76,30 @@ SAME_NAMES = (
 )
 
 
-def common_args(config: TrainConfig, output_dir: Path) -> dict:
+def common_args(
+    config: TrainConfig,
+    output_dir: Path,
+    *,
+    model: Any = None,
+    row_tokens: int | None = None,
+    sequences_per_row: int | None = None,
+) -> dict:
     """Keyword arguments valid for ``TrainingArguments`` and every TRL config: the fields of the same name
-    as they are (``SAME_NAMES``), and what trainteam decides from the others."""
+    as they are (``SAME_NAMES``), and what trainteam decides from the others. A method that gives its record's
+    ``sequences_per_row`` has its micro-batch bounded on a CPU (``micro_batch``: by ``model``'s width and the
+    tokens of its longest row, ``row_tokens``, default ``max_length``)."""
     cuda = check_runtime(config)
+    rows, accumulation = forward_rows(
+        config.per_device_train_batch_size,
+        config.gradient_accumulation_steps,
+        row_tokens or config.max_length,
+        sequences_per_row,
+        token_budget(config.micro_batch_tokens, cuda, model_width(model)),
+    )
     return dict(
         **config.model_dump(include=set(SAME_NAMES)),
+        per_device_train_batch_size=rows,
+        gradient_accumulation_steps=accumulation,
         output_dir=str(output_dir),
         # with epochs the trainer derives the steps from its dataloader (transformers' max_steps=-1)
         max_steps=config.max_steps if config.num_train_epochs is None else -1,
