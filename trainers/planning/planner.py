@@ -331,6 +331,17 @@ def forward_batch(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, seq_len
     return rows, (budget if sequences is not None else None)
 
 
+def _forward_reasons(cfg: TrainConfig, shape: ModelShape, hw: HardwareSpec, seq_len: int) -> list[str]:
+    """The split of a micro-batch into forwards, where there is one."""
+    held, bound = forward_batch(cfg, shape, hw, seq_len)
+    if held == cfg.per_device_train_batch_size:
+        return []
+    return [
+        f"a forward holds {held} of the {cfg.per_device_train_batch_size} rows ({held} x {seq_len} tokens, at most "
+        f"{bound} on a {hw.device}: micro_batch_tokens); the others accumulate into the same optimizer step"
+    ]
+
+
 def plan(
     cfg: TrainConfig,
     model: ModelSpec | ModelShape | int | None = None,
@@ -347,18 +358,17 @@ def plan(
 ) -> RunPlan:
     """Account for a config on the hardware, or raise ``PlanRefused`` naming the fields.
 
-    ``row_tokens`` (the data's mean tokens per training example: counted with the model's
-    tokenizer, ``tokens.count_tokens``, or an upper bound) makes an SFT run without packing
-    count what it computes: each row's own tokens, not ``seq_len`` of padding (the demo's
-    11-token rows at seq_len 64 were estimated 5.9x too many tokens); for DPO it is the chosen
-    and the rejected sequence together. ``dataset_rows`` (training examples) turns
-    ``num_train_epochs`` into steps and reports the epochs. ``row_tokens_note`` and
-    ``throughput_note`` say in the reasons where those numbers came from. ``longest_row`` (every row
-    counted) sizes an unpacked SFT micro-batch's activations (``padded_length``).
+    ``row_tokens`` (the data's mean tokens per training example: counted with the model's tokenizer,
+    ``tokens.count_tokens``, or an upper bound) makes an SFT run without packing count what it computes: each row's
+    own tokens, not ``seq_len`` of padding (the demo's 11-token rows at seq_len 64 were estimated 5.9x too many
+    tokens); for DPO it is the chosen and the rejected sequence together. ``dataset_rows`` (training examples) turns
+    ``num_train_epochs`` into steps and reports the epochs. ``row_tokens_note`` and ``throughput_note`` say in the
+    reasons where those numbers came from. ``longest_row`` (every row counted) sizes an unpacked SFT micro-batch's
+    activations (``padded_length``).
 
-    ``model=None`` is ``ModelSpec()`` with the default tokenizer's vocabulary;
-    ``hardware=None`` reads this machine (torch is imported only if a GPU may be present).
-    ``tokens_per_second`` (measured, whole job: ``calibrate``) replaces the FLOP-based throughput guess.
+    ``model=None`` is ``ModelSpec()`` with the default tokenizer's vocabulary; ``hardware=None`` reads this machine
+    (torch is imported only if a GPU may be present). ``tokens_per_second`` (measured, whole job: ``calibrate``)
+    replaces the FLOP-based throughput guess.
     """
     if model is None:
         model = ModelSpec(vocab_size=TokenizerConfig().vocab_size)
@@ -388,12 +398,7 @@ def plan(
     how_long = f"{steps} steps{of_rows}"
     batch = _Batch(gbs, dp, tokens_step, per_row, window, total, how_long)
     reasons = notes + _reasons(cfg, hardware, mem, cost, batch, row_tokens_note, throughput_note, tokens_per_second)
-    held, bound = forward_batch(cfg, shape, hardware, seq_len)
-    if held < cfg.per_device_train_batch_size:
-        reasons.append(
-            f"a forward holds {held} of the {cfg.per_device_train_batch_size} rows ({held} x {seq_len} tokens, at most "
-            f"{bound} on a {hardware.device}: micro_batch_tokens); the others accumulate into the same optimizer step"
-        )
+    reasons += _forward_reasons(cfg, shape, hardware, seq_len)
     warnings += _strategy_warnings(cfg, hardware)
     epochs = gbs * steps / dataset_rows if dataset_rows else None
     spec = model if isinstance(model, ModelSpec) else None

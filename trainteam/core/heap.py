@@ -9,9 +9,9 @@ C library without it (musl, macOS) has nothing to give back this way and is left
 Within a step, trimming cannot help: glibc maps a block of 128 KiB or more on its own and unmaps it when freed, but
 raises that threshold to the largest mapped block freed so far (up to 32 MiB), so once a forward's first activations
 are freed the later ones come from the heap, where what a step frees stays resident among the blocks still in use.
-A reply run's RSS between training steps climbed from 2.1 to 2.8 GiB over its recipe search and peaked at 3,238 MiB;
-with the threshold fixed at 1 MiB (``map_large_blocks``) the same run, same losses, same step times, held 1.7-2.2
-GiB (docs/history.md "A forward bounded by its activations").
+A reply run's RSS climbed from 2.1 to 2.95 GiB over the first 280 s of its recipe search, and the run peaked at
+3,238 MiB; with the threshold fixed at 1 MiB (``map_large_blocks``) the same stretch held 1.6-2.2 GiB, with the
+same losses and step times, and the run peaked at 2,992 MiB (docs/history.md "A forward bounded by its activations").
 """
 
 from __future__ import annotations
