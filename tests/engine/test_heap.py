@@ -39,11 +39,11 @@ rss = lambda: psutil.Process().memory_info().rss >> 20
 if sys.argv[1] == "mapped":
     assert heap.map_large_blocks()
 import torch
-big = torch.ones(4 << 20); del big  # 16 MiB freed: glibc's default raises its threshold to it (at most 32 MiB)
+big = torch.ones(7 << 20); del big  # 28 MiB freed: glibc's default raises its threshold to it (at most 32 MiB)
 start = rss()
 blocks, alive = [], []
-for _ in range(150):  # 300 MB in 2 MiB tensors, as a forward's activations, between small ones that stay alive
-    blocks.append(torch.ones(512 << 10))
+for _ in range(40):  # 320 MB in 8 MiB tensors, as a forward's activations, between small ones that stay alive
+    blocks.append(torch.ones(2 << 20))
     alive.append(torch.ones(1000))
 del blocks
 print(json.dumps({"kept": rss() - start}))
@@ -51,7 +51,7 @@ print(json.dumps({"kept": rss() - start}))
 
 
 def test_large_blocks_go_back_to_the_os_when_freed_not_to_the_heap():
-    """Within a step, where nothing trims: 2 MiB blocks freed between small ones still in use stay resident under
+    """Within a step, where nothing trims: 8 MiB blocks freed between small ones still in use stay resident under
     glibc's raised threshold, and go back at once when mapped on their own."""
     kept = {}
     for mode in ("default", "mapped"):
