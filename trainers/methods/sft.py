@@ -128,8 +128,8 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
 
     train_ds = shape(config, tokenizer, ds)
     ev = shape(config, tokenizer, eval_ds) if eval_ds is not None else None
-    lengths = row_lengths(tokenizer, train_ds)
-    longest = config.max_length if config.sft.packing else min(max(lengths, default=1), config.max_length)
+    lengths = None if config.sft.packing else row_lengths(tokenizer, train_ds)  # packed: windows of max_length
+    longest = min(max(lengths, default=1), config.max_length) if lengths is not None else config.max_length
     args = SFTConfig(
         **common_args(config, out, model=model, row_tokens=longest, sequences_per_row=METHOD.sequences_per_row),
         **sft_layout(config, tokenizer, train_ds, lengths),
