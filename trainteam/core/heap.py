@@ -23,13 +23,14 @@ import gc
 from functools import lru_cache
 
 
-@lru_cache(maxsize=1)
-def _trim():
+@lru_cache(maxsize=2)
+def _libc(symbol: str):
+    """glibc's ``symbol`` (``malloc_trim``, ``mallopt``), or None where the C library has none."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        return ctypes.CDLL(name).malloc_trim
+        return getattr(ctypes.CDLL(name), symbol)
     except (OSError, AttributeError):
         return None
 
@@ -43,14 +44,8 @@ LARGE_BLOCK = 4 << 20  # bytes from which a block gets its own mapping: at 1 MiB
 def map_large_blocks() -> bool:
     """From now on blocks of ``LARGE_BLOCK`` bytes or more are mapped on their own and unmapped when freed (a
     fixed threshold, which also stops glibc raising it); False where the C library has no ``mallopt``."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, LARGE_BLOCK))
+    mallopt = _libc("mallopt")
+    return mallopt is not None and bool(mallopt(M_MMAP_THRESHOLD, LARGE_BLOCK))
 
 
 def give_back() -> bool:
@@ -58,7 +53,7 @@ def give_back() -> bool:
     blocks are kept off the heap from the first call on (``map_large_blocks``)."""
     map_large_blocks()
     gc.collect()
-    trim = _trim()
+    trim = _libc("malloc_trim")
     if trim is None:
         return False
     trim(0)
