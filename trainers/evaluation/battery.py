@@ -34,6 +34,7 @@ from trainteam.trainers.evaluation.answer_style import AnswerStyle, answer_style
 from trainteam.trainers.evaluation.lm_eval_runner import run_lm_eval, write_exact_match_task
 from trainteam.trainers.evaluation.metrics.metric_registry import METRICS
 from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, bootstrap_se
+from trainteam.trainers.evaluation.precision import EvalPrecision, load_for_eval
 from trainteam.trainers.methods.method_registry import methods
 from trainteam.trainers.training import budget
 from trainteam.trainers.training.models import load_model
@@ -88,6 +89,11 @@ class BatterySpec(BaseModel):
         default=None,
         description="the metrics that judge the answers (the task's eval.metrics); "
         "default: chosen from the references (answer_style.py)",
+    )
+    precision: EvalPrecision = Field(
+        default="fp32",
+        description="the precision a checkpoint folder is scored at (the task's eval.precision; "
+        "trainers/evaluation/precision.py)",
     )
 
     @model_validator(mode="before")
@@ -463,14 +469,16 @@ def decontaminate(
 # -- the battery ---------------------------------------------------------------------------
 
 
-def _load(model_or_path, tokenizer):
+def _load(model_or_path, tokenizer, precision: EvalPrecision):
+    """The model (a folder is loaded at the battery's precision: ``precision.load_for_eval``), its tokenizer, the
+    folder (None for an in-memory model, scored as it is) and the precision it is scored at."""
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
-        model = load_model(path)
         if tokenizer is None:
             tokenizer = path
-        return model, tokenizer, path
-    return model_or_path, tokenizer, None
+        return load_for_eval(path, precision), tokenizer, path, precision
+    dtype = getattr(model_or_path, "dtype", None)
+    return model_or_path, tokenizer, None, "bf16" if str(dtype) == "torch.bfloat16" else "fp32"
 
 
 def run_battery(
@@ -496,7 +504,7 @@ def run_battery(
     started = time.monotonic()
     kind = stage_kind(stage)
     spec = spec or default_battery(stage)
-    model, tokenizer, ckpt = _load(model_or_path, tokenizer)
+    model, tokenizer, ckpt, precision = _load(model_or_path, tokenizer, spec.precision)
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(Path(tokenizer))
     if tokenizer is None:
@@ -510,7 +518,7 @@ def run_battery(
     if not records and set(spec.metrics) - {"heldout_loss"}:
         raise BadInput(f"battery {stage}: no eval problems left to measure")
     metrics: dict[str, float] = {}
-    details: dict[str, Any] = {}
+    details: dict[str, Any] = {"precision": precision}
 
     if "heldout_loss" in spec.metrics:
         loss = heldout_loss(

@@ -169,7 +169,8 @@ def evaluate(ctx: ToolContext) -> StepResult:
     base = base_input(ctx)
     return StepResult(
         summary=f"{stage.name}: {scores_beside(m, base)} on {result.n_eval} held-out problems "
-        f"(answers up to {result.details['generation']['tokens']} new tokens){_judged_by(result.details)}",
+        f"(answers up to {result.details['generation']['tokens']} new tokens, scored in "
+        f"{result.details['precision']}){_judged_by(result.details)}",
         metrics=m,
         nodes={"eval": node, "checkpoint": trained.checkpoint_node},
         artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
@@ -181,6 +182,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
             "answers": result.details.get("answers"),
             "misses": {k: v["misses"] for k, v in result.details.items() if isinstance(v, dict) and v.get("misses")},
             "generation": result.details["generation"],
+            "precision": result.details["precision"],
             "base": base.model_dump() if base else None,
             "decontamination": result.decontamination,
         },

@@ -54,9 +54,9 @@ class Curriculum(BaseModel):
 
 
 def eval_settings(task: TrainTask) -> dict:
-    """The task's ``eval`` settings a battery takes: its batch, the metrics it names, and its answer length when
-    it sets one (else the judge sizes it from the held-out answers: ``workflows/steps/eval_length.py``)."""
-    out: dict = {"batch_size": task.eval.batch_size}
+    """The task's ``eval`` settings a battery takes: its batch, its precision, the metrics it names, and its answer
+    length when it sets one (else the judge sizes it from the held-out answers: ``workflows/steps/eval_length.py``)."""
+    out: dict = {"batch_size": task.eval.batch_size, "precision": task.eval.precision}
     if task.eval.max_new_tokens is not None:
         out["max_new_tokens"] = task.eval.max_new_tokens
     if task.eval.metrics is not None:
