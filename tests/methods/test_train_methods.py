@@ -85,7 +85,10 @@ def test_lora_adapter_saves_and_loads(tmp_path, tiny, tok, arith):
 
 
 def test_dpo_moves_the_preference(tmp_path, tiny, tok, arith):
-    pairs = [{"prompt": r["prompt"], "chosen": r["completion"], "rejected": "9" + r["completion"][::-1]} for r in arith[0][:64]]
+    pairs = [
+        {"prompt": r["prompt"], "chosen": r["completion"], "rejected": "9" + r["completion"][::-1]}
+        for r in arith[0][:64]
+    ]
     cfg = _cfg(tmp_path, max_steps=10, per_device_batch_size=8, learning_rate=3e-3, dpo=DPOOptions(beta=0.5))
     rep = train("dpo", cfg, tiny, pairs, tokenizer=tok, progress=False)
     assert rep.steps_done == 10
@@ -101,8 +104,13 @@ def test_grpo_runs_with_verifiable_rewards(tmp_path, tiny, tok, arith):
         seen.append(len(completions))
         return [float(c.strip() == a) for c, a in zip(completions, answer)]
 
-    cfg = _cfg(tmp_path, max_steps=2, per_device_batch_size=4, learning_rate=1e-4,
-               grpo=GRPOOptions(num_generations=4, max_completion_length=4, loss_type="dapo", epsilon_high=0.28))
+    cfg = _cfg(
+        tmp_path,
+        max_steps=2,
+        per_device_batch_size=4,
+        learning_rate=1e-4,
+        grpo=GRPOOptions(num_generations=4, max_completion_length=4, loss_type="dapo", epsilon_high=0.28),
+    )
     rep = train("grpo", cfg, tiny, arith[0][:16], tokenizer=tok, progress=False, reward_funcs=[spy])
     assert rep.steps_done == 2 and seen and all(n % 4 == 0 for n in seen)
     assert any("reward" in k for k in rep.metrics) or rep.losses
@@ -144,9 +152,21 @@ def test_text_records_for_pretrain_and_sft(tmp_path, tiny, tok):
 def test_lora_sft_then_lora_dpo_chains_through_the_adapter_folder(tmp_path, tiny, tok, arith):
     import torch
 
-    sft = train("sft", _cfg(tmp_path / "sft", max_steps=4, lora=LoraOptions(r=4)), tiny, arith[0], tokenizer=tok, progress=False)
-    pairs = [{"prompt": r["prompt"], "chosen": r["completion"], "rejected": "9" + r["completion"][::-1]} for r in arith[0][:32]]
-    cfg = _cfg(tmp_path / "dpo", max_steps=4, per_device_batch_size=8, learning_rate=5e-3, lora=LoraOptions(r=4), dpo=DPOOptions(beta=0.5))
+    sft = train(
+        "sft", _cfg(tmp_path / "sft", max_steps=4, lora=LoraOptions(r=4)), tiny, arith[0], tokenizer=tok, progress=False
+    )
+    pairs = [
+        {"prompt": r["prompt"], "chosen": r["completion"], "rejected": "9" + r["completion"][::-1]}
+        for r in arith[0][:32]
+    ]
+    cfg = _cfg(
+        tmp_path / "dpo",
+        max_steps=4,
+        per_device_batch_size=8,
+        learning_rate=5e-3,
+        lora=LoraOptions(r=4),
+        dpo=DPOOptions(beta=0.5),
+    )
     rep = train("dpo", cfg, sft.final_dir, pairs, tokenizer=tok, progress=False)
     # The reference is the SFT result (base + SFT adapter, merged): policy == reference at step 1.
     assert rep.losses[0][1] == pytest.approx(math.log(2), abs=0.01)
@@ -203,3 +223,28 @@ def test_padding_free_sft_trains_exactly_like_padded_rows(tmp_path, tok, arith):
         cfg = _cfg(tmp_path / str(pf), max_steps=5, sft=SFTOptions(padding_free=pf))
         losses[pf] = [v for _, v in train("sft", cfg, model, arith[0], tokenizer=tok, progress=False).losses]
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_sft_batches_are_padded_to_a_multiple_of_8_unless_the_trl_block_says(tmp_path, tiny, tok, arith, padding_free):
+    """Batch widths come in steps of 8 (bounded kernel shapes on a CPU: trainers/methods/sft.py), padded and
+    padding-free; a person's ``trl: {pad_to_multiple_of: ...}`` wins."""
+    from trainteam.trainers.methods import sft
+    from trainteam.trainers.training.config import SFTOptions
+    from trainteam.trainers.training.method_data import load_data
+
+    rows = [{"prompt": "1+" * k + "1=", "completion": str(k + 1)} for k in range(1, 25)]  # 24 lengths
+    ds = load_data(rows, "sft")
+    for trl, multiple in (({}, 8), ({"pad_to_multiple_of": 16}, 16)):
+        cfg = _cfg(
+            tmp_path / str(multiple),
+            sft=SFTOptions(padding_free=padding_free),
+            trl=trl,
+            seq_len=96,
+            per_device_batch_size=3,
+        )
+        trainer = sft.build(cfg, tiny, tok, ds, None, tmp_path / str(multiple), [])
+        widths = {batch["input_ids"].shape[1] for batch in trainer.get_train_dataloader()}
+        assert widths and all(w % multiple == 0 for w in widths), widths
+        real = {int((batch["labels"] != -100).sum()) for batch in trainer.get_train_dataloader()}
+        assert min(real) > 0
