@@ -1,7 +1,7 @@
 """The precision a checkpoint folder is scored at (``eval.precision``): one setting for the base, every checkpoint of
 the run and the sealed test, so that every comparison is like for like. An adapter checkpoint is merged onto its
-base first (``load_for_eval``): the adapters and the weights merged from them are then the same numbers, and a
-merged model generates faster than adapters beside the base.
+base first (``load_for_eval``): the adapters and the weights merged from them are then the same numbers, and the
+judge's evaluation before the merge step agrees with the final evaluation after it.
 
 ``fp32`` (the default) scores the weights as saved. ``bf16`` is a person's choice for speed: measured on this repo's
 2-core AVX512-BF16 machine (docs/history.md, "Evaluation in bf16, measured and not the default"), the battery on
