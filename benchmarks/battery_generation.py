@@ -9,10 +9,10 @@ one generation at the longer length cut for the answers, determinism on 16 rows 
 
 The same model, rows and lengths for both sides (the post-train battery: answers at the task's answer length,
 repetition at 32 tokens, batch 64), rounds interleaved (ABBA), medians and the load. The answers both sides score
-are checked identical, the losses equal. A third side, ``now_bf16``, is the same work in bf16 (``eval.precision: bf16``,
-``trainers/evaluation/precision.py``): its time, how many answers match fp32's, its determinism check, and ROUGE-L
-and exact match against the references at both precisions. Ends with
-one line ``RESULT {json}``.
+are checked identical, the losses equal. A third side, ``now_bf16``, is the same work in bf16
+(``eval.precision: bf16``, ``trainers/evaluation/precision.py``): its time, how many answers match fp32's, its
+determinism check, and ROUGE-L and exact match against the references at both precisions. Ends with one line
+``RESULT {json}``.
 """
 
 from __future__ import annotations
