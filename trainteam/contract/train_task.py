@@ -36,6 +36,7 @@ from trainteam.curation.sources import MAX_ROW_BYTES
 from trainteam.trainers.evaluation.battery import MAX_NEW_TOKENS, STAGE_KINDS, BatterySpec, StageKind
 from trainteam.trainers.evaluation.gates import GateRule
 from trainteam.trainers.evaluation.metrics.metric_registry import check_metric, check_names
+from trainteam.trainers.evaluation.precision import EvalPrecision
 from trainteam.trainers.methods.method_registry import METHODS, align_methods, train_methods
 from trainteam.trainers.training import key_aliases
 from trainteam.trainers.training.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
@@ -200,7 +201,7 @@ class EvalSpec(_Strict):
         description="the metrics that judge the answers (the gate's default rules and the search read them); "
         "default: chosen from the held-out references (trainers/evaluation/answer_style.py)",
     )
-    precision: Literal["fp32", "bf16"] = Field(
+    precision: EvalPrecision = Field(
         default="fp32",
         description="the precision checkpoints are scored at, the same for the base and every checkpoint: fp32 "
         "scores the weights as saved; bf16 is about 2x faster on a CPU with native bf16, but its greedy answers "
