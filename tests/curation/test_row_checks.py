@@ -247,6 +247,16 @@ def test_defaults_follow_the_kind_of_rows_and_the_task_settings_win(tmp_path):
     assert c.quality.min_words == 3 and c.rows is not None
 
 
+def test_a_kto_stage_cuts_rows_at_its_seq_len_too(tmp_path):
+    """KTO's trainer cuts a longer sequence at max_length, as SFT's and DPO's do (its record's cuts_rows): the
+    task's split is kept to the shortest seq_len of the stages that read it."""
+    train = write_jsonl(instruction_rows(5), tmp_path / "t.jsonl")
+    held = write_jsonl(instruction_rows(5, start=150), tmp_path / "e.jsonl")
+    task = _task(data={"path": str(train), "eval_path": str(held)}, stages=["pretrain", "sft", "kto"],
+                 training={"pretrain": {"seq_len": 64}, "sft": {"seq_len": 48}, "kto": {"seq_len": 40}})
+    assert trained_seq_len(task, None) == 40
+
+
 def test_the_demo_is_curated_as_before_across_tasks(tmp_path):
     """The bundled arithmetic through the row path keeps exactly the rows the text path kept
     (prompt + completion as one text): ``08+05=`` / ``13`` is no leak of ``08-05=`` / ``03``."""

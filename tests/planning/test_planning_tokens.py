@@ -141,3 +141,18 @@ def test_plan_stage_counts_the_files_rows_with_the_tokenizer_and_uses_the_measur
     assert again.tokens_per_second == measured.tokens_per_second and again.throughput_source == "measured"
     rounding = 5e-4 + again.est_minutes * 0.005 / again.tokens_per_second  # minutes to 3 decimals, tokens/s to 2
     assert again.est_minutes == pytest.approx(again.total_tokens / again.tokens_per_second / 60, abs=rounding)
+
+
+def test_a_preference_pair_is_counted_as_two_sequences_for_every_method_that_trains_on_pairs():
+    """DPO's and KTO's records say a row spans two sequences (a pair's chosen and rejected answers): the bound
+    from bytes counts both, and the planner gives a row a window of two sequences of max_length."""
+    from trainteam.trainers.planning.planner import _row_window
+    from trainteam.trainers.training.config import TrainConfig
+
+    rows = [{"prompt": "Capital of France?", "chosen": "Paris", "rejected": "Lyon"}]
+    one = bytes_bound(rows, "sft").lengths[0]
+    for method in ("dpo", "kto"):
+        assert bytes_bound(rows, method).lengths == [2 * one]
+        assert _row_window(TrainConfig(method=method, max_length=64), 100.0) == (128.0, 100.0)
+    assert _row_window(TrainConfig(method="sft", max_length=64), 100.0) == (64.0, 64.0)
+    assert _row_window(TrainConfig(method="grpo", max_length=64), 100.0) == (64.0, 64.0)

@@ -16,7 +16,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from spine_helpers import TINY_TASK, _env, cli
 
-TRAIN = {"pretrain_model", "train_sft", "train_dpo", "train_grpo"}
+TRAIN = {"pretrain_model", "train_sft", "train_dpo", "train_grpo", "train_kto"}
 PLAN_FIRST = {"curate_corpus", "dedup_corpus", "decontaminate_corpus", "execute_workflow", "build_training_dataset",
               "train_tokenizer", "merge_adapters_ties", "export_model"} | TRAIN
 TOOLS = PLAN_FIRST | {"list_runs", "show_run", "list_approvals", "show_approval", "lineage", "graph_nodes",

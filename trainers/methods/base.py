@@ -65,6 +65,29 @@ class TrainingMethod:
     sequences_per_row: int | None = 1
     # (config, tokens) -> the config changes that make its sampled completions that long (none where the task set it)
     completion_changes: Callable[[TrainConfig, int], dict[str, Any]] | None = None
+    # What its trainer does with a row's tokens (the planner's and curation's counts):
+    cuts_rows: bool = False  # a row longer than max_length is cut there by the trainer (curation keeps it)
+    row_sequences: int = 1  # the most sequences one row's counted tokens span (a preference pair: chosen and rejected)
+    packs: Callable[[TrainConfig], bool] = field(default=lambda _cfg: False)  # rows packed into max_length windows
+    # Where it stands in a run:
+    from_scratch: bool = False  # trains a model from random init: a model built from its config starts with it
+    searched: bool = False  # the recipe search chooses its learning rate and steps when its block gives neither
+    calibrated: bool = False  # a step is its rows' forward and backward only: its pace stands in for a calibration
+    pairs_from_answers: bool = False  # pair or chat rows become preference pairs from the model's own answers
+    # Its MCP tool (``mcp_server/train_tools.py`` makes one per method): the name (``train_<name>`` when empty)
+    # and the description a client reads.
+    tool: str = ""
+    tool_doc: str = ""
+
+    @property
+    def learns_answers(self) -> bool:
+        """Learns the answer each row ends with (post-training); pretraining reads a conversation as text."""
+        return self.eval_kind == "post_train"
+
+    @property
+    def tool_name(self) -> str:
+        """Its MCP tool's name."""
+        return self.tool or f"train_{self.name}"
 
     def config_class(self) -> type:
         """The TRL (transformers) config class, imported now (TRL is heavy)."""

@@ -136,4 +136,9 @@ METHOD = TrainingMethod(
     words=r"\bdpo\b|preference",
     default_lr=(5e-6, 5e-5),
     holds_reference=_holds_reference,
+    cuts_rows=True,
+    row_sequences=2,
+    pairs_from_answers=True,
+    tool_doc="Direct preference optimisation (TRL DPOTrainer) on chosen/rejected rows: a train_model run whose "
+    "last stage is dpo, after the stages in before; registering the model waits for a person.",
 )

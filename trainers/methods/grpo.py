@@ -125,4 +125,6 @@ METHOD = TrainingMethod(
     evaluates=False,
     holds_reference=_holds_reference,
     completion_changes=completion_changes,
+    tool_doc="Group relative policy optimisation (TRL GRPOTrainer) with verifiable rewards (the answer spec): a "
+    "train_model run whose last stage is grpo, after the stages in before; registering waits for a person.",
 )

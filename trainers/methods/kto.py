@@ -92,4 +92,9 @@ METHOD = TrainingMethod(
     words=r"\bkto\b|kahneman",
     default_lr=(1e-6, 1e-5),
     holds_reference=lambda cfg: not cfg.trl.get("precompute_ref_log_probs", False),
+    cuts_rows=True,  # KTOConfig.max_length: TRL cuts a longer sequence from the right
+    row_sequences=2,  # a pair's chosen and rejected answers
+    tool_doc="Kahneman-Tversky optimisation (TRL KTOTrainer) on answers labelled desirable or not (or "
+    "chosen/rejected pairs): a train_model run whose last stage is kto, after the stages in before; "
+    "registering the model waits for a person.",
 )

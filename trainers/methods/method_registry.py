@@ -52,6 +52,22 @@ def align_methods() -> tuple[str, ...]:
     return tuple(m.name for m in METHODS.values() if m.kind == "align")
 
 
+def from_scratch_method() -> str:
+    """The method that trains a model from random init: a task building its model from a config starts with it."""
+    return next(m.name for m in METHODS.values() if m.from_scratch)
+
+
+def fine_tune_method() -> str:
+    """The method a local model is fine-tuned with when a request names none: the first training method that
+    does not start from random init."""
+    return next(m.name for m in METHODS.values() if m.kind == "train" and not m.from_scratch)
+
+
+def searched_methods() -> tuple[str, ...]:
+    """The methods whose learning rate and steps the recipe search chooses when their block gives neither."""
+    return tuple(m.name for m in METHODS.values() if m.searched)
+
+
 def rewarded_method() -> TrainingMethod:
     """The align method that learns from the task's answer checks (a bare "align" on a demo)."""
     return next(m for m in METHODS.values() if m.needs_rewards)

@@ -88,4 +88,11 @@ METHOD = TrainingMethod(
     row_tokens=row_tokens,
     words=r"pre-?train\w*|from[- ]scratch|random init\w*",
     eval_kind="pretrain",
+    packs=lambda _cfg: True,
+    from_scratch=True,
+    searched=True,
+    calibrated=True,
+    tool="pretrain_model",
+    tool_doc="Pretrain a model (from scratch, or continue model.path) on text rows: a train_model run with one "
+    "pretrain stage, under its budget; registering the model waits for a person.",
 )

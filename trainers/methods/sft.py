@@ -173,4 +173,10 @@ METHOD = TrainingMethod(
     row_kinds=("pair", "chat", "text"),
     row_tokens=row_tokens,
     words=r"\bsft\b|fine-?tun\w*|supervised|instruct\w*[- ]tun\w*",
+    cuts_rows=True,
+    packs=lambda cfg: bool(cfg.sft.packing),  # None: not packed (build)
+    searched=True,
+    calibrated=True,
+    tool_doc="Supervised fine-tuning (TRL SFTTrainer) of a model on prompt/completion or chat rows: a train_model "
+    "run whose last stage is sft, under its budget; registering the model waits for a person.",
 )

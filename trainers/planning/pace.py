@@ -42,9 +42,6 @@ from trainteam.trainers.training.threads import cpu_sample
 SKIPPED = 1  # the first step of a train() call: optimizer state, lazy set-up
 TIMED = 4  # steps timed after it
 OFF_BY = 1.5  # a pace this far from the estimate (either way) replaces a stored calibration
-# A calibration times plain training steps; a DPO step also runs the reference model, a GRPO step generates:
-# their pace is reported against the estimate, but only these methods' pace stands in for a calibration.
-STORED_METHODS = ("pretrain", "sft")
 
 
 class PaceReading(BaseModel):
@@ -154,7 +151,7 @@ def read_pace(start: dict, state, cfg: TrainConfig, shape: ModelShape | None, de
             and reading.off_by is not None
             and _off(reading.off_by)
             and device == "cpu"
-            and cfg.method in STORED_METHODS
+            and get_method(cfg.method).calibrated  # a DPO step also runs the reference, a GRPO step samples
         ):
             _replace(key, stored, reading)
             reading.stored = True

@@ -429,19 +429,20 @@ def padded_length(cfg: TrainConfig, longest_row: int | None) -> int:
     (TRL's collator), so the longest training row where it is shorter than max_length; else max_length (a packed
     window, or rows not all counted). The dates rows of 61 tokens under max_length 128 were sized at twice their
     activations."""
-    if longest_row and cfg.method == "sft" and not cfg.sft.packing:
+    method = get_method(cfg.method)
+    if longest_row and method.cuts_rows and not method.packs(cfg) and method.row_sequences == 1:
         return max(1, min(longest_row, cfg.max_length))
     return cfg.max_length
 
 
 def _row_window(cfg: TrainConfig, row_tokens: float | None) -> tuple[float, float]:
     """(the window a row may fill, the tokens a row computes): rows, not windows, where the method pads per row."""
+    method = get_method(cfg.method)
     window = float(cfg.max_length)
     per_row = window
-    if row_tokens and cfg.method == "sft" and not cfg.sft.packing:
-        per_row = min(float(row_tokens), window)  # padding-free or per-batch padding: rows, not windows
-    elif row_tokens and cfg.method == "dpo":
-        window = 2.0 * cfg.max_length  # a chosen and a rejected sequence per row
+    if row_tokens and method.cuts_rows and not method.packs(cfg):
+        # rows, not windows (padding-free or per-batch padding), of up to max_length in each of a row's sequences
+        window = float(method.row_sequences * cfg.max_length)
         per_row = min(float(row_tokens), window)
     return window, per_row
 

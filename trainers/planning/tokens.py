@@ -89,8 +89,8 @@ def count_tokens(tokenizer, rows: list[dict], method: str) -> RowTokens:
 
 def bytes_bound(rows: list[dict], method: str = "sft") -> RowTokens:
     """Without a tokenizer: each row's UTF-8 bytes + BOS and EOS, an upper bound for a byte-level BPE
-    (twice for DPO's two sequences)."""
-    times = 2 if method == "dpo" else 1
+    (times the sequences a row spans: a preference pair's two)."""
+    times = get_method(method).row_sequences
     return RowTokens(sampled_rows=len(rows), lengths=[times * (row_bytes(r) + 2) for r in rows], source="bytes")
 
 

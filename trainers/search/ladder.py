@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.jsonl import read_jsonl
+from trainteam.trainers.methods.method_registry import fine_tune_method, from_scratch_method
 from trainteam.trainers.planning import RunPlan
 from trainteam.trainers.training.config import ModelSpec, TrainConfig
 from trainteam.trainers.training.loop import train
@@ -98,11 +99,12 @@ def _records(data: Any, name: str) -> list[dict]:
 
 
 def _method(records: list[dict], name: str) -> str:
+    """Prompt/completion rows are fine-tuned, text rows pretrained (the registry's methods for each)."""
     first = records[0]
     if "prompt" in first and "completion" in first:
-        return "sft"
+        return fine_tune_method()
     if "text" in first:
-        return "pretrain"
+        return from_scratch_method()
     raise BadInput(f"{name}: records need 'text' or 'prompt'/'completion'; found {sorted(first)}")
 
 

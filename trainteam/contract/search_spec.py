@@ -23,7 +23,6 @@ from trainteam.trainers.methods.method_registry import METHODS, get_method
 from trainteam.trainers.training.key_aliases import EARLIER
 
 SEARCHABLE = ("learning_rate", "max_steps", "per_device_train_batch_size")
-SEARCHED_METHODS = ("pretrain", "sft")
 
 
 class SearchSpec(BaseModel):
@@ -76,7 +75,7 @@ def searched_settings(spec: SearchSpec, given: dict[str, set[str]], methods: dic
         return {}
     out: dict[str, list[str]] = {}
     for stage, method in methods.items():
-        if method not in SEARCHED_METHODS:
+        if not get_method(method).searched:
             continue
         wrote = given.get(stage, set())
         length = bool(wrote & {"max_steps", "num_train_epochs"})

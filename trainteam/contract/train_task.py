@@ -37,7 +37,7 @@ from trainteam.trainers.evaluation.battery import MAX_NEW_TOKENS, STAGE_KINDS, B
 from trainteam.trainers.evaluation.gates import GateRule
 from trainteam.trainers.evaluation.metrics.metric_registry import check_metric, check_names
 from trainteam.trainers.evaluation.precision import EvalPrecision
-from trainteam.trainers.methods.method_registry import METHODS, align_methods, train_methods
+from trainteam.trainers.methods.method_registry import METHODS, align_methods, from_scratch_method, train_methods
 from trainteam.trainers.training import key_aliases
 from trainteam.trainers.training.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
 
@@ -427,13 +427,14 @@ class TrainTask(_Strict):
         if self.curriculum is not None:
             self.stages = check_curriculum(self)
         elif not any(s in TRAIN_STAGES for s in self.stages):
-            raise ValueError("stages: needs pretrain or sft")
-        if "pretrain" in self.stages and self.model.path is not None and self.curriculum is None:
-            raise ValueError("stages: pretrain starts from random init; model.path is for fine-tuning")
-        if "pretrain" not in self.stages and self.model.path is None and self.curriculum is None:
+            raise ValueError(f"stages: needs {' or '.join(TRAIN_STAGES)}")
+        scratch = from_scratch_method()
+        if scratch in self.stages and self.model.path is not None and self.curriculum is None:
+            raise ValueError(f"stages: {scratch} starts from random init; model.path is for fine-tuning")
+        if scratch not in self.stages and self.model.path is None and self.curriculum is None:
             raise ValueError(
                 f"stages: {self.stages[0]} fine-tunes a trained model; give model.path, "
-                "or pretrain first (stages: [pretrain, ...])"
+                f"or {scratch} first (stages: [{scratch}, ...])"
             )
         if self.curation is not None:
             try:

@@ -1,28 +1,29 @@
-"""One MCP tool per training method: ``pretrain_model``, ``train_sft``, ``train_dpo``, ``train_grpo``.
+"""One MCP tool per training method, made from the method registry (``trainers/methods/``): its record's
+``tool_name`` (``pretrain_model``, ``train_sft``, ``train_dpo``, ``train_grpo``, ``train_kto``) and ``tool_doc``.
 
 Each is ``execute_workflow`` on a task the tool writes from its arguments: the model, the data, the
 budget and the stage's settings, with the tool's method as the last stage (after ``before``, the
-stages it builds on: an align method needs an SFT stage before it). So a training call is a run like
-any other: planned first, checked by the task's own rules (the one-line errors of a task file), under
-its budget, with ``register_model`` waiting for a person. The argument models are the task's own
-(``ModelSpec``, ``DataSpec``, ``BudgetSpec``, ``TrainConfig``, ``GateSpec``), so a client sees their
-fields and descriptions in the tool's schema.
+stages it builds on: an align method needs a training stage before it, a fine-tuning method may follow the
+method that trains from random init). So a training call is a run like any other: planned first, checked by
+the task's own rules (the one-line errors of a task file), under its budget, with ``register_model`` waiting
+for a person. The argument models are the task's own (``ModelSpec``, ``DataSpec``, ``BudgetSpec``,
+``TrainConfig``, ``GateSpec``), so a client sees their fields and descriptions in the tool's schema. A method
+added to the registry gets its tool here with no edit.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field, create_model
 
 from trainteam.contract.step_io import PlanFirstArgs
 from trainteam.contract.train_task import BudgetSpec, DataSpec, GateSpec
 from trainteam.curation.answers import AnswerSpec
 from trainteam.mcp_server.mcp_tools import MAX_WAIT_S, ExecuteWorkflowArgs, execute_workflow
-from trainteam.trainers.methods import dpo, grpo, pretrain, sft
+from trainteam.trainers.methods.base import TrainingMethod
+from trainteam.trainers.methods.method_registry import fine_tune_method, methods, train_methods
 from trainteam.trainers.training.config import Method, ModelSpec, TrainConfig
-
-Before = Literal["pretrain", "sft"]
 
 
 class _TrainArgs(PlanFirstArgs):
@@ -48,43 +49,6 @@ class _TrainArgs(PlanFirstArgs):
     )
 
 
-class PretrainArgs(_TrainArgs):
-    """Pretrain a model (from scratch, or continue model.path) on text rows: a train_model run with one
-    pretrain stage, under its budget; registering the model waits for a person."""
-
-
-class TrainSftArgs(_TrainArgs):
-    """Supervised fine-tuning (TRL SFTTrainer) of a model on prompt/completion or chat rows: a train_model
-    run whose last stage is sft, under its budget; registering the model waits for a person."""
-
-    before: list[Literal["pretrain"]] = Field(
-        default_factory=list,
-        description="[pretrain] for a model trained from scratch first; [] to fine-tune model.path",
-    )
-
-
-def _after_sft() -> list[Before]:
-    return ["sft"]
-
-
-class TrainDpoArgs(_TrainArgs):
-    """Direct preference optimisation (TRL DPOTrainer) on chosen/rejected rows: a train_model run whose last
-    stage is dpo, after the stages in before; registering the model waits for a person."""
-
-    before: list[Before] = Field(
-        default_factory=_after_sft, description="stages before dpo (dpo needs sft or pretrain first)"
-    )
-
-
-class TrainGrpoArgs(_TrainArgs):
-    """Group relative policy optimisation (TRL GRPOTrainer) with verifiable rewards (the answer spec): a
-    train_model run whose last stage is grpo, after the stages in before; registering waits for a person."""
-
-    before: list[Before] = Field(
-        default_factory=_after_sft, description="stages before grpo (grpo needs sft or pretrain first)"
-    )
-
-
 def _task(args: _TrainArgs, method: str) -> dict[str, Any]:
     """The task file's fields, as a person would write them (what the run records and replays)."""
     dump = lambda m: m.model_dump(mode="json", exclude_unset=True)  # noqa: E731
@@ -104,7 +68,7 @@ def _task(args: _TrainArgs, method: str) -> dict[str, Any]:
     return task
 
 
-def _train(method: str):
+def _train(method: str, tool: str):
     def run(ws_root, open_ws, args: _TrainArgs) -> dict[str, Any]:
         call = ExecuteWorkflowArgs(
             task=_task(args, method),
@@ -114,23 +78,47 @@ def _train(method: str):
             reason=args.reason,
         )
         out = execute_workflow(ws_root, open_ws, call)
-        out["tool"] = {"pretrain": "pretrain_model"}.get(method, f"train_{method}")
+        out["tool"] = tool
         if not out["executed"]:
-            out["next"] = f"call {out['tool']} again with execute: true to start the run"
+            out["next"] = f"call {tool} again with execute: true to start the run"
         return out
 
-    run.__name__ = f"train_{method}"
+    run.__name__ = tool
     return run
 
 
-pretrain_model = _train(pretrain.METHOD.name)
-train_sft = _train(sft.METHOD.name)
-train_dpo = _train(dpo.METHOD.name)
-train_grpo = _train(grpo.METHOD.name)
+def _before(method: TrainingMethod) -> tuple[Any, Any] | None:
+    """The ``before`` field of a method's tool: the training stages an align method follows (a fine-tuning one
+    by default), or the stage that trains from random init a fine-tuning method may follow; None for that
+    stage itself."""
+    if method.kind == "align":
+        trained = train_methods()
+        return list[Literal[trained]], Field(  # type: ignore[valid-type]
+            default_factory=lambda: [fine_tune_method()],
+            description=f"stages before {method.name} ({method.name} needs {' or '.join(trained)} first)",
+        )
+    scratch = tuple(m.name for m in methods() if m.from_scratch and m.name != method.name)
+    if not scratch:
+        return None
+    return list[Literal[scratch]], Field(  # type: ignore[valid-type]
+        default_factory=list,
+        description=f"[{scratch[0]}] for a model trained from scratch first; [] to fine-tune model.path",
+    )
 
-TRAIN_TOOLS = (
-    ("pretrain_model", PretrainArgs, pretrain_model),
-    ("train_sft", TrainSftArgs, train_sft),
-    ("train_dpo", TrainDpoArgs, train_dpo),
-    ("train_grpo", TrainGrpoArgs, train_grpo),
-)
+
+def tool_args(method: TrainingMethod) -> type[BaseModel]:
+    """The argument model of a method's tool: the common fields, its ``before``, its record's ``tool_doc``."""
+    before = _before(method)
+    fields: dict[str, Any] = {} if before is None else {"before": before}
+    name = "".join(part.capitalize() for part in method.tool_name.split("_")) + "Args"
+    model = create_model(name, __base__=_TrainArgs, __doc__=method.tool_doc or method.tool_name, **fields)
+    model.__module__ = __name__
+    return model
+
+
+def train_tools() -> tuple[tuple[str, type[BaseModel], Any], ...]:
+    """``(tool name, argument model, function)`` per training method, in the registry's order."""
+    return tuple((m.tool_name, tool_args(m), _train(m.name, m.tool_name)) for m in methods())
+
+
+TRAIN_TOOLS = train_tools()

@@ -44,7 +44,15 @@ from trainteam.contract.train_task import (  # one ceiling for requests and task
 )
 from trainteam.core.errors import BadInput
 from trainteam.curation.sources import DATA_SUFFIXES
-from trainteam.trainers.methods.method_registry import align_methods, methods, rewarded_method, sampling_method
+from trainteam.trainers.methods.method_registry import (
+    align_methods,
+    fine_tune_method,
+    from_scratch_method,
+    methods,
+    rewarded_method,
+    sampling_method,
+    train_methods,
+)
 from trainteam.trainers.planning.planner import model_shape
 from trainteam.workflows.requests.model_names import (
     HUB_WORDS,
@@ -701,7 +709,7 @@ _GATE_FORMS = (
 
 def _gates(text: str, stages: list[str]) -> dict[str, dict[str, Any]]:
     gates: dict[str, dict[str, Any]] = {}
-    train_stages = [s for s in stages if s in ("pretrain", "sft")]
+    train_stages = [s for s in stages if s in train_methods()]
     for clause in _clauses(text):
         named = [s for s in STAGE_ORDER if s in stages and _search(STAGE_WORDS[s], clause)]
         if _search(r"(?:must|may|should|does) not regress|no regression", clause):
@@ -816,10 +824,11 @@ def _stages(text: str, model: dict[str, Any] | None, data: dict[str, Any] | None
             )
     built = model is None or "path" not in model
     named = list(stages)
-    if built and "pretrain" not in stages:
-        stages.insert(0, "pretrain")  # a model built from a config starts from random init (and needs a tokenizer)
+    scratch = from_scratch_method()
+    if built and scratch not in stages:
+        stages.insert(0, scratch)  # a model built from a config starts from random init (and needs a tokenizer)
     if not built and not stages:
-        stages = ["sft"]
+        stages = [fine_tune_method()]
     if not named:
         why = "a local model is fine-tuned" if not built else "a model built from its config starts from random init"
         r.defaults.append(Filled("stages", stages[0], f"stages: none named; {stages[0]} ({why})"))
@@ -827,8 +836,8 @@ def _stages(text: str, model: dict[str, Any] | None, data: dict[str, Any] | None
         r.defaults.append(
             Filled(
                 "stages",
-                "pretrain",
-                f"stages: pretrain first, then {' → '.join(named)} (the model "
+                scratch,
+                f"stages: {scratch} first, then {' → '.join(named)} (the model "
                 "is built from its config, so it starts from random init)",
             )
         )

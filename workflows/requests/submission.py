@@ -36,10 +36,11 @@ from trainteam.agents.briefing import data_line, model_line
 from trainteam.agents.cards import render
 from trainteam.agents.policy import stream_of
 from trainteam.agents.providers import build_model, choose_model, provider_errors, provider_failure
-from trainteam.contract.search_spec import SEARCHABLE, SEARCHED_METHODS
+from trainteam.contract.search_spec import SEARCHABLE
 from trainteam.contract.train_task import TrainTask, resolve_paths
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.curation.answers import default_answer
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.workflows.requests.model_sources import ModelSources, resolver
 from trainteam.workflows.requests.request_rules import (
@@ -560,6 +561,6 @@ def _library_defaults(task, stage: str, said: Reading, decided: set[str]) -> lis
     ):
         if keys:
             out.append(f"training.{stage}: {', '.join(f'{k} {getattr(cfg, k):g}' for k in keys)} not said; {why}")
-    if library and cfg.method in SEARCHED_METHODS and task.search.enabled is None:
+    if library and get_method(cfg.method).searched and task.search.enabled is None:
         out[0] += " (a stage that gives part of its recipe is not searched; say 'search the recipe' for the rest)"
     return out

@@ -27,12 +27,12 @@ from trainteam.curation.pipeline import curate as run_curation
 from trainteam.curation.row_checks import RowChecksConfig, row_of, row_records
 from trainteam.graph import KnowledgeGraph, NodeKind, node_id
 from trainteam.graph.record import record_dataset, record_derived_from, recorded_dataset
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.chat_templates import apply_chat_template
 from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.workflows.steps.corpus import eval_sets
 from trainteam.workflows.task.curriculum import curriculum_from_task
 
-CUT_AT_SEQ_LEN = ("sft", "dpo")  # the methods whose trainer cuts a row longer than seq_len
 _EXAMPLES = 3  # examples per rule in an approval's evidence
 
 
@@ -77,11 +77,13 @@ def curation_config(task, kind: RowKind, data=None, max_tokens: int | None = Non
 
 def trained_seq_len(task, stage: str | None) -> int | None:
     """The shortest seq_len at which rows of this split are trained by a method that cuts longer
-    rows (SFT, DPO): the stages without data of their own read the task's split (``stage`` None)."""
+    rows (its record's ``cuts_rows``): the stages without data of their own read the task's split (``stage`` None)."""
     readers = [
         s
         for s in curriculum_from_task(task).stages
-        if (s.data is None if stage is None else s.name == stage) and s.method in CUT_AT_SEQ_LEN
+        if (s.data is None if stage is None else s.name == stage)
+        and s.method is not None
+        and get_method(s.method).cuts_rows
     ]
     return min((s.train_config().max_length for s in readers), default=None)
 

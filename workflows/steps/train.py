@@ -37,6 +37,7 @@ from trainteam.graph.record import record_checkpoint, record_tokenizer
 from trainteam.trainers.evaluation.battery import greedy_generations
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage, random_init
 from trainteam.trainers.launch.supervisor import train_launched
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training import budget
 from trainteam.trainers.training.chat_templates import chosen_format, save_tokenizer_with_template
 from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
@@ -723,13 +724,12 @@ def align(ctx: ToolContext) -> StepResult:
         what = f"{st.name}: trained before ({final_dir.parent.name}/{final_dir.name})"
     else:
         records = _records(str(data_path))
-        given = method == "dpo" and records and all(row_kind(r) == "preference" for r in records)
+        from_answers = method is not None and get_method(method).pairs_from_answers
+        given = from_answers and records and all(row_kind(r) == "preference" for r in records)
         # DPO on the user's chosen/rejected rows as given; else pairs from the model's own answers
         answer_tokens = eval_budget(ctx, st, tokenizer).tokens  # the model's own answers, as long as the judge's
         train_data = (
-            _preference_pairs(ctx, ckpt, tokenizer, records, answer_tokens)
-            if method == "dpo" and not given
-            else records
+            _preference_pairs(ctx, ckpt, tokenizer, records, answer_tokens) if from_answers and not given else records
         )
         # GRPO's completions as long as the answer checks' (``eval_budget``) unless the task sets their length
         node, report = runner.run(

@@ -96,7 +96,7 @@ def _plans(task: TrainTask, source: str) -> None:
             )
         data = task.stage_data(stage)
         batch = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
-        if data.demo is not None and cfg.method in ("pretrain", "sft") and batch > data.n_train:
+        if data.demo is not None and get_method(cfg.method).kind == "train" and batch > data.n_train:
             raise BadInput(
                 f"{source}: training.{stage}.per_device_train_batch_size: a batch of {batch} rows is more "
                 f"than the {data.n_train} training rows"
@@ -225,10 +225,10 @@ def _ends_with_answer(row: Row) -> str | None:
 
 
 def _train_problem(row: Row, method: str) -> str | None:
-    kinds = get_method(method).row_kinds
-    if row.kind not in kinds:
-        return f"{method} trains on {', '.join(kinds)} rows; this row is {row.kind}"
-    return _ends_with_answer(row) if method != "pretrain" else None
+    record = get_method(method)
+    if row.kind not in record.row_kinds:
+        return f"{method} trains on {', '.join(record.row_kinds)} rows; this row is {row.kind}"
+    return _ends_with_answer(row) if record.learns_answers else None
 
 
 def _answer_problem(row: Row) -> str | None:

@@ -357,12 +357,12 @@ def _plan_inputs(task, cfg, counted: DataTokens | None, device: str, vocab: int 
         return out
     tokens = counted.tokens
     examples = counted.examples
-    if cfg.method == "pretrain" and examples and counted.rows:  # examples are counted from rows
+    method = get_method(cfg.method)
+    if method.packs(cfg) and examples and counted.rows:  # examples are counted from rows
         examples = max(1, int(counted.rows * tokens.mean() / cfg.max_length))  # packed windows of seq_len
     out["dataset_rows"] = examples
-    per_sequence = 2 if cfg.method == "dpo" else 1
-    if cfg.method in ("sft", "dpo") and tokens.lengths:
-        out["row_tokens"] = tokens.mean(cfg.max_length, per_sequence)
+    if method.cuts_rows and tokens.lengths:
+        out["row_tokens"] = tokens.mean(cfg.max_length, method.row_sequences)
         out["row_tokens_note"] = (
             "counted with the model's tokenizer" if tokens.source == "tokenizer" else "an upper bound from UTF-8 bytes"
         )

@@ -175,7 +175,7 @@ def stage_checks(task: TrainTask, stage: str, source: str, measure: bool) -> Ite
     if counted is not None:
         tokens = counted.tokens
         rows = f"{counted.rows:,} training rows" if counted.rows else "training rows"
-        over = tokens.longest > cfg.max_length and cfg.method in ("sft", "dpo")
+        over = tokens.longest > cfg.max_length and get_method(cfg.method).cuts_rows
         yield Check(
             f"tokens ({stage})",
             "warn" if over else "ok",
