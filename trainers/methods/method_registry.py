@@ -2,26 +2,35 @@
 its own file of this folder (``grpo.py`` defines ``METHOD``). Ask it what a method is instead of naming
 one: ``get_method(cfg.method).needs_rewards``, ``align_methods()``.
 
-Adding a method is its file and its name in ``names.py``.
+Adding a method is its file and its name in ``names.py``; another package adds one as a file of its own and an
+entry point (``names.py``).
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import entry_points
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.methods.base import TrainingMethod
-from trainteam.trainers.methods.names import NAMES
+from trainteam.trainers.methods.names import BUILT_IN, GROUP, NAMES
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.trainer_args import trl_args
 
 
 def _load() -> dict[str, TrainingMethod]:
     found: dict[str, TrainingMethod] = {}
+    points = {ep.name: ep for ep in entry_points(group=GROUP)}
     for name in NAMES:
-        record = importlib.import_module(f"trainteam.trainers.methods.{name}").METHOD
+        if name in BUILT_IN:
+            where, record = (
+                f"trainers/methods/{name}.py: METHOD",
+                importlib.import_module(f"{__package__}.{name}").METHOD,
+            )
+        else:
+            where, record = f"entry point {name} = {points[name].value}", points[name].load()
         if not isinstance(record, TrainingMethod) or record.name != name:
-            raise TypeError(f"trainers/methods/{name}.py: METHOD must be the TrainingMethod named {name!r}")
+            raise TypeError(f"{where} must be the TrainingMethod named {name!r}")
         found[name] = record
     return found
 

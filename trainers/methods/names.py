@@ -1,8 +1,22 @@
 """The training methods' names, in the order stages run: the registry's one list.
 
-A name here is a file of this folder that defines ``METHOD`` (a ``TrainingMethod``); ``method_registry``
-loads them. ``training/config.py`` validates ``TrainConfig.method`` against this list, so this module
-imports nothing (the method files import ``config``).
+A built-in name is a file of this folder that defines ``METHOD`` (a ``TrainingMethod``). A method of another
+package is one file of its own, named by an entry point of the group ``trainteam.methods`` in that package's
+metadata (``[project.entry-points."trainteam.methods"] orpo = "my_pkg.orpo:METHOD"``): its name comes after
+the built-in ones. ``method_registry`` loads them all. ``training/config.py`` validates ``TrainConfig.method``
+against this list, so this module imports no method (the method files import ``config``): an entry point is
+read here by its name only.
 """
 
-NAMES: tuple[str, ...] = ("pretrain", "sft", "dpo", "grpo", "kto")
+from importlib.metadata import entry_points
+
+GROUP = "trainteam.methods"
+BUILT_IN: tuple[str, ...] = ("pretrain", "sft", "dpo", "grpo", "kto")
+
+
+def added() -> tuple[str, ...]:
+    """The names of the methods other installed packages add (their ``trainteam.methods`` entry points)."""
+    return tuple(sorted({ep.name for ep in entry_points(group=GROUP)} - set(BUILT_IN)))
+
+
+NAMES: tuple[str, ...] = BUILT_IN + added()
