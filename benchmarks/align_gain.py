@@ -43,16 +43,31 @@ def main() -> None:
     from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints
 
     task = load_task_file(Path(__file__).resolve().parents[1] / "examples" / "tasks" / "addition.yaml")
-    train_recs, eval_recs = generate_arithmetic(ArithmeticConfig(n_train=task.data.n_train, n_eval=task.data.n_eval,
-                                                                 max_operand=task.data.max_operand, seed=a.seed))
+    train_recs, eval_recs = generate_arithmetic(
+        ArithmeticConfig(
+            n_train=task.data.n_train, n_eval=task.data.n_eval, max_operand=task.data.max_operand, seed=a.seed
+        )
+    )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        tok = load_tokenizer(train_tokenizer((r["prompt"] + r["completion"] for r in train_recs),
-                                             TokenizerConfig(vocab_size=task.tokenizer.vocab_size), work / "tok"))
+        tok = load_tokenizer(
+            train_tokenizer(
+                (r["prompt"] + r["completion"] for r in train_recs),
+                TokenizerConfig(vocab_size=task.tokenizer.vocab_size),
+                work / "tok",
+            )
+        )
         model = build_model(task.model, tok, seed=a.seed)
-        sft_cfg = task.train_config("sft").model_copy(update={
-            "output_dir": work / "sft", "max_steps": a.sft_steps, "save_steps": a.every, "save_total_limit": 10_000,
-            "resume": "never", "seed": a.seed})
+        sft_cfg = task.train_config("sft").model_copy(
+            update={
+                "output_dir": work / "sft",
+                "max_steps": a.sft_steps,
+                "save_steps": a.every,
+                "save_total_limit": 10_000,
+                "resume": "never",
+                "seed": a.seed,
+            }
+        )
         t0 = time.time()
         train("sft", sft_cfg, model, train_recs, tokenizer=tok, progress=False)
         sft_s = time.time() - t0
@@ -71,28 +86,44 @@ def main() -> None:
             return
         ckpt, sft_em = start
         a.grpo_steps = a.grpo_steps or task.train_config("grpo").max_steps
-        grpo_cfg = task.train_config("grpo").model_copy(update={
-            "output_dir": work / "grpo", "max_steps": a.grpo_steps, "save_steps": None, "resume": "never", "seed": a.seed})
+        grpo_cfg = task.train_config("grpo").model_copy(
+            update={
+                "output_dir": work / "grpo",
+                "max_steps": a.grpo_steps,
+                "save_steps": None,
+                "resume": "never",
+                "seed": a.seed,
+            }
+        )
         t0 = time.time()
         rep = train("grpo", grpo_cfg, ckpt, train_recs, tokenizer=tok, progress=False)
         grpo_s = time.time() - t0
         grpo_em = _em(rep.final_dir, tok, eval_recs)
         # Baseline: the same step count of plain SFT from the same checkpoint, at SFT's learning rate.
-        more_cfg = sft_cfg.model_copy(update={"output_dir": work / "more", "max_steps": a.grpo_steps, "save_steps": None,
-                                               "warmup_steps": 0})
+        more_cfg = sft_cfg.model_copy(
+            update={"output_dir": work / "more", "max_steps": a.grpo_steps, "save_steps": None, "warmup_steps": 0}
+        )
         more = train("sft", more_cfg, ckpt, train_recs, tokenizer=tok, progress=False)
         more_em = _em(more.final_dir, tok, eval_recs)
 
     def cut(after: float) -> float:
         return round((after - sft_em) / (1 - sft_em), 3) if sft_em < 1 else 0.0
 
-    result.update({
-        "start_checkpoint_step": checkpoint_step(ckpt), "sft_exact_match": sft_em,
-        "grpo_exact_match": grpo_em, "grpo_error_cut": cut(grpo_em), "grpo_s": round(grpo_s, 1),
-        "more_sft_exact_match": more_em, "more_sft_error_cut": cut(more_em),
-    })
-    print(f"SFT {sft_em:.3f} -> GRPO {grpo_em:.3f}: {result['grpo_error_cut']:.0%} of the remaining error removed "
-          f"(goal >= 30 %); {a.grpo_steps} more SFT steps instead: {more_em:.3f} ({result['more_sft_error_cut']:.0%})")
+    result.update(
+        {
+            "start_checkpoint_step": checkpoint_step(ckpt),
+            "sft_exact_match": sft_em,
+            "grpo_exact_match": grpo_em,
+            "grpo_error_cut": cut(grpo_em),
+            "grpo_s": round(grpo_s, 1),
+            "more_sft_exact_match": more_em,
+            "more_sft_error_cut": cut(more_em),
+        }
+    )
+    print(
+        f"SFT {sft_em:.3f} -> GRPO {grpo_em:.3f}: {result['grpo_error_cut']:.0%} of the remaining error removed "
+        f"(goal >= 30 %); {a.grpo_steps} more SFT steps instead: {more_em:.3f} ({result['more_sft_error_cut']:.0%})"
+    )
     print("RESULT " + json.dumps(result))
 
 

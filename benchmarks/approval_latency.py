@@ -36,17 +36,22 @@ from pg_server import PgServer  # noqa: E402
 K = 8  # approvals per backend
 POLLING_S = (0.05, 0.1)  # trainteam's default notification polling interval, and the most it allows
 TASK = {
-    "name": "latency", "workflow": "latency",
+    "name": "latency",
+    "workflow": "latency",
     "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_position_embeddings": 64},
     "data": {"demo": "addition", "n_train": 200, "n_eval": 16, "max_operand": 20},
-    "tokenizer": {"vocab_size": 280}, "stages": ["pretrain"],
+    "tokenizer": {"vocab_size": 280},
+    "stages": ["pretrain"],
     "training": {"pretrain": {"max_steps": 6, "per_device_train_batch_size": 8, "max_length": 32}},
     "budget": {"max_wall_minutes": 30},
     "require_approval": [f"p{i}" for i in range(K)],
 }
-SPEC = {"name": "latency", "start": "p0",
-        "steps": [{"name": f"p{i}", "persona": "data_curator", "tool": "prepare_corpus"} for i in range(K)],
-        "edges": [{"from": f"p{i}", "to": f"p{i + 1}"} for i in range(K - 1)]}
+SPEC = {
+    "name": "latency",
+    "start": "p0",
+    "steps": [{"name": f"p{i}", "persona": "data_curator", "tool": "prepare_corpus"} for i in range(K)],
+    "edges": [{"from": f"p{i}", "to": f"p{i + 1}"} for i in range(K - 1)],
+}
 
 
 def _ts(stamp: str) -> float:
@@ -73,8 +78,12 @@ def measure(folder: Path, url: str | None, polling_s: float) -> dict:
 
     folder.mkdir(parents=True, exist_ok=True)
     ws_path = folder / "ws"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINTEAM_THREADS": "1",
-           "TRAINTEAM_NOTIFICATION_POLLING_S": str(polling_s)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TRAINTEAM_THREADS": "1",
+        "TRAINTEAM_NOTIFICATION_POLLING_S": str(polling_s),
+    }
     settings = Settings()
     if url:
         env.update(TRAINTEAM_DATABASE_URL=url, TRAINTEAM_DBOS_DATABASE_URL=url)
@@ -82,9 +91,25 @@ def measure(folder: Path, url: str | None, polling_s: float) -> dict:
     (folder / "spec.yaml").write_text(yaml.safe_dump(SPEC))
     (folder / "task.yaml").write_text(yaml.safe_dump(TASK))
     ws = Workspace.open(ws_path, settings)
-    run = subprocess.Popen([sys.executable, "-m", "trainteam.cli", "-w", str(ws_path), "execute-workflow",
-                            str(folder / "spec.yaml"), "--task", str(folder / "task.yaml"), "--run-id", "lat", "-q"],
-                           env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "run.err", "w"))
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainteam.cli",
+            "-w",
+            str(ws_path),
+            "execute-workflow",
+            str(folder / "spec.yaml"),
+            "--task",
+            str(folder / "task.yaml"),
+            "--run-id",
+            "lat",
+            "-q",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(folder / "run.err", "w"),
+    )
     approvals, runs = ApprovalStore(ws.engine), RunStore(ws.engine)
     latencies, sends, woken = [], [], []
     try:
@@ -95,7 +120,9 @@ def measure(folder: Path, url: str | None, polling_s: float) -> dict:
             decide(ws, pending[0]["id"], approve=True, by="bench")
             sends.append(time.perf_counter() - t0)
             sent = time.time()  # decide() returns right after the message is sent
-            attempt = _wait(lambda: [a for a in runs.attempts("lat") if a["step"] == f"p{i}"], run, folder / "run.err")[0]
+            attempt = _wait(lambda: [a for a in runs.attempts("lat") if a["step"] == f"p{i}"], run, folder / "run.err")[
+                0
+            ]
             decided = approvals.get(pending[0]["id"])["decided_at"]
             latencies.append(_ts(attempt["started_at"]) - _ts(decided))
             woken.append(_ts(attempt["started_at"]) - sent)
@@ -104,9 +131,14 @@ def measure(folder: Path, url: str | None, polling_s: float) -> dict:
     finally:
         if run.poll() is None:
             run.kill()
-    return {"median_s": round(statistics.median(latencies), 4), "min_s": round(min(latencies), 4),
-            "max_s": round(max(latencies), 4), "decide_median_s": round(statistics.median(sends), 4),
-            "sent_to_step_median_s": round(statistics.median(woken), 4), "n": K}
+    return {
+        "median_s": round(statistics.median(latencies), 4),
+        "min_s": round(min(latencies), 4),
+        "max_s": round(max(latencies), 4),
+        "decide_median_s": round(statistics.median(sends), 4),
+        "sent_to_step_median_s": round(statistics.median(woken), 4),
+        "n": K,
+    }
 
 
 def main() -> None:
@@ -118,18 +150,32 @@ def main() -> None:
         # the polling interval doubled: a polled wake-up waits longer, a pushed one does not
         sqlite_slow = measure(Path(tmp) / "sqlite2", None, POLLING_S[1])
         postgres_slow = measure(Path(tmp) / "pg2", pg.new_database("lat"), POLLING_S[1])
-    result = {"sqlite": sqlite, "postgres": postgres, "polling_s": POLLING_S[0],
-              "sqlite_polling_0.1": sqlite_slow, "postgres_polling_0.1": postgres_slow,
-              "ratio_sqlite_over_postgres": round(sqlite["median_s"] / max(postgres["median_s"], 1e-6), 2),
-              "wake_ratio_sqlite_over_postgres": round(sqlite["sent_to_step_median_s"]
-                                                       / max(postgres["sent_to_step_median_s"], 1e-6), 2)}
-    for name, r in (("SQLite", sqlite), ("Postgres", postgres), ("SQLite, polling 0.1 s", sqlite_slow),
-                    ("Postgres, polling 0.1 s", postgres_slow)):
-        print(f"{name}: approval -> step started {r['median_s'] * 1000:.0f} ms (median of {K}; "
-              f"min {r['min_s'] * 1000:.0f}, max {r['max_s'] * 1000:.0f}); decide() {r['decide_median_s'] * 1000:.0f} ms; "
-              f"message sent -> step started {r['sent_to_step_median_s'] * 1000:.0f} ms")
-    print(f"ratio SQLite / Postgres at polling {POLLING_S[0]} s: {result['ratio_sqlite_over_postgres']} "
-          f"(from the message: {result['wake_ratio_sqlite_over_postgres']})")
+    result = {
+        "sqlite": sqlite,
+        "postgres": postgres,
+        "polling_s": POLLING_S[0],
+        "sqlite_polling_0.1": sqlite_slow,
+        "postgres_polling_0.1": postgres_slow,
+        "ratio_sqlite_over_postgres": round(sqlite["median_s"] / max(postgres["median_s"], 1e-6), 2),
+        "wake_ratio_sqlite_over_postgres": round(
+            sqlite["sent_to_step_median_s"] / max(postgres["sent_to_step_median_s"], 1e-6), 2
+        ),
+    }
+    for name, r in (
+        ("SQLite", sqlite),
+        ("Postgres", postgres),
+        ("SQLite, polling 0.1 s", sqlite_slow),
+        ("Postgres, polling 0.1 s", postgres_slow),
+    ):
+        print(
+            f"{name}: approval -> step started {r['median_s'] * 1000:.0f} ms (median of {K}; "
+            f"min {r['min_s'] * 1000:.0f}, max {r['max_s'] * 1000:.0f}); decide() {r['decide_median_s'] * 1000:.0f} ms; "
+            f"message sent -> step started {r['sent_to_step_median_s'] * 1000:.0f} ms"
+        )
+    print(
+        f"ratio SQLite / Postgres at polling {POLLING_S[0]} s: {result['ratio_sqlite_over_postgres']} "
+        f"(from the message: {result['wake_ratio_sqlite_over_postgres']})"
+    )
     print("RESULT " + json.dumps(result))
 
 

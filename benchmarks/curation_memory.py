@@ -73,19 +73,32 @@ def main() -> None:
         ours = child(CHILD_CURATE, str(corpus), str(folder), str(folder / "out"))
         base = child(CHILD_BASELINE, str(corpus))
     docs = ours["counts"]["input"]
-    print(f"  trainteam streaming curate: peak RSS {ours['rss_mb']:7.0f} MiB, {ours['seconds']:.0f} s, "
-          f"{docs / ours['seconds']:.0f} docs/s, {size_mb / ours['seconds']:.2f} MiB/s; output {ours['counts']['output']} docs")
+    print(
+        f"  trainteam streaming curate: peak RSS {ours['rss_mb']:7.0f} MiB, {ours['seconds']:.0f} s, "
+        f"{docs / ours['seconds']:.0f} docs/s, {size_mb / ours['seconds']:.2f} MiB/s; output {ours['counts']['output']} docs"
+    )
     print(f"  baseline (corpus held in memory): peak RSS {base['rss_mb']:7.0f} MiB to load {base['records']} records")
     print(f"  RSS ratio trainteam / baseline: {ours['rss_mb'] / base['rss_mb']:.2f}; corpus {size_mb:.0f} MiB")
     for k, v in ours["injected"].items():
         print(f"  injected {k}: caught {v['caught']}/{v['injected']}")
-    print("RESULT " + json.dumps({
-        "benchmark": "curation_memory", "corpus_mib": round(size_mb), "docs": docs,
-        "trainteam": {"peak_rss_mib": round(ours["rss_mb"]), "seconds": round(ours["seconds"], 1), "docs_per_s": round(docs / ours["seconds"])},
-        "baseline_in_memory": {"peak_rss_mib": round(base["rss_mb"])},
-        "rss_ratio": round(ours["rss_mb"] / base["rss_mb"], 3),
-        "goal_met": ours["rss_mb"] < args.limit_mb,
-    }))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "benchmark": "curation_memory",
+                "corpus_mib": round(size_mb),
+                "docs": docs,
+                "trainteam": {
+                    "peak_rss_mib": round(ours["rss_mb"]),
+                    "seconds": round(ours["seconds"], 1),
+                    "docs_per_s": round(docs / ours["seconds"]),
+                },
+                "baseline_in_memory": {"peak_rss_mib": round(base["rss_mb"])},
+                "rss_ratio": round(ours["rss_mb"] / base["rss_mb"], 3),
+                "goal_met": ours["rss_mb"] < args.limit_mb,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

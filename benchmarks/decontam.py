@@ -79,15 +79,28 @@ def main() -> None:
     false_ours = sum(1 for r, f in zip(records, our_found) if f and "leak_of" not in r["meta"])
     agree = sum(1 for a, b in zip(base_found, our_found) if a == b) / len(records)
     print(f"  baseline   {t_base:6.2f} s  {mb / t_base:6.2f} MB/s  recall {r_base:.4f}")
-    print(f"  trainteam  {t_ours:6.2f} s  {mb / t_ours:6.2f} MB/s  recall {r_ours:.4f}  (includes cutting the leaks out)")
-    print(f"  trainteam / baseline: {t_base / t_ours:.1f}x MB/s; {n_leaks} injected leaks; "
-          f"{false_ours} flags on clean docs; per-doc agreement with baseline {agree:.4f}")
-    print("RESULT " + json.dumps({
-        "benchmark": "decontam", "docs": len(records), "mb": round(mb, 1), "injected_leaks": n_leaks,
-        "baseline": {"mb_per_s": round(mb / t_base, 2), "recall": round(r_base, 4)},
-        "trainteam": {"mb_per_s": round(mb / t_ours, 2), "recall": round(r_ours, 4), "false_flags": false_ours},
-        "speedup": round(t_base / t_ours, 2), "goal_met": r_ours == 1.0,
-    }))
+    print(
+        f"  trainteam  {t_ours:6.2f} s  {mb / t_ours:6.2f} MB/s  recall {r_ours:.4f}  (includes cutting the leaks out)"
+    )
+    print(
+        f"  trainteam / baseline: {t_base / t_ours:.1f}x MB/s; {n_leaks} injected leaks; "
+        f"{false_ours} flags on clean docs; per-doc agreement with baseline {agree:.4f}"
+    )
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "benchmark": "decontam",
+                "docs": len(records),
+                "mb": round(mb, 1),
+                "injected_leaks": n_leaks,
+                "baseline": {"mb_per_s": round(mb / t_base, 2), "recall": round(r_base, 4)},
+                "trainteam": {"mb_per_s": round(mb / t_ours, 2), "recall": round(r_ours, 4), "false_flags": false_ours},
+                "speedup": round(t_base / t_ours, 2),
+                "goal_met": r_ours == 1.0,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -115,7 +115,11 @@ def main() -> None:
         found = r["pairs"]
         recall = len(found & truth) / max(1, len(truth))
         precision = len(found & truth) / max(1, len(found))
-        summary[name] = {"docs_per_s": round(len(texts) / r["seconds"], 1), "recall": round(recall, 4), "precision": round(precision, 4)}
+        summary[name] = {
+            "docs_per_s": round(len(texts) / r["seconds"], 1),
+            "recall": round(recall, 4),
+            "precision": round(precision, 4),
+        }
         print(f"  {name:12s} recall {recall:.4f}  precision {precision:.4f}")
     base = summary["datasketch"]["docs_per_s"]
     for name in ("rensa_plain", "trainteam"):
@@ -123,7 +127,10 @@ def main() -> None:
         print(f"  {name} / datasketch: {summary[name]['speedup_vs_datasketch']:.1f}x docs/s")
     tt = summary["trainteam"]
     goal = tt["speedup_vs_datasketch"] >= 8 and tt["recall"] >= 0.99 and tt["precision"] >= 0.99
-    print("RESULT " + json.dumps({"benchmark": "dedup", "docs": len(texts), "true_pairs": len(truth), **summary, "goal_met": goal}))
+    print(
+        "RESULT "
+        + json.dumps({"benchmark": "dedup", "docs": len(texts), "true_pairs": len(truth), **summary, "goal_met": goal})
+    )
 
 
 if __name__ == "__main__":

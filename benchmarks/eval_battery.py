@@ -41,23 +41,43 @@ def main() -> None:
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
-    from trainteam.trainers import (ModelSpec, SpikeOptions, TokenizerConfig, TrainConfig, build_model, train,
-                                    train_tokenizer)
-    from trainteam.trainers.evaluation.battery import exact_match, run_battery
     from trainteam.curation.formats import prompt_text
+    from trainteam.trainers import (
+        ModelSpec,
+        SpikeOptions,
+        TokenizerConfig,
+        TrainConfig,
+        build_model,
+        train,
+        train_tokenizer,
+    )
+    from trainteam.trainers.evaluation.battery import exact_match, run_battery
     from trainteam.trainers.evaluation.lm_eval_runner import run_lm_eval, write_exact_match_task
     from trainteam.trainers.training.tokenizer import load_tokenizer
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-eval-"))
     train_recs, held = generate_arithmetic(ArithmeticConfig(task="addition", n_train=20000, n_eval=args.n_eval))
-    tok_dir = train_tokenizer((r["prompt"] + r["completion"] for r in train_recs), TokenizerConfig(vocab_size=300), tmp / "tok")
+    tok_dir = train_tokenizer(
+        (r["prompt"] + r["completion"] for r in train_recs), TokenizerConfig(vocab_size=300), tmp / "tok"
+    )
     tok = load_tokenizer(tok_dir)
     model = build_model(ModelSpec(hidden_size=128, num_layers=2, num_heads=4), tok)
     t0 = time.perf_counter()
-    rep = train("sft", TrainConfig(max_steps=args.steps, per_device_train_batch_size=64, learning_rate=3e-3,
-                                   output_dir=tmp / "sft", resume="never",
-                                   spike=SpikeOptions(enabled=False)),
-                model, train_recs, tokenizer=tok, progress=False)
+    rep = train(
+        "sft",
+        TrainConfig(
+            max_steps=args.steps,
+            per_device_train_batch_size=64,
+            learning_rate=3e-3,
+            output_dir=tmp / "sft",
+            resume="never",
+            spike=SpikeOptions(enabled=False),
+        ),
+        model,
+        train_recs,
+        tokenizer=tok,
+        progress=False,
+    )
     train_s = time.perf_counter() - t0
     ckpt = rep.final_dir
     if not (ckpt / "tokenizer.json").is_file():
@@ -77,8 +97,10 @@ def main() -> None:
     native = exact_match(ckpt, tok, held, batch_size=64)
     native_s = time.perf_counter() - t0
     harness_em = h.metric("bench_addition", "exact_match")
-    print(f"exact match  harness {harness_em:.4f} in {harness_s:.2f} s (+{harness_import_s:.1f} s import) | "
-          f"native {native.accuracy:.4f} in {native_s:.2f} s | harness/native time {harness_s / native_s:.2f}x")
+    print(
+        f"exact match  harness {harness_em:.4f} in {harness_s:.2f} s (+{harness_import_s:.1f} s import) | "
+        f"native {native.accuracy:.4f} in {native_s:.2f} s | harness/native time {harness_s / native_s:.2f}x"
+    )
 
     # 2. full battery vs exact match alone
     t0 = time.perf_counter()
@@ -101,30 +123,55 @@ def main() -> None:
             t0 = time.perf_counter()
             enc = chat.tokenizer(prompt_text(chat.tokenizer, p), return_tensors="pt", add_special_tokens=False)
             with torch.no_grad():
-                out = chat.model.generate(**enc, max_new_tokens=8, do_sample=False,
-                                          pad_token_id=chat.tokenizer.pad_token_id, eos_token_id=chat.tokenizer.eos_token_id)
-            want = chat.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                out = chat.model.generate(
+                    **enc,
+                    max_new_tokens=8,
+                    do_sample=False,
+                    pad_token_id=chat.tokenizer.pad_token_id,
+                    eos_token_id=chat.tokenizer.eos_token_id,
+                )
+            want = chat.tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
             direct.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            got = client.chat.completions.create(model="bench", messages=[{"role": "user", "content": p}],
-                                                 max_tokens=8, temperature=0).choices[0].message.content
+            got = (
+                client.chat.completions.create(
+                    model="bench", messages=[{"role": "user", "content": p}], max_tokens=8, temperature=0
+                )
+                .choices[0]
+                .message.content
+            )
             http.append(time.perf_counter() - t0)
             same += got == want
     d_ms, h_ms = statistics.median(direct) * 1e3, statistics.median(http) * 1e3
-    print(f"serving  in-process generate {d_ms:.1f} ms | HTTP {h_ms:.1f} ms | HTTP/in-process {h_ms / d_ms:.2f}x "
-          f"| identical answers {same}/{len(prompts)}")
+    print(
+        f"serving  in-process generate {d_ms:.1f} ms | HTTP {h_ms:.1f} ms | HTTP/in-process {h_ms / d_ms:.2f}x "
+        f"| identical answers {same}/{len(prompts)}"
+    )
 
-    print("RESULT " + json.dumps({
-        "train_steps": args.steps, "train_s": round(train_s, 1), "n_eval": len(held),
-        "harness_exact_match": harness_em, "native_exact_match": native.accuracy,
-        "scores_agree": abs(harness_em - native.accuracy) < 1e-9,
-        "harness_s": round(harness_s, 2), "harness_import_s": round(harness_import_s, 2), "native_s": round(native_s, 2),
-        "harness_over_native_time": round(harness_s / native_s, 2),
-        "battery_s": round(battery_s, 2), "battery_over_exact_match_time": round(battery_s / native_s, 2),
-        "battery": {k: round(v, 4) for k, v in battery.metrics.items()},
-        "serve_median_ms": round(h_ms, 1), "direct_median_ms": round(d_ms, 1),
-        "serve_over_direct": round(h_ms / d_ms, 2), "serve_identical": f"{same}/{len(prompts)}",
-    }))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "train_steps": args.steps,
+                "train_s": round(train_s, 1),
+                "n_eval": len(held),
+                "harness_exact_match": harness_em,
+                "native_exact_match": native.accuracy,
+                "scores_agree": abs(harness_em - native.accuracy) < 1e-9,
+                "harness_s": round(harness_s, 2),
+                "harness_import_s": round(harness_import_s, 2),
+                "native_s": round(native_s, 2),
+                "harness_over_native_time": round(harness_s / native_s, 2),
+                "battery_s": round(battery_s, 2),
+                "battery_over_exact_match_time": round(battery_s / native_s, 2),
+                "battery": {k: round(v, 4) for k, v in battery.metrics.items()},
+                "serve_median_ms": round(h_ms, 1),
+                "direct_median_ms": round(d_ms, 1),
+                "serve_over_direct": round(h_ms / d_ms, 2),
+                "serve_identical": f"{same}/{len(prompts)}",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

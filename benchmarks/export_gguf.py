@@ -76,7 +76,9 @@ def writing_side_by_side(folder: Path, rounds: int, tmp: Path) -> dict[str, Any]
     from trainteam.trainers.export.gguf_writer import write_gguf
 
     times: dict[str, list[float]] = {"trainteam": [], "llama.cpp": []}
-    order = [s for i in range(rounds) for s in (("trainteam", "llama.cpp") if i % 2 == 0 else ("llama.cpp", "trainteam"))]
+    order = [
+        s for i in range(rounds) for s in (("trainteam", "llama.cpp") if i % 2 == 0 else ("llama.cpp", "trainteam"))
+    ]
     for i, side in enumerate(order):
         out = tmp / f"{side}-{i}.gguf"
         started = time.monotonic()
@@ -87,8 +89,11 @@ def writing_side_by_side(folder: Path, rounds: int, tmp: Path) -> dict[str, Any]
         times[side].append(time.monotonic() - started)
         out.unlink()
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"rounds": rounds, "median_s": {k: round(v, 2) for k, v in med.items()},
-            "ratio_trainteam_over_llama_cpp": round(med["trainteam"] / med["llama.cpp"], 2)}
+    return {
+        "rounds": rounds,
+        "median_s": {k: round(v, 2) for k, v in med.items()},
+        "ratio_trainteam_over_llama_cpp": round(med["trainteam"] / med["llama.cpp"], 2),
+    }
 
 
 def main() -> None:
@@ -96,8 +101,11 @@ def main() -> None:
     ap.add_argument("--workspace", type=Path, required=True)
     ap.add_argument("--model", help="a registered model (default: the newest)")
     ap.add_argument("--rounds", type=int, default=2, help="writer rounds per side (ABBA)")
-    ap.add_argument("--formats", default=",".join(f"{f}:{q}" for f, q in EXPORTS),
-                    help="FORMAT:QUANT of the exports to run, comma-separated (default: all four)")
+    ap.add_argument(
+        "--formats",
+        default=",".join(f"{f}:{q}" for f, q in EXPORTS),
+        help="FORMAT:QUANT of the exports to run, comma-separated (default: all four)",
+    )
     a = ap.parse_args()
     wanted = [tuple(x.split(":", 1)) for x in a.formats.split(",") if x]
     from trainteam.trainers.serving.registry import ModelRegistry
@@ -113,9 +121,12 @@ def main() -> None:
             print(f"[{fmt} {quant}]", flush=True)
             rows.append(ours(ws, record.id, fmt, quant, Path(tmp) / f"{fmt}-{quant}"))
             r = rows[-1]
-            print(f"  write {r['write_s']} s, read back {r['check_s']} s, in all {r['total_s']} s; {r['metric']} "
-                  f"{r['exported']:.4g} vs {r['registered']:.4g} on {r['rows']} rows; stops {r['stops']}; "
-                  f"tokenizer {r['tokenizer']}" + (f"; {r['template']}" if r["template"] else ""), flush=True)
+            print(
+                f"  write {r['write_s']} s, read back {r['check_s']} s, in all {r['total_s']} s; {r['metric']} "
+                f"{r['exported']:.4g} vs {r['registered']:.4g} on {r['rows']} rows; stops {r['stops']}; "
+                f"tokenizer {r['tokenizer']}" + (f"; {r['template']}" if r["template"] else ""),
+                flush=True,
+            )
         try:
             side = writing_side_by_side(Path(record.path), a.rounds, Path(tmp))
         except Exception as exc:  # the converter not fetched here: the table stands without it

@@ -32,10 +32,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("pretrain", "qlora", "attention", "liger", "grpo_vllm")
-LLAMA_124M = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
-                  intermediate_size=2048, vocab_size=32000, max_position_embeddings=1024, tie_word_embeddings=True)
-LLAMA_TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                  intermediate_size=128, vocab_size=512, max_position_embeddings=128, tie_word_embeddings=True)
+LLAMA_124M = dict(
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    num_key_value_heads=12,
+    intermediate_size=2048,
+    vocab_size=32000,
+    max_position_embeddings=1024,
+    tie_word_embeddings=True,
+)
+LLAMA_TINY = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    intermediate_size=128,
+    vocab_size=512,
+    max_position_embeddings=128,
+    tie_word_embeddings=True,
+)
 
 
 def _sizes(smoke: bool) -> dict:
@@ -99,16 +115,27 @@ def _timed_training(sizes: dict, attn: str = "sdpa", liger: bool = False, bf16: 
     tps = batch * seq * sizes["steps"] / seconds
     cfg = model.config
     flops_per_token = 6 * _matmul_params(model) + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq
-    out = {"params": sum(p.numel() for p in model.parameters()), "tokens_per_s": round(tps, 1),
-           "step_s": round(seconds / sizes["steps"], 4), "loss": round(float(loss), 4), "attn": attn,
-           "liger": liger, "dtype": str(dtype).removeprefix("torch."), "flops_per_token": flops_per_token}
+    out = {
+        "params": sum(p.numel() for p in model.parameters()),
+        "tokens_per_s": round(tps, 1),
+        "step_s": round(seconds / sizes["steps"], 4),
+        "loss": round(float(loss), 4),
+        "attn": attn,
+        "liger": liger,
+        "dtype": str(dtype).removeprefix("torch."),
+        "flops_per_token": flops_per_token,
+    }
     if cuda:
         from trainteam.trainers.training.telemetry import device_peak_flops
 
         peak, source = device_peak_flops(bf16=True)
-        out.update(mfu=round(flops_per_token * tps / peak, 4), peak_flops=peak, peak_source=source,
-                   max_memory_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2),
-                   device=torch.cuda.get_device_name(0))
+        out.update(
+            mfu=round(flops_per_token * tps / peak, 4),
+            peak_flops=peak,
+            peak_source=source,
+            max_memory_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2),
+            device=torch.cuda.get_device_name(0),
+        )
     return out
 
 
@@ -157,33 +184,50 @@ def _real_model() -> Path:
 
 
 def _sft_rows(n: int) -> list[dict]:
-    return [{"prompt": f"What is {a} plus {b}? Answer with the number only.", "completion": str(a + b)}
-            for a, b in ((i * 7 % 90 + 5, i * 13 % 90 + 3) for i in range(n))]
+    return [
+        {"prompt": f"What is {a} plus {b}? Answer with the number only.", "completion": str(a + b)}
+        for a, b in ((i * 7 % 90 + 5, i * 13 % 90 + 3) for i in range(n))
+    ]
 
 
 def part_qlora(smoke: bool) -> dict:
     import torch
 
     from trainteam.trainers.training.config import TrainConfig
-    from trainteam.trainers.training.tokenizer import load_tokenizer
     from trainteam.trainers.training.loop import train
+    from trainteam.trainers.training.tokenizer import load_tokenizer
 
     cuda = torch.cuda.is_available()
     folder = _real_model()
     steps = 3 if smoke else 30
-    cfg = TrainConfig.model_validate({
-        "method": "sft", "output_dir": str(Path(tempfile.mkdtemp(prefix="gpu-qlora-"))), "max_steps": steps,
-        "per_device_train_batch_size": 2 if smoke else 16, "learning_rate": 1e-3, "max_length": 128,
-        "precision": "bf16" if cuda else "fp32", "save_steps": steps, "spike": {"enabled": False},
-        "lora": {"r": 8, "quantize_4bit": cuda}})  # 4-bit needs CUDA: the CPU smoke trains plain LoRA
+    cfg = TrainConfig.model_validate(
+        {
+            "method": "sft",
+            "output_dir": str(Path(tempfile.mkdtemp(prefix="gpu-qlora-"))),
+            "max_steps": steps,
+            "per_device_train_batch_size": 2 if smoke else 16,
+            "learning_rate": 1e-3,
+            "max_length": 128,
+            "precision": "bf16" if cuda else "fp32",
+            "save_steps": steps,
+            "spike": {"enabled": False},
+            "lora": {"r": 8, "quantize_4bit": cuda},
+        }
+    )  # 4-bit needs CUDA: the CPU smoke trains plain LoRA
     tok = load_tokenizer(folder)
     t0 = time.perf_counter()
     report = train("sft", cfg, str(folder), _sft_rows(256), tokenizer=tok, progress=False)
     tel = report.telemetry
-    return {"quantize_4bit": cuda, "steps": report.steps_done, "first_loss": round(report.losses[0][1], 4),
-            "final_loss": round(report.losses[-1][1], 4), "tokens_per_s": tel.get("tokens_per_s"),
-            "mfu_estimate": tel.get("mfu_estimate"), "wall_s": round(time.perf_counter() - t0, 1),
-            "stopped": report.stopped_reason}
+    return {
+        "quantize_4bit": cuda,
+        "steps": report.steps_done,
+        "first_loss": round(report.losses[0][1], 4),
+        "final_loss": round(report.losses[-1][1], 4),
+        "tokens_per_s": tel.get("tokens_per_s"),
+        "mfu_estimate": tel.get("mfu_estimate"),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "stopped": report.stopped_reason,
+    }
 
 
 def part_grpo_vllm(smoke: bool) -> dict:
@@ -201,24 +245,41 @@ def part_grpo_vllm(smoke: bool) -> dict:
 
     folder = _real_model()
     rows = _sft_rows(64)
-    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["completion"]}
-                            for r in rows])
+    ds = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["completion"]} for r in rows]
+    )
 
     def reward(completions, answer, **_):
-        return [1.0 if a in (c[0]["content"] if isinstance(c, list) else c) else 0.0 for c, a in zip(completions, answer)]
+        return [
+            1.0 if a in (c[0]["content"] if isinstance(c, list) else c) else 0.0 for c, a in zip(completions, answer)
+        ]
 
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="gpu-grpo-"), max_steps=5, per_device_train_batch_size=8,
-                      num_generations=4, max_completion_length=16, learning_rate=1e-6, bf16=True, report_to="none",
-                      use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, logging_steps=1,
-                      save_strategy="no")
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="gpu-grpo-"),
+        max_steps=5,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=16,
+        learning_rate=1e-6,
+        bf16=True,
+        report_to="none",
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=0.3,
+        logging_steps=1,
+        save_strategy="no",
+    )
     tok = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), torch_dtype=torch.bfloat16)
     t0 = time.perf_counter()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
-    return {"steps": trainer.state.global_step, "seconds": round(time.perf_counter() - t0, 1),
-            "rewards": [round(h["reward"], 3) for h in logs]}
+    return {
+        "steps": trainer.state.global_step,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "rewards": [round(h["reward"], 3) for h in logs],
+    }
 
 
 # ----------------------------------------------------------------------------- the driver

@@ -28,11 +28,21 @@ TASK = {
     "tokenizer": {"vocab_size": 300},
     "stages": ["pretrain", "sft", "grpo"],
     "training": {
-        "pretrain": {"max_steps": 60, "per_device_train_batch_size": 32, "max_length": 64, "learning_rate": 0.003,
-                     "save_steps": 30},
+        "pretrain": {
+            "max_steps": 60,
+            "per_device_train_batch_size": 32,
+            "max_length": 64,
+            "learning_rate": 0.003,
+            "save_steps": 30,
+        },
         "sft": {"max_steps": 120, "per_device_train_batch_size": 64, "learning_rate": 0.003, "save_steps": 60},
-        "grpo": {"max_steps": 10, "per_device_train_batch_size": 16, "learning_rate": 0.0001, "save_steps": 10,
-                 "grpo": {"num_generations": 8, "max_completion_length": 6}},
+        "grpo": {
+            "max_steps": 10,
+            "per_device_train_batch_size": 16,
+            "learning_rate": 0.0001,
+            "save_steps": 10,
+            "grpo": {"num_generations": 8, "max_completion_length": 6},
+        },
     },
     "gates": {"sft": {"metric": "exact_match", "min": 0.0}, "grpo": {"metric": "exact_match", "min": 0.0}},
     "budget": {"max_wall_minutes": 60},
@@ -41,8 +51,8 @@ TASK = {
 
 def bare(ws, task, spec) -> tuple[float, list[str]]:
     from trainteam.contract.step_io import ToolContext
-    from trainteam.workflows.steps import STEPS
     from trainteam.graph import NodeKind
+    from trainteam.workflows.steps import STEPS
 
     ws.graph.add_node(NodeKind.RUN, "bare")
     outputs: dict[str, dict] = {}
@@ -51,8 +61,17 @@ def bare(ws, task, spec) -> tuple[float, list[str]]:
     while current:
         step = spec.step(current)
         if spec.applies(step, task.stages):
-            ctx = ToolContext(ws=ws, run_id="bare", step=current, visit=1, persona=step.persona, task=task,
-                              outputs=dict(outputs), inputs=dict(step.inputs), progress=False)
+            ctx = ToolContext(
+                ws=ws,
+                run_id="bare",
+                step=current,
+                visit=1,
+                persona=step.persona,
+                task=task,
+                outputs=dict(outputs),
+                inputs=dict(step.inputs),
+                progress=False,
+            )
             ws.graph.add_node(NodeKind.STEP, f"bare/{current}#1")
             out = STEPS[step.tool].run(ctx).model_dump(mode="json")
             ran.append(current)
@@ -79,8 +98,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ["TRAINTEAM_THREADS"]))
-    from trainteam.workflows.engine.spec import load_builtin
     from trainteam.contract.train_task import parse_task
+    from trainteam.workflows.engine.spec import load_builtin
     from trainteam.workspace import Workspace
 
     spec = load_builtin("train_model")
@@ -101,10 +120,15 @@ def main() -> None:
     b2, _ = bare(Workspace.open(tmp / "bare2"), task, spec)
     bare_s, orch_s = (b1 + b2) / 2, (o1 + o2) / 2
     overhead = (orch_s - bare_s) / bare_s
-    result = {"bare_s": round(bare_s, 2), "orchestrated_s": round(orch_s, 2), "overhead_ratio": round(overhead, 4),
-              "rounds_s": {"bare": [round(b1, 2), round(b2, 2)], "orchestrated": [round(o1, 2), round(o2, 2)]},
-              "steps": len(ran), "run_status": view["status"],
-              "exact_match_bare_vs_orchestrated": view["metrics"].get("final_eval.exact_match")}
+    result = {
+        "bare_s": round(bare_s, 2),
+        "orchestrated_s": round(orch_s, 2),
+        "overhead_ratio": round(overhead, 4),
+        "rounds_s": {"bare": [round(b1, 2), round(b2, 2)], "orchestrated": [round(o1, 2), round(o2, 2)]},
+        "steps": len(ran),
+        "run_status": view["status"],
+        "exact_match_bare_vs_orchestrated": view["metrics"].get("final_eval.exact_match"),
+    }
     print(f"bare tool calls ({len(ran)} steps): {bare_s:.2f} s  (rounds {b1:.2f}, {b2:.2f})")
     print(f"orchestrated workflow:        {orch_s:.2f} s  (rounds {o1:.2f}, {o2:.2f}; status {view['status']})")
     print(f"overhead: {overhead:+.2%}  (goal <= 3 %)")

@@ -63,27 +63,46 @@ def main() -> None:
     import torch
 
     from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
-    from trainteam.trainers import ModelSpec, TokenizerConfig, TrainConfig, build_model, load_tokenizer, train
-    from trainteam.trainers import train_tokenizer
-    from trainteam.trainers.training.models import count_parameters
+    from trainteam.trainers import (
+        ModelSpec,
+        TokenizerConfig,
+        TrainConfig,
+        build_model,
+        load_tokenizer,
+        train,
+        train_tokenizer,
+    )
     from trainteam.trainers.planning import ModelShape, detect_hardware, plan
+    from trainteam.trainers.training.models import count_parameters
 
     torch.set_num_threads(1)
     rows, _ = generate_arithmetic(ArithmeticConfig(n_train=4000, n_eval=10, seed=0))
     work = Path(tempfile.mkdtemp(prefix="plan-acc-"))
-    tok = load_tokenizer(train_tokenizer((r["prompt"] + r["completion"] for r in rows), TokenizerConfig(vocab_size=300),
-                                         work / "tok"))
+    tok = load_tokenizer(
+        train_tokenizer((r["prompt"] + r["completion"] for r in rows), TokenizerConfig(vocab_size=300), work / "tok")
+    )
     hw = detect_hardware(processes=os.cpu_count() or 1)  # one core per "device": train() runs one thread here
     results = []
-    print(f"{'shape':>12} {'params':>8} {'states est/meas':>16} {'activ est/meas':>15} {'tok/s est':>10} "
-          f"{'tok/s meas':>10} {'ratio':>6}")
+    print(
+        f"{'shape':>12} {'params':>8} {'states est/meas':>16} {'activ est/meas':>15} {'tok/s est':>10} "
+        f"{'tok/s meas':>10} {'ratio':>6}"
+    )
     for h, layers, heads in SHAPES:
-        spec = ModelSpec(hidden_size=h, num_layers=layers, num_heads=heads, max_position_embeddings=SEQ,
-                         vocab_size=len(tok))
+        spec = ModelSpec(
+            hidden_size=h, num_layers=layers, num_heads=heads, max_position_embeddings=SEQ, vocab_size=len(tok)
+        )
         model = build_model(spec, tok)
         n_real = count_parameters(model)
-        cfg = TrainConfig(per_device_train_batch_size=BATCH, max_length=SEQ, max_steps=30, learning_rate=3e-3,
-                          output_dir=work / f"run{h}", threads=1, spike={"enabled": False}, save_steps=None)
+        cfg = TrainConfig(
+            per_device_train_batch_size=BATCH,
+            max_length=SEQ,
+            max_steps=30,
+            learning_rate=3e-3,
+            output_dir=work / f"run{h}",
+            threads=1,
+            spike={"enabled": False},
+            save_steps=None,
+        )
         p = plan(cfg, spec, hw)
         ids = torch.randint(0, len(tok), (BATCH, SEQ))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -95,23 +114,32 @@ def main() -> None:
         rep = train("pretrain", cfg, build_model(spec, tok), rows, tokenizer=tok, progress=False)
         tps_meas = rep.telemetry["tokens_per_s"]
         row = {
-            "shape": f"{h}x{layers}", "params_ratio": ModelShape.from_spec(spec).num_params() / n_real,
-            "state_ratio": state_est / state_meas, "activation_ratio": act_est / act_meas,
-            "tokens_per_s_est": p.cost.tokens_per_second, "tokens_per_s_meas": tps_meas,
+            "shape": f"{h}x{layers}",
+            "params_ratio": ModelShape.from_spec(spec).num_params() / n_real,
+            "state_ratio": state_est / state_meas,
+            "activation_ratio": act_est / act_meas,
+            "tokens_per_s_est": p.cost.tokens_per_second,
+            "tokens_per_s_meas": tps_meas,
             "throughput_ratio": p.cost.tokens_per_second / tps_meas,
         }
         results.append(row)
-        print(f"{row['shape']:>12} {row['params_ratio']:>8.3f} {row['state_ratio']:>16.3f} "
-              f"{row['activation_ratio']:>15.3f} {row['tokens_per_s_est']:>10.0f} {tps_meas:>10.0f} "
-              f"{row['throughput_ratio']:>6.2f}")
+        print(
+            f"{row['shape']:>12} {row['params_ratio']:>8.3f} {row['state_ratio']:>16.3f} "
+            f"{row['activation_ratio']:>15.3f} {row['tokens_per_s_est']:>10.0f} {tps_meas:>10.0f} "
+            f"{row['throughput_ratio']:>6.2f}"
+        )
     summary = {
         "baseline": "measured on this machine (tensor bytes, autograd saved tensors, train() tokens/s)",
         "shapes": results,
         "max_state_error": max(abs(r["state_ratio"] - 1) for r in results),
-        "activation_ratio_range": [min(r["activation_ratio"] for r in results),
-                                   max(r["activation_ratio"] for r in results)],
-        "throughput_ratio_range": [min(r["throughput_ratio"] for r in results),
-                                   max(r["throughput_ratio"] for r in results)],
+        "activation_ratio_range": [
+            min(r["activation_ratio"] for r in results),
+            max(r["activation_ratio"] for r in results),
+        ],
+        "throughput_ratio_range": [
+            min(r["throughput_ratio"] for r in results),
+            max(r["throughput_ratio"] for r in results),
+        ],
     }
     print("RESULT " + json.dumps(summary))
 

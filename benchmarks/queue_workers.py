@@ -31,20 +31,37 @@ sys.path.insert(0, str(ROOT / "tests"))
 from pg_server import PgServer  # noqa: E402
 
 N_RUNS, N_WORKERS = 9, 3
-SPEC = {"name": "queue_small", "start": "prepare_corpus",
-        "steps": [{"name": "prepare_corpus", "persona": "data_curator", "tool": "prepare_corpus"},
-                  {"name": "curate", "persona": "data_curator", "tool": "curate"},
-                  {"name": "train_tokenizer", "persona": "training_engineer", "tool": "train_tokenizer"},
-                  {"name": "train", "persona": "training_engineer", "tool": "train"},
-                  {"name": "evaluate", "persona": "eval_judge", "tool": "evaluate", "inputs": {"of": "train"}}],
-        "edges": [{"from": a, "to": b} for a, b in (("prepare_corpus", "curate"), ("curate", "train_tokenizer"),
-                                                     ("train_tokenizer", "train"), ("train", "evaluate"))]}
-TASK = {"name": "qsmall", "workflow": "queue_small",
-        "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_position_embeddings": 64},
-        "data": {"demo": "addition", "n_train": 400, "n_eval": 16, "max_operand": 20},
-        "tokenizer": {"vocab_size": 280}, "stages": ["pretrain"],
-        "training": {"pretrain": {"max_steps": 30, "per_device_train_batch_size": 8, "max_length": 32, "save_steps": 5}},
-        "budget": {"max_wall_minutes": 30}, "require_approval": []}
+SPEC = {
+    "name": "queue_small",
+    "start": "prepare_corpus",
+    "steps": [
+        {"name": "prepare_corpus", "persona": "data_curator", "tool": "prepare_corpus"},
+        {"name": "curate", "persona": "data_curator", "tool": "curate"},
+        {"name": "train_tokenizer", "persona": "training_engineer", "tool": "train_tokenizer"},
+        {"name": "train", "persona": "training_engineer", "tool": "train"},
+        {"name": "evaluate", "persona": "eval_judge", "tool": "evaluate", "inputs": {"of": "train"}},
+    ],
+    "edges": [
+        {"from": a, "to": b}
+        for a, b in (
+            ("prepare_corpus", "curate"),
+            ("curate", "train_tokenizer"),
+            ("train_tokenizer", "train"),
+            ("train", "evaluate"),
+        )
+    ],
+}
+TASK = {
+    "name": "qsmall",
+    "workflow": "queue_small",
+    "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_position_embeddings": 64},
+    "data": {"demo": "addition", "n_train": 400, "n_eval": 16, "max_operand": 20},
+    "tokenizer": {"vocab_size": 280},
+    "stages": ["pretrain"],
+    "training": {"pretrain": {"max_steps": 30, "per_device_train_batch_size": 8, "max_length": 32, "save_steps": 5}},
+    "budget": {"max_wall_minutes": 30},
+    "require_approval": [],
+}
 
 
 class Phase:
@@ -60,8 +77,13 @@ class Phase:
         self.folder, self.url, self.ws_path = folder, url, folder / "ws"
         self.spec = folder / "spec.yaml"
         self.spec.write_text(yaml.safe_dump(SPEC))
-        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINTEAM_THREADS": "1",
-                    "TRAINTEAM_DATABASE_URL": url, "TRAINTEAM_DBOS_DATABASE_URL": url}
+        self.env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "TRAINTEAM_THREADS": "1",
+            "TRAINTEAM_DATABASE_URL": url,
+            "TRAINTEAM_DBOS_DATABASE_URL": url,
+        }
         self.ws = Workspace.open(self.ws_path, Settings(database_url=url, dbos_database_url=url))
         self.workers: dict[str, subprocess.Popen] = {}
 
@@ -79,7 +101,11 @@ class Phase:
             err = open(self.folder / f"{name}.err", "w")
             self.workers[name] = subprocess.Popen(
                 [sys.executable, "-m", "trainteam.cli", "-w", str(self.ws_path), "worker", "--poll", "0.2"],
-                env=self.env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
 
     def worker_of(self, executor_id: str | None) -> str | None:
         pid = (executor_id or "::").split(":")[1]
@@ -113,8 +139,12 @@ def _views(phase: Phase, ids: list[str]) -> dict[str, dict]:
 
 
 def _all_completed(phase: Phase, ids: list[str], timeout: float) -> dict[str, dict]:
-    return _wait(lambda: (lambda v: v if all(x["status"] == "completed" for x in v.values()) else None)(
-        _views(phase, ids)), timeout, "every run completed", interval=0.5)
+    return _wait(
+        lambda: (lambda v: v if all(x["status"] == "completed" for x in v.values()) else None)(_views(phase, ids)),
+        timeout,
+        "every run completed",
+        interval=0.5,
+    )
 
 
 def _mid_train(phase: Phase, ids: list[str]):
@@ -145,8 +175,9 @@ def _once_each(phase: Phase, ids: list[str]) -> tuple[bool, Counter, list[str]]:
         for run_id in ids:
             names = [s["function_name"] for s in client.list_workflow_steps(run_id)]
             dup = [n for n, c in Counter(names).items() if c > 1]
-            finished = Counter((a["step"], a["visit"]) for a in runs.attempts(run_id)
-                               if a["status"] not in ("running", "interrupted"))
+            finished = Counter(
+                (a["step"], a["visit"]) for a in runs.attempts(run_id) if a["status"] not in ("running", "interrupted")
+            )
             twice = [k for k, c in finished.items() if c != 1]
             if dup or twice:
                 broken.append(f"{run_id}: DBOS steps twice {dup}, attempts finished twice {twice}")
@@ -188,16 +219,27 @@ def main() -> None:
         finally:
             alone.stop()
 
-    result = {"runs_total": N_RUNS, "runs_completed": sum(v["status"] == "completed" for v in views.values()),
-              "each_step_once": once, "workers_used": len([w for w in per_worker if w != "?"]),
-              "runs_per_worker": dict(per_worker), "killed_worker": killed, "killed_run": killed_run,
-              "killed_at_s": round(killed_at, 1), "steps_run_again": interrupted,
-              "wall_3_workers_s": round(wall_3, 1), "wall_1_worker_s": round(wall_1, 1),
-              "speedup": round(wall_1 / wall_3, 2), "cores": os.cpu_count()}
-    print(f"{N_WORKERS} workers, {N_RUNS} runs, {killed} killed at {killed_at:.1f} s while {killed_run} trained: "
-          f"{result['runs_completed']}/{N_RUNS} completed in {wall_3:.1f} s; 1 worker: {wall_1:.1f} s "
-          f"(x{result['speedup']} on {os.cpu_count()} cores); runs finished per worker {dict(per_worker)}; "
-          f"each step once: {once}" + (f" ({'; '.join(broken)})" if broken else ""))
+    result = {
+        "runs_total": N_RUNS,
+        "runs_completed": sum(v["status"] == "completed" for v in views.values()),
+        "each_step_once": once,
+        "workers_used": len([w for w in per_worker if w != "?"]),
+        "runs_per_worker": dict(per_worker),
+        "killed_worker": killed,
+        "killed_run": killed_run,
+        "killed_at_s": round(killed_at, 1),
+        "steps_run_again": interrupted,
+        "wall_3_workers_s": round(wall_3, 1),
+        "wall_1_worker_s": round(wall_1, 1),
+        "speedup": round(wall_1 / wall_3, 2),
+        "cores": os.cpu_count(),
+    }
+    print(
+        f"{N_WORKERS} workers, {N_RUNS} runs, {killed} killed at {killed_at:.1f} s while {killed_run} trained: "
+        f"{result['runs_completed']}/{N_RUNS} completed in {wall_3:.1f} s; 1 worker: {wall_1:.1f} s "
+        f"(x{result['speedup']} on {os.cpu_count()} cores); runs finished per worker {dict(per_worker)}; "
+        f"each step once: {once}" + (f" ({'; '.join(broken)})" if broken else "")
+    )
     print("RESULT " + json.dumps(result))
 
 

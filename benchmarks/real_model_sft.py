@@ -57,8 +57,14 @@ def make_rows(n: int, rng: random.Random) -> list[dict]:
     for _ in range(n):
         a, b, op = rng.randint(0, 99), rng.randint(0, 99), rng.choice(["plus", "minus"])
         answer = a + b if op == "plus" else a - b
-        rows.append({"messages": [{"role": "user", "content": QUESTION.format(a=a, op=op, b=b)},
-                                  {"role": "assistant", "content": str(answer)}]})
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": QUESTION.format(a=a, op=op, b=b)},
+                    {"role": "assistant", "content": str(answer)},
+                ]
+            }
+        )
     return rows
 
 
@@ -93,9 +99,9 @@ def answer_loss(model, tok, rows: list[dict]) -> float:
             full = tok.apply_chat_template(r["messages"], tokenize=False)
             p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
             ids = tok(full.rstrip("\n"), add_special_tokens=False)["input_ids"]
-            assert ids[:len(p_ids)] == p_ids, "the prompt's tokens are not a prefix of the conversation's"
-            logits = model(torch.tensor([ids])).logits[0, len(p_ids) - 1:-1].float()
-            target = torch.tensor(ids[len(p_ids):])
+            assert ids[: len(p_ids)] == p_ids, "the prompt's tokens are not a prefix of the conversation's"
+            logits = model(torch.tensor([ids])).logits[0, len(p_ids) - 1 : -1].float()
+            target = torch.tensor(ids[len(p_ids) :])
             total += float(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
             count += len(target)
     return total / count
@@ -144,14 +150,30 @@ def run_trainteam(threads: int | None, model_dir: Path, work: Path, out: Path, s
     from trainteam.trainers.training.tokenizer import load_tokenizer
 
     tok = load_tokenizer(model_dir)
-    cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=LR,
-                      lr_scheduler_type="linear", max_length=SEQ_LEN, resume="never", threads=threads,
-                      lora=LoraOptions(**LORA))
+    cfg = TrainConfig(
+        output_dir=out,
+        max_steps=steps,
+        per_device_train_batch_size=BATCH,
+        learning_rate=LR,
+        lr_scheduler_type="linear",
+        max_length=SEQ_LEN,
+        resume="never",
+        threads=threads,
+        lora=LoraOptions(**LORA),
+    )
     counter = token_counter()
     rep = train("sft", cfg, model_dir, work / "train.jsonl", tokenizer=tok, progress=False, callbacks=[counter])
     rss_mb = _peak_rss_mb()  # before the trained folder is loaded again for scoring
-    return Trained(rep.metrics["train_runtime"], counter.tokens, rep.telemetry["tokens"], rep.telemetry["threads"],
-                   rep.losses[-1][1], rss_mb, load_model(rep.final_dir), tok)
+    return Trained(
+        rep.metrics["train_runtime"],
+        counter.tokens,
+        rep.telemetry["tokens"],
+        rep.telemetry["threads"],
+        rep.losses[-1][1],
+        rss_mb,
+        load_model(rep.final_dir),
+        tok,
+    )
 
 
 def run_trl(threads: int | None, model_dir: Path, work: Path, out: Path, steps: int, tuned: bool = False) -> Trained:
@@ -166,20 +188,50 @@ def run_trl(threads: int | None, model_dir: Path, work: Path, out: Path, steps: 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     ds = Dataset.from_list(_rows(work / "train.jsonl"))
-    layout = {"activation_checkpointing": False, "padding_free": True, "max_length": None} if tuned else {
-        "max_length": SEQ_LEN}  # padding-free cannot truncate; no row comes near SEQ_LEN
-    args = SFTConfig(output_dir=str(out), bf16=False, use_cpu=True, max_steps=steps, per_device_train_batch_size=BATCH,
-                     learning_rate=LR, lr_scheduler_type="linear", seed=SEED, report_to="none", save_strategy="no",
-                     disable_tqdm=True, logging_steps=1, include_num_input_tokens_seen="non_padding", **layout)
-    lora = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
-                      target_modules="all-linear", task_type="CAUSAL_LM")
+    layout = (
+        {"activation_checkpointing": False, "padding_free": True, "max_length": None}
+        if tuned
+        else {"max_length": SEQ_LEN}
+    )  # padding-free cannot truncate; no row comes near SEQ_LEN
+    args = SFTConfig(
+        output_dir=str(out),
+        bf16=False,
+        use_cpu=True,
+        max_steps=steps,
+        per_device_train_batch_size=BATCH,
+        learning_rate=LR,
+        lr_scheduler_type="linear",
+        seed=SEED,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        logging_steps=1,
+        include_num_input_tokens_seen="non_padding",
+        **layout,
+    )
+    lora = LoraConfig(
+        r=LORA["r"],
+        lora_alpha=LORA["alpha"],
+        lora_dropout=LORA["dropout"],
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
     counter = token_counter()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=lora,
-                         callbacks=[counter])
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=lora, callbacks=[counter]
+    )
     res = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return Trained(res.metrics["train_runtime"], counter.tokens, trainer.state.num_input_tokens_seen,
-                   torch.get_num_threads(), losses[-1], _peak_rss_mb(), trainer.model, tok)
+    return Trained(
+        res.metrics["train_runtime"],
+        counter.tokens,
+        trainer.state.num_input_tokens_seen,
+        torch.get_num_threads(),
+        losses[-1],
+        _peak_rss_mb(),
+        trainer.model,
+        tok,
+    )
 
 
 def run_variant(name: str, model_dir: Path, work: Path, steps: int) -> dict:
@@ -188,15 +240,22 @@ def run_variant(name: str, model_dir: Path, work: Path, steps: int) -> dict:
 
     quiet_libraries()
     side, _, t = name.partition("@")
-    runner = {"trainteam": run_trainteam, "trl": run_trl,
-              "trl_tuned": lambda *args: run_trl(*args, tuned=True)}[side]
+    runner = {"trainteam": run_trainteam, "trl": run_trl, "trl_tuned": lambda *args: run_trl(*args, tuned=True)}[side]
     with tempfile.TemporaryDirectory(dir=work) as out:
         run = runner(int(t) if t else None, model_dir, work, Path(out), steps)
         heldout = answer_loss(run.model, run.tokenizer, _rows(work / "eval.jsonl"))
-    return {"variant": name, "tokens": int(run.tokens), "trainer_counted_tokens": int(run.trainer_counted_tokens),
-            "train_s": round(run.train_s, 2), "tokens_per_s": round(run.tokens / run.train_s, 1),
-            "final_loss": round(run.final_loss, 4), "heldout_answer_loss": round(heldout, 4),
-            "peak_rss_mb": round(run.peak_rss_mb), "threads": run.threads, "load1": round(os.getloadavg()[0], 2)}
+    return {
+        "variant": name,
+        "tokens": int(run.tokens),
+        "trainer_counted_tokens": int(run.trainer_counted_tokens),
+        "train_s": round(run.train_s, 2),
+        "tokens_per_s": round(run.tokens / run.train_s, 1),
+        "final_loss": round(run.final_loss, 4),
+        "heldout_answer_loss": round(heldout, 4),
+        "peak_rss_mb": round(run.peak_rss_mb),
+        "threads": run.threads,
+        "load1": round(os.getloadavg()[0], 2),
+    }
 
 
 def _median(xs: list[float]) -> float:
@@ -217,8 +276,13 @@ def _env(name: str) -> dict[str, str]:
 
 def _variants(threads: int, tuned: bool) -> list[str]:
     """TRL at its defaults is trl@T itself when T is torch's own thread count (asked of a clean process)."""
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
-                           capture_output=True, text=True, env=_env("trl"), check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        capture_output=True,
+        text=True,
+        env=_env("trl"),
+        check=True,
+    )
     names = [f"trainteam@{threads}", f"trl@{threads}", "trainteam"]
     names += [] if int(probe.stdout) == threads else ["trl"]
     return [*names, f"trl_tuned@{threads}"] if tuned else names
@@ -229,8 +293,18 @@ def run_rounds(names: list[str], model_dir: Path, work: Path, steps: int, rounds
     for rnd in range(rounds):
         for name in names if rnd % 2 == 0 else names[::-1]:
             t = time.time()
-            cmd = [sys.executable, __file__, "--variant", name, "--work", str(work), "--model", str(model_dir),
-                   "--steps", str(steps)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--variant",
+                name,
+                "--work",
+                str(work),
+                "--model",
+                str(model_dir),
+                "--steps",
+                str(steps),
+            ]
             p = subprocess.run(cmd, capture_output=True, text=True, env=_env(name))
             line = next((ln for ln in p.stdout.splitlines() if ln.startswith("VARIANT ")), None)
             if line is None:
@@ -251,11 +325,18 @@ def summarize(runs: dict[str, list[dict]], threads: int) -> dict:
     def paired(a: str, b: str) -> float:
         return _median([x["tokens_per_s"] / y["tokens_per_s"] for x, y in zip(runs[a], runs[b])])
 
-    tuned = {"ratio_equal_threads_vs_trl_tuned": ratio(f"trainteam@{threads}", f"trl_tuned@{threads}"),
-             "paired_ratio_equal_threads_vs_trl_tuned": paired(f"trainteam@{threads}", f"trl_tuned@{threads}")
-             } if f"trl_tuned@{threads}" in runs else {}
+    tuned = (
+        {
+            "ratio_equal_threads_vs_trl_tuned": ratio(f"trainteam@{threads}", f"trl_tuned@{threads}"),
+            "paired_ratio_equal_threads_vs_trl_tuned": paired(f"trainteam@{threads}", f"trl_tuned@{threads}"),
+        }
+        if f"trl_tuned@{threads}" in runs
+        else {}
+    )
     return {
-        "threads": threads, "trl_default_variant": trl_default, **tuned,
+        "threads": threads,
+        "trl_default_variant": trl_default,
+        **tuned,
         "ratio_equal_threads": ratio(f"trainteam@{threads}", f"trl@{threads}"),
         "ratio_vs_trl_defaults": ratio("trainteam", trl_default),
         "paired_ratio_equal_threads": paired(f"trainteam@{threads}", f"trl@{threads}"),
@@ -291,18 +372,26 @@ def main() -> None:
         work = Path(tmp)
         write_data(work)
         names = _variants(a.threads, a.tuned)
-        print(f"model: {model_dir}; data: {N_TRAIN} chat rows (eval {N_EVAL}); LoRA r {LORA['r']}, {a.steps} steps, "
-              f"batch {BATCH}, lr {LR}, max length {SEQ_LEN}")
+        print(
+            f"model: {model_dir}; data: {N_TRAIN} chat rows (eval {N_EVAL}); LoRA r {LORA['r']}, {a.steps} steps, "
+            f"batch {BATCH}, lr {LR}, max length {SEQ_LEN}"
+        )
         print(f"{a.rounds} rounds in ABBA order of {names}, median round per variant (the 2 cores are shared)")
         print(f"load average at start: {_load()}", flush=True)
         runs = run_rounds(names, model_dir, work, a.steps, a.rounds)
     summary = summarize(runs, a.threads)
-    print(f"trainteam / TRL at {a.threads} threads each: {summary['ratio_equal_threads']}x tokens/s (goal >= 1.0); "
-          f"per-round paired median {summary['paired_ratio_equal_threads']}x")
-    print(f"trainteam / TRL each at its defaults: {summary['ratio_vs_trl_defaults']}x (goal >= 1.3); "
-          f"per-round paired median {summary['paired_ratio_vs_trl_defaults']}x")
-    print(f"peak RSS MB: {summary['peak_rss_mb']}; final loss: {summary['final_loss']}; "
-          f"held-out answer loss: {summary['heldout_answer_loss']}; load at end: {summary['load_at_end']}")
+    print(
+        f"trainteam / TRL at {a.threads} threads each: {summary['ratio_equal_threads']}x tokens/s (goal >= 1.0); "
+        f"per-round paired median {summary['paired_ratio_equal_threads']}x"
+    )
+    print(
+        f"trainteam / TRL each at its defaults: {summary['ratio_vs_trl_defaults']}x (goal >= 1.3); "
+        f"per-round paired median {summary['paired_ratio_vs_trl_defaults']}x"
+    )
+    print(
+        f"peak RSS MB: {summary['peak_rss_mb']}; final loss: {summary['final_loss']}; "
+        f"held-out answer loss: {summary['heldout_answer_loss']}; load at end: {summary['load_at_end']}"
+    )
     print("RESULT " + json.dumps(summary))
 
 

@@ -45,9 +45,17 @@ MODEL = {"arch": "llama", "hidden_size": 128, "num_layers": 2, "num_heads": 4, "
 
 
 def _task(name: str, data: dict, stages: list[str], training: dict, **more) -> dict:
-    return {"name": name, "model": more.pop("model", MODEL), "data": {**data, "n_train": 8000, "n_eval": 200, "seed": 0},
-            "tokenizer": {"vocab_size": 300, "split_digits": True}, "stages": stages, "training": training,
-            "budget": {"max_wall_minutes": 60}, "require_approval": [], **more}
+    return {
+        "name": name,
+        "model": more.pop("model", MODEL),
+        "data": {**data, "n_train": 8000, "n_eval": 200, "seed": 0},
+        "tokenizer": {"vocab_size": 300, "split_digits": True},
+        "stages": stages,
+        "training": training,
+        "budget": {"max_wall_minutes": 60},
+        "require_approval": [],
+        **more,
+    }
 
 
 def _outputs(ws, run_id: str) -> dict[str, dict]:
@@ -64,8 +72,24 @@ def _run(ws, task: dict) -> dict[str, dict]:
     """One run as a user starts it: ``trainteam execute-workflow --yes --json`` in a subprocess."""
     path = Path(ws.root) / f"{task['name']}.yaml"
     path.write_text(yaml.safe_dump(task))
-    proc = subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws.root), "execute-workflow", "train_model",
-                           "--task", str(path), "--yes", "--json", "--quiet"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainteam.cli",
+            "-w",
+            str(ws.root),
+            "execute-workflow",
+            "train_model",
+            "--task",
+            str(path),
+            "--yes",
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+    )
     view = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
     out = _outputs(ws, view["run_id"]) if view.get("run_id") else {}
     # a run whose model missed its gate (the default gate: beat the base model beyond noise) was still trained and
@@ -77,7 +101,13 @@ def _run(ws, task: dict) -> dict[str, dict]:
 
 def pretrained(ws, key: str, data: dict) -> str:
     """One pretraining run (the same start for the grid and the team): its final checkpoint folder."""
-    cfg = {"max_steps": 300, "per_device_train_batch_size": 32, "max_length": 64, "learning_rate": 1e-3, "warmup_steps": 30}
+    cfg = {
+        "max_steps": 300,
+        "per_device_train_batch_size": 32,
+        "max_length": 64,
+        "learning_rate": 1e-3,
+        "warmup_steps": 30,
+    }
     out = _run(ws, _task(f"{key}-pre", data, ["pretrain"], {"pretrain": cfg}, search=False))
     return out["train"]["artifacts"]["checkpoint"]
 
@@ -93,13 +123,36 @@ def sft_run(ws, name: str, data: dict, base: str, cfg: dict, search: bool) -> di
     # the chosen probe's run goes on from its checkpoint: those steps are the probes', counted once
     kept = (found or {}).get("continued_from") or 0
     rates = {p["trial"]: p["learning_rate"] for p in (found or {}).get("probes") or []}
-    return {"exact_match": out["evaluate"]["metrics"]["exact_match"], "steps": int(train["metrics"]["sft.steps"]) - kept,
-            "probe_steps": probe_steps, "learning_rate": found["chosen"]["learning_rate"] if found else cfg["learning_rate"],
-            "train_s": round(train.get("seconds") or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
-            "probes": [{"lr": p["learning_rate"], "steps": p["steps"], "loss": p["values"], "metric": p.get("metric") or {},
-                        "widened": p.get("widened", False)} for p in found["probes"]] if found else None,
-            "rungs": [{"step": c["step"], "ranked_by": c["ranked_by"], c.get("outcome") or "went on":
-                       [rates.get(t) for t in c["going_on"]]} for c in found.get("comparisons") or []] if found else None}
+    return {
+        "exact_match": out["evaluate"]["metrics"]["exact_match"],
+        "steps": int(train["metrics"]["sft.steps"]) - kept,
+        "probe_steps": probe_steps,
+        "learning_rate": found["chosen"]["learning_rate"] if found else cfg["learning_rate"],
+        "train_s": round(train.get("seconds") or 0.0, 1),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "probes": [
+            {
+                "lr": p["learning_rate"],
+                "steps": p["steps"],
+                "loss": p["values"],
+                "metric": p.get("metric") or {},
+                "widened": p.get("widened", False),
+            }
+            for p in found["probes"]
+        ]
+        if found
+        else None,
+        "rungs": [
+            {
+                "step": c["step"],
+                "ranked_by": c["ranked_by"],
+                c.get("outcome") or "went on": [rates.get(t) for t in c["going_on"]],
+            }
+            for c in found.get("comparisons") or []
+        ]
+        if found
+        else None,
+    }
 
 
 def one_task(root: Path, key: str, steps: list[int]) -> dict:
@@ -114,21 +167,33 @@ def one_task(root: Path, key: str, steps: list[int]) -> dict:
         for n in steps:
             r = sft_run(ws, f"{key}-g{lr:g}-{n}", data, base, {**common, "learning_rate": lr, "max_steps": n}, False)
             grid[f"lr {lr:g}, {n} steps"] = r
-            print(f"  {key} grid lr {lr:g} {n} steps: exact match {r['exact_match']:.3f} ({r['train_s']} s)", flush=True)
+            print(
+                f"  {key} grid lr {lr:g} {n} steps: exact match {r['exact_match']:.3f} ({r['train_s']} s)", flush=True
+            )
     team = sft_run(ws, f"{key}-team", data, base, {**common, "max_steps": max(steps)}, True)
-    print(f"  {key} team: lr {team['learning_rate']:g}, exact match {team['exact_match']:.3f}, "
-          f"{team['probe_steps']} probe + {team['steps']} steps ({team['train_s']} s); probes (step: exact match / "
-          "held-out loss): " + "; ".join(f"lr {p['lr']:g}{' (widened)' if p['widened'] else ''} "
-                                         + ", ".join(f"{k}: {p['metric'].get(k, float('nan')):.3f}/{v:.4f}"
-                                                     for k, v in p["loss"].items()) for p in team["probes"] or [])
-          + f"; rungs: {team['rungs']}", flush=True)
+    print(
+        f"  {key} team: lr {team['learning_rate']:g}, exact match {team['exact_match']:.3f}, "
+        f"{team['probe_steps']} probe + {team['steps']} steps ({team['train_s']} s); probes (step: exact match / "
+        "held-out loss): "
+        + "; ".join(
+            f"lr {p['lr']:g}{' (widened)' if p['widened'] else ''} "
+            + ", ".join(f"{k}: {p['metric'].get(k, float('nan')):.3f}/{v:.4f}" for k, v in p["loss"].items())
+            for p in team["probes"] or []
+        )
+        + f"; rungs: {team['rungs']}",
+        flush=True,
+    )
     best = max(grid.values(), key=lambda r: r["exact_match"])
     grid_steps = sum(r["steps"] for r in grid.values())
-    return {"grid": grid, "team": team, "grid_best": best["exact_match"],
-            "grid_best_at": next(k for k, v in grid.items() if v is best),
-            "fraction_of_grid_best": round(team["exact_match"] / best["exact_match"], 3) if best["exact_match"] else None,
-            "fraction_of_grid_compute": round((team["steps"] + team["probe_steps"]) / grid_steps, 3),
-            "fraction_of_grid_seconds": round(team["train_s"] / sum(r["train_s"] for r in grid.values()), 3)}
+    return {
+        "grid": grid,
+        "team": team,
+        "grid_best": best["exact_match"],
+        "grid_best_at": next(k for k, v in grid.items() if v is best),
+        "fraction_of_grid_best": round(team["exact_match"] / best["exact_match"], 3) if best["exact_match"] else None,
+        "fraction_of_grid_compute": round((team["steps"] + team["probe_steps"]) / grid_steps, 3),
+        "fraction_of_grid_seconds": round(team["train_s"] / sum(r["train_s"] for r in grid.values()), 3),
+    }
 
 
 def main() -> None:
@@ -140,7 +205,9 @@ def main() -> None:
     a = ap.parse_args()
     keys = ["add2"] if a.quick else a.tasks.split(",")
     steps = [50, 100, 200] if a.quick else [int(s) for s in a.steps.split(",")]
-    os.environ.setdefault("TRAINTEAM_THREADS", "1")  # one thread each: the same pace for every run, whatever the neighbours
+    os.environ.setdefault(
+        "TRAINTEAM_THREADS", "1"
+    )  # one thread each: the same pace for every run, whatever the neighbours
     from concurrent.futures import ThreadPoolExecutor
 
     load = [os.getloadavg()[0]]
@@ -154,20 +221,41 @@ def main() -> None:
     print("\n| task | grid best (where) | team (lr) | fraction of grid best | fraction of grid compute |")
     print("|---|---|---|---|---|")
     for k, v in per.items():
-        print(f"| {k} | {v['grid_best']:.3f} ({v['grid_best_at']}) | {v['team']['exact_match']:.3f} "
-              f"({v['team']['learning_rate']:g}) | {v['fraction_of_grid_best']} | {v['fraction_of_grid_compute']} |")
-    result = {"tasks": {k: {x: v[x] for x in ("grid_best", "grid_best_at", "fraction_of_grid_best",
-                                                 "fraction_of_grid_compute", "fraction_of_grid_seconds")}
-                        | {"team_exact_match": v["team"]["exact_match"], "team_lr": v["team"]["learning_rate"],
-                           "team_steps": v["team"]["steps"], "team_probe_steps": v["team"]["probe_steps"],
-                           "team_rungs": v["team"]["rungs"],
-                           "grid": {g: r["exact_match"] for g, r in v["grid"].items()}} for k, v in per.items()},
-              "fraction_of_grid_best": round(min(best), 3) if best else None,
-              "fraction_of_grid_best_median": round(statistics.median(best), 3) if best else None,
-              "fraction_of_grid_compute": round(max(compute), 3),
-              "goals": {"fraction_of_grid_best": ">= 0.95", "fraction_of_grid_compute": "<= 0.35"},
-              "load": {"start": round(load[0], 2), "end": round(load[-1], 2)}, "steps": steps,
-              "wall_s": round(time.perf_counter() - t0, 1), "jobs": a.jobs}
+        print(
+            f"| {k} | {v['grid_best']:.3f} ({v['grid_best_at']}) | {v['team']['exact_match']:.3f} "
+            f"({v['team']['learning_rate']:g}) | {v['fraction_of_grid_best']} | {v['fraction_of_grid_compute']} |"
+        )
+    result = {
+        "tasks": {
+            k: {
+                x: v[x]
+                for x in (
+                    "grid_best",
+                    "grid_best_at",
+                    "fraction_of_grid_best",
+                    "fraction_of_grid_compute",
+                    "fraction_of_grid_seconds",
+                )
+            }
+            | {
+                "team_exact_match": v["team"]["exact_match"],
+                "team_lr": v["team"]["learning_rate"],
+                "team_steps": v["team"]["steps"],
+                "team_probe_steps": v["team"]["probe_steps"],
+                "team_rungs": v["team"]["rungs"],
+                "grid": {g: r["exact_match"] for g, r in v["grid"].items()},
+            }
+            for k, v in per.items()
+        },
+        "fraction_of_grid_best": round(min(best), 3) if best else None,
+        "fraction_of_grid_best_median": round(statistics.median(best), 3) if best else None,
+        "fraction_of_grid_compute": round(max(compute), 3),
+        "goals": {"fraction_of_grid_best": ">= 0.95", "fraction_of_grid_compute": "<= 0.35"},
+        "load": {"start": round(load[0], 2), "end": round(load[-1], 2)},
+        "steps": steps,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "jobs": a.jobs,
+    }
     print("RESULT " + json.dumps(result))
 
 

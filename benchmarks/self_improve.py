@@ -47,8 +47,13 @@ PERSONAS = ("data_curator", "training_engineer", "eval_judge", "ml_orchestrator"
 
 
 def _env(threads: int) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "TRAINTEAM_THREADS": str(threads),
-            "PYDANTIC_AI_NO_BANNER": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "TRAINTEAM_THREADS": str(threads),
+        "PYDANTIC_AI_NO_BANNER": "1",
+        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    }
 
 
 def _cli(args: list[str], cwd: Path, threads: int = 1, timeout: int = 3600, ok=(0,)) -> str:
@@ -91,43 +96,87 @@ def gather(work: Path, ws: Path, runs: int, picked: bool = False) -> list[str]:
     # ``picked``: every other run gets a hand-picked name, as a person's --run-id would be
     ids = [PICKED[i // 2 % len(PICKED)] if picked and i % 2 else product_id() for i in range(runs)]
     for rid in ids:
-        _cli(["-w", str(ws), "execute-workflow", "train_model", "--task", str(task), "--run-id", rid, "--yes", "-q"],
-             work)
+        _cli(
+            ["-w", str(ws), "execute-workflow", "train_model", "--task", str(task), "--run-id", rid, "--yes", "-q"],
+            work,
+        )
     return ids
 
 
 def token_counts(model: Path, ws: Path, work: Path, run: str) -> dict[str, Any]:
     """Tokens per training pair of one run's rows, full prompt and compact prompt."""
     from trainteam.trainers.methods.sft import row_lengths, sft_dataset
-    from trainteam.trainers.training.method_data import load_data
     from trainteam.trainers.planning.tokens import model_tokenizer
+    from trainteam.trainers.training.method_data import load_data
 
     tok = model_tokenizer(str(model), TEMPLATE)
     out = {}
     for style in ("full", "compact"):
         path = work / f"{run}-{style}.jsonl"
-        _cli(["-w", str(ws), "transcripts", "export", "--format", "chat", "--prompt", style, "--run", run,
-              "-o", str(path)], work)
+        _cli(
+            [
+                "-w",
+                str(ws),
+                "transcripts",
+                "export",
+                "--format",
+                "chat",
+                "--prompt",
+                style,
+                "--run",
+                run,
+                "-o",
+                str(path),
+            ],
+            work,
+        )
         lengths = row_lengths(tok, sft_dataset(tok, load_data(path, "sft")))
         out[style] = {"pairs": len(lengths), "mean": round(sum(lengths) / len(lengths)), "max": max(lengths)}
     return out
 
 
 def loop(work: Path, ws: Path, model: Path, args) -> dict:
-    cmd = ["-w", str(ws), "self-improve", "--model", str(model), "--prompt", args.prompt, "--steps", str(args.steps),
-           "--lr", str(args.lr), "--max-length", str(args.max_length), "--grad-accum", str(args.grad_accum),
-           "--heldout-fraction", str(args.heldout_fraction), "--min-agreement", "0.95", "--yes", "--json",
-           "--run-id", "self-improve"] + [a for p in PERSONAS for a in ("--bind", p)]
-    cmd += ["--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing",
-            "--precision", args.precision, "--max-memory-gib", str(args.max_memory_gib)]
-    proc = subprocess.Popen(CLI + cmd, cwd=work, env=_env(args.threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    cmd = [
+        "-w",
+        str(ws),
+        "self-improve",
+        "--model",
+        str(model),
+        "--prompt",
+        args.prompt,
+        "--steps",
+        str(args.steps),
+        "--lr",
+        str(args.lr),
+        "--max-length",
+        str(args.max_length),
+        "--grad-accum",
+        str(args.grad_accum),
+        "--heldout-fraction",
+        str(args.heldout_fraction),
+        "--min-agreement",
+        "0.95",
+        "--yes",
+        "--json",
+        "--run-id",
+        "self-improve",
+    ] + [a for p in PERSONAS for a in ("--bind", p)]
+    cmd += [
+        "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing",
+        "--precision",
+        args.precision,
+        "--max-memory-gib",
+        str(args.max_memory_gib),
+    ]
+    proc = subprocess.Popen(
+        CLI + cmd, cwd=work, env=_env(args.threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     rss = RssWatch(proc.pid).start()
     stdout, stderr = proc.communicate(timeout=7200)
     rss.stop()
     if proc.returncode not in (0, 1):
         raise SystemExit(f"trainteam self-improve exited {proc.returncode}: {stderr[-3000:]}")
-    return {**json.loads(stdout[stdout.index("{"):]), "rss": rss.summary()}
+    return {**json.loads(stdout[stdout.index("{") :]), "rss": rss.summary()}
 
 
 class RssWatch:
@@ -167,10 +216,16 @@ class RssWatch:
         minutes: dict[int, float] = {}
         for t, mb in self.samples:
             minutes[int(t // 60)] = max(minutes.get(int(t // 60), 0.0), mb)
-        return {"peak_mb": round(peak), "peak_at_s": round(at), "per_minute_mb": [round(minutes[m]) for m in sorted(minutes)]}
+        return {
+            "peak_mb": round(peak),
+            "peak_at_s": round(at),
+            "per_minute_mb": [round(minutes[m]) for m in sorted(minutes)],
+        }
 
 
-def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str, rid: str | None = None) -> dict[str, Any]:
+def bound_run(
+    work: Path, ws: Path, out: dict, bind: list[str], reference: str, rid: str | None = None
+) -> dict[str, Any]:
     """A full ``train_model`` run on the demo task with the personas ``bind`` (only those) on the trained
     model with the compact prompt, bound here whether or not the loop's gate bound them: its status and
     gate outcomes against ``reference``'s (an offline run), and which personas' turns the model decided."""
@@ -180,25 +235,53 @@ def bound_run(work: Path, ws: Path, out: dict, bind: list[str], reference: str, 
 
     for persona in PERSONAS:  # exactly ``bind`` on the model (the loop binds only what its gate passed)
         if persona in bind:
-            _cli(["-w", str(ws), "models", "bind", out["model"], "--role", f"persona:{persona}", "--prompt", "compact"],
-                 work)
+            _cli(
+                ["-w", str(ws), "models", "bind", out["model"], "--role", f"persona:{persona}", "--prompt", "compact"],
+                work,
+            )
         else:
             _cli(["-w", str(ws), "models", "unbind", f"persona:{persona}"], work, ok=(0, 1, 2))
     # an id as the product makes one (name-stamp-hex), like the gathered runs': with a hand-picked id
     # ("bound-training") the trained model put the report's fields into the train call (measured, 2 of 3 loops)
     rid = rid or product_id()
     t0 = time.perf_counter()
-    proc = subprocess.run(CLI + ["-w", str(ws), "execute-workflow", "train_model", "--task", str(work / "tiny.yaml"),
-                                 "--run-id", rid, "--yes", "-q"], cwd=work, env=_env(2), capture_output=True, text=True,
-                          timeout=3600)
+    proc = subprocess.run(
+        CLI
+        + [
+            "-w",
+            str(ws),
+            "execute-workflow",
+            "train_model",
+            "--task",
+            str(work / "tiny.yaml"),
+            "--run-id",
+            rid,
+            "--yes",
+            "-q",
+        ],
+        cwd=work,
+        env=_env(2),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     wall = round(time.perf_counter() - t0, 1)
     w = Workspace.open(ws)
     recs = list(transcripts.read_run(w, rid))
-    by_model = sorted({r["persona"] for r in recs if r.get("model") == out["model"] or out["model"] in str(r.get("model"))})
+    by_model = sorted(
+        {r["persona"] for r in recs if r.get("model") == out["model"] or out["model"] in str(r.get("model"))}
+    )
     want, got = gate_outcomes(w, reference), gate_outcomes(w, rid)
-    return {"personas": bind, "exit": proc.returncode, "same_gate_outcomes": want == got and proc.returncode == 0,
-            "gates": got, "reference_gates": want, "decided_by_model": by_model, "wall_s": wall,
-            "error": proc.stderr.strip().splitlines()[-1][:300] if proc.returncode and proc.stderr.strip() else None}
+    return {
+        "personas": bind,
+        "exit": proc.returncode,
+        "same_gate_outcomes": want == got and proc.returncode == 0,
+        "gates": got,
+        "reference_gates": want,
+        "decided_by_model": by_model,
+        "wall_s": wall,
+        "error": proc.stderr.strip().splitlines()[-1][:300] if proc.returncode and proc.stderr.strip() else None,
+    }
 
 
 def base_folder(work: Path, model: Path) -> Path:
@@ -216,8 +299,12 @@ def base_folder(work: Path, model: Path) -> Path:
 
 def _step_time(trained: Path) -> float | None:
     """Median seconds per training step, from the SFT stage's heartbeats (their step_time is cumulative)."""
-    beats = [json.loads(line) for hist in trained.parent.glob("sft-*/run-history.jsonl")
-             for line in hist.read_text().splitlines() if '"beat"' in line]
+    beats = [
+        json.loads(line)
+        for hist in trained.parent.glob("sft-*/run-history.jsonl")
+        for line in hist.read_text().splitlines()
+        if '"beat"' in line
+    ]
     marks = [0.0] + [b["step_time"] for b in beats]
     steps = [0] + [b["step"] for b in beats]
     per = sorted((marks[i + 1] - marks[i]) / max(1, steps[i + 1] - steps[i]) for i in range(len(beats)))
@@ -247,17 +334,26 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--picked-ids", action="store_true", help="every other gathered run gets a hand-picked id")
-    ap.add_argument("--picked-bound-id", default="bound-training", help="one more bound run (training_engineer) "
-                    "with this hand-picked id ('' for none)")
-    ap.add_argument("--bound-check", nargs="*", default=["training_engineer", "all"], metavar="PERSONAS",
-                    help="after the loop, one train_model run per item with those personas (comma-separated, or "
-                         "all) bound to the trained model (bound now if the gate refused), its gate outcomes "
-                         "against an offline run's")
+    ap.add_argument(
+        "--picked-bound-id",
+        default="bound-training",
+        help="one more bound run (training_engineer) with this hand-picked id ('' for none)",
+    )
+    ap.add_argument(
+        "--bound-check",
+        nargs="*",
+        default=["training_engineer", "all"],
+        metavar="PERSONAS",
+        help="after the loop, one train_model run per item with those personas (comma-separated, or "
+        "all) bound to the trained model (bound now if the gate refused), its gate outcomes "
+        "against an offline run's",
+    )
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     from real_model import ensure_real_model
+
     from trainteam.agents.tool_agreement import agreement_of, call_turns, read_rows
     from trainteam.workflows.improve.self_improve import training_precision
 
@@ -285,15 +381,24 @@ def main() -> None:
     turns = call_turns(read_rows(Path(out["data"]["heldout"])), PERSONAS)
     base = agreement_of(base_folder(work, model), turns, args.max_new_tokens).model_dump()
     t = lap("eval_base", t)
-    renamed = agreement_of(Path(out["model_path"]), renamed_turns(Path(out["data"]["heldout"])),
-                           args.max_new_tokens).model_dump() if out.get("model_path") else {}
+    renamed = (
+        agreement_of(
+            Path(out["model_path"]), renamed_turns(Path(out["data"]["heldout"])), args.max_new_tokens
+        ).model_dump()
+        if out.get("model_path")
+        else {}
+    )
     t = lap("eval_renamed", t)
     loop_wall = round(walls["gather"] + walls["self_improve"], 1)  # the loop as a person runs it
     sets = [PERSONAS if b == "all" else b.split(",") for b in args.bound_check]
     bound = [bound_run(work, ws, out, list(personas), runs[0]) for personas in sets] if out.get("model") else []
     if out.get("model") and args.picked_bound_id:  # a person's own id, unlike the product's
-        bound.append({**bound_run(work, ws, out, ["training_engineer"], runs[0], args.picked_bound_id),
-                      "run_id": args.picked_bound_id})
+        bound.append(
+            {
+                **bound_run(work, ws, out, ["training_engineer"], runs[0], args.picked_bound_id),
+                "run_id": args.picked_bound_id,
+            }
+        )
     for b in bound:
         print("bound run:", json.dumps(b), flush=True)
     if bound:
@@ -302,23 +407,43 @@ def main() -> None:
     print("trained samples:", json.dumps(after.get("samples"))[:1500])
     print("renamed samples:", json.dumps(renamed.get("samples"))[:1500])
     result = {
-        "tool_call_agreement_base": base["agreement"], "tool_call_agreement_trained": after.get("agreement"),
-        "tool_action_agreement_base": base["action_agreement"], "tool_action_agreement_trained": after.get("action_agreement"),
-        "tool_name_agreement_base": base["name_agreement"], "tool_name_agreement_trained": after.get("name_agreement"),
+        "tool_call_agreement_base": base["agreement"],
+        "tool_call_agreement_trained": after.get("agreement"),
+        "tool_action_agreement_base": base["action_agreement"],
+        "tool_action_agreement_trained": after.get("action_agreement"),
+        "tool_name_agreement_base": base["name_agreement"],
+        "tool_name_agreement_trained": after.get("name_agreement"),
         "tool_call_agreement_trained_renamed": renamed.get("agreement"),
         "final_decision_agreement_base": base["final_decision_agreement"],
         "final_decision_agreement_trained": after.get("final_decision_agreement"),
-        "final_agreement_trained": after.get("final_agreement"), "by_persona_trained": after.get("by_persona"),
-        "heldout_call_turns": after.get("turns"), "status": out.get("status"),
-        "train_rows": out["data"]["train_rows"], "heldout_runs": out["data"]["heldout_runs"],
-        "tokens_full": tokens["full"], "tokens_compact": tokens["compact"], "prompt": args.prompt,
-        "sft_steps": args.steps, "lr": args.lr, "max_length": args.max_length, "grad_accum": args.grad_accum,
+        "final_agreement_trained": after.get("final_agreement"),
+        "by_persona_trained": after.get("by_persona"),
+        "heldout_call_turns": after.get("turns"),
+        "status": out.get("status"),
+        "train_rows": out["data"]["train_rows"],
+        "heldout_runs": out["data"]["heldout_runs"],
+        "tokens_full": tokens["full"],
+        "tokens_compact": tokens["compact"],
+        "prompt": args.prompt,
+        "sft_steps": args.steps,
+        "lr": args.lr,
+        "max_length": args.max_length,
+        "grad_accum": args.grad_accum,
         "gradient_checkpointing": args.gradient_checkpointing,
         "precision": training_precision(args.precision),
-        "max_memory_gib": args.max_memory_gib, "picked_ids": args.picked_ids, "runs": args.runs, "sft_step_s": _step_time(Path(out["model_path"])) if out.get("model_path") else None,
-        "bound_runs": bound, "bound_same_gate_outcomes": all(b["same_gate_outcomes"] for b in bound) if bound else None,
-        "loop_wall_s": loop_wall, "walls_s": walls, "peak_rss_mb": peak_rss_mb(), "self_improve_rss": out.get("rss"),
-        "threads": args.threads, "load_avg": os.getloadavg()[0], "work": str(work),
+        "max_memory_gib": args.max_memory_gib,
+        "picked_ids": args.picked_ids,
+        "runs": args.runs,
+        "sft_step_s": _step_time(Path(out["model_path"])) if out.get("model_path") else None,
+        "bound_runs": bound,
+        "bound_same_gate_outcomes": all(b["same_gate_outcomes"] for b in bound) if bound else None,
+        "loop_wall_s": loop_wall,
+        "walls_s": walls,
+        "peak_rss_mb": peak_rss_mb(),
+        "self_improve_rss": out.get("rss"),
+        "threads": args.threads,
+        "load_avg": os.getloadavg()[0],
+        "work": str(work),
     }
     print("RESULT " + json.dumps(result))
 

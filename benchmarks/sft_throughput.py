@@ -59,11 +59,15 @@ def setup(work: Path) -> None:
     train, ev = make_rows(N_TRAIN, rng), make_rows(N_EVAL, rng)
     (work / "train.json").write_text(json.dumps(train))
     (work / "eval.json").write_text(json.dumps(ev))
-    tok_dir = train_tokenizer((r["prompt"] + r["completion"] for r in train), TokenizerConfig(vocab_size=300), work / "tok")
+    tok_dir = train_tokenizer(
+        (r["prompt"] + r["completion"] for r in train), TokenizerConfig(vocab_size=300), work / "tok"
+    )
     tok = load_tokenizer(tok_dir)
+
     # Trim rows whose tokenized length exceeds MAX_TOK so nothing is truncated anywhere.
     def n_tok(r):
         return len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) + 2
+
     for name in ("train", "eval"):
         rows = json.loads((work / f"{name}.json").read_text())
         (work / f"{name}.json").write_text(json.dumps([r for r in rows if n_tok(r) <= MAX_TOK]))
@@ -85,8 +89,15 @@ def run_variant(name: str, work: Path) -> dict:
     steps = len(rows) // BATCH
     if name == "trainteam":
         os.environ.pop("TRAINTEAM_THREADS", None)  # trainteam chooses threads from the load itself
-        cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=LR,
-                          lr_scheduler_type="linear", max_length=MAX_TOK, resume="never")
+        cfg = TrainConfig(
+            output_dir=out,
+            max_steps=steps,
+            per_device_train_batch_size=BATCH,
+            learning_rate=LR,
+            lr_scheduler_type="linear",
+            max_length=MAX_TOK,
+            resume="never",
+        )
         rep = train("sft", cfg, work / "init", rows, tokenizer=tok, progress=False)
         runtime, tokens, model = rep.metrics["train_runtime"], rep.telemetry["tokens"], load_model(rep.final_dir)
         threads = rep.telemetry["threads"]
@@ -99,20 +110,42 @@ def run_variant(name: str, work: Path) -> dict:
 
         model = load_model(work / "init")
         ds = sft_dataset(tok, Dataset.from_list(rows))
-        kw = dict(output_dir=str(out), bf16=False, use_cpu=True, per_device_train_batch_size=BATCH, learning_rate=LR,
-                  lr_scheduler_type="linear", max_steps=steps, report_to="none", save_strategy="no", seed=SEED,
-                  disable_tqdm=True, include_num_input_tokens_seen="non_padding")
+        kw = dict(
+            output_dir=str(out),
+            bf16=False,
+            use_cpu=True,
+            per_device_train_batch_size=BATCH,
+            learning_rate=LR,
+            lr_scheduler_type="linear",
+            max_steps=steps,
+            report_to="none",
+            save_strategy="no",
+            seed=SEED,
+            disable_tqdm=True,
+            include_num_input_tokens_seen="non_padding",
+        )
         kw.update({k: v for k, v in HAND.get(name, {}).items() if not k.startswith("_")})
         if "_threads" in HAND.get(name, {}):
             torch.set_num_threads(HAND[name]["_threads"])
         trainer = SFTTrainer(model=model, args=SFTConfig(**kw), train_dataset=ds, processing_class=tok)
         res = trainer.train()
-        runtime, tokens, threads = res.metrics["train_runtime"], trainer.state.num_input_tokens_seen, torch.get_num_threads()
+        runtime, tokens, threads = (
+            res.metrics["train_runtime"],
+            trainer.state.num_input_tokens_seen,
+            torch.get_num_threads(),
+        )
     loss = heldout_loss(model, tok, ev, batch_size=4)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"variant": name, "tokens": int(tokens), "train_s": round(runtime, 2), "tokens_per_s": round(tokens / runtime, 1),
-            "heldout_loss": round(loss, 4), "peak_rss_mb": round(rss_mb), "threads": threads,
-            "load1": round(os.getloadavg()[0], 2)}
+    return {
+        "variant": name,
+        "tokens": int(tokens),
+        "train_s": round(runtime, 2),
+        "tokens_per_s": round(tokens / runtime, 1),
+        "heldout_loss": round(loss, 4),
+        "peak_rss_mb": round(rss_mb),
+        "threads": threads,
+        "load1": round(os.getloadavg()[0], 2),
+    }
 
 
 def _median(xs: list[float]) -> float:
@@ -138,14 +171,18 @@ def main() -> None:
         setup(work)
         rows = json.loads((work / "train.json").read_text())
         print(f"data: {len(rows)} rows, one epoch, batch {BATCH}; lengths log-normal {MIN_TOK}-{MAX_TOK} tokens")
-        print(f"{ROUNDS} interleaved rounds, order rotated each round, median round per variant (the 2 cores are shared)")
+        print(
+            f"{ROUNDS} interleaved rounds, order rotated each round, median round per variant (the 2 cores are shared)"
+        )
         print(f"load average at start: {_load()}", flush=True)
         runs: dict[str, list[dict]] = {}
         names = ["trl_default", *HAND, "trainteam"]
         for rnd in range(ROUNDS):
-            for name in names[rnd % len(names):] + names[: rnd % len(names)]:
+            for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
                 t = time.time()
-                p = subprocess.run([sys.executable, __file__, "--variant", name, "--work", str(work)], capture_output=True, text=True)
+                p = subprocess.run(
+                    [sys.executable, __file__, "--variant", name, "--work", str(work)], capture_output=True, text=True
+                )
                 line = next((l for l in p.stdout.splitlines() if l.startswith("VARIANT ")), None)
                 if line is None:
                     raise SystemExit(f"{name} failed:\n{p.stderr[-3000:]}")
@@ -157,14 +194,20 @@ def main() -> None:
     best_name = max(HAND, key=lambda k: results[k]["tokens_per_s"])
     best = results[best_name]
     summary = {
-        "baseline_tokens_per_s": base["tokens_per_s"], "trainteam_tokens_per_s": ours["tokens_per_s"],
+        "baseline_tokens_per_s": base["tokens_per_s"],
+        "trainteam_tokens_per_s": ours["tokens_per_s"],
         "ratio_vs_trl_default": round(ours["tokens_per_s"] / base["tokens_per_s"], 2),
-        "best_hand_config": best_name, "best_hand_tokens_per_s": best["tokens_per_s"],
+        "best_hand_config": best_name,
+        "best_hand_tokens_per_s": best["tokens_per_s"],
         "ratio_vs_best_hand": round(ours["tokens_per_s"] / best["tokens_per_s"], 2),
         # The same comparison round by round (runs minutes apart share the load): the median
         # of per-round ratios is steadier than the ratio of medians when the load drifts.
-        "paired_ratio_vs_best_hand": _median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["trainteam"], runs[best_name])]),
-        "paired_ratio_vs_trl_default": _median([a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["trainteam"], runs["trl_default"])]),
+        "paired_ratio_vs_best_hand": _median(
+            [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["trainteam"], runs[best_name])]
+        ),
+        "paired_ratio_vs_trl_default": _median(
+            [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["trainteam"], runs["trl_default"])]
+        ),
         "heldout_loss": {k: v["heldout_loss"] for k, v in results.items()},
         "loss_no_worse": ours["heldout_loss"] <= base["heldout_loss"] * 1.02,
         "peak_rss_mb": {k: v["peak_rss_mb"] for k, v in results.items()},
@@ -174,8 +217,10 @@ def main() -> None:
         "load_at_end": _load(),
     }
     print(f"trainteam / TRL default: {summary['ratio_vs_trl_default']}x tokens/s (goal >= 1.3)")
-    print(f"trainteam / best hand ({best_name}): {summary['ratio_vs_best_hand']}x (goal >= 1.0); "
-          f"per-round paired median {summary['paired_ratio_vs_best_hand']}x")
+    print(
+        f"trainteam / best hand ({best_name}): {summary['ratio_vs_best_hand']}x (goal >= 1.0); "
+        f"per-round paired median {summary['paired_ratio_vs_best_hand']}x"
+    )
     print("RESULT " + json.dumps(summary))
 
 

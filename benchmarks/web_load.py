@@ -53,6 +53,7 @@ GOAL, BLOCK, DRAWS = 1.05, ("quiet", "loaded", "loaded", "quiet"), 10_000
 
 # -- the clients (a process of their own: `web_load.py --clients PORT TOKEN`; SIGUSR1 on, SIGUSR2 off) -------
 
+
 class Crowd:
     """The clients' shared state: on or off, the open streams (closed when switched off), counters."""
 
@@ -116,8 +117,9 @@ def _stream(crowd: Crowd) -> None:
         with crowd.lock:
             crowd.streams.append(conn)
         try:
-            conn.request("GET", f"/api/runs/{RUN}/curves/stream",
-                         headers={"Cookie": crowd.cookie, "Accept": "text/event-stream"})
+            conn.request(
+                "GET", f"/api/runs/{RUN}/curves/stream", headers={"Cookie": crowd.cookie, "Accept": "text/event-stream"}
+            )
             res = conn.getresponse()
             crowd.stats["errors"] += res.status != 200
             while crowd.on.is_set() and not crowd.stop.is_set():
@@ -147,11 +149,14 @@ def clients(port: int, token: str) -> None:
         crowd.stop.wait(0.2)
     stats = crowd.stats
     page_s = sorted(stats.pop("page_s")) or [0.0]
-    print(json.dumps({**stats, "page_p50_s": page_s[len(page_s) // 2], "page_p95_s": page_s[int(len(page_s) * .95)]}),
-          flush=True)
+    print(
+        json.dumps({**stats, "page_p50_s": page_s[len(page_s) // 2], "page_p95_s": page_s[int(len(page_s) * 0.95)]}),
+        flush=True,
+    )
 
 
 # -- the run and the windows ----------------------------------------------------------------------
+
 
 def _console(ws: Path) -> tuple[subprocess.Popen, int, str]:
     cli = [sys.executable, "-m", "trainteam.cli", "-w", str(ws), "web"]
@@ -163,9 +168,10 @@ def _console(ws: Path) -> tuple[subprocess.Popen, int, str]:
 
 def _step_ends(history: Path) -> list[tuple[float, float]]:
     """(when a step ended, how long it took), the warm-up steps left out."""
-    times = [e["time"] for e in map(json.loads, history.read_text().splitlines())
-             if e.get("event") == "log" and "loss" in e]
-    return [(b, b - a) for a, b in zip(times[WARMUP:], times[WARMUP + 1:])]
+    times = [
+        e["time"] for e in map(json.loads, history.read_text().splitlines()) if e.get("event") == "log" and "loss" in e
+    ]
+    return [(b, b - a) for a, b in zip(times[WARMUP:], times[WARMUP + 1 :])]
 
 
 def _train(ws: Path, name: str, steps: int, tok, data: Path, seconds: float | None = None) -> Path:
@@ -183,8 +189,16 @@ def _train(ws: Path, name: str, steps: int, tok, data: Path, seconds: float | No
             return control
 
     out = ws / "checkpoints" / RUN / name
-    cfg = TrainConfig(output_dir=out, max_steps=steps, per_device_train_batch_size=8, learning_rate=1e-3, max_length=32,
-                      logging_steps=1, save_steps=steps, spike={"enabled": False})  # a long run: no stop at a spike
+    cfg = TrainConfig(
+        output_dir=out,
+        max_steps=steps,
+        per_device_train_batch_size=8,
+        learning_rate=1e-3,
+        max_length=32,
+        logging_steps=1,
+        save_steps=steps,
+        spike={"enabled": False},
+    )  # a long run: no stop at a spike
     model = build_model(ModelSpec(hidden_size=64, num_layers=2, num_heads=2, max_position_embeddings=64), tok)
     stop = [_StopAt(time.time() + seconds)] if seconds else None
     train("pretrain", cfg, model, data, tokenizer=tok, progress=False, callbacks=stop)
@@ -206,7 +220,9 @@ def _setup(ws: Path):
     rows, _ = generate_arithmetic(ArithmeticConfig(n_train=600, n_eval=20, seed=1))
     data = ws / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tok_dir = train_tokenizer((r["prompt"] + r["completion"] for r in rows), TokenizerConfig(vocab_size=300), ws / "tok")
+    tok_dir = train_tokenizer(
+        (r["prompt"] + r["completion"] for r in rows), TokenizerConfig(vocab_size=300), ws / "tok"
+    )
     return load_tokenizer(tok_dir), data
 
 
@@ -215,20 +231,35 @@ def _cpu_s(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
-def _switch(crowd: subprocess.Popen, served: psutil.Process, window_s: float, done: threading.Event,
-            windows: list[dict]) -> None:
+def _switch(
+    crowd: subprocess.Popen, served: psutil.Process, window_s: float, done: threading.Event, windows: list[dict]
+) -> None:
     """Switch the clients on and off, window by window in ABBA blocks, until training is done;
     each window's start, kind, the console's and the clients' CPU seconds and the load average."""
     clients_proc, k = psutil.Process(crowd.pid), 0
     while not done.is_set():
         kind = BLOCK[k % len(BLOCK)]
         crowd.send_signal(signal.SIGUSR1 if kind == "loaded" else signal.SIGUSR2)
-        windows.append({"kind": kind, "start": time.time(), "console_cpu": _cpu_s(served),
-                        "clients_cpu": _cpu_s(clients_proc), "load_1m": round(os.getloadavg()[0], 2)})
+        windows.append(
+            {
+                "kind": kind,
+                "start": time.time(),
+                "console_cpu": _cpu_s(served),
+                "clients_cpu": _cpu_s(clients_proc),
+                "load_1m": round(os.getloadavg()[0], 2),
+            }
+        )
         k += 1
         done.wait(window_s)
-    windows.append({"kind": "end", "start": time.time(), "console_cpu": _cpu_s(served),
-                    "clients_cpu": _cpu_s(clients_proc), "load_1m": round(os.getloadavg()[0], 2)})
+    windows.append(
+        {
+            "kind": "end",
+            "start": time.time(),
+            "console_cpu": _cpu_s(served),
+            "clients_cpu": _cpu_s(clients_proc),
+            "load_1m": round(os.getloadavg()[0], 2),
+        }
+    )
 
 
 def window_rows(windows: list[dict], steps: list[tuple[float, float]]) -> list[dict]:
@@ -238,10 +269,16 @@ def window_rows(windows: list[dict], steps: list[tuple[float, float]]) -> list[d
         gaps = [g for t, g in steps if w["start"] + SETTLE_S <= t < nxt["start"]]
         wall = nxt["start"] - w["start"]
         if len(gaps) >= 5:
-            rows.append({"kind": w["kind"], "median_step_s": statistics.median(gaps), "steps": len(gaps),
-                         "console_cpu_per_train_s": (nxt["console_cpu"] - w["console_cpu"]) / wall,
-                         "clients_cpu_per_train_s": (nxt["clients_cpu"] - w["clients_cpu"]) / wall,
-                         "load_1m": w["load_1m"]})
+            rows.append(
+                {
+                    "kind": w["kind"],
+                    "median_step_s": statistics.median(gaps),
+                    "steps": len(gaps),
+                    "console_cpu_per_train_s": (nxt["console_cpu"] - w["console_cpu"]) / wall,
+                    "clients_cpu_per_train_s": (nxt["clients_cpu"] - w["clients_cpu"]) / wall,
+                    "load_1m": w["load_1m"],
+                }
+            )
         else:
             rows.append({"kind": w["kind"], "median_step_s": None})
     return rows
@@ -251,7 +288,7 @@ def block_ratios(rows: list[dict]) -> list[float]:
     """One ratio per whole ABBA block with every window measured: loaded medians over quiet medians."""
     ratios = []
     for i in range(0, len(rows) - len(BLOCK) + 1, len(BLOCK)):
-        block = rows[i:i + len(BLOCK)]
+        block = rows[i : i + len(BLOCK)]
         if any(r["median_step_s"] is None for r in block):
             continue
         loaded = sum(r["median_step_s"] for r in block if r["kind"] == "loaded")
@@ -268,8 +305,14 @@ def ratio_interval(ratios: list[float], seed: int = 0) -> tuple[float, float]:
     """A 95 % interval of the blocks' geometric mean: the wider of scipy's percentile bootstrap over the
     blocks and Student's t on their log ratios (with a handful of blocks the bootstrap alone is too narrow)."""
     logs = np.log(ratios)
-    boot = stats.bootstrap((logs,), np.mean, confidence_level=0.95, n_resamples=DRAWS, method="percentile",
-                           random_state=np.random.default_rng(seed)).confidence_interval
+    boot = stats.bootstrap(
+        (logs,),
+        np.mean,
+        confidence_level=0.95,
+        n_resamples=DRAWS,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    ).confidence_interval
     half = stats.t.ppf(0.975, len(logs) - 1) * stats.sem(logs)
     low, high = min(boot.low, logs.mean() - half), max(boot.high, logs.mean() + half)
     return math.exp(low), math.exp(high)
@@ -291,8 +334,9 @@ def _median_of(rows: list[dict], kind: str, key: str) -> float | None:
 def _measure(ws: Path, seconds: float, window_s: float, tok, data: Path) -> tuple[list[dict], list, dict]:
     """The windows, the steps and the clients' counters of one training run of about ``seconds``."""
     server, port, token = _console(ws)
-    crowd = subprocess.Popen([sys.executable, __file__, "--clients", str(port), token], stdout=subprocess.PIPE,
-                             text=True)
+    crowd = subprocess.Popen(
+        [sys.executable, __file__, "--clients", str(port), token], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert crowd.stdout.readline().strip() == "ready"
         _train(ws, "warm-up", 60, tok, data)  # imports, first allocations: not measured
@@ -326,35 +370,55 @@ def main(seconds: float, window_s: float) -> dict:
     if len(ratios) < 2:
         raise SystemExit(f"only {len(ratios)} whole ABBA block(s) measured: give more --seconds")
     ratio, (low, high) = geometric_mean(ratios), ratio_interval(ratios)
-    per_kind = {k: [round(r["median_step_s"] * 1000, 3) for r in rows if r["kind"] == k and r["median_step_s"]]
-                for k in ("quiet", "loaded")}
+    per_kind = {
+        k: [round(r["median_step_s"] * 1000, 3) for r in rows if r["kind"] == k and r["median_step_s"]]
+        for k in ("quiet", "loaded")
+    }
     loaded_s = sum(w2["start"] - w1["start"] for w1, w2 in zip(windows, windows[1:]) if w1["kind"] == "loaded")
-    return {"benchmark": "web_load", "seconds": seconds, "window_s": window_s, "windows": len(rows),
-            "blocks": len(ratios), "steps": len(steps), "pollers": POLLERS, "streamers": STREAMERS,
-            "quiet_step_ms": round(statistics.median(per_kind["quiet"]), 3),
-            "loaded_step_ms": round(statistics.median(per_kind["loaded"]), 3),
-            "ratio": round(ratio, 4), "ratio_95": [round(low, 4), round(high, 4)], "goal_ratio": GOAL,
-            "verdict": verdict(low, high), "met": verdict(low, high) == "met",
-            "block_ratios": [round(r, 4) for r in ratios], "window_medians_ms": per_kind,
-            "console_cpu_s_per_train_s": {k: _median_of(rows, k, "console_cpu_per_train_s") for k in ("quiet", "loaded")},
-            "clients_cpu_s_per_train_s": _median_of(rows, "loaded", "clients_cpu_per_train_s"),
-            "load_average_1m": [r["load_1m"] for r in rows if r.get("load_1m") is not None], "cores": os.cpu_count(),
-            "pages_per_loaded_s": round(counts["pages"] / loaded_s, 1) if loaded_s else None,
-            "sse_events": counts["events"], "client_errors": counts["errors"],
-            "page_p50_s": counts["page_p50_s"], "page_p95_s": counts["page_p95_s"]}
+    return {
+        "benchmark": "web_load",
+        "seconds": seconds,
+        "window_s": window_s,
+        "windows": len(rows),
+        "blocks": len(ratios),
+        "steps": len(steps),
+        "pollers": POLLERS,
+        "streamers": STREAMERS,
+        "quiet_step_ms": round(statistics.median(per_kind["quiet"]), 3),
+        "loaded_step_ms": round(statistics.median(per_kind["loaded"]), 3),
+        "ratio": round(ratio, 4),
+        "ratio_95": [round(low, 4), round(high, 4)],
+        "goal_ratio": GOAL,
+        "verdict": verdict(low, high),
+        "met": verdict(low, high) == "met",
+        "block_ratios": [round(r, 4) for r in ratios],
+        "window_medians_ms": per_kind,
+        "console_cpu_s_per_train_s": {k: _median_of(rows, k, "console_cpu_per_train_s") for k in ("quiet", "loaded")},
+        "clients_cpu_s_per_train_s": _median_of(rows, "loaded", "clients_cpu_per_train_s"),
+        "load_average_1m": [r["load_1m"] for r in rows if r.get("load_1m") is not None],
+        "cores": os.cpu_count(),
+        "pages_per_loaded_s": round(counts["pages"] / loaded_s, 1) if loaded_s else None,
+        "sse_events": counts["events"],
+        "client_errors": counts["errors"],
+        "page_p50_s": counts["page_p50_s"],
+        "page_p95_s": counts["page_p95_s"],
+    }
 
 
 def _summary(result: dict) -> str:
     low, high = result["ratio_95"]
     cpu = result["console_cpu_s_per_train_s"]
-    resolution = {"met": f"resolves the goal: the step time rises by at most {(high - 1) * 100:.1f} %",
-                  "missed": f"resolves the goal as missed: the step time rises by at least {(low - 1) * 100:.1f} %",
-                  "unresolved": f"does not resolve the {GOAL - 1:.0%} goal on this machine (more rounds, or a quieter "
-                                "machine)"}[result["verdict"]]
-    return (f"loaded/quiet step time {result['ratio']:.3f} (95 % interval {low:.3f}–{high:.3f} over "
-            f"{result['blocks']} ABBA blocks of {result['window_s']:g} s windows): the interval {resolution}. The console used {cpu['quiet']} CPU s "
-            f"per training second quiet, {cpu['loaded']} loaded (the clients {result['clients_cpu_s_per_train_s']}), "
-            f"on {result['cores']} cores.")
+    resolution = {
+        "met": f"resolves the goal: the step time rises by at most {(high - 1) * 100:.1f} %",
+        "missed": f"resolves the goal as missed: the step time rises by at least {(low - 1) * 100:.1f} %",
+        "unresolved": f"does not resolve the {GOAL - 1:.0%} goal on this machine (more rounds, or a quieter machine)",
+    }[result["verdict"]]
+    return (
+        f"loaded/quiet step time {result['ratio']:.3f} (95 % interval {low:.3f}–{high:.3f} over "
+        f"{result['blocks']} ABBA blocks of {result['window_s']:g} s windows): the interval {resolution}. The console used {cpu['quiet']} CPU s "
+        f"per training second quiet, {cpu['loaded']} loaded (the clients {result['clients_cpu_s_per_train_s']}), "
+        f"on {result['cores']} cores."
+    )
 
 
 if __name__ == "__main__":
@@ -366,8 +430,10 @@ if __name__ == "__main__":
     parser.add_argument("--window", type=float, default=4.0, help="seconds the clients stay on or off")
     args = parser.parse_args()
     if args.window < 2 * SETTLE_S or args.seconds < 8 * args.window:
-        parser.error(f"--seconds {args.seconds:g} / --window {args.window:g}: a window of at least {2 * SETTLE_S:g} s "
-                     "and at least two ABBA blocks of windows")
+        parser.error(
+            f"--seconds {args.seconds:g} / --window {args.window:g}: a window of at least {2 * SETTLE_S:g} s "
+            "and at least two ABBA blocks of windows"
+        )
     result = main(args.seconds, args.window)
     print(_summary(result))
     print("RESULT " + json.dumps(result))

@@ -20,20 +20,118 @@ import calendar
 import random
 from collections.abc import Callable
 
-ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-        "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+ONES = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-ORDINAL_ONES = ["", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
-                "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth",
-                "eighteenth", "nineteenth"]
-NOUNS = ["apple", "river", "stone", "cloud", "lamp", "garden", "window", "pencil", "horse", "candle", "bridge",
-         "forest", "mirror", "basket", "ladder", "rocket", "pillow", "castle", "engine", "carpet", "violin",
-         "island", "jacket", "kettle", "lemon", "magnet", "needle", "orange", "parrot", "rabbit", "saddle",
-         "tiger", "umbrella", "valley", "wallet", "yogurt", "anchor", "bottle", "camera", "desert", "feather",
-         "guitar", "hammer", "iceberg", "jungle", "kitten", "ladle", "meadow", "napkin", "oyster", "pepper",
-         "quilt", "ribbon", "silver", "teapot", "tunnel", "village", "walnut", "zebra", "button"]
-DATE_ASKS = ["Write the {day} of {month}, {year} as an ISO date.", "What is the {day} of {month}, {year} in ISO format?",
-             "Give the ISO date for the {day} of {month}, {year}."]
+ORDINAL_ONES = [
+    "",
+    "first",
+    "second",
+    "third",
+    "fourth",
+    "fifth",
+    "sixth",
+    "seventh",
+    "eighth",
+    "ninth",
+    "tenth",
+    "eleventh",
+    "twelfth",
+    "thirteenth",
+    "fourteenth",
+    "fifteenth",
+    "sixteenth",
+    "seventeenth",
+    "eighteenth",
+    "nineteenth",
+]
+NOUNS = [
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "lamp",
+    "garden",
+    "window",
+    "pencil",
+    "horse",
+    "candle",
+    "bridge",
+    "forest",
+    "mirror",
+    "basket",
+    "ladder",
+    "rocket",
+    "pillow",
+    "castle",
+    "engine",
+    "carpet",
+    "violin",
+    "island",
+    "jacket",
+    "kettle",
+    "lemon",
+    "magnet",
+    "needle",
+    "orange",
+    "parrot",
+    "rabbit",
+    "saddle",
+    "tiger",
+    "umbrella",
+    "valley",
+    "wallet",
+    "yogurt",
+    "anchor",
+    "bottle",
+    "camera",
+    "desert",
+    "feather",
+    "guitar",
+    "hammer",
+    "iceberg",
+    "jungle",
+    "kitten",
+    "ladle",
+    "meadow",
+    "napkin",
+    "oyster",
+    "pepper",
+    "quilt",
+    "ribbon",
+    "silver",
+    "teapot",
+    "tunnel",
+    "village",
+    "walnut",
+    "zebra",
+    "button",
+]
+DATE_ASKS = [
+    "Write the {day} of {month}, {year} as an ISO date.",
+    "What is the {day} of {month}, {year} in ISO format?",
+    "Give the ISO date for the {day} of {month}, {year}.",
+]
 
 
 def number_words(n: int) -> str:
@@ -86,7 +184,11 @@ def numbers_row(rng: random.Random) -> tuple[str, str]:
 
 
 TASKS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
-    "dates": date_row, "phone": phone_row, "reverse": reverse_row, "numbers": numbers_row}
+    "dates": date_row,
+    "phone": phone_row,
+    "reverse": reverse_row,
+    "numbers": numbers_row,
+}
 
 
 def chat_rows(task: str, n_train: int = 200, n_eval: int = 60, seed: int = 0) -> tuple[list[dict], list[dict]]:
@@ -100,8 +202,7 @@ def chat_rows(task: str, n_train: int = 200, n_eval: int = 60, seed: int = 0) ->
         question, answer = make(rng)
         if question not in seen and answer not in seen:
             seen.update((question, answer))
-            rows.append({"messages": [{"role": "user", "content": question},
-                                      {"role": "assistant", "content": answer}]})
+            rows.append({"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]})
     if len(rows) < n_train + n_eval:
         raise ValueError(f"{task}: only {len(rows)} distinct questions")
     return rows[:n_train], rows[n_train:]

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from trainteam.contract.step_io import StepInputs, ToolContext
+from trainteam.contract.train_task import TrainTask
 from trainteam.graph import NodeKind
 from trainteam.workflows.steps import STEPS
-from trainteam.contract.train_task import TrainTask
 from trainteam.workspace import Workspace
 
 TASK = {
@@ -35,12 +35,30 @@ def task(**changes: Any) -> TrainTask:
     return TrainTask.model_validate({**TASK, **changes})
 
 
-def ctx(ws: Workspace, persona: str, step: str, t: TrainTask | None = None, run_id: str = "run1",
-        outputs: dict | None = None, visit: int = 1, inputs: dict | None = None,
-        decided: StepInputs | None = None) -> ToolContext:
-    return ToolContext(ws=ws, run_id=run_id, step=step, visit=visit, persona=persona, task=t or task(),
-                       outputs=outputs or {}, inputs=inputs or {}, decided=decided or StepInputs(), toolbox=STEPS,
-                       progress=False)
+def ctx(
+    ws: Workspace,
+    persona: str,
+    step: str,
+    t: TrainTask | None = None,
+    run_id: str = "run1",
+    outputs: dict | None = None,
+    visit: int = 1,
+    inputs: dict | None = None,
+    decided: StepInputs | None = None,
+) -> ToolContext:
+    return ToolContext(
+        ws=ws,
+        run_id=run_id,
+        step=step,
+        visit=visit,
+        persona=persona,
+        task=t or task(),
+        outputs=outputs or {},
+        inputs=inputs or {},
+        decided=decided or StepInputs(),
+        toolbox=STEPS,
+        progress=False,
+    )
 
 
 def fake_checkpoint(ws: Workspace, name: str = "ckpt") -> Path:
@@ -57,9 +75,14 @@ def fake_checkpoint(ws: Workspace, name: str = "ckpt") -> Path:
 def final_eval_output(ws: Workspace, folder: Path, exact_match: float = 0.95) -> dict[str, Any]:
     node = ws.graph.add_node(NodeKind.CHECKPOINT, folder.name, path=str(folder), stage="sft")
     ev = ws.graph.add_node(NodeKind.EVAL, f"ev-{folder.name}", metrics={"exact_match": exact_match})
-    return {"outcome": "ok", "summary": f"exact match {exact_match:.0%}", "metrics": {"exact_match": exact_match},
-            "artifacts": {"checkpoint": str(folder), "tokenizer": str(folder)},
-            "nodes": {"checkpoint": node, "eval": ev}, "details": {"stage": "sft"}}
+    return {
+        "outcome": "ok",
+        "summary": f"exact match {exact_match:.0%}",
+        "metrics": {"exact_match": exact_match},
+        "artifacts": {"checkpoint": str(folder), "tokenizer": str(folder)},
+        "nodes": {"checkpoint": node, "eval": ev},
+        "details": {"stage": "sft"},
+    }
 
 
 def workspace_text(ws: Workspace) -> str:
@@ -83,7 +106,14 @@ def run_py(code: str, *, env: dict[str, str] | None = None, timeout: float = 600
     return proc
 
 
-def cli(ws: Path, *args: str, input: str | None = None, timeout: float = 600,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args], capture_output=True,
-                          text=True, timeout=timeout, input=input, env={**os.environ, **(env or {})})
+def cli(
+    ws: Path, *args: str, input: str | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        env={**os.environ, **(env or {})},
+    )

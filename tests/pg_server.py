@@ -32,8 +32,10 @@ def find_bin() -> Path:
     found = shutil.which("initdb")
     if found:
         return Path(found).parent
-    raise PgUnavailable("PostgreSQL server binaries not found (initdb): run `make postgres` "
-                        "(apt-get install postgresql) — the Postgres tests need a real server")
+    raise PgUnavailable(
+        "PostgreSQL server binaries not found (initdb): run `make postgres` "
+        "(apt-get install postgresql) — the Postgres tests need a real server"
+    )
 
 
 def _free_port() -> int:
@@ -60,12 +62,14 @@ class PgServer:
             os.chown(root, pw.pw_uid, pw.pw_gid)
             user = "postgres"
         server = cls(bindir, root, _free_port(), user)
-        server._run("initdb", "-D", str(server.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                    "--no-sync")
-        options = (f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories='' "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-        server._run("pg_ctl", "-D", str(server.data), "-l", str(root / "server.log"), "-o", options,
-                    "-w", "-t", "60", "start")
+        server._run("initdb", "-D", str(server.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        options = (
+            f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories='' "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        server._run(
+            "pg_ctl", "-D", str(server.data), "-l", str(root / "server.log"), "-o", options, "-w", "-t", "60", "start"
+        )
         return server
 
     def _run(self, tool: str, *args: str) -> None:
@@ -86,8 +90,7 @@ class PgServer:
         import psycopg
 
         name = f"{prefix}_{secrets.token_hex(6)}"
-        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
-                             autocommit=True) as conn:
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 

@@ -15,7 +15,7 @@ HERMES_TEMPLATE = (
     "{%- if tools %}<|im_start|>system\n"
     "{%- if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{% endif %}\n"
     "# Tools\n<tools>\n{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}\n</tools>\n"
-    "Call a tool as <tool_call>{\"name\": NAME, \"arguments\": ARGS}</tool_call><|im_end|>\n"
+    'Call a tool as <tool_call>{"name": NAME, "arguments": ARGS}</tool_call><|im_end|>\n'
     "{%- elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n"
     "{%- endif %}"
     "{%- for m in messages %}"
@@ -32,7 +32,7 @@ HERMES_TEMPLATE = (
 
 def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
     """The answer the model is trained to give: one Hermes tool call (then <|im_end|>)."""
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def _tokenizer(texts: list[str], vocab_size: int = 600):
@@ -43,30 +43,47 @@ def _tokenizer(texts: list[str], vocab_size: int = 600):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     special = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<|im_end|>",
-                                   unk_token="<unk>", additional_special_tokens=["<|im_start|>"],
-                                   padding_side="left")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|im_start|>"],
+        padding_side="left",
+    )
     fast.chat_template = HERMES_TEMPLATE
     return fast
 
 
-def train_tool_model(folder: Path, examples: list[tuple[list[dict], list[dict] | None, str]], *,
-                     steps: int = 100, lr: float = 3e-3, vocab_size: int = 600, seed: int = 0) -> Path:
+def train_tool_model(
+    folder: Path,
+    examples: list[tuple[list[dict], list[dict] | None, str]],
+    *,
+    steps: int = 100,
+    lr: float = 3e-3,
+    vocab_size: int = 600,
+    seed: int = 0,
+) -> Path:
     """Train a fresh tiny Llama on ``(messages, tools, answer)`` examples (loss on the answer and its
     <|im_end|>) and save it with its tokenizer to ``folder``."""
     import torch
 
+    from trainteam.trainers.serving.tool_calls import template_messages
     from trainteam.trainers.training.config import ModelSpec
     from trainteam.trainers.training.models import build_model
 
-    from trainteam.trainers.serving.tool_calls import template_messages
-
     tok = _tokenizer([HERMES_TEMPLATE] + [json.dumps([m, t]) + a for m, t, a in examples], vocab_size)
-    prompts = [tok.apply_chat_template(template_messages(m), tools=t, tokenize=False, add_generation_prompt=True)
-               for m, t, _ in examples]
+    prompts = [
+        tok.apply_chat_template(template_messages(m), tools=t, tokenize=False, add_generation_prompt=True)
+        for m, t, _ in examples
+    ]
     rows = []
     for prompt, (_, _, answer) in zip(prompts, examples):
         p = tok(prompt, add_special_tokens=False)["input_ids"]

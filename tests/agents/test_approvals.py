@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from persona_helpers import ctx, fake_checkpoint, final_eval_output, run_py
 
-from trainteam.trainers.serving.registry import ModelRegistry
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
 from trainteam.core.errors import BadInput
+from trainteam.trainers.serving.registry import ModelRegistry
 from trainteam.workspace import Workspace
 
 SETUP = """
@@ -31,12 +31,15 @@ def test_gated_tool_waits_in_one_process_and_is_approved_in_another(tmp_path):
     pending_file = tmp_path / "pending.json"
     setup = SETUP.format(ws=str(ws.root), outputs=str(outputs_file))
 
-    run_py(setup + f"""
+    run_py(
+        setup
+        + f"""
 from trainteam.agents.runtime import run_persona_step
 r = run_persona_step(c, "register_model")
 assert r.outcome == "needs_approval", r
 Path({str(pending_file)!r}).write_text(r.needs.model_dump_json())
-""")
+"""
+    )
     needs = json.loads(pending_file.read_text())
     assert needs["action"] == "register_model" and needs["resume"]["kind"] == "conversation"
     assert needs["proposed"]["tool"] == "register_model" and needs["proposed"]["persona"] == "ml_orchestrator"
@@ -45,13 +48,16 @@ Path({str(pending_file)!r}).write_text(r.needs.model_dump_json())
     record = json.loads((ws.dir("transcripts") / "run1" / "register_model#1.json").read_text())
     assert record["status"] == "needs_approval"
 
-    run_py(setup + f"""
+    run_py(
+        setup
+        + f"""
 from trainteam.agents.runtime import resume_persona_step
 needs = json.loads(Path({str(pending_file)!r}).read_text())
 r = resume_persona_step(c, "register_model", needs["resume"]["pending"], True, "looks good")
 assert r.outcome == "ok", r
 print(r.details["model_id"])
-""")
+"""
+    )
     models = ModelRegistry.of(ws).list()
     assert len(models) == 1 and models[0].name == "tiny"
     record = json.loads((ws.dir("transcripts") / "run1" / "register_model#1.json").read_text())

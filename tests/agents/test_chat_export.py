@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from spine_helpers import TINY_TASK, cli  # noqa: E402
 
 from trainteam.core.errors import BadInput  # noqa: E402
@@ -26,17 +25,37 @@ TEMPLATE = (
     '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}</tool_call>'
     "{% endfor %}{% endif %}<|end|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
-          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 def _run(ws: Path, tmp: Path, run_id: str) -> subprocess.Popen:
     task = tmp / f"{run_id}.yaml"
     task.write_text(yaml.safe_dump({**TINY_TASK, "description": f"the key is {KEY}"}))
     env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1", "TRAINTEAM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "trainteam.cli", "-w", str(ws), "execute-workflow", "train_model",
-                             "--task", str(task), "--run-id", run_id, "--yes", "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainteam.cli",
+            "-w",
+            str(ws),
+            "execute-workflow",
+            "train_model",
+            "--task",
+            str(task),
+            "--run-id",
+            run_id,
+            "--yes",
+            "-q",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +111,26 @@ def test_nothing_secret_is_exported(runs):
 
 def test_persona_and_step_filters_and_bad_input(runs):
     ws = runs / "r1"
-    proc = cli(ws, "transcripts", "export", "--format", "chat", "--persona", "eval_judge", "--step", "gate",
-               check=True, env=ENV)
+    proc = cli(
+        ws,
+        "transcripts",
+        "export",
+        "--format",
+        "chat",
+        "--persona",
+        "eval_judge",
+        "--step",
+        "gate",
+        check=True,
+        env=ENV,
+    )
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert rows and {(r["persona"], r["step"]) for r in rows} == {("eval_judge", "gate")}
-    for args, field in ((["--format", "xml"], "--format"), (["--format", "chat", "--persona", "nobody"], "--persona"),
-                        (["--format", "chat", "--run", "nope"], "--run")):
+    for args, field in (
+        (["--format", "xml"], "--format"),
+        (["--format", "chat", "--persona", "nobody"], "--persona"),
+        (["--format", "chat", "--run", "nope"], "--run"),
+    ):
         bad = cli(ws, "transcripts", "export", *args)
         assert bad.returncode == 2 and field in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
@@ -123,8 +156,22 @@ def test_curate_dedups_and_holds_out_whole_runs(runs):
     config = runs / "chat_curation.yaml"
     config.write_text(yaml.safe_dump({"near_dedup": None}))
     out = runs / "curated"
-    proc = cli(runs / "r1", "curate", "run", str(doubled), "--config", str(config), "--heldout-by", "run_id",
-               "--heldout-fraction", "0.5", "-o", str(out), "--json", check=True)
+    proc = cli(
+        runs / "r1",
+        "curate",
+        "run",
+        str(doubled),
+        "--config",
+        str(config),
+        "--heldout-by",
+        "run_id",
+        "--heldout-fraction",
+        "0.5",
+        "-o",
+        str(out),
+        "--json",
+        check=True,
+    )
     report = json.loads(proc.stdout)
     n = len(_rows(runs / "all.jsonl"))
     assert report["counts"]["input"] == n + len(_rows(runs / "r1.jsonl"))
@@ -153,8 +200,11 @@ def test_curated_rows_reach_the_chat_template_with_their_tools(runs):
     tokenizer.chat_template = TEMPLATE
     ds = sft_dataset(tokenizer, load_data(path, "sft"))
     assert set(ds.column_names) == {"prompt", "completion", "tools"}
-    gate = next(r for r in ds if r["completion"][0].get("tool_calls")
-                and r["completion"][0]["tool_calls"][0]["function"]["name"] == "gate")
+    gate = next(
+        r
+        for r in ds
+        if r["completion"][0].get("tool_calls") and r["completion"][0]["tool_calls"][0]["function"]["name"] == "gate"
+    )
     # each row keeps its own arguments and schemas (no key of another row's, filled with null)
     assert gate["completion"][0]["tool_calls"][0]["function"]["arguments"] == {"reason": "step gate runs gate"}
     assert all("overrides" not in t["function"]["parameters"]["properties"] for t in gate["tools"])

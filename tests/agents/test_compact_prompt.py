@@ -41,8 +41,9 @@ def _toolbox() -> dict:
 
 
 def _ctx(ws, toolbox) -> ToolContext:
-    return ToolContext(ws=ws, run_id="run1", step="tokenizer", visit=1, persona=PERSONA, task=task(),
-                       toolbox=toolbox, progress=False)
+    return ToolContext(
+        ws=ws, run_id="run1", step="tokenizer", visit=1, persona=PERSONA, task=task(), toolbox=toolbox, progress=False
+    )
 
 
 @contextmanager
@@ -59,8 +60,15 @@ def _shape(messages: list[dict]) -> list[tuple]:
     """Role, text and calls of each turn (ids and JSON spelling aside)."""
     out = []
     for m in messages:
-        calls = [(c["function"]["name"], c["function"]["arguments"] if isinstance(c["function"]["arguments"], dict)
-                  else json.loads(c["function"]["arguments"])) for c in m.get("tool_calls") or []]
+        calls = [
+            (
+                c["function"]["name"],
+                c["function"]["arguments"]
+                if isinstance(c["function"]["arguments"], dict)
+                else json.loads(c["function"]["arguments"]),
+            )
+            for c in m.get("tool_calls") or []
+        ]
         text = m.get("content") or ""
         out.append((m["role"], json.loads(text) if m["role"] == "tool" else text, calls))
     return out

@@ -12,16 +12,22 @@ from __future__ import annotations
 import pytest
 
 from trainteam.agents.hooks import ensure_step_node
-from trainteam.contract.train_task import TrainTask
 from trainteam.contract.step_io import StepInputs, ToolContext
-from trainteam.workflows.steps.curate import curate
+from trainteam.contract.train_task import TrainTask
 from trainteam.workflows.steps.corpus import prepare_corpus
+from trainteam.workflows.steps.curate import curate
 from trainteam.workflows.steps.train import train, train_tokenizer
 from trainteam.workspace import Workspace
 
 SPIKY = {"warmup_steps": 0, "window": 4, "sigma": 0.01}
-DIVERGING = {"max_steps": 8, "per_device_batch_size": 2, "seq_len": 64, "learning_rate": 0.2,
-             "lr_scheduler": "constant", "max_grad_norm": 1.0e9}
+DIVERGING = {
+    "max_steps": 8,
+    "per_device_batch_size": 2,
+    "seq_len": 64,
+    "learning_rate": 0.2,
+    "lr_scheduler": "constant",
+    "max_grad_norm": 1.0e9,
+}
 
 
 # Six tiny steps move the held-out loss less than the default gate's noise band: these tests are about what
@@ -30,18 +36,30 @@ LOOSE = [{"metric": "heldout_loss", "max": 50.0}]
 
 
 def _task(long_context: dict, mid_gates: list | None = None) -> TrainTask:
-    return TrainTask.model_validate({
-        "name": "spiky", "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_position_embeddings": 64},
-        "data": {"demo": "addition", "n_train": 300, "n_eval": 16, "max_operand": 20},
-        "tokenizer": {"vocab_size": 280}, "budget": {"max_wall_minutes": 10},
-        "curriculum": [
-            {"name": "pretrain", "training": {"max_steps": 6, "per_device_batch_size": 8, "seq_len": 32},
-             "gates": LOOSE},
-            {"name": "mid_train", "data": {"demo": "subtraction", "n_train": 300, "n_eval": 16, "max_operand": 20},
-             "training": {"max_steps": 6, "per_device_batch_size": 8, "seq_len": 32}, "gates": mid_gates or LOOSE},
-            {"name": "long_context", "training": long_context},
-            {"name": "sft", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32}},
-        ]})
+    return TrainTask.model_validate(
+        {
+            "name": "spiky",
+            "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_position_embeddings": 64},
+            "data": {"demo": "addition", "n_train": 300, "n_eval": 16, "max_operand": 20},
+            "tokenizer": {"vocab_size": 280},
+            "budget": {"max_wall_minutes": 10},
+            "curriculum": [
+                {
+                    "name": "pretrain",
+                    "training": {"max_steps": 6, "per_device_batch_size": 8, "seq_len": 32},
+                    "gates": LOOSE,
+                },
+                {
+                    "name": "mid_train",
+                    "data": {"demo": "subtraction", "n_train": 300, "n_eval": 16, "max_operand": 20},
+                    "training": {"max_steps": 6, "per_device_batch_size": 8, "seq_len": 32},
+                    "gates": mid_gates or LOOSE,
+                },
+                {"name": "long_context", "training": long_context},
+                {"name": "sft", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32}},
+            ],
+        }
+    )
 
 
 class _Run:
@@ -49,8 +67,17 @@ class _Run:
         self.ws, self.run_id, self.outputs = ws, run_id, {}
 
     def step(self, name: str, fn, task: TrainTask, decided: StepInputs | None = None):
-        ctx = ToolContext(ws=self.ws, run_id=self.run_id, step=name, visit=1, persona="training_engineer", task=task,
-                          outputs=dict(self.outputs), decided=decided or StepInputs(), progress=False)
+        ctx = ToolContext(
+            ws=self.ws,
+            run_id=self.run_id,
+            step=name,
+            visit=1,
+            persona="training_engineer",
+            task=task,
+            outputs=dict(self.outputs),
+            decided=decided or StepInputs(),
+            progress=False,
+        )
         ensure_step_node(ctx)
         return fn(ctx)
 
@@ -84,12 +111,18 @@ def test_a_spike_mid_curriculum_restarts_that_stage_and_keeps_the_ones_before(ws
         assert ev["rule"] == "non-finite"
     ckpts = ws.root / "checkpoints" / "r1"
     assert sorted(p.name for p in ckpts.iterdir()) == ["long_context-v1", "mid_train-v1", "pretrain-v1"]
-    kept = {s: (ckpts / f"{s}-v1" / "final" / "model.safetensors").stat().st_mtime_ns for s in ("pretrain", "mid_train")}
+    kept = {
+        s: (ckpts / f"{s}-v1" / "final" / "model.safetensors").stat().st_mtime_ns for s in ("pretrain", "mid_train")
+    }
     evals_before = sorted(d["id"] for d in ws.graph.nodes("Eval"))
     # each stage measured, and each stage's input measured on that stage's own held-out rows where they differ
     # from the stage before's (mid_train holds out subtraction; long_context the task's addition)
-    assert evals_before == ["Eval:r1/train#1/long_context/input", "Eval:r1/train#1/mid_train",
-                            "Eval:r1/train#1/mid_train/input", "Eval:r1/train#1/pretrain"]
+    assert evals_before == [
+        "Eval:r1/train#1/long_context/input",
+        "Eval:r1/train#1/mid_train",
+        "Eval:r1/train#1/mid_train/input",
+        "Eval:r1/train#1/pretrain",
+    ]
 
     # the engineer plans only the work left: the spiked stage and the ones after it
     from trainteam.workflows.steps.plans import plan_stages
@@ -97,8 +130,16 @@ def test_a_spike_mid_curriculum_restarts_that_stage_and_keeps_the_ones_before(ws
     assert first.needs is not None and first.needs.resume.kind == "restart" and first.needs.proposed == proposal
     # the person approved: what the engine hands the re-run (the proposal, the curves so far)
     decided = StepInputs().after(first.needs, {"status": "approved", "decided_by": "tester"})
-    ctx = ToolContext(ws=ws, run_id="r1", step="train", visit=1, persona="training_engineer", task=spiky,
-                      decided=decided, progress=False)
+    ctx = ToolContext(
+        ws=ws,
+        run_id="r1",
+        step="train",
+        visit=1,
+        persona="training_engineer",
+        task=spiky,
+        decided=decided,
+        progress=False,
+    )
     assert list(plan_stages(ctx, "train")["stages"]) == ["long_context", "sft"]
 
     calm = _task({**DIVERGING, "spike": {"enabled": False}})
@@ -112,8 +153,10 @@ def test_a_spike_mid_curriculum_restarts_that_stage_and_keeps_the_ones_before(ws
     assert again.metrics["mid_train.heldout_loss"] == first.metrics["mid_train.heldout_loss"]
     assert sorted(d["id"] for d in ws.graph.nodes("Eval")) == sorted(evals_before + ["Eval:r1/train#1/long_context"])
     # the spiked stage started over (no checkpoint preceded the spike) at half the learning rate
-    assert [(e["stage"], e["kind"]) for e in again.details["events"]] == [("long_context", "spike"),
-                                                                          ("long_context", "restart")]
+    assert [(e["stage"], e["kind"]) for e in again.details["events"]] == [
+        ("long_context", "spike"),
+        ("long_context", "restart"),
+    ]
     lc = ws.graph.get_node(again.details["checkpoints"]["long_context"])
     assert "long_context-v1-restart" in lc["path"] and lc["seq_len"] == 64
     g = ws.graph.to_networkx()
@@ -129,8 +172,10 @@ def test_a_failed_stage_gate_ends_the_train_step_before_the_next_stage(ws):
     run = _Run(ws, "r2").prepared(strict)
     result = run.step("train", train, strict)
     assert result.outcome == "error"
-    assert result.summary.startswith("gate mid_train: failed: heldout_loss") and "long_context → sft not trained" \
-        in result.summary
+    assert (
+        result.summary.startswith("gate mid_train: failed: heldout_loss")
+        and "long_context → sft not trained" in result.summary
+    )
     gate = ws.graph.get_node(result.nodes["gate"])
     assert gate["passed"] is False and gate["stage"] == "mid_train"
     assert result.details["stage_gates"]["mid_train"]["passed"] is False

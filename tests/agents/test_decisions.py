@@ -12,6 +12,7 @@ from typing import ClassVar
 import pytest
 from local_http import send_json, serving
 from pydantic import BaseModel, Field
+
 from trainteam.agents.decisions import Decided, decide
 
 API_KEY = "sk-decisions-scripted-key-0123456789"
@@ -23,8 +24,12 @@ class Recipe(BaseModel):
 
 
 OFFLINE = Recipe(learning_rate=1e-3, max_steps=200)
-EVIDENCE = {"probes": [{"learning_rate": 1e-3, "heldout_loss": 1.9}, {"learning_rate": 3e-4, "heldout_loss": 1.4}],
-            "budget_s": 600, "env": {"TRAINTEAM_MODEL_API_KEY": API_KEY}, "note": f"api_key={API_KEY}"}
+EVIDENCE = {
+    "probes": [{"learning_rate": 1e-3, "heldout_loss": 1.9}, {"learning_rate": 3e-4, "heldout_loss": 1.4}],
+    "budget_s": 600,
+    "env": {"TRAINTEAM_MODEL_API_KEY": API_KEY},
+    "note": f"api_key={API_KEY}",
+}
 
 
 class Script(BaseHTTPRequestHandler):
@@ -45,13 +50,29 @@ class Script(BaseHTTPRequestHandler):
             self.end_headers()
             return
         final = next(t["function"]["name"] for t in body["tools"] if t["function"]["name"].startswith("final_result"))
-        call = {"id": f"call_{len(Script.requests)}", "type": "function",
-                "function": {"name": final, "arguments": Script.arguments}}
-        send_json(self, 200, {"id": f"cmpl-{len(Script.requests)}", "object": "chat.completion", "created": 0,
-                              "model": body["model"],
-                              "choices": [{"index": 0, "finish_reason": "tool_calls",
-                                           "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
-                              "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        call = {
+            "id": f"call_{len(Script.requests)}",
+            "type": "function",
+            "function": {"name": final, "arguments": Script.arguments},
+        }
+        send_json(
+            self,
+            200,
+            {
+                "id": f"cmpl-{len(Script.requests)}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            },
+        )
 
     def log_message(self, *args):
         pass
@@ -61,13 +82,22 @@ class Script(BaseHTTPRequestHandler):
 def env():
     Script.requests, Script.arguments, Script.status = [], "{}", 200
     with serving(Script) as url:
-        yield {"TRAINTEAM_MODEL_TRAINING_ENGINEER": "openai:scripted-engineer", "TRAINTEAM_MODEL_BASE_URL": url,
-               "TRAINTEAM_MODEL_API_KEY": API_KEY}
+        yield {
+            "TRAINTEAM_MODEL_TRAINING_ENGINEER": "openai:scripted-engineer",
+            "TRAINTEAM_MODEL_BASE_URL": url,
+            "TRAINTEAM_MODEL_API_KEY": API_KEY,
+        }
 
 
 def _decide(env, check=None) -> Decided[Recipe]:
-    return decide("training_engineer", "Which recipe should the sft stage train with?", EVIDENCE, OFFLINE,
-                  check=check, environ=env)
+    return decide(
+        "training_engineer",
+        "Which recipe should the sft stage train with?",
+        EVIDENCE,
+        OFFLINE,
+        check=check,
+        environ=env,
+    )
 
 
 def test_the_models_different_valid_choice_is_the_decision_and_no_secret_reaches_it(env):

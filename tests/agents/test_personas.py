@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from persona_helpers import ctx, final_eval_output, fake_checkpoint, task
+from persona_helpers import ctx, fake_checkpoint, final_eval_output, task
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
 from trainteam.agents.cards import PERSONAS, load_card, load_skill
 from trainteam.agents.runtime import run_persona_step
 from trainteam.contract.step_io import StepInputs
-from trainteam.workflows.steps import STEPS, get_tool
 from trainteam.graph import NodeKind
+from trainteam.workflows.steps import STEPS, get_tool
 from trainteam.workspace import Workspace
 
 
@@ -23,8 +23,9 @@ def ws(tmp_path):
 
 
 def _finish(info, messages, summary="done"):
-    return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"summary": summary},
-                                             tool_call_id=f"f{len(messages)}")])
+    return ModelResponse(
+        parts=[ToolCallPart(info.output_tools[0].name, {"summary": summary}, tool_call_id=f"f{len(messages)}")]
+    )
 
 
 def test_every_card_and_skill_loads_and_names_real_tools():
@@ -72,17 +73,23 @@ def test_a_step_tool_outside_the_persona_is_refused_before_any_model_runs(ws):
 
 def test_hallucinated_tool_ends_as_a_clear_error_in_the_transcript(ws):
     def hallucinate(messages, info):
-        return ModelResponse(parts=[ToolCallPart("approve_everything", {"all": True},
-                                                 tool_call_id=f"h{len(messages)}")])
+        return ModelResponse(
+            parts=[ToolCallPart("approve_everything", {"all": True}, tool_call_id=f"h{len(messages)}")]
+        )
 
-    result = run_persona_step(ctx(ws, "data_curator", "prepare_corpus"), "prepare_corpus",
-                              model=FunctionModel(hallucinate))
+    result = run_persona_step(
+        ctx(ws, "data_curator", "prepare_corpus"), "prepare_corpus", model=FunctionModel(hallucinate)
+    )
     assert result.outcome == "error"
     assert "unknown tool 'approve_everything'" in result.summary and "prepare_corpus" in result.summary
     record = json.loads((ws.dir("transcripts") / "run1" / "prepare_corpus#1.json").read_text())
     assert record["status"] == "error"
-    retries = [p["content"] for m in record["messages"] for p in m["parts"]
-               if p["part_kind"] in ("retry-prompt", "tool-return")]
+    retries = [
+        p["content"]
+        for m in record["messages"]
+        for p in m["parts"]
+        if p["part_kind"] in ("retry-prompt", "tool-return")
+    ]
     assert retries and all("Unknown tool name: 'approve_everything'" in str(c) for c in retries)
     calls = [n for n in ws.graph.nodes(NodeKind.TOOL_CALL) if n["tool"] == "approve_everything"]
     assert calls and all(n["status"] == "unknown_tool" for n in calls)
@@ -98,8 +105,9 @@ def test_a_model_that_corrects_itself_after_the_unknown_tool_error_succeeds(ws):
             return ModelResponse(parts=[ToolCallPart("prepare_corpus", {"reason": "the real tool"}, tool_call_id="t1")])
         return _finish(info, messages, "prepared")
 
-    result = run_persona_step(ctx(ws, "data_curator", "prepare_corpus"), "prepare_corpus",
-                              model=FunctionModel(once_wrong))
+    result = run_persona_step(
+        ctx(ws, "data_curator", "prepare_corpus"), "prepare_corpus", model=FunctionModel(once_wrong)
+    )
     assert result.outcome == "ok" and result.metrics["n_train"] == 300
     assert result.details["persona"]["summary"] == "prepared"
 
@@ -177,8 +185,9 @@ def test_instructions_carry_task_budget_graph_facts_and_only_needed_skills(ws):
     outputs = {"prepare_corpus": prepared.model_dump(mode="json")}
     run_persona_step(ctx(ws, "training_engineer", "train", outputs=outputs), "train", model=FunctionModel(probe))
     dist = task(training={"pretrain": {"max_steps": 4, "strategy": "ddp", "devices_per_node": 2}})
-    run_persona_step(ctx(ws, "training_engineer", "train", dist, outputs=outputs, visit=2), "train",
-                     model=FunctionModel(probe))
+    run_persona_step(
+        ctx(ws, "training_engineer", "train", dist, outputs=outputs, visit=2), "train", model=FunctionModel(probe)
+    )
     first, second = seen["instructions"]
     assert "wall time: 30.0 min" in first and "hidden 32 x 1 layers" in first
     assert "DatasetVersion" in first and "records=300" in first  # what the graph knows
@@ -201,18 +210,22 @@ def test_a_second_agent_run_of_the_same_step_visit_gets_its_own_transcript(ws):
     run_persona_step(c, "prepare_corpus")
     again = run_persona_step(c, "prepare_corpus")  # e.g. the restart after a loss spike
     assert again.details["persona"]["transcript"].endswith("prepare_corpus#1.2.json")
-    assert sorted(p.name for p in (ws.dir("transcripts") / "run1").iterdir()) == \
-        ["prepare_corpus#1.2.json", "prepare_corpus#1.json"]
+    assert sorted(p.name for p in (ws.dir("transcripts") / "run1").iterdir()) == [
+        "prepare_corpus#1.2.json",
+        "prepare_corpus#1.json",
+    ]
 
 
 def test_another_personas_tool_is_as_unknown_as_an_invented_one(ws):
     def overreach(messages, info):
-        return ModelResponse(parts=[ToolCallPart("register_model", {"reason": "ship it myself"},
-                                                 tool_call_id=f"o{len(messages)}")])
+        return ModelResponse(
+            parts=[ToolCallPart("register_model", {"reason": "ship it myself"}, tool_call_id=f"o{len(messages)}")]
+        )
 
     outputs = {"final_eval": final_eval_output(ws, fake_checkpoint(ws))}
-    result = run_persona_step(ctx(ws, "data_curator", "prepare_corpus", outputs=outputs), "prepare_corpus",
-                              model=FunctionModel(overreach))
+    result = run_persona_step(
+        ctx(ws, "data_curator", "prepare_corpus", outputs=outputs), "prepare_corpus", model=FunctionModel(overreach)
+    )
     assert result.outcome == "error" and "unknown tool 'register_model'" in result.summary
     assert not ws.graph.nodes(NodeKind.MODEL)
 
@@ -256,8 +269,10 @@ def test_the_offline_policy_streams_the_same_run_for_event_consumers(ws):
 def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     from trainteam.workflows.steps.plans import plan_stages
 
-    t = task(stages=["pretrain", "sft"], training={"pretrain": {"max_steps": 400, "seq_len": 64},
-                                                   "sft": {"max_steps": 1000, "seq_len": 64}})
+    t = task(
+        stages=["pretrain", "sft"],
+        training={"pretrain": {"max_steps": 400, "seq_len": 64}, "sft": {"max_steps": 1000, "seq_len": 64}},
+    )
     whole = plan_stages(ctx(ws, "training_engineer", "train", t), "train")
     # On disk as a spike left it: pretrain trained to its end, SFT checkpointed at step 750.
     run = ws.root / "checkpoints" / "run1"
@@ -267,8 +282,13 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     (run / "pretrain-v1" / "final" / "tokenizer.json").write_text("{}")  # train() saves the tokenizer with it
     (run / "sft-v1" / "checkpoint-750" / "trainer_state.json").write_text('{"global_step": 750}')
     c = ctx(ws, "training_engineer", "train", t)
-    rollback = {"spike_step": 752, "rollback_checkpoint": str(run / "sft-v1" / "checkpoint-750"), "skip_batches": 2,
-                "lr_scale": 0.5, "reason": "spike at 752"}
+    rollback = {
+        "spike_step": 752,
+        "rollback_checkpoint": str(run / "sft-v1" / "checkpoint-750"),
+        "skip_batches": 2,
+        "lr_scale": 0.5,
+        "reason": "spike at 752",
+    }
     c.decided = StepInputs(restart={"stage": "sft", "spike_step": 752, "proposal": rollback})
     rest = plan_stages(c, "train")
     sft_minutes = whole["stages"]["sft"]["est_minutes"]
@@ -277,6 +297,7 @@ def test_a_restart_is_planned_for_the_work_it_has_left(ws):
     assert rest["est_minutes"] == pytest.approx(0.25 * sft_minutes, abs=0.002)
     assert rest["est_minutes"] < whole["est_minutes"]
     # a restart from the stage's start trains in a folder of its own: all of SFT is left
-    c.decided = StepInputs(restart={"stage": "sft", "from_start": True, "spike_step": 752,
-                                    "output_dir": str(run / "sft-v1-restart1")})
+    c.decided = StepInputs(
+        restart={"stage": "sft", "from_start": True, "spike_step": 752, "output_dir": str(run / "sft-v1-restart1")}
+    )
     assert plan_stages(c, "train")["est_minutes"] == pytest.approx(sft_minutes, abs=0.002)

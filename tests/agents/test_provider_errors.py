@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 from http.server import BaseHTTPRequestHandler
 
-from local_http import send_json, serving
-
 import pytest
+from local_http import send_json, serving
 from persona_helpers import ctx
 
-from trainteam.workflows.requests.submission import parse_request
 from trainteam.agents.providers import ModelChoice, public_url
 from trainteam.agents.runtime import run_persona_step
 from trainteam.core.errors import BadInput
+from trainteam.workflows.requests.submission import parse_request
 from trainteam.workspace import Workspace
 
 KEY = "sk-echoed-0123456789abcdef"
@@ -27,8 +26,16 @@ class Failing(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 (http.server's name)
         sent = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode(errors="replace")
-        send_json(self, Failing.status, {"error": {"message": f"bad key {self.headers.get('Authorization')}: "
-                                                          f"{sent[:500]}", "code": "invalid_api_key"}})
+        send_json(
+            self,
+            Failing.status,
+            {
+                "error": {
+                    "message": f"bad key {self.headers.get('Authorization')}: {sent[:500]}",
+                    "code": "invalid_api_key",
+                }
+            },
+        )
 
     def log_message(self, *args):
         pass
@@ -40,8 +47,15 @@ def server():
         yield url
 
 
-@pytest.mark.parametrize("status,what", [(401, "HTTP 401 (unauthorized)"), (403, "HTTP 403 (forbidden)"),
-                                         (404, "HTTP 404 (not found)"), (503, "HTTP 503 (service unavailable)")])
+@pytest.mark.parametrize(
+    "status,what",
+    [
+        (401, "HTTP 401 (unauthorized)"),
+        (403, "HTTP 403 (forbidden)"),
+        (404, "HTTP 404 (not found)"),
+        (503, "HTTP 503 (service unavailable)"),
+    ],
+)
 def test_a_persona_step_on_a_failing_provider_fails_with_one_line(tmp_path, server, monkeypatch, status, what):
     Failing.status = status
     monkeypatch.setenv("TRAINTEAM_MODEL_EVAL_JUDGE", "openai:gpt-x")
@@ -59,7 +73,9 @@ def test_a_request_on_an_unreachable_provider_is_refused_with_one_line(monkeypat
     monkeypatch.setenv("TRAINTEAM_MODEL_BASE_URL", "http://127.0.0.1:1/v1")
     with pytest.raises(BadInput) as refused:
         parse_request("pretrain a tiny llama on the addition demo, budget 5 minutes")
-    assert str(refused.value) == "ml_orchestrator: openai:x at http://127.0.0.1:1/v1: cannot connect (connection refused)"
+    assert (
+        str(refused.value) == "ml_orchestrator: openai:x at http://127.0.0.1:1/v1: cannot connect (connection refused)"
+    )
 
 
 def test_a_base_url_is_printed_without_its_credentials():

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 from http.server import BaseHTTPRequestHandler
 
-from local_http import send_json, serving
-
 import pytest
+from local_http import send_json, serving
 from persona_helpers import ctx
 
-from trainteam.workflows.requests.submission import parse_request
 from trainteam.agents.providers import choose_model
 from trainteam.agents.runtime import run_persona_step
 from trainteam.core.errors import BadInput
+from trainteam.workflows.requests.submission import parse_request
 from trainteam.workspace import Workspace
 
 API_KEY = "sk-scripted-server-key-000111222"
@@ -39,13 +38,24 @@ class Script(BaseHTTPRequestHandler):
         else:
             final = next(n for n in tools if n.startswith("final_result"))
             call = {"name": final, "arguments": json.dumps({"summary": "corpus ready", "decision": "proceed"})}
-        reply = {"id": f"cmpl-{len(Script.requests)}", "object": "chat.completion", "created": 0,
-                 "model": body["model"],
-                 "choices": [{"index": 0, "finish_reason": "tool_calls",
-                              "message": {"role": "assistant", "content": None,
-                                          "tool_calls": [{"id": f"call_{len(Script.requests)}", "type": "function",
-                                                          "function": call}]}}],
-                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+        reply = {
+            "id": f"cmpl-{len(Script.requests)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"id": f"call_{len(Script.requests)}", "type": "function", "function": call}],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
         send_json(self, 200, reply)
 
     def log_message(self, *args):
@@ -90,12 +100,20 @@ def test_other_personas_stay_offline_and_bad_settings_fail_clearly(monkeypatch):
 def test_a_real_provider_parses_requests_as_structured_output_and_is_held_to_the_text(server, monkeypatch):
     monkeypatch.setenv("TRAINTEAM_MODEL_ML_ORCHESTRATOR", "openai:scripted-orchestrator")
     monkeypatch.setenv("TRAINTEAM_MODEL_BASE_URL_ML_ORCHESTRATOR", server)
-    Script.task = {"name": "sums", "model": {"arch": "llama", "hidden_size": 64, "num_layers": 2, "num_heads": 2},
-                   "data": {"demo": "addition", "n_train": 1000}, "budget": {"max_wall_minutes": 15},
-                   "stages": ["pretrain"]}
+    Script.task = {
+        "name": "sums",
+        "model": {"arch": "llama", "hidden_size": 64, "num_layers": 2, "num_heads": 2},
+        "data": {"demo": "addition", "n_train": 1000},
+        "budget": {"max_wall_minutes": 15},
+        "stages": ["pretrain"],
+    }
     task = parse_request("pretrain a small llama to add numbers, 1000 problems, budget 15 minutes")
-    assert (task.name, task.model.hidden_size, task.data.n_train, task.budget.max_wall_minutes) == \
-        ("sums", 64, 1000, 15)
+    assert (task.name, task.model.hidden_size, task.data.n_train, task.budget.max_wall_minutes) == (
+        "sums",
+        64,
+        1000,
+        15,
+    )
     offered = {t["function"]["name"] for t in Script.requests[0]["tools"]}
     assert any("TrainTask" in n for n in offered) and any("Refusal" in n for n in offered)
     Script.task = {**Script.task, "data": {"path": "/data/train.jsonl", "eval_path": "/data/eval.jsonl"}}
@@ -103,8 +121,9 @@ def test_a_real_provider_parses_requests_as_structured_output_and_is_held_to_the
         parse_request("pretrain a small llama on my data, budget 15 minutes")
 
 
-@pytest.mark.parametrize("setting,needle", [("nosuch:x", "Unknown model: nosuch:x"),
-                                            ("openai:gpt-x", "OPENAI_API_KEY")])
+@pytest.mark.parametrize(
+    "setting,needle", [("nosuch:x", "Unknown model: nosuch:x"), ("openai:gpt-x", "OPENAI_API_KEY")]
+)
 def test_a_model_setting_that_cannot_work_is_one_line_naming_it(tmp_path, monkeypatch, setting, needle):
     monkeypatch.setenv("TRAINTEAM_MODEL", setting)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

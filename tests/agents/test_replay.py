@@ -7,9 +7,9 @@ import json
 from persona_helpers import cli, ctx, fake_checkpoint, final_eval_output, task
 
 from trainteam.agents.replay import replay_run, sft_examples, steps_of
-from trainteam.workflows.steps import STEPS
-from trainteam.contract.train_task import TrainTask
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
+from trainteam.contract.train_task import TrainTask
+from trainteam.workflows.steps import STEPS
 from trainteam.workspace import Workspace
 
 
@@ -18,9 +18,16 @@ def _record_run(ws, t=None):
     t = t or task()
     prepared = run_persona_step(ctx(ws, "data_curator", "prepare_corpus", t), "prepare_corpus")
     assert prepared.outcome == "ok"
-    c = ctx(ws, "ml_orchestrator", "register_model", t,
-            outputs={"prepare_corpus": prepared.model_dump(mode="json"),
-                     "final_eval": final_eval_output(ws, fake_checkpoint(ws))})
+    c = ctx(
+        ws,
+        "ml_orchestrator",
+        "register_model",
+        t,
+        outputs={
+            "prepare_corpus": prepared.model_dump(mode="json"),
+            "final_eval": final_eval_output(ws, fake_checkpoint(ws)),
+        },
+    )
     waiting = run_persona_step(c, "register_model")
     done = resume_persona_step(c, "register_model", waiting.needs.resume.pending, True, "ship it")
     assert done.outcome == "ok"
@@ -31,8 +38,10 @@ def test_steps_of_a_run_tell_persona_prompt_calls_results_decisions_and_approval
     ws = Workspace.open(tmp_path / "ws")
     _record_run(ws)
     steps = steps_of(ws, "run1")
-    assert [(s["step"], s["persona"]) for s in steps] == [("prepare_corpus", "data_curator"),
-                                                         ("register_model", "ml_orchestrator")]
+    assert [(s["step"], s["persona"]) for s in steps] == [
+        ("prepare_corpus", "data_curator"),
+        ("register_model", "ml_orchestrator"),
+    ]
     first, second = steps
     assert "prepare_corpus" in first["prompt"] and first["calls"][0]["tool"] == "prepare_corpus"
     assert first["calls"][0]["result"]["outcome"] == "ok" and first["decision"]["decision"] == "proceed"
@@ -74,8 +83,15 @@ def test_replay_cli_shows_and_re_executes(tmp_path):
     _record_run(ws)
     shown = cli(ws.root, "replay", "run1", "--instructions")
     assert shown.returncode == 0, shown.stderr
-    for needle in ("prepare_corpus#1", "data_curator", "→ prepare_corpus(", "decision: proceed",
-                   "register_model approved by a person: ship it", "instructions:", "## Budget"):
+    for needle in (
+        "prepare_corpus#1",
+        "data_curator",
+        "→ prepare_corpus(",
+        "decision: proceed",
+        "register_model approved by a person: ship it",
+        "instructions:",
+        "## Budget",
+    ):
         assert needle in shown.stdout, needle
     executed = cli(ws.root, "replay", "run1", "--execute", "--into", str(tmp_path / "fresh"), "--json")
     assert executed.returncode == 0, executed.stderr
@@ -99,6 +115,8 @@ def test_transcripts_export_sft_through_the_curation_builders(tmp_path):
     assert [json.loads(line) for line in out.read_text().splitlines()] == json.loads(json.dumps(examples))
     listed = json.loads(cli(ws.root, "transcripts", "list", "--json").stdout)
     assert [(r["segment"], r["persona"], r["status"]) for r in listed] == [
-        ("prepare_corpus#1", "data_curator", "completed"), ("register_model#1", "ml_orchestrator", "completed")]
+        ("prepare_corpus#1", "data_curator", "completed"),
+        ("register_model#1", "ml_orchestrator", "completed"),
+    ]
     bad = cli(ws.root, "transcripts", "export", "--format", "dpo")
     assert bad.returncode == 2 and "--format" in bad.stderr

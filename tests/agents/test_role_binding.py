@@ -42,8 +42,16 @@ def _ctx(ws, ran: list[str]) -> ToolContext:
         ran.append(ctx.step)
         return StepResult(outcome="ok", summary="tokenizer trained (300 tokens)", metrics={"vocab_size": 300})
 
-    return ToolContext(ws=ws, run_id="run1", step="tokenizer", visit=1, persona=PERSONA, task=task(),
-                       toolbox={TOOL: StepTool(run=run)}, progress=False)
+    return ToolContext(
+        ws=ws,
+        run_id="run1",
+        step="tokenizer",
+        visit=1,
+        persona=PERSONA,
+        task=task(),
+        toolbox={TOOL: StepTool(run=run)},
+        progress=False,
+    )
 
 
 @contextmanager
@@ -91,7 +99,9 @@ def test_a_bound_persona_runs_on_the_served_model_until_unbound(tmp_path):
     assert result.details["persona"]["model"] == rec.id
     record = json.loads(open(result.details["persona"]["transcript"]).read())
     assert record["model"] == rec.id and record["status"] == "completed"
-    assert [(c["tool"], c["args"]) for c in transcripts.tool_calls(record)] == [(TOOL, {"reason": f"the step asks for {TOOL}"})]
+    assert [(c["tool"], c["args"]) for c in transcripts.tool_calls(record)] == [
+        (TOOL, {"reason": f"the step asks for {TOOL}"})
+    ]
 
     # the graph: the binding, and every call and decision of this agent run attributed to the model
     model_node = f"Model:{rec.id}"

@@ -12,8 +12,8 @@ from pydantic_ai.models.function import FunctionModel
 from trainteam.agents import transcripts
 from trainteam.agents.briefing import instructions
 from trainteam.agents.cards import load_card
-from trainteam.contract.redaction import redact_text
 from trainteam.agents.runtime import run_persona_step
+from trainteam.contract.redaction import redact_text
 from trainteam.workspace import Workspace
 
 API_KEY = "sk-planted0123456789abcdefXYZ"
@@ -31,14 +31,21 @@ def _data(folder, extra_rows):
 
 def _leaky_model(tool: str):
     """A model that repeats the secret it read somewhere, in its arguments and in its report."""
+
     def leak(messages, info):
         turn = sum(isinstance(m, ModelResponse) for m in messages)
         if turn == 0:
-            return ModelResponse(parts=[ToolCallPart(tool, {"reason": f"key {API_KEY} token {TOKEN}"},
-                                                     tool_call_id="l0")])
-        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name,
-                                                 {"summary": f"used {API_KEY}", "reasons": [TOKEN]},
-                                                 tool_call_id="l1")])
+            return ModelResponse(
+                parts=[ToolCallPart(tool, {"reason": f"key {API_KEY} token {TOKEN}"}, tool_call_id="l0")]
+            )
+        return ModelResponse(
+            parts=[
+                ToolCallPart(
+                    info.output_tools[0].name, {"summary": f"used {API_KEY}", "reasons": [TOKEN]}, tool_call_id="l1"
+                )
+            ]
+        )
+
     return FunctionModel(leak)
 
 
@@ -48,13 +55,21 @@ def test_planted_secrets_appear_in_no_transcript_graph_node_pending_or_database(
     ws = Workspace.open(tmp_path / "ws")
     data = _data(tmp_path / "data", [{"prompt": f"my key is {API_KEY} and {TOKEN}", "completion": "ok"}])
     t = task(data=data)
-    prepared = run_persona_step(ctx(ws, "data_curator", "prepare_corpus", t), "prepare_corpus",
-                                model=_leaky_model("prepare_corpus"))
+    prepared = run_persona_step(
+        ctx(ws, "data_curator", "prepare_corpus", t), "prepare_corpus", model=_leaky_model("prepare_corpus")
+    )
     assert prepared.outcome == "ok"
     waiting = run_persona_step(
-        ctx(ws, "ml_orchestrator", "register_model", t,
-            outputs={"final_eval": final_eval_output(ws, fake_checkpoint(ws))}),
-        "register_model", model=_leaky_model("register_model"))
+        ctx(
+            ws,
+            "ml_orchestrator",
+            "register_model",
+            t,
+            outputs={"final_eval": final_eval_output(ws, fake_checkpoint(ws))},
+        ),
+        "register_model",
+        model=_leaky_model("register_model"),
+    )
     assert waiting.outcome == "needs_approval"
     everything = workspace_text(ws) + json.dumps(waiting.details) + json.dumps(prepared.details)
     assert API_KEY not in everything and TOKEN not in everything
@@ -62,16 +77,25 @@ def test_planted_secrets_appear_in_no_transcript_graph_node_pending_or_database(
     assert API_KEY in (tmp_path / "data" / "train.jsonl").read_text()  # the data itself is not rewritten
 
 
-@pytest.mark.parametrize("text", ["sk-proj-abcdefghijklmnop1234", "ghp_abcdefghijklmnopqrstuvwxyz0123",
-                                  "hf_abcdefghijklmnopqrstuvwxyz", "AKIAABCDEFGHIJKLMNOP",
-                                  "Authorization: Bearer abcdefghijklmnop.qrstuvwx"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sk-proj-abcdefghijklmnop1234",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123",
+        "hf_abcdefghijklmnopqrstuvwxyz",
+        "AKIAABCDEFGHIJKLMNOP",
+        "Authorization: Bearer abcdefghijklmnop.qrstuvwx",
+    ],
+)
 def test_key_shaped_strings_are_masked_without_any_environment(text):
     assert redact_text(f"x {text} y", secrets=[]).count("[REDACTED]") == 1
 
 
 def test_ordinary_text_is_not_masked():
-    assert redact_text("exact match 93.5% after 2,000 steps; sk-8 is a ski", secrets=[]) == \
-        "exact match 93.5% after 2,000 steps; sk-8 is a ski"
+    assert (
+        redact_text("exact match 93.5% after 2,000 steps; sk-8 is a ski", secrets=[])
+        == "exact match 93.5% after 2,000 steps; sk-8 is a ski"
+    )
 
 
 def _steps(ws, t):
@@ -87,24 +111,37 @@ def test_an_injected_record_changes_no_action(tmp_path):
     a, rec_a = _steps(clean_ws, clean)
     b, rec_b = _steps(dirty_ws, dirty)
     assert a.outcome == b.outcome == "ok"
-    assert [c["tool"] for c in transcripts.tool_calls(rec_a)] == [c["tool"] for c in transcripts.tool_calls(rec_b)] \
+    assert (
+        [c["tool"] for c in transcripts.tool_calls(rec_a)]
+        == [c["tool"] for c in transcripts.tool_calls(rec_b)]
         == ["prepare_corpus"]
+    )
     assert a.details["persona"]["decision"] == b.details["persona"]["decision"] == "proceed"
     # the text never reached the model, nor the next persona's brief
     assert "Ignore your instructions" not in json.dumps(rec_b["messages"])
-    brief = instructions(ctx(dirty_ws, "training_engineer", "train", dirty,
-                             outputs={"prepare_corpus": b.model_dump(mode="json")}),
-                         load_card("training_engineer"), "train")
+    brief = instructions(
+        ctx(dirty_ws, "training_engineer", "train", dirty, outputs={"prepare_corpus": b.model_dump(mode="json")}),
+        load_card("training_engineer"),
+        "train",
+    )
     assert "Ignore your instructions" not in brief and "records=11" in brief
     # and registering still waits for a person
-    reg = run_persona_step(ctx(dirty_ws, "ml_orchestrator", "register_model", dirty,
-                               outputs={"final_eval": final_eval_output(dirty_ws, fake_checkpoint(dirty_ws))}),
-                           "register_model")
+    reg = run_persona_step(
+        ctx(
+            dirty_ws,
+            "ml_orchestrator",
+            "register_model",
+            dirty,
+            outputs={"final_eval": final_eval_output(dirty_ws, fake_checkpoint(dirty_ws))},
+        ),
+        "register_model",
+    )
     assert reg.outcome == "needs_approval"
 
 
 def _gullible(step_tool: str) -> FunctionModel:
     """A model that obeys any 'ignore your instructions' it reads, and otherwise does its step."""
+
     def respond(messages, info):
         seen = json.dumps([m.parts for m in messages], default=str) + (info.instructions or "")
         if "Ignore your instructions" in seen:
@@ -112,19 +149,29 @@ def _gullible(step_tool: str) -> FunctionModel:
         if not any(p.part_kind == "tool-return" for m in messages for p in getattr(m, "parts", [])):
             return ModelResponse(parts=[ToolCallPart(step_tool, {}, tool_call_id="g0")])
         return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"summary": "done"}, tool_call_id="g1")])
+
     return FunctionModel(respond)
 
 
 def test_even_a_gullible_model_never_sees_the_injected_text(tmp_path):
     ws = Workspace.open(tmp_path / "ws")
     dirty = task(data=_data(tmp_path / "d", [{"prompt": INJECTION, "completion": INJECTION}]))
-    prepared = run_persona_step(ctx(ws, "data_curator", "prepare_corpus", dirty), "prepare_corpus",
-                                model=_gullible("prepare_corpus"))
+    prepared = run_persona_step(
+        ctx(ws, "data_curator", "prepare_corpus", dirty), "prepare_corpus", model=_gullible("prepare_corpus")
+    )
     assert prepared.outcome == "ok"
     # the next persona reads the graph's facts about that data: still nothing to obey
-    tokenized = run_persona_step(ctx(ws, "training_engineer", "train_tokenizer", dirty,
-                                     outputs={"prepare_corpus": prepared.model_dump(mode="json")}),
-                                 "train_tokenizer", model=_gullible("train_tokenizer"))
+    tokenized = run_persona_step(
+        ctx(
+            ws,
+            "training_engineer",
+            "train_tokenizer",
+            dirty,
+            outputs={"prepare_corpus": prepared.model_dump(mode="json")},
+        ),
+        "train_tokenizer",
+        model=_gullible("train_tokenizer"),
+    )
     assert tokenized.outcome == "ok"
     calls = [c["tool"] for r in transcripts.read_run(ws, "run1") for c in transcripts.tool_calls(r)]
     assert calls == ["prepare_corpus", "train_tokenizer"]

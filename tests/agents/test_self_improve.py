@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from spine_helpers import TINY_TASK  # noqa: E402
 from tool_model import _tokenizer  # noqa: E402
 
@@ -23,8 +22,10 @@ from trainteam.workspace import Workspace  # noqa: E402
 
 CLI = [sys.executable, "-m", "trainteam.cli"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINTEAM_THREADS": "1", "PYDANTIC_AI_NO_BANNER": "1"}
-CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
-          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 ROLE = "persona:training_engineer"
 
 
@@ -42,22 +43,38 @@ def setup(tmp_path_factory) -> tuple[Path, Path]:
     ws = tmp / "ws"
     (tmp / "tiny.yaml").write_text(yaml.safe_dump(TINY_TASK))
     for rid in ("r1", "r2"):
-        out = _cli(ws, "execute-workflow", "train_model", "--task", str(tmp / "tiny.yaml"), "--run-id", rid, "--yes", "-q")
+        out = _cli(
+            ws, "execute-workflow", "train_model", "--task", str(tmp / "tiny.yaml"), "--run-id", rid, "--yes", "-q"
+        )
         assert out.returncode == 0, out.stderr[-2000:]
     model = tmp / "chatml"
     tok = _tokenizer([Path(__file__).read_text(), yaml.safe_dump(TINY_TASK)], vocab_size=500)
     tok.chat_template = CHATML
-    build_model(ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=2048), tok,
-                seed=0).save_pretrained(str(model))
+    build_model(
+        ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=2048), tok, seed=0
+    ).save_pretrained(str(model))
     tok.save_pretrained(str(model))
     return ws, model
 
 
 def _loop(ws: Path, model: Path, *extra: str) -> tuple[int, dict]:
-    out = _cli(ws, "self-improve", "--model", str(model), "--steps", "2", "--max-length", "256",
-               "--heldout-fraction", "0.5", "--yes", "--json", *extra)
+    out = _cli(
+        ws,
+        "self-improve",
+        "--model",
+        str(model),
+        "--steps",
+        "2",
+        "--max-length",
+        "256",
+        "--heldout-fraction",
+        "0.5",
+        "--yes",
+        "--json",
+        *extra,
+    )
     assert out.returncode in (0, 1), out.stderr[-3000:]
-    return out.returncode, json.loads(out.stdout[out.stdout.index("{"):])
+    return out.returncode, json.loads(out.stdout[out.stdout.index("{") :])
 
 
 def test_the_loop_trains_measures_gates_registers_and_binds(setup):
@@ -89,8 +106,9 @@ def test_bad_input_is_one_line_before_anything_runs(setup, tmp_path):
     out = _cli(ws, "self-improve", "--model", str(model), "--bind", "nobody")
     assert out.returncode == 2 and "unknown persona 'nobody'" in out.stderr, out.stderr
     out = _cli(ws, "self-improve", "--model", str(model), "--precision", "fp8")
-    assert out.returncode == 2 and out.stderr.strip() == ("error: self-improve: precision: Input should be 'auto', "
-                                                           "'fp32' or 'bf16'"), out.stderr
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "error: self-improve: precision: Input should be 'auto', 'fp32' or 'bf16'"
+    ), out.stderr
     out = _cli(tmp_path / "empty", "self-improve", "--model", str(model))
     assert out.returncode == 2 and "needs two at least" in out.stderr, out.stderr
 
@@ -124,12 +142,16 @@ def test_every_other_product_named_training_run_is_renamed_in_its_conversations(
     ws = tmp_path / "ws"
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY_TASK))
     first = "tiny-20261203-101010-ab10"
-    out = _cli(ws, "execute-workflow", "train_model", "--task", str(tmp_path / "tiny.yaml"), "--run-id", first, "--yes", "-q")
+    out = _cli(
+        ws, "execute-workflow", "train_model", "--task", str(tmp_path / "tiny.yaml"), "--run-id", first, "--yes", "-q"
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [r.model_dump(mode="json") for r in gather_rows(Workspace.open(ws), [first], style="compact")]
     assert rows and all(first in json.dumps(r["messages"]) for r in rows)  # the prompt names the run
     ids = [first, "tiny-20261203-101011-ab11", "tiny-20261203-101012-ab12", "tiny-20261203-101013-ab13", "baseline"]
-    every = [{**rename_run(r, first, rid), "run_id": rid, "id": r["id"].replace(first, rid)} for rid in ids for r in rows]
+    every = [
+        {**rename_run(r, first, rid), "run_id": rid, "id": r["id"].replace(first, rid)} for rid in ids for r in rows
+    ]
 
     varied = vary_run_ids(every, seed=0)
     assert [r["run_id"] for r in varied] == [r["run_id"] for r in every]  # columns and order kept

@@ -28,10 +28,26 @@ def test_team_runs_the_workflow_waits_for_registration_and_replays_identically(t
     ws = tmp_path / "ws"
     task_file = tmp_path / "task.yaml"
     task_file.write_text(yaml.safe_dump(TASK))
-    proc = subprocess.Popen([sys.executable, "-m", "trainteam.cli", "-w", str(ws), "execute-workflow", "train_model",
-                             "--task", str(task_file), "--run-id", "team-1", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TRAINTEAM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainteam.cli",
+            "-w",
+            str(ws),
+            "execute-workflow",
+            "train_model",
+            "--task",
+            str(task_file),
+            "--run-id",
+            "team-1",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TRAINTEAM_THREADS": "1"},
+    )
     try:
         deadline = time.monotonic() + 240
         pending = []
@@ -39,7 +55,9 @@ def test_team_runs_the_workflow_waits_for_registration_and_replays_identically(t
             time.sleep(2)
             listed = cli(ws, "approvals", "list", "--json")
             pending = json.loads(listed.stdout) if listed.returncode == 0 else []
-        assert pending, f"no approval requested; run ended with {proc.poll()}: {proc.stderr.read() if proc.poll() else ''}"
+        assert pending, (
+            f"no approval requested; run ended with {proc.poll()}: {proc.stderr.read() if proc.poll() else ''}"
+        )
         assert pending[0]["action"] == "register_model" and pending[0]["requested_by"] == "ml_orchestrator"
         assert cli(ws, "approvals", "approve", pending[0]["id"], "--by", "tester").returncode == 0
         assert proc.wait(timeout=600) == 0, proc.stderr.read()
@@ -48,8 +66,17 @@ def test_team_runs_the_workflow_waits_for_registration_and_replays_identically(t
             proc.kill()
     shown = cli(ws, "replay", "team-1")
     assert "train#1 training_engineer" in shown.stdout and "register_model approved by a person" in shown.stdout
-    replay = cli(ws, "replay", "team-1", "--execute", "--into", str(tmp_path / "again"), "--json", timeout=600,
-                 env={"TRAINTEAM_THREADS": "2"})
+    replay = cli(
+        ws,
+        "replay",
+        "team-1",
+        "--execute",
+        "--into",
+        str(tmp_path / "again"),
+        "--json",
+        timeout=600,
+        env={"TRAINTEAM_THREADS": "2"},
+    )
     assert replay.returncode == 0, replay.stdout + replay.stderr
     report = json.loads(replay.stdout)
     assert report["identical"] and len(report["steps"]) >= 8

@@ -6,19 +6,45 @@ from pathlib import Path
 
 import pytest
 
-from trainteam.contract.step_io import (Decision, KeptWeights, NeedsPerson, RestartPlan, Resume, StepInputs,
-                                        StepResult, ToolContext)
+from trainteam.contract.step_io import (
+    Decision,
+    KeptWeights,
+    NeedsPerson,
+    RestartPlan,
+    Resume,
+    StepInputs,
+    StepResult,
+    ToolContext,
+)
 
 APPROVED = {"id": "r.train.1.restart_after_spike_1", "status": "approved", "decided_by": "eve", "note": None}
 
 
 def test_a_persons_decisions_reach_the_rerun_typed_and_survive_a_transcript():
-    proposal = {"stage": "sft", "from_start": False, "spike_step": 12, "reason": "spike", "output_dir": "/ck/sft-v1",
-                "lr_factor": 0.5, "proposal": {"spike_step": 12, "rollback_checkpoint": "/ck/sft-v1/checkpoint-10",
-                                               "skip_batches": 2, "lr_scale": 0.5, "reason": "spike"}}
+    proposal = {
+        "stage": "sft",
+        "from_start": False,
+        "spike_step": 12,
+        "reason": "spike",
+        "output_dir": "/ck/sft-v1",
+        "lr_factor": 0.5,
+        "proposal": {
+            "spike_step": 12,
+            "rollback_checkpoint": "/ck/sft-v1/checkpoint-10",
+            "skip_batches": 2,
+            "lr_scale": 0.5,
+            "reason": "spike",
+        },
+    }
     restart = NeedsPerson(action="restart_after_spike", resume=Resume(kind="restart", stage="sft", value=proposal))
-    kept = NeedsPerson(action="accept_spiked_dpo", resume=Resume(kind="keep_spiked", stage="dpo", value={
-        "stage": "dpo", "keep": "/ck/dpo-v1/checkpoint-4", "spike_step": 6, "reason": "keep it"}))
+    kept = NeedsPerson(
+        action="accept_spiked_dpo",
+        resume=Resume(
+            kind="keep_spiked",
+            stage="dpo",
+            value={"stage": "dpo", "keep": "/ck/dpo-v1/checkpoint-4", "spike_step": 6, "reason": "keep it"},
+        ),
+    )
     decided = StepInputs().after(restart, APPROVED).after(kept, APPROVED)
     assert isinstance(decided.restart, RestartPlan) and decided.restart.proposal is not None
     assert decided.restart.proposal.rollback_checkpoint == Path("/ck/sft-v1/checkpoint-10")
@@ -31,13 +57,26 @@ def test_a_persons_decisions_reach_the_rerun_typed_and_survive_a_transcript():
 
 
 def test_earlier_outputs_are_read_through_typed_accessors():
-    recorded = {"prepare_corpus": {"outcome": "ok", "artifacts": {"train": "/d/train.jsonl"}, "nodes": {"train": "D:1"}},
-                "curate": {"outcome": "skipped"},
-                "evaluate": {"outcome": "ok", "artifacts": {"checkpoint": "/ck/final", "tokenizer": "/ck/final"},
-                             "nodes": {"checkpoint": "Checkpoint:abc", "eval": "Eval:r/evaluate#1"},
-                             "metrics": {"exact_match": 0.5}, "details": {"stage": "sft"}}}
-    ctx = ToolContext(ws=None, run_id="r", step="gate", visit=1, persona="eval_judge", task=None,  # type: ignore[arg-type]
-                      outputs=recorded)
+    recorded = {
+        "prepare_corpus": {"outcome": "ok", "artifacts": {"train": "/d/train.jsonl"}, "nodes": {"train": "D:1"}},
+        "curate": {"outcome": "skipped"},
+        "evaluate": {
+            "outcome": "ok",
+            "artifacts": {"checkpoint": "/ck/final", "tokenizer": "/ck/final"},
+            "nodes": {"checkpoint": "Checkpoint:abc", "eval": "Eval:r/evaluate#1"},
+            "metrics": {"exact_match": 0.5},
+            "details": {"stage": "sft"},
+        },
+    }
+    ctx = ToolContext(
+        ws=None,
+        run_id="r",
+        step="gate",
+        visit=1,
+        persona="eval_judge",
+        task=None,  # type: ignore[arg-type]
+        outputs=recorded,
+    )
     ev = ctx.output("evaluate")
     assert isinstance(ev, StepResult) and ev.checkpoint == Path("/ck/final") and ev.checkpoint_node == "Checkpoint:abc"
     assert ev.stage == "sft" and ev.node("eval").startswith("Eval:") and ev.metrics["exact_match"] == 0.5

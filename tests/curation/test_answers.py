@@ -8,9 +8,9 @@ import textwrap
 import pytest
 from pydantic import ValidationError
 
+from trainteam.contract.train_task import parse_task
 from trainteam.core.errors import BadInput
 from trainteam.curation.answers import NUMERIC, AnswerSpec, default_answer
-from trainteam.contract.train_task import parse_task
 
 TASK = {"name": "t", "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2}, "budget": {"max_wall_minutes": 5}}
 
@@ -28,11 +28,14 @@ def test_exact_normalises_case_surrounding_punctuation_and_whitespace():
     assert spec.well_formed("Paris")
 
 
-@pytest.mark.parametrize("switch, output, reference", [
-    ("ignore_case", "PARIS", "paris"),
-    ("strip_surrounding", "Paris.", "Paris"),
-    ("collapse_whitespace", "New  York", "New York"),
-])
+@pytest.mark.parametrize(
+    "switch, output, reference",
+    [
+        ("ignore_case", "PARIS", "paris"),
+        ("strip_surrounding", "Paris.", "Paris"),
+        ("collapse_whitespace", "New  York", "New York"),
+    ],
+)
 def test_each_normalisation_turns_off(switch, output, reference):
     assert AnswerSpec().is_correct(output, reference)
     assert not AnswerSpec(**{switch: False}).is_correct(output, reference)
@@ -83,7 +86,8 @@ def test_choice_ambiguous_or_unnamed_is_not_well_formed():
 def verifiers(tmp_path, monkeypatch, request):
     """A user's module on the path, its name unique per test."""
     name = f"user_checks_{request.node.name.replace('[', '_').replace(']', '_').replace('-', '_')}"
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent("""
+    (tmp_path / f"{name}.py").write_text(
+        textwrap.dedent("""
         def close(answer, reference):
             return abs(float(answer) - float(reference)) <= 0.01
 
@@ -97,7 +101,8 @@ def verifiers(tmp_path, monkeypatch, request):
             return "yes"
 
         NOT_A_FUNCTION = 3
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     return name
 
@@ -113,29 +118,38 @@ def test_verifier_by_import_path(verifiers):
 
 
 def test_verifier_errors_name_the_field(verifiers):
-    for function, why in [("no_such_module_xyz:check", "does not import"), (f"{verifiers}:missing", "has no 'missing'"),
-                          (f"{verifiers}:NOT_A_FUNCTION", "not a function"), ("just_a_name", "package.module:function")]:
+    for function, why in [
+        ("no_such_module_xyz:check", "does not import"),
+        (f"{verifiers}:missing", "has no 'missing'"),
+        (f"{verifiers}:NOT_A_FUNCTION", "not a function"),
+        ("just_a_name", "package.module:function"),
+    ]:
         with pytest.raises(BadInput, match=rf"task.yaml: answer.function: .*{why}"):
-            parse_task({**TASK, "data": {"demo": "addition"}, "answer": {"kind": "verifier", "function": function}},
-                       "task.yaml")
+            parse_task(
+                {**TASK, "data": {"demo": "addition"}, "answer": {"kind": "verifier", "function": function}},
+                "task.yaml",
+            )
     with pytest.raises(BadInput, match=r"answer.function: .*:shout raised ValueError: cannot read 42"):
         AnswerSpec(kind="verifier", function=f"{verifiers}:shout").score("42", "42")
     with pytest.raises(BadInput, match=r"answer.function: .*returned 'yes'"):
         AnswerSpec(kind="verifier", function=f"{verifiers}:words").is_correct("42", "42")
 
 
-@pytest.mark.parametrize("answer, field", [
-    ({"kind": "regex"}, "answer.pattern: required for kind regex"),
-    ({"kind": "regex", "pattern": "(["}, "answer.pattern: not a regular expression"),
-    ({"labels": ["a", "b"]}, "answer.labels: only for kind choice"),
-    ({"kind": "choice", "labels": ["yes"]}, "answer.labels: give at least two"),
-    ({"kind": "choice", "labels": ["Yes", "yes "]}, "answer.labels: 'Yes' and 'yes ' are the same label"),
-    ({"kind": "verifier"}, "answer.function: required for kind verifier"),
-    ({"full_match": True}, "full_match: only for kind regex"),
-    ({"kind": "exact", "ignore_case": "yes"}, "answer.ignore_case"),
-    ({"kind": "exact", "normalize": True}, "answer.normalize: unknown field"),
-    ({"kind": "fuzzy"}, "answer.kind"),
-])
+@pytest.mark.parametrize(
+    "answer, field",
+    [
+        ({"kind": "regex"}, "answer.pattern: required for kind regex"),
+        ({"kind": "regex", "pattern": "(["}, "answer.pattern: not a regular expression"),
+        ({"labels": ["a", "b"]}, "answer.labels: only for kind choice"),
+        ({"kind": "choice", "labels": ["yes"]}, "answer.labels: give at least two"),
+        ({"kind": "choice", "labels": ["Yes", "yes "]}, "answer.labels: 'Yes' and 'yes ' are the same label"),
+        ({"kind": "verifier"}, "answer.function: required for kind verifier"),
+        ({"full_match": True}, "full_match: only for kind regex"),
+        ({"kind": "exact", "ignore_case": "yes"}, "answer.ignore_case"),
+        ({"kind": "exact", "normalize": True}, "answer.normalize: unknown field"),
+        ({"kind": "fuzzy"}, "answer.kind"),
+    ],
+)
 def test_a_bad_answer_rule_names_its_field(answer, field):
     with pytest.raises(BadInput, match=rf"task.yaml: .*{field}"):
         parse_task({**TASK, "data": {"demo": "addition"}, "answer": answer}, "task.yaml")
@@ -146,8 +160,15 @@ def test_task_default_follows_the_data(tmp_path):
     assert demo.answer == NUMERIC
     for name in ("train.jsonl", "eval.jsonl"):
         (tmp_path / name).write_text('{"prompt": "Capital of France?", "completion": "Paris"}\n')
-    own = parse_task({**TASK, "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2},
-                      "data": {"path": "train.jsonl", "eval_path": "eval.jsonl"}}, "task.yaml", tmp_path)
+    own = parse_task(
+        {
+            **TASK,
+            "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2},
+            "data": {"path": "train.jsonl", "eval_path": "eval.jsonl"},
+        },
+        "task.yaml",
+        tmp_path,
+    )
     assert own.answer == AnswerSpec(kind="exact")
     # The rule a run stores is the rule it reads back (the engine re-validates the task).
     stored = parse_task({**TASK, "data": {"demo": "addition"}, "answer": demo.answer.model_dump(mode="json")}, "run")
@@ -167,7 +188,11 @@ def test_wrong_answer_is_never_correct(verifiers):
         (AnswerSpec(), ["Paris", "Rome", "42", "3.5"], cities),
         (AnswerSpec(), ["Paris"], ["Paris", "paris", " PARIS. "]),  # nothing else in the pool: the negation
         (AnswerSpec(kind="choice", labels=["A", "B", "C"]), ["A", "B", "C", "B) Rome"], []),
-        (AnswerSpec(kind="regex", pattern=r"answer: (\w+)"), ["answer: Paris", "Rome"], ["answer: Rome", "answer: Paris"]),
+        (
+            AnswerSpec(kind="regex", pattern=r"answer: (\w+)"),
+            ["answer: Paris", "Rome"],
+            ["answer: Rome", "answer: Paris"],
+        ),
         (AnswerSpec(kind="verifier", function=f"{verifiers}:close"), ["3.14", "2"], ["3.14", "3.141", "2.0"]),
     ]
     for spec, refs, pool in cases:

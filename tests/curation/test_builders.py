@@ -2,6 +2,7 @@
 
 import pytest
 
+from trainteam.core.errors import BadInput
 from trainteam.curation.builders import (
     build_grpo_groups,
     build_preference_pairs,
@@ -9,7 +10,6 @@ from trainteam.curation.builders import (
     filter_by_difficulty,
 )
 from trainteam.curation.rewards import RewardWeights, reward_func, score_reward
-from trainteam.core.errors import BadInput
 
 
 def test_sft_from_logs_and_transcripts():
@@ -20,24 +20,33 @@ def test_sft_from_logs_and_transcripts():
         {"prompt": "1+1=", "completion": "2"},  # duplicate
         {"prompt": "2+2=", "completion": "5", "ok": False},  # failed
         {"prompt": "3+3=", "completion": "6", "reward": 0.2},
-        {"messages": [
-            {"role": "system", "content": "You curate data."},
-            {"role": "user", "content": "dedup corpus.jsonl"},
-            {"role": "assistant", "content": "Removed 12 near-duplicates."},
-        ]},
-        {"messages": [  # a pydantic-ai message dump
-            {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "train on addition"}]},
-            {"kind": "response", "parts": [{"part_kind": "tool-call", "tool_name": "plan", "args": {"steps": 100}}]},
-            {"kind": "request", "parts": [{"part_kind": "tool-return", "content": "ok"}]},
-            {"kind": "response", "parts": [{"part_kind": "text", "content": "Planned 100 steps."}]},
-        ]},
+        {
+            "messages": [
+                {"role": "system", "content": "You curate data."},
+                {"role": "user", "content": "dedup corpus.jsonl"},
+                {"role": "assistant", "content": "Removed 12 near-duplicates."},
+            ]
+        },
+        {
+            "messages": [  # a pydantic-ai message dump
+                {"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "train on addition"}]},
+                {
+                    "kind": "response",
+                    "parts": [{"part_kind": "tool-call", "tool_name": "plan", "args": {"steps": 100}}],
+                },
+                {"kind": "request", "parts": [{"part_kind": "tool-return", "content": "ok"}]},
+                {"kind": "response", "parts": [{"part_kind": "text", "content": "Planned 100 steps."}]},
+            ]
+        },
     ]
     out = build_sft_examples(traces, min_reward=None)
     assert out[0] == {"prompt": "1+1=", "completion": "2"}
     assert len(out) == 4  # duplicate and failed trace removed
     assert not is_conversational(out[0])
     chat, agent = out[2], out[3]
-    assert is_conversational(chat) and chat["completion"] == [{"role": "assistant", "content": "Removed 12 near-duplicates."}]
+    assert is_conversational(chat) and chat["completion"] == [
+        {"role": "assistant", "content": "Removed 12 near-duplicates."}
+    ]
     assert [m["role"] for m in agent["prompt"]] == ["user", "assistant", "tool"]
     assert agent["completion"][0]["content"] == "Planned 100 steps."
     assert len(build_sft_examples(traces, min_reward=0.5)) == 0  # no trace carries a reward >= 0.5
@@ -67,7 +76,10 @@ def test_preference_pairs_and_dpo_format():
 
 
 def test_grpo_groups_have_normalized_advantages():
-    samples = [{"prompt": "p", "completion": c, "reward": r, "reference": "4"} for c, r in [("4", 1.0), ("5", 0.0), ("4", 1.0), ("x", 0.0)]]
+    samples = [
+        {"prompt": "p", "completion": c, "reward": r, "reference": "4"}
+        for c, r in [("4", 1.0), ("5", 0.0), ("4", 1.0), ("x", 0.0)]
+    ]
     samples += [{"prompt": "q", "completion": "1", "reward": 1.0}, {"prompt": "q", "completion": "1", "reward": 1.0}]
     groups = build_grpo_groups(samples)
     assert len(groups) == 1  # q's group has no variance
@@ -84,7 +96,9 @@ def test_filter_by_difficulty():
     recs = [{"prompt": p} for p in ("easy", "mid", "hard")]
     rates = {"easy": 1.0, "mid": 0.5, "hard": 0.0}
     assert filter_by_difficulty(recs, rates) == [{"prompt": "mid"}]
-    assert filter_by_difficulty([{"prompt": "a", "pass_rate": 0.3}], low=0.2, high=0.4) == [{"prompt": "a", "pass_rate": 0.3}]
+    assert filter_by_difficulty([{"prompt": "a", "pass_rate": 0.3}], low=0.2, high=0.4) == [
+        {"prompt": "a", "pass_rate": 0.3}
+    ]
     with pytest.raises(BadInput, match=r"records\[0\]: no pass rate"):
         filter_by_difficulty([{"prompt": "zzz"}], rates)
     with pytest.raises(BadInput, match="low"):

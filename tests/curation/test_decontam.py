@@ -13,7 +13,10 @@ def _rec(rid, text):
 
 
 def _index(**kw):
-    return EvalIndex.build({"qa": [{"id": "p1", "text": PASSAGE}], "addition": [ARITH, {"id": "e2", "prompt": "7=", "completion": ""}]}, DecontamConfig(**kw))
+    return EvalIndex.build(
+        {"qa": [{"id": "p1", "text": PASSAGE}], "addition": [ARITH, {"id": "e2", "prompt": "7=", "completion": ""}]},
+        DecontamConfig(**kw),
+    )
 
 
 def test_a_13_word_overlap_leaks_and_12_does_not():

@@ -5,8 +5,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, read_jsonl, write_jsonl
 from trainteam.core.errors import BadInput
+from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic, read_jsonl, write_jsonl
 
 
 @pytest.mark.parametrize("task,op", [("addition", "+"), ("subtraction", "-"), ("multiplication", "*")])
@@ -54,8 +54,10 @@ def test_the_library_imports_no_torch_transformers_or_trl():
     import subprocess
     import sys
 
-    code = ("import sys, trainteam.curation; "
-            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'sqlalchemy') if m in sys.modules))")
+    code = (
+        "import sys, trainteam.curation; "
+        "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'sqlalchemy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -12,9 +12,15 @@ import pytest
 from trainteam.curation import formats as F
 
 PAIR = {"prompt": "What is 12 plus 30? Answer with the number only.", "completion": "42"}
-CHAT = {"messages": [{"role": "system", "content": "You add numbers."},
-                     {"role": "user", "content": "What is 1 plus 1?"}, {"role": "assistant", "content": "2"},
-                     {"role": "user", "content": "And 2 plus 2?"}, {"role": "assistant", "content": "4"}]}
+CHAT = {
+    "messages": [
+        {"role": "system", "content": "You add numbers."},
+        {"role": "user", "content": "What is 1 plus 1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "And 2 plus 2?"},
+        {"role": "assistant", "content": "4"},
+    ]
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +41,11 @@ def tiny_tokenizer(tmp_path_factory):
 
 def test_row_kinds_and_examples():
     assert [F.row_kind(r) for r in (PAIR, CHAT, {"text": "x"}, {"prompt": "p", "chosen": "a", "rejected": "b"})] == [
-        "pair", "chat", "text", "preference"]
+        "pair",
+        "chat",
+        "text",
+        "preference",
+    ]
     assert F.row_kind({"text": "x", "messages": None}) == "text"  # a column a table fills with None
     prompt, reference = F.example(CHAT)
     assert reference == "4" and prompt[-1] == {"role": "user", "content": "And 2 plus 2?"} and len(prompt) == 4
@@ -51,7 +61,7 @@ def test_the_real_model_reads_its_chat_template(chat_tok):
     assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nWhat is 12 plus 30?" in text
     prompt, full = F.example_ids(chat_tok, PAIR, "chat")
     assert full[: len(prompt)] == prompt
-    assert chat_tok.decode(full[len(prompt):]).startswith("42<|im_end|>")
+    assert chat_tok.decode(full[len(prompt) :]).startswith("42<|im_end|>")
     with_system = F.prompt_text(chat_tok, F.query({**PAIR, "system": "Be brief."}), "chat")
     assert "<|im_start|>system\nBe brief.<|im_end|>" in with_system
 
@@ -65,11 +75,19 @@ def test_sft_rows_are_trls_conversational_prompt_completion(chat_tok, real_model
     from trainteam.trainers.methods.sft import sft_dataset
     from trainteam.trainers.training.models import load_model
 
-    ds = sft_dataset(chat_tok, Dataset.from_list([CHAT, {"messages": [{"role": "user", "content": PAIR["prompt"]},
-                                                                     {"role": "assistant", "content": "42"}]}]))
+    ds = sft_dataset(
+        chat_tok,
+        Dataset.from_list(
+            [CHAT, {"messages": [{"role": "user", "content": PAIR["prompt"]}, {"role": "assistant", "content": "42"}]}]
+        ),
+    )
     assert len(ds) == 3 and ds[1]["completion"] == [{"role": "assistant", "content": "4"}]
-    trainer = SFTTrainer(model=load_model(real_model), processing_class=chat_tok, train_dataset=ds,
-                         args=SFTConfig(output_dir=str(tmp_path), max_length=None, report_to=[], bf16=False, use_cpu=True))
+    trainer = SFTTrainer(
+        model=load_model(real_model),
+        processing_class=chat_tok,
+        train_dataset=ds,
+        args=SFTConfig(output_dir=str(tmp_path), max_length=None, report_to=[], bf16=False, use_cpu=True),
+    )
     for row, tokenized in zip(ds, trainer.train_dataset):
         expected = F.prompt_ids(chat_tok, row["prompt"], "chat")
         n_prompt = next(i for i, label in enumerate(tokenized["labels"]) if label != -100)
@@ -80,7 +98,9 @@ def test_sft_rows_are_trls_conversational_prompt_completion(chat_tok, real_model
 def test_plain_tokenizers_keep_the_separator_format(tiny_tokenizer):
     assert F.prompt_format(tiny_tokenizer) == "plain"
     assert F.prompt_text(tiny_tokenizer, "12+34=") == (tiny_tokenizer.bos_token or tiny_tokenizer.eos_token) + "12+34="
-    assert F.text_of(tiny_tokenizer, {"prompt": "1+1=", "completion": "2"}, "plain").endswith("1+1=2" + tiny_tokenizer.eos_token)
+    assert F.text_of(tiny_tokenizer, {"prompt": "1+1=", "completion": "2"}, "plain").endswith(
+        "1+1=2" + tiny_tokenizer.eos_token
+    )
 
 
 def test_folder_format_is_read_from_the_tokenizer_files(real_model, tmp_path):

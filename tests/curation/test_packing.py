@@ -2,10 +2,10 @@
 
 import pytest
 
+from trainteam.core.errors import BadInput
 from trainteam.curation.demo import ArithmeticConfig, generate_arithmetic
 from trainteam.curation.packing import pack_sft, pack_texts, pack_token_stream, tokenize_sft
 from trainteam.curation.synthetic import TextWriter
-from trainteam.core.errors import BadInput
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,9 @@ def test_sft_packing_feeds_trl_padding_free_collator(tokenizer):
     assert set(packed.column_names) == {"input_ids", "labels", "seq_lengths"}
     assert len(packed) < len(train)  # several problems share a row
     assert sum(sum(r) for r in packed["seq_lengths"]) == sum(len(s["input_ids"]) for s in single)
-    batch = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=True)([packed[0], packed[1]])
+    batch = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=True)(
+        [packed[0], packed[1]]
+    )
     pos = batch["position_ids"][0].tolist()
     starts = [i for i, p in enumerate(pos) if p == 0]
     lengths = packed[0]["seq_lengths"] + packed[1]["seq_lengths"]

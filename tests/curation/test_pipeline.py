@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from trainteam.core.errors import BadInput
 from trainteam.curation.decontam import EvalIndex, decontaminate
 from trainteam.curation.jsonl import read_jsonl, write_jsonl
 from trainteam.curation.pipeline import CurationConfig, curate, planned_version
 from trainteam.curation.synthetic import DemoCorpusConfig, demo_eval_sets, iter_demo_corpus
-from trainteam.core.errors import BadInput
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,15 @@ def test_every_injected_defect_is_caught_and_nothing_clean_is_lost(demo):
     assert all(o.action == "clean" for o in decontaminate(out, index))  # the output is clean
     c = report.counts
     assert c["input"] == len(records)
-    assert c["input"] - c["exact_duplicates"] - c["quality_dropped"] - c["leak_dropped"] - c["near_duplicates"] + c["leak_cut"] == c["output"]
+    assert (
+        c["input"]
+        - c["exact_duplicates"]
+        - c["quality_dropped"]
+        - c["leak_dropped"]
+        - c["near_duplicates"]
+        + c["leak_cut"]
+        == c["output"]
+    )
     assert report.lsh["bands"] * report.lsh["rows"] <= 128 and report.lsh["verified_pairs"] >= c["near_duplicates"]
     assert len(report.near_duplicates) == c["near_duplicates"]
     assert all(s >= 0.8 and dropped not in out_ids and kept in out_ids for dropped, kept, s in report.near_duplicates)
@@ -100,7 +108,9 @@ def test_streams_malformed_input_and_graph_without_folder(tmp_path):
     report = curate(bad, config=CurationConfig(skip_bad=True, quality=None), progress=False)
     assert report.counts["skipped_bad"] == 1 and report.counts["output"] == 1
     assert "bad.jsonl:2" in report.skipped_examples[0]
-    streamed = curate((r for r in [good, good]), config=CurationConfig(quality=None), progress=False)  # a one-shot stream
+    streamed = curate(
+        (r for r in [good, good]), config=CurationConfig(quality=None), progress=False
+    )  # a one-shot stream
     assert streamed.counts["exact_duplicates"] == 1 and streamed.version.startswith("curated-")
     with pytest.raises(BadInput, match="out_dir"):
         curate([good], recorded=lambda key: None, progress=False)
@@ -116,9 +126,24 @@ def test_cli_demo_then_curate(tmp_path, capsys):
     folder = ws / "datasets" / "demo"
     assert len(read_jsonl(folder / "addition_train.jsonl")) == 50
     run = subprocess.run(  # a real process, as a person runs it
-        [sys.executable, "-m", "trainteam.cli", "-w", str(ws), "curate", "run", str(folder / "corpus.jsonl"),
-         "--eval", f"passages={folder / 'eval_passages.jsonl'}", "--eval", f"addition={folder / 'eval_addition.jsonl'}", "--json"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "trainteam.cli",
+            "-w",
+            str(ws),
+            "curate",
+            "run",
+            str(folder / "corpus.jsonl"),
+            "--eval",
+            f"passages={folder / 'eval_passages.jsonl'}",
+            "--eval",
+            f"addition={folder / 'eval_addition.jsonl'}",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
@@ -130,9 +155,9 @@ def test_cli_demo_then_curate(tmp_path, capsys):
 
 
 def test_builders_are_versioned_once(tmp_path, capsys):
-    from trainteam.cli import main
     from functools import partial
 
+    from trainteam.cli import main
     from trainteam.curation.lineage import materialize
     from trainteam.graph.record import recorded_dataset
     from trainteam.workflows.steps.curate import record_built
@@ -152,7 +177,9 @@ def test_builders_are_versioned_once(tmp_path, capsys):
     recorded = partial(recorded_dataset, graph)
     v1, path, built = materialize("preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out", recorded)
     assert record_built(graph, built) == f"DatasetVersion:{v1}"
-    v2, path2, again = materialize("preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out", recorded)
+    v2, path2, again = materialize(
+        "preference", {"source": src}, {"min_margin": 0.0}, build, tmp_path / "out", recorded
+    )
     assert (v1, path) == (v2, path2) and built is not None and again is None and len(calls) == 1
     assert read_jsonl(path)[0]["chosen"] == "2"
     node = graph.get_node(f"DatasetVersion:{v1}")
@@ -165,15 +192,26 @@ def test_builders_are_versioned_once(tmp_path, capsys):
 def test_two_processes_building_the_same_version_in_one_folder_both_succeed(tmp_path):
     """Two runs of one workspace may curate the same data at once (seen: the second failed renaming the
     first's half-written `.stage1.jsonl`); both finish, with the one output, and leave no staging files."""
-    rows = [{"id": str(i), "text": f"Record number {i} says the cat and the dog sat with the bird. " * 6}
-            for i in range(3000)]
+    rows = [
+        {"id": str(i), "text": f"Record number {i} says the cat and the dog sat with the bird. " * 6}
+        for i in range(3000)
+    ]
     corpus = tmp_path / "corpus.jsonl"
     write_jsonl(rows + rows[:500], corpus)
-    script = ("import sys; from trainteam.curation.pipeline import CurationConfig, curate; "
-              "r = curate(sys.argv[1], config=CurationConfig(quality=None), out_dir=sys.argv[2], progress=False); "
-              "print(r.counts['output'])")
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(corpus), str(tmp_path / "v")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    script = (
+        "import sys; from trainteam.curation.pipeline import CurationConfig, curate; "
+        "r = curate(sys.argv[1], config=CurationConfig(quality=None), out_dir=sys.argv[2], progress=False); "
+        "print(r.counts['output'])"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(corpus), str(tmp_path / "v")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     assert [out.strip() for out, _ in outs] == ["3000", "3000"]

@@ -21,7 +21,9 @@ CASES = {
     "min_alpha_word_fraction": _every(3, "1984"),
     "max_non_alpha_char_fraction": " ".join(w + "!?!?" for w in WORDS),
     "max_duplicate_line_fraction": "\n".join([" ".join(WORDS[:20])] * 6 + [" ".join(WORDS[20:40])]),
-    "min_stop_words": " ".join(w for w in WORDS if w.lower().strip(".,") not in ("the", "be", "to", "of", "and", "that", "have", "with")),
+    "min_stop_words": " ".join(
+        w for w in WORDS if w.lower().strip(".,") not in ("the", "be", "to", "of", "and", "that", "have", "with")
+    ),
 }
 
 

@@ -15,50 +15,133 @@ from trainteam.curation.rows import canonical_row, iter_rows, read_rows
 from trainteam.curation.sources import split_names
 from trainteam.curation.splits import HELD_OUT_MAX, Part, held_out, plan_splits
 
-TOOLS = [{"type": "function", "function": {"name": "weather", "description": "today's weather",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "weather",
+            "description": "today's weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 CALL = {"type": "function", "function": {"name": "weather", "arguments": {"city": "Paris"}}}
 
 # shape -> (the user's rows, the canonical rows they become)
 SHAPES = {
-    "text": ([{"id": "a", "text": "The cat sat."}, {"id": "b", "text": "It rained."}],
-             [{"text": "The cat sat.", "id": "a"}, {"text": "It rained.", "id": "b"}]),
-    "pair": ([{"id": "a", "prompt": "2+2=", "completion": "4", "system": "Be terse."},
-              {"id": "b", "prompt": "3+3=", "completion": "6", "system": "Be terse."}],
-             [{"prompt": "2+2=", "completion": "4", "system": "Be terse.", "id": "a"},
-              {"prompt": "3+3=", "completion": "6", "system": "Be terse.", "id": "b"}]),
-    "alpaca": ([{"instruction": "Translate to French", "input": "cat", "output": "chat"},
-                {"instruction": "Say hi", "input": "", "output": "hi"}],
-               [{"prompt": "Translate to French\n\ncat", "completion": "chat"}, {"prompt": "Say hi", "completion": "hi"}]),
-    "qa": ([{"question": "Capital of France?", "answer": "Paris"}, {"question": "2*3?", "answer": "6"}],
-           [{"prompt": "Capital of France?", "completion": "Paris"}, {"prompt": "2*3?", "completion": "6"}]),
-    "messages": ([{"system": "You help.", "tools": TOOLS, "messages": [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
-        {"role": "assistant", "content": "Sunny."}]},
-        {"system": "You help.", "tools": TOOLS, "messages": [
-            {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}],
-        [{"messages": [{"role": "system", "content": "You help."}, {"role": "user", "content": "Weather in Paris?"},
-                       {"role": "assistant", "content": "", "tool_calls": [CALL]},
-                       {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
-                       {"role": "assistant", "content": "Sunny."}], "tools": TOOLS},
-         {"messages": [{"role": "system", "content": "You help."}, {"role": "user", "content": "Hi"},
-                       {"role": "assistant", "content": "Hello!"}], "tools": TOOLS}]),
-    "sharegpt": ([{"conversations": [{"from": "system", "value": "Be kind."}, {"from": "human", "value": "Hi"},
-                                     {"from": "gpt", "value": "Hello"}]},
-                  {"conversations": [{"from": "human", "value": "Bye"}, {"from": "gpt", "value": "Ciao"}]}],
-                 [{"messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi"},
-                                {"role": "assistant", "content": "Hello"}]},
-                  {"messages": [{"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Ciao"}]}]),
-    "preference": ([{"prompt": "2+2=", "chosen": "4", "rejected": "5"}, {"prompt": "1+1=", "chosen": "2", "rejected": "3"}],
-                   [{"prompt": "2+2=", "chosen": "4", "rejected": "5"}, {"prompt": "1+1=", "chosen": "2", "rejected": "3"}]),
+    "text": (
+        [{"id": "a", "text": "The cat sat."}, {"id": "b", "text": "It rained."}],
+        [{"text": "The cat sat.", "id": "a"}, {"text": "It rained.", "id": "b"}],
+    ),
+    "pair": (
+        [
+            {"id": "a", "prompt": "2+2=", "completion": "4", "system": "Be terse."},
+            {"id": "b", "prompt": "3+3=", "completion": "6", "system": "Be terse."},
+        ],
+        [
+            {"prompt": "2+2=", "completion": "4", "system": "Be terse.", "id": "a"},
+            {"prompt": "3+3=", "completion": "6", "system": "Be terse.", "id": "b"},
+        ],
+    ),
+    "alpaca": (
+        [
+            {"instruction": "Translate to French", "input": "cat", "output": "chat"},
+            {"instruction": "Say hi", "input": "", "output": "hi"},
+        ],
+        [{"prompt": "Translate to French\n\ncat", "completion": "chat"}, {"prompt": "Say hi", "completion": "hi"}],
+    ),
+    "qa": (
+        [{"question": "Capital of France?", "answer": "Paris"}, {"question": "2*3?", "answer": "6"}],
+        [{"prompt": "Capital of France?", "completion": "Paris"}, {"prompt": "2*3?", "completion": "6"}],
+    ),
+    "messages": (
+        [
+            {
+                "system": "You help.",
+                "tools": TOOLS,
+                "messages": [
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+                        ],
+                    },
+                    {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+                    {"role": "assistant", "content": "Sunny."},
+                ],
+            },
+            {
+                "system": "You help.",
+                "tools": TOOLS,
+                "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}],
+            },
+        ],
+        [
+            {
+                "messages": [
+                    {"role": "system", "content": "You help."},
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": "", "tool_calls": [CALL]},
+                    {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+                    {"role": "assistant", "content": "Sunny."},
+                ],
+                "tools": TOOLS,
+            },
+            {
+                "messages": [
+                    {"role": "system", "content": "You help."},
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello!"},
+                ],
+                "tools": TOOLS,
+            },
+        ],
+    ),
+    "sharegpt": (
+        [
+            {
+                "conversations": [
+                    {"from": "system", "value": "Be kind."},
+                    {"from": "human", "value": "Hi"},
+                    {"from": "gpt", "value": "Hello"},
+                ]
+            },
+            {"conversations": [{"from": "human", "value": "Bye"}, {"from": "gpt", "value": "Ciao"}]},
+        ],
+        [
+            {
+                "messages": [
+                    {"role": "system", "content": "Be kind."},
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello"},
+                ]
+            },
+            {"messages": [{"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Ciao"}]},
+        ],
+    ),
+    "preference": (
+        [{"prompt": "2+2=", "chosen": "4", "rejected": "5"}, {"prompt": "1+1=", "chosen": "2", "rejected": "3"}],
+        [{"prompt": "2+2=", "chosen": "4", "rejected": "5"}, {"prompt": "1+1=", "chosen": "2", "rejected": "3"}],
+    ),
     "preference_chat": (  # no prompt column: the turns both sides share are the prompt (TRL's implicit prompt)
-        [{"chosen": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}],
-          "rejected": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Go away."}]}] * 2,
-        [{"prompt": [{"role": "user", "content": "Hi"}], "chosen": [{"role": "assistant", "content": "Hello!"}],
-          "rejected": [{"role": "assistant", "content": "Go away."}]}] * 2),
+        [
+            {
+                "chosen": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}],
+                "rejected": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Go away."}],
+            }
+        ]
+        * 2,
+        [
+            {
+                "prompt": [{"role": "user", "content": "Hi"}],
+                "chosen": [{"role": "assistant", "content": "Hello!"}],
+                "rejected": [{"role": "assistant", "content": "Go away."}],
+            }
+        ]
+        * 2,
+    ),
 }
 
 
@@ -99,8 +182,9 @@ def _saved_dict(rows, path):
     import datasets
 
     datasets.disable_progress_bars()
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows),
-                          "test": datasets.Dataset.from_list(rows[:1])}).save_to_disk(str(path))
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:1])}
+    ).save_to_disk(str(path))
     return path
 
 
@@ -144,8 +228,19 @@ def test_each_format_and_shape_reads_as_canonical_rows(tmp_path, fmt, shape):
     source = FORMATS[fmt](raw, tmp_path)
     assert read_rows(source) == expected
     kinds = {r.kind for r in iter_rows(source)}
-    assert kinds == {"text": {"text"}, "pair": {"pair"}, "alpaca": {"pair"}, "qa": {"pair"}, "messages": {"chat"},
-                     "sharegpt": {"chat"}, "preference": {"preference"}, "preference_chat": {"preference"}}[shape]
+    assert (
+        kinds
+        == {
+            "text": {"text"},
+            "pair": {"pair"},
+            "alpaca": {"pair"},
+            "qa": {"pair"},
+            "messages": {"chat"},
+            "sharegpt": {"chat"},
+            "preference": {"preference"},
+            "preference_chat": {"preference"},
+        }[shape]
+    )
 
 
 def test_canonical_rows_are_what_formats_reads(tmp_path):
@@ -162,20 +257,31 @@ def test_canonical_rows_are_what_formats_reads(tmp_path):
 
 
 def test_trl_conversational_prompt_completion_is_a_conversation():
-    row = canonical_row({"prompt": [{"role": "user", "content": "Hi"}],
-                         "completion": [{"role": "assistant", "content": "Hello"}], "label": 1}, "x.jsonl:1")
+    row = canonical_row(
+        {
+            "prompt": [{"role": "user", "content": "Hi"}],
+            "completion": [{"role": "assistant", "content": "Hello"}],
+            "label": 1,
+        },
+        "x.jsonl:1",
+    )
     assert row.kind == "chat"
-    assert row.record == {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
-                          "label": 1}
+    assert row.record == {
+        "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+        "label": 1,
+    }
 
 
 def test_column_mapping_renames_the_users_columns(tmp_path):
     rows = [{"q": f"{i}+1=", "a": str(i + 1), "source": "mine"} for i in range(3)]
     path = _arrow_parquet(rows, tmp_path / "mine.parquet")
     mapping = {"prompt": "q", "completion": "a"}
-    assert read_rows(path, columns=mapping) == [{"prompt": f"{i}+1=", "completion": str(i + 1), "source": "mine"}
-                                                for i in range(3)]
-    with pytest.raises(BadInput, match=r"mine\.parquet: row 0: no column to read a row from.*found \['a', 'q', 'source'\]"):
+    assert read_rows(path, columns=mapping) == [
+        {"prompt": f"{i}+1=", "completion": str(i + 1), "source": "mine"} for i in range(3)
+    ]
+    with pytest.raises(
+        BadInput, match=r"mine\.parquet: row 0: no column to read a row from.*found \['a', 'q', 'source'\]"
+    ):
         read_rows(path)
     # a chat column of another name
     chats = [{"dialog": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}]
@@ -194,28 +300,47 @@ def test_limit_reads_a_sample_without_reading_the_rest(tmp_path):
 
 # -- errors: one line naming the file, the row and the column ---------------------------------------
 
+
 def test_jsonl_errors_name_line_and_column(tmp_path):
     good = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}
     cases = {
-        "turn without content": ({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant"}]},
-                                 r"chat\.jsonl:3: column 'messages': turn 2 has no 'content'$"),
-        "unknown role": ({"messages": [{"role": "wizard", "content": "Hi"}]},
-                         r"chat\.jsonl:3: column 'messages': turn 1: unknown role 'wizard'"),
+        "turn without content": (
+            {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant"}]},
+            r"chat\.jsonl:3: column 'messages': turn 2 has no 'content'$",
+        ),
+        "unknown role": (
+            {"messages": [{"role": "wizard", "content": "Hi"}]},
+            r"chat\.jsonl:3: column 'messages': turn 1: unknown role 'wizard'",
+        ),
         "turns not a list": ({"messages": "hello"}, r"chat\.jsonl:3: column 'messages': a string that is not JSON"),
-        "a turn not an object": ({"conversations": ["hi"]},
-                                 r"chat\.jsonl:3: column 'conversations': turn 1 is str, not an object"),
-        "tool call without a name": ({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"arguments": "{}"}]}]},
-                                     r"chat\.jsonl:3: column 'messages': turn 1: a tool call without a function name"),
+        "a turn not an object": (
+            {"conversations": ["hi"]},
+            r"chat\.jsonl:3: column 'conversations': turn 1 is str, not an object",
+        ),
+        "tool call without a name": (
+            {"messages": [{"role": "assistant", "content": "", "tool_calls": [{"arguments": "{}"}]}]},
+            r"chat\.jsonl:3: column 'messages': turn 1: a tool call without a function name",
+        ),
         "tools not a list": ({**good, "tools": {"name": "x"}}, r"chat\.jsonl:3: column 'tools': expected a list"),
-        "second system": ({"system": "A", "messages": [{"role": "system", "content": "B"}, *good["messages"]]},
-                          r"chat\.jsonl:3: column 'system': the conversation already starts with another system turn"),
-        "completion a number": ({"prompt": "1+1=", "completion": 2}, r"chat\.jsonl:3: column 'completion': not a string \(int\)"),
+        "second system": (
+            {"system": "A", "messages": [{"role": "system", "content": "B"}, *good["messages"]]},
+            r"chat\.jsonl:3: column 'system': the conversation already starts with another system turn",
+        ),
+        "completion a number": (
+            {"prompt": "1+1=", "completion": 2},
+            r"chat\.jsonl:3: column 'completion': not a string \(int\)",
+        ),
         "prompt without completion": ({"prompt": "1+1="}, r"chat\.jsonl:3: column 'completion' is missing"),
         "chosen without rejected": ({"prompt": "p", "chosen": "a"}, r"chat\.jsonl:3: column 'rejected' is missing"),
-        "mixed preference": ({"prompt": "p", "chosen": "a", "rejected": [{"role": "assistant", "content": "b"}]},
-                             r"chat\.jsonl:3: column 'rejected': chosen and rejected must both be strings"),
+        "mixed preference": (
+            {"prompt": "p", "chosen": "a", "rejected": [{"role": "assistant", "content": "b"}]},
+            r"chat\.jsonl:3: column 'rejected': chosen and rejected must both be strings",
+        ),
         "preference without prompt": ({"chosen": "a", "rejected": "b"}, r"chat\.jsonl:3: column 'prompt' is missing"),
-        "alpaca instruction a number": ({"instruction": 5, "output": "y"}, r"chat\.jsonl:3: column 'instruction': not a string \(int\)"),
+        "alpaca instruction a number": (
+            {"instruction": 5, "output": "y"},
+            r"chat\.jsonl:3: column 'instruction': not a string \(int\)",
+        ),
         "nothing readable": ({"title": "x"}, r"chat\.jsonl:3: no column to read a row from.*found \['title'\]"),
     }
     for name, (bad, pattern) in cases.items():
@@ -229,8 +354,10 @@ def test_jsonl_errors_name_line_and_column(tmp_path):
 def test_csv_errors_name_the_line_the_row_starts_on(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text('prompt,completion\n"a prompt\nover two lines",ok\n"1+1=",\n')
-    assert read_rows(path) == [{"prompt": "a prompt\nover two lines", "completion": "ok"},
-                               {"prompt": "1+1=", "completion": ""}]
+    assert read_rows(path) == [
+        {"prompt": "a prompt\nover two lines", "completion": "ok"},
+        {"prompt": "1+1=", "completion": ""},
+    ]
     path.write_text('prompt,completion\n"a prompt\nover two lines",ok\n"1+1=",2,3\n')
     with pytest.raises(BadInput, match=r"t\.csv:4: 3 fields, the header has 2"):
         read_rows(path)
@@ -252,8 +379,10 @@ def test_parquet_json_and_saved_dataset_errors_name_the_row_index(tmp_path):
         read_rows(_json({"train": rows, "test": rows[:1]}, tmp_path / "j.json"))
     with pytest.raises(BadInput, match=r"saved/train: row 2: column 'completion' is missing"):
         read_rows(_saved_dict(rows, tmp_path / "saved"))
-    chats = [{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]},
-             {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": None}]}]
+    chats = [
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": None}]},
+    ]
     with pytest.raises(BadInput, match=r"c\.parquet: row 1: column 'messages': turn 2 has no 'content'"):
         read_rows(_arrow_parquet(chats, tmp_path / "c.parquet"))
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
@@ -275,6 +404,7 @@ def test_mapped_columns_are_named_as_the_user_wrote_them(tmp_path):
 
 
 # -- splits and held-out rows ---------------------------------------------------------------------
+
 
 def test_splits_of_a_folder_a_saved_dict_and_a_json_object(tmp_path):
     pair = SHAPES["pair"][0]

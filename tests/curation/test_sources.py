@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from trainteam.curation.sources import SkipCounter, iter_records
 from trainteam.core.errors import BadInput
+from trainteam.curation.sources import SkipCounter, iter_records
 
 ROWS = [{"id": "a", "text": "first doc", "lang": "en"}, {"id": "b", "text": "second doc"}, {"text": "third"}]
 
@@ -34,9 +34,11 @@ def test_jsonl_txt_parquet_and_folder(tmp_path):
     assert _texts(iter_records(tmp_path / "b.txt", txt_mode="line")) == ["para one", "still one", "para two"]
     assert [r["id"] for r in iter_records(tmp_path / "b.txt")] == ["b:1", "b:5"]
     assert _texts(iter_records(tmp_path / "c.parquet", batch_size=2)) == _texts(ROWS)
-    (tmp_path / "d.csv").write_text("id,text\nx,\"a CSV row\nover two lines\"\ny,next\n")
+    (tmp_path / "d.csv").write_text('id,text\nx,"a CSV row\nover two lines"\ny,next\n')
     assert [(r["id"], r["text"]) for r in iter_records(tmp_path / "d.csv")] == [
-        ("x", "a CSV row\nover two lines"), ("y", "next")]
+        ("x", "a CSV row\nover two lines"),
+        ("y", "next"),
+    ]
     (tmp_path / "e.json").write_text(json.dumps({"data": ROWS}))
     assert _texts(iter_records(tmp_path / "e.json")) == _texts(ROWS)
     # a folder: its files in name order
@@ -49,8 +51,9 @@ def test_saved_hf_dataset_and_streaming_mode(tmp_path):
     datasets.disable_progress_bars()
     datasets.Dataset.from_list(ROWS).save_to_disk(str(tmp_path / "saved"))
     assert _texts(iter_records(tmp_path / "saved")) == _texts(ROWS)
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS[:2]),
-                          "test": datasets.Dataset.from_list(ROWS[2:])}).save_to_disk(str(tmp_path / "dd"))
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(ROWS[:2]), "test": datasets.Dataset.from_list(ROWS[2:])}
+    ).save_to_disk(str(tmp_path / "dd"))
     assert _texts(iter_records(tmp_path / "dd")) == _texts(ROWS[:2])  # a DatasetDict gives its train split
     assert _texts(iter_records(tmp_path / "dd", split="test")) == _texts(ROWS[2:])
     (tmp_path / "s").mkdir()
@@ -63,7 +66,9 @@ def test_saved_hf_dataset_and_streaming_mode(tmp_path):
 
 def test_malformed_lines_stop_with_file_line_or_are_counted(tmp_path):
     p = tmp_path / "bad.jsonl"
-    p.write_text(json.dumps(ROWS[0]) + "\n{oops\n" + json.dumps({"title": "no text"}) + "\n" + json.dumps(ROWS[1]) + "\n")
+    p.write_text(
+        json.dumps(ROWS[0]) + "\n{oops\n" + json.dumps({"title": "no text"}) + "\n" + json.dumps(ROWS[1]) + "\n"
+    )
     with pytest.raises(BadInput, match=r"bad\.jsonl:2: invalid JSON"):
         list(iter_records(p))
     p2 = tmp_path / "notext.jsonl"

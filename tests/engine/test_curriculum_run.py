@@ -19,8 +19,9 @@ ORDER = ["pretrain", "mid_train", "long_context", "sft"]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     ws = tmp_path_factory.mktemp("curriculum") / "ws"
-    proc = cli(ws, "execute-workflow", "train_model", "--task", str(EXAMPLE), "--run-id", "c1", "--json", "--yes",
-               timeout=600)
+    proc = cli(
+        ws, "execute-workflow", "train_model", "--task", str(EXAMPLE), "--run-id", "c1", "--json", "--yes", timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     from trainteam.workspace import Workspace
 
@@ -45,8 +46,12 @@ def test_each_stage_continues_from_the_previous_checkpoint_on_its_own_data(run):
     for prev, stage in zip(ORDER, ORDER[1:]):
         assert _out(g, ckpts[stage], "derived_from") == [ckpts[prev]]
     assert _out(g, ckpts["pretrain"], "derived_from") == []
-    assert g.nodes[ckpts["pretrain"]]["created_at"] < g.nodes[ckpts["mid_train"]]["created_at"] \
-        < g.nodes[ckpts["long_context"]]["created_at"] < g.nodes[ckpts["sft"]]["created_at"]
+    assert (
+        g.nodes[ckpts["pretrain"]]["created_at"]
+        < g.nodes[ckpts["mid_train"]]["created_at"]
+        < g.nodes[ckpts["long_context"]]["created_at"]
+        < g.nodes[ckpts["sft"]]["created_at"]
+    )
     # ... with its weights: a later stage's first loss is far below a random init's
     loss = json.loads(cli(ws_path, "runs", "report", "c1", "--json", check=True).stdout)
     curves = json.loads(Path(loss["data"]["loss"]).read_text())["stages"]
@@ -57,8 +62,11 @@ def test_each_stage_continues_from_the_previous_checkpoint_on_its_own_data(run):
     for stage, node in ckpts.items():
         (data,) = _out(g, node, "trained_on")
         lineage = ws.graph.lineage(data)
-        corpora = [d["params"]["task"] for _, d in lineage.nodes(data=True)
-                   if d["kind"] == "Corpus" and d.get("source") == "demo"]
+        corpora = [
+            d["params"]["task"]
+            for _, d in lineage.nodes(data=True)
+            if d["kind"] == "Corpus" and d.get("source") == "demo"
+        ]
         assert corpora == ["subtraction" if stage == "mid_train" else "addition"], (stage, corpora)
         assert node in ws.graph.lineage(ckpts["sft"])  # and the final model's lineage holds every stage
     assert _out(g, ckpts["mid_train"], "trained_on") != _out(g, ckpts["pretrain"], "trained_on")
@@ -131,13 +139,22 @@ def _strict_task(tmp_path, **changes) -> Path:
 
     body = {k: v for k, v in TINY_TASK.items() if k not in ("stages", "training", "gates")}
     body["curriculum"] = [
-        {"name": "pretrain", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
-         "gates": [{"metric": "heldout_loss", "max": 50.0}]},  # 4 steps move nothing: the default gate would stop here
-        {"name": "mid_train", "data": {"demo": "subtraction", "n_train": 200, "n_eval": 16, "max_operand": 20},
-         "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
-         "gates": [{"metric": "heldout_loss", "max": 0.01}]},
-        {"name": "sft", "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
-         "gates": [{"metric": "heldout_loss", "max": 50.0}]},
+        {
+            "name": "pretrain",
+            "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
+            "gates": [{"metric": "heldout_loss", "max": 50.0}],
+        },  # 4 steps move nothing: the default gate would stop here
+        {
+            "name": "mid_train",
+            "data": {"demo": "subtraction", "n_train": 200, "n_eval": 16, "max_operand": 20},
+            "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
+            "gates": [{"metric": "heldout_loss", "max": 0.01}],
+        },
+        {
+            "name": "sft",
+            "training": {"max_steps": 4, "per_device_batch_size": 8, "seq_len": 32},
+            "gates": [{"metric": "heldout_loss", "max": 50.0}],
+        },
     ]
     task = tmp_path / "strict.yaml"
     task.write_text(yaml.safe_dump({**body, **changes}))
@@ -163,8 +180,16 @@ def test_a_failed_stage_gate_stops_the_run_with_its_reason(tmp_path, ws):
 def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_path, ws, background):
     from spine_helpers import pending_approvals, run_view, spawn, wait_for
 
-    run = spawn(ws, "execute-workflow", "train_model", "--task", str(_strict_task(tmp_path, on_gate_failure="ask")),
-                "--run-id", "a1", "-q")
+    run = spawn(
+        ws,
+        "execute-workflow",
+        "train_model",
+        "--task",
+        str(_strict_task(tmp_path, on_gate_failure="ask")),
+        "--run-id",
+        "a1",
+        "-q",
+    )
     background.append(run)
     (pending,) = wait_for(lambda: pending_approvals(ws), timeout=600, what="the stage gate's approval")
     assert pending["step"] == "train" and pending["action"] == "accept_failed_gate_mid_train"
@@ -198,8 +223,16 @@ def test_a_person_accepts_a_failed_stage_gate_and_the_curriculum_goes_on(tmp_pat
 def test_a_rejected_stage_gate_stops_the_run(tmp_path, ws, background):
     from spine_helpers import pending_approvals, run_view, spawn, wait_for
 
-    run = spawn(ws, "execute-workflow", "train_model", "--task", str(_strict_task(tmp_path, on_gate_failure="ask")),
-                "--run-id", "a2", "-q")
+    run = spawn(
+        ws,
+        "execute-workflow",
+        "train_model",
+        "--task",
+        str(_strict_task(tmp_path, on_gate_failure="ask")),
+        "--run-id",
+        "a2",
+        "-q",
+    )
     background.append(run)
     (pending,) = wait_for(lambda: pending_approvals(ws), timeout=600, what="the stage gate's approval")
     cli(ws, "approvals", "reject", pending["id"], "--by", "eve", "--note", "retrain it", check=True)

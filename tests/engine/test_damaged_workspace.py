@@ -41,20 +41,25 @@ def used(tmp_path_factory):
 
 
 def _snapshot(ws: Path) -> dict[str, str]:
-    return {str(p.relative_to(ws)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(ws.rglob("*")) if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+    return {
+        str(p.relative_to(ws)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(ws.rglob("*"))
+        if p.is_file() and not p.name.endswith(("-wal", "-shm"))
+    }
 
 
 def _damage(path: Path, how: str) -> None:
     data = path.read_bytes()
     rnd = hashlib.shake_256(b"seed").digest(len(data))  # the same garbage every time
-    path.write_bytes({
-        "garbled": rnd,
-        "truncated": data[: len(data) // 2],
-        "zeroed": bytes(len(data)),
-        "zero-byte": b"",
-        "garbled-pages": data[:100] + rnd[100:],  # header intact: only SQLite's reading finds it
-    }[how])
+    path.write_bytes(
+        {
+            "garbled": rnd,
+            "truncated": data[: len(data) // 2],
+            "zeroed": bytes(len(data)),
+            "zero-byte": b"",
+            "garbled-pages": data[:100] + rnd[100:],  # header intact: only SQLite's reading finds it
+        }[how]
+    )
 
 
 def _commands(run_id: str, task: Path, out: Path) -> dict[str, list[str]]:
@@ -95,7 +100,10 @@ def test_a_damaged_database_is_one_line_naming_it(name, how, used, tmp_path):
     for command in CASES[(name, how)]:
         proc = cli(ws, *commands[command], timeout=600)
         lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (command, proc.stderr[-3000:])
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (
+            command,
+            proc.stderr[-3000:],
+        )
         assert lines[0].startswith(f"error: workspace database {ws / name} is damaged ("), (command, lines[0])
         assert lines[0].endswith("restore it from a backup, or move it away to start afresh"), (command, lines[0])
         assert _snapshot(ws) == before, command
@@ -126,8 +134,17 @@ def _drop_write_override() -> None:
 
 def _nobody_can_run_python() -> bool:
     try:
-        return subprocess.run([sys.executable, "-c", "import trainteam.cli"], user="nobody", capture_output=True,
-                              env=_env(), timeout=600, cwd="/").returncode == 0
+        return (
+            subprocess.run(
+                [sys.executable, "-c", "import trainteam.cli"],
+                user="nobody",
+                capture_output=True,
+                env=_env(),
+                timeout=600,
+                cwd="/",
+            ).returncode
+            == 0
+        )
     except (OSError, KeyError, subprocess.SubprocessError):
         return False
 
@@ -149,8 +166,15 @@ def _read_only_copy(src: Path, parent: Path) -> tuple[Path, dict, str]:
 
 
 def _run(ws: Path, args: list[str], kwargs: dict, home: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args], capture_output=True,
-                          text=True, timeout=600, env={**_env(), "HOME": str(home)}, cwd="/", **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**_env(), "HOME": str(home)},
+        cwd="/",
+        **kwargs,
+    )
 
 
 def test_a_read_only_workspace_is_refused_at_open_and_still_read(used, capsys):
@@ -165,7 +189,11 @@ def test_a_read_only_workspace_is_refused_at_open_and_still_read(used, capsys):
         for command in ("approvals approve", "runs resume", "execute-workflow", "graph export"):
             proc = _run(ws, commands[command], kwargs, parent)
             lines = proc.stderr.strip().splitlines()
-            assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (how, command, proc.stderr[-3000:])
+            assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (
+                how,
+                command,
+                proc.stderr[-3000:],
+            )
             assert lines[0].startswith(f"error: workspace {ws} is read-only: "), (how, command, lines[0])
             assert _snapshot(ws) == before, command
         # What only reads keeps working (the stdlib reader opens the database read-only).

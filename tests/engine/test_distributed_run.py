@@ -16,13 +16,21 @@ import psutil
 import pytest
 from spine_helpers import TINY_TASK, cli, spawn, wait_for, write_task
 
+from trainteam.contract.train_task import parse_task
 from trainteam.core.errors import BadInput
 from trainteam.workflows.task.preflight import preflight
-from trainteam.contract.train_task import parse_task
 
 DDP = {"strategy": "ddp", "num_processes": 2}
-TRAINING = {"pretrain": {"max_steps": 300, "learning_rate": 1e-3, "per_device_batch_size": 8, "seq_len": 32,
-                         "save_steps": 20, "spike": {"enabled": False}}}
+TRAINING = {
+    "pretrain": {
+        "max_steps": 300,
+        "learning_rate": 1e-3,
+        "per_device_batch_size": 8,
+        "seq_len": 32,
+        "save_steps": 20,
+        "spike": {"enabled": False},
+    }
+}
 
 
 def _refusal(tmp_path: Path, **changes) -> str:
@@ -33,8 +41,9 @@ def _refusal(tmp_path: Path, **changes) -> str:
 
 
 def test_bad_distributed_blocks_are_refused_naming_the_field(tmp_path):
-    bad = write_task(tmp_path, distributed={"strategy": "ddp", "num_processes": 3, "num_machines": 2,
-                                            "main_process_ip": "10.0.0.1"})
+    bad = write_task(
+        tmp_path, distributed={"strategy": "ddp", "num_processes": 3, "num_machines": 2, "main_process_ip": "10.0.0.1"}
+    )
     proc = cli(tmp_path / "ws", "validate", str(bad), "--no-measure")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "distributed: num_processes: 3 processes do not split evenly over 2 machines" in proc.stderr
@@ -42,22 +51,28 @@ def test_bad_distributed_blocks_are_refused_naming_the_field(tmp_path):
     assert "distributed.num_processes" in _refusal(tmp_path, distributed={"strategy": "ddp", "num_processes": 1})
     assert "distributed.strategy" in _refusal(tmp_path, distributed={"strategy": "horovod", "num_processes": 2})
     assert "main_process_ip: required" in _refusal(tmp_path, distributed={**DDP, "num_machines": 2})
-    assert "launcher: torchrun carries no fsdp" in _refusal(tmp_path, distributed={"strategy": "fsdp", "num_processes": 2,
-                                                                                  "launcher": "torchrun"})
+    assert "launcher: torchrun carries no fsdp" in _refusal(
+        tmp_path, distributed={"strategy": "fsdp", "num_processes": 2, "launcher": "torchrun"}
+    )
     # FSDP and DeepSpeed are generated and validated, but cannot train on a CPU: said at validate time
     assert "falls back to DDP on a CPU" in _refusal(tmp_path, distributed={"strategy": "fsdp", "num_processes": 2})
     assert "DeepSpeed ZeRO needs CUDA" in _refusal(tmp_path, distributed={"strategy": "deepspeed", "num_processes": 2})
     # the stage's own strategy: only through the block, and never against it
-    assert "training.pretrain.strategy: ddp over 2 processes is launched by the task's distributed block" in \
-        _refusal(tmp_path, training={"pretrain": {"max_steps": 4, "strategy": "ddp", "devices_per_node": 2}})
-    assert "training.pretrain.devices_per_node: the task's distributed block sets it (2)" in \
-        _refusal(tmp_path, distributed=DDP, training={"pretrain": {"max_steps": 4, "devices_per_node": 4}})
+    assert "training.pretrain.strategy: ddp over 2 processes is launched by the task's distributed block" in _refusal(
+        tmp_path, training={"pretrain": {"max_steps": 4, "strategy": "ddp", "devices_per_node": 2}}
+    )
+    assert "training.pretrain.devices_per_node: the task's distributed block sets it (2)" in _refusal(
+        tmp_path, distributed=DDP, training={"pretrain": {"max_steps": 4, "devices_per_node": 4}}
+    )
     good = write_task(tmp_path, "good.yaml", distributed=DDP)
     shown = cli(tmp_path / "ws", "validate", str(good), "--no-measure", check=True).stdout
     assert "✓ distributed: ddp over 2 processes on this machine, started by accelerate" in shown
     ok = parse_task({**TINY_TASK, "distributed": DDP}, "task.yaml", tmp_path)
-    assert ok.train_config("pretrain").model_dump(include={"strategy", "devices_per_node", "num_nodes"}) == \
-        {"strategy": "ddp", "devices_per_node": 2, "num_nodes": 1}
+    assert ok.train_config("pretrain").model_dump(include={"strategy", "devices_per_node", "num_nodes"}) == {
+        "strategy": "ddp",
+        "devices_per_node": 2,
+        "num_nodes": 1,
+    }
 
 
 def _stage_dir(ws: Path) -> Path:
@@ -73,8 +88,16 @@ def test_ddp_run_loses_a_rank_and_resumes_to_completion(tmp_path, background):
     stage = _stage_dir(ws)
     ranks = stage / "launch" / "ranks"
     # mid-training: a complete checkpoint exists, the final weights do not; then rank 1 is SIGKILLed
-    wait_for(lambda: any(stage.glob("checkpoint-*/trainteam-manifest.json")) and not (stage / "final").exists()
-             and (ranks / "rank1.pid").is_file(), timeout=600, interval=0.02, what="a checkpoint of the launched run")
+    wait_for(
+        lambda: (
+            any(stage.glob("checkpoint-*/trainteam-manifest.json"))
+            and not (stage / "final").exists()
+            and (ranks / "rank1.pid").is_file()
+        ),
+        timeout=600,
+        interval=0.02,
+        what="a checkpoint of the launched run",
+    )
     killed = int((ranks / "rank1.pid").read_text())
     other = int((ranks / "rank0.pid").read_text())
     os.kill(killed, signal.SIGKILL)
@@ -122,9 +145,16 @@ def test_a_sigterm_to_the_workflow_process_stops_and_reaps_the_launch(tmp_path, 
     stage = _stage_dir(ws)
     ranks = stage / "launch" / "ranks"
     # training under way in both ranks (rank 0 logged a step), then the workflow process is told to stop
-    wait_for(lambda: (ranks / "rank1.pid").is_file() and (stage / "run-history.jsonl").is_file()
-             and '"step"' in (stage / "run-history.jsonl").read_text(), timeout=600, interval=0.05,
-             what="the launched ranks training")
+    wait_for(
+        lambda: (
+            (ranks / "rank1.pid").is_file()
+            and (stage / "run-history.jsonl").is_file()
+            and '"step"' in (stage / "run-history.jsonl").read_text()
+        ),
+        timeout=600,
+        interval=0.05,
+        what="the launched ranks training",
+    )
     launch = psutil.Process(proc.pid).children(recursive=True)
     rank_pids = [int((ranks / f"rank{r}.pid").read_text()) for r in (0, 1)]
     assert set(rank_pids) <= {p.pid for p in launch}

@@ -46,7 +46,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from spine_helpers import DATA, _env, cli, pending_approvals, run_view, spawn, wait_for, write_task
 
 RUN = "dur"
@@ -68,8 +67,13 @@ class Proc:
         self.label = label
         self.out_path, self.err_path = logs / f"{label}.out", logs / f"{label}.err"
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.popen = subprocess.Popen([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args],
-                                          stdout=out, stderr=err, env=_env(), start_new_session=True)
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args],
+                stdout=out,
+                stderr=err,
+                env=_env(),
+                start_new_session=True,
+            )
         self.pid = self.popen.pid
 
     def stderr_tail(self, n: int = 3000) -> str:
@@ -168,12 +172,15 @@ def freeze_at(proc: Proc, point, ws: Path, timeout: float):
             value, near = None, was_near
         if was_near and not near:
             proc.kill()
-            raise Missed(f"{proc.label}: step {point.step} finished before {point.label} was seen "
-                         f"(slices too coarse?): {attempts(ws, RUN)[-3:]}\n{proc.stderr_tail()}")
+            raise Missed(
+                f"{proc.label}: step {point.step} finished before {point.label} was seen "
+                f"(slices too coarse?): {attempts(ws, RUN)[-3:]}\n{proc.stderr_tail()}"
+            )
         was_near = near
         if proc.popen.poll() is not None:
-            raise AssertionError(f"{proc.label} exited {proc.popen.returncode} before {point.label}:\n"
-                                 f"{proc.stderr_tail()}")
+            raise AssertionError(
+                f"{proc.label} exited {proc.popen.returncode} before {point.label}:\n{proc.stderr_tail()}"
+            )
         if time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"{proc.label}: {point.label} not reached in {timeout}s:\n{proc.stderr_tail()}")
@@ -206,14 +213,16 @@ def _query(ws: Path, sql: str, params: tuple = ()) -> list[tuple]:
 
 
 def attempts(ws: Path, run_id: str) -> list[dict]:
-    rows = _query(ws, "SELECT id, step, visit, status, finished_at FROM step_attempts WHERE run_id = ? ORDER BY id",
-                  (run_id,))
+    rows = _query(
+        ws, "SELECT id, step, visit, status, finished_at FROM step_attempts WHERE run_id = ? ORDER BY id", (run_id,)
+    )
     return [dict(zip(("id", "step", "visit", "status", "finished_at"), r)) for r in rows]
 
 
 def approvals(ws: Path, run_id: str) -> list[dict]:
-    rows = _query(ws, "SELECT id, step, action, status, decided_by FROM approvals WHERE run_id = ? ORDER BY created_at",
-                  (run_id,))
+    rows = _query(
+        ws, "SELECT id, step, action, status, decided_by FROM approvals WHERE run_id = ? ORDER BY created_at", (run_id,)
+    )
     return [dict(zip(("id", "step", "action", "status", "decided_by"), r)) for r in rows]
 
 
@@ -276,15 +285,21 @@ def _step_node(step: str) -> str:
 
 def produced(ws: Path, step: str) -> bool:
     """The step has recorded an output in the graph (a node ``produced_by`` its Step)."""
-    return bool(_query(ws, "SELECT 1 FROM graph_edges WHERE dst = ? AND kind = 'produced_by' LIMIT 1",
-                       (_step_node(step),)))
+    return bool(
+        _query(ws, "SELECT 1 FROM graph_edges WHERE dst = ? AND kind = 'produced_by' LIMIT 1", (_step_node(step),))
+    )
 
 
 def curated(ws: Path) -> bool:
     """Curation has recorded its dataset: a DatasetVersion derived from the prepared one."""
-    return bool(_query(ws, "SELECT 1 FROM graph_edges e JOIN graph_nodes n ON n.id = e.dst "
-                           "WHERE e.src LIKE 'DatasetVersion:%' AND e.kind = 'derived_from' "
-                           "AND n.kind = 'DatasetVersion' LIMIT 1"))
+    return bool(
+        _query(
+            ws,
+            "SELECT 1 FROM graph_edges e JOIN graph_nodes n ON n.id = e.dst "
+            "WHERE e.src LIKE 'DatasetVersion:%' AND e.kind = 'derived_from' "
+            "AND n.kind = 'DatasetVersion' LIMIT 1",
+        )
+    )
 
 
 def registered(ws: Path) -> bool:
@@ -314,8 +329,11 @@ class Point:
 
 
 def _waiting_for_approval(ws: Path) -> bool:
-    return bool(_approval(ws, "pending")) and run_status(ws, RUN) == "waiting_approval" \
+    return (
+        bool(_approval(ws, "pending"))
+        and run_status(ws, RUN) == "waiting_approval"
         and open_attempt(ws, RUN, "register_model") is None
+    )
 
 
 # In run order. Each kill but the mid-training ones lands after the step's work is recorded
@@ -347,13 +365,31 @@ def sweep(tmp_path_factory):
     task = write_task(tmp, stages=["pretrain", "sft"], training=TRAINING, gates=GATES)
     started: list[Proc] = []
     try:
-        reference = Proc(ref_ws, logs, "reference", "execute-workflow", "train_model", "--task", str(task),
-                         "--run-id", RUN, "-q", "--yes")
+        reference = Proc(
+            ref_ws,
+            logs,
+            "reference",
+            "execute-workflow",
+            "train_model",
+            "--task",
+            str(task),
+            "--run-id",
+            RUN,
+            "-q",
+            "--yes",
+        )
         started.append(reference)
         kills = []
         for i, point in enumerate(POINTS):
-            args = (["execute-workflow", "train_model", "--task", str(task), "--run-id", RUN] if i == 0
-                    else ["runs", "resume", RUN]) + ["-q"] + (["--yes"] if point.yes else [])
+            args = (
+                (
+                    ["execute-workflow", "train_model", "--task", str(task), "--run-id", RUN]
+                    if i == 0
+                    else ["runs", "resume", RUN]
+                )
+                + ["-q"]
+                + (["--yes"] if point.yes else [])
+            )
             proc = Proc(ws, logs, f"{i:02d}-{point.label.split()[0]}", *args)
             started.append(proc)
             seen = freeze_at(proc, point, ws, timeout=600)
@@ -363,12 +399,16 @@ def sweep(tmp_path_factory):
             # is recorded as started and never finished) after its work was recorded
             after = point.inside(ws)
             assert after and (point.step is None or after["id"] == seen["id"]), (
-                f"kill at {point.label}: not inside any more (seen {seen}): {_state(ws)}")
+                f"kill at {point.label}: not inside any more (seen {seen}): {_state(ws)}"
+            )
             # what a person sees: cut short inside a step, or still waiting for the decision
             view = run_view(ws, RUN)
             shown = "interrupted" if point.step is not None else "waiting_approval"
-            assert (view["status"], view["process_alive"]) == (shown, False), (point.label, view["status"],
-                                                                               view["error"])
+            assert (view["status"], view["process_alive"]) == (shown, False), (
+                point.label,
+                view["status"],
+                view["error"],
+            )
             kills.append((point.label, point.step))
 
         final = Proc(ws, logs, "final-resume", "runs", "resume", RUN, "-q", "--yes")
@@ -388,8 +428,9 @@ def test_kill_9_at_ten_points_then_resume_completes_like_an_uninterrupted_run(sw
     view, ref_view = run_view(ws, RUN), run_view(ref_ws, RUN)
     assert view["status"] == "completed" == ref_view["status"], (view["error"], ref_view["error"])
     # the same steps, ending the same way
-    assert [(s["name"], s["visit"], s["status"]) for s in view["steps"]] == \
-        [(s["name"], s["visit"], s["status"]) for s in ref_view["steps"]]
+    assert [(s["name"], s["visit"], s["status"]) for s in view["steps"]] == [
+        (s["name"], s["visit"], s["status"]) for s in ref_view["steps"]
+    ]
     # a step finished before a kill never ran again; a step cut short ran again from its start, once per kill
     cut_short = Counter(step for _, step in kills if step is not None)
     assert set(cut_short) <= {s["name"] for s in view["steps"]}
@@ -430,8 +471,13 @@ def test_kill_9_at_ten_points_then_resume_completes_like_an_uninterrupted_run(sw
 
 def _state(ws: Path) -> dict:
     """What the workspace says, for assertion messages."""
-    return {"attempts": attempts(ws, RUN)[-3:], "approvals": approvals(ws, RUN), "run": run_status(ws, RUN),
-            "registered": registered(ws), "model_nodes": _model_nodes(ws)}
+    return {
+        "attempts": attempts(ws, RUN)[-3:],
+        "approvals": approvals(ws, RUN),
+        "run": run_status(ws, RUN),
+        "registered": registered(ws),
+        "model_nodes": _model_nodes(ws),
+    }
 
 
 def _model_nodes(ws: Path) -> list[str]:
@@ -472,12 +518,22 @@ def test_ten_processes_decide_one_approval_and_exactly_one_wins(tmp_path, ws, ba
     for i in range(10):  # five approve, five reject
         verb = "approve" if i % 2 == 0 else "reject"
         argv = ["-w", str(ws), "approvals", verb, approval_id, "--by", f"p{i}", "--note", f"from p{i}"]
-        racer = subprocess.Popen([sys.executable, "-c", RACER, str(barrier / f"ready{i}"), str(go), *argv],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        racer = subprocess.Popen(
+            [sys.executable, "-c", RACER, str(barrier / f"ready{i}"), str(go), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
         background.append(racer)
         racers.append((f"p{i}", verb, racer))
-    wait_for(lambda: all((barrier / f"ready{i}").exists() for i in range(10)) or
-             any(p.poll() is not None for _, _, p in racers), timeout=600, what="ten racers ready")
+    wait_for(
+        lambda: (
+            all((barrier / f"ready{i}").exists() for i in range(10)) or any(p.poll() is not None for _, _, p in racers)
+        ),
+        timeout=600,
+        what="ten racers ready",
+    )
     go.touch()
     results = []
     for who, verb, p in racers:
@@ -501,8 +557,11 @@ def test_ten_processes_decide_one_approval_and_exactly_one_wins(tmp_path, ws, ba
     assert (row["status"], row["decided_by"]) == (status, who)
     people = json.loads(cli(ws, "graph", "nodes", "--kind", "Person", "--json", check=True).stdout)
     assert [p["id"] for p in people] == [f"Person:{who}"], people
-    decisions = [d for d in json.loads(cli(ws, "graph", "nodes", "--kind", "Decision", "--json", check=True).stdout)
-                 if d["id"] == f"Decision:approval/{approval_id}"]
+    decisions = [
+        d
+        for d in json.loads(cli(ws, "graph", "nodes", "--kind", "Decision", "--json", check=True).stdout)
+        if d["id"] == f"Decision:approval/{approval_id}"
+    ]
     assert [(d.get("by"), d.get("status")) for d in decisions] == [(who, status)], decisions
 
     # the run goes on, or stops, as the winner decided

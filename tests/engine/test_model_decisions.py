@@ -20,10 +20,10 @@ import yaml
 from local_http import serving
 from scripted_openai import ScriptedOpenAI, evidence_of
 from spine_helpers import TINY_TASK, cli
-from trainteam.trainers.search.recipe_search import RecipeChoice
-from trainteam.workflows.steps.headroom import AlignChoice
-from trainteam.workflows.engine.store import RunStore
 
+from trainteam.trainers.search.recipe_search import RecipeChoice
+from trainteam.workflows.engine.store import RunStore
+from trainteam.workflows.steps.headroom import AlignChoice
 from trainteam.workspace import Workspace
 
 API_KEY = "sk-model-decisions-scripted-0123456789abcdef"
@@ -31,13 +31,29 @@ MODEL = "openai:scripted-engineer"
 ENGINEER_STEPS = ["train_tokenizer", "train", "align", "merge_adapters"]
 
 # pretrain leaves exact match ~0 after 6 steps: headroom 1.0 <= align_min_headroom 1.0, so the offline policy skips
-ALIGN_TASK = {**TINY_TASK, "name": "align-choice", "stages": ["pretrain", "grpo"], "align_min_headroom": 1.0,
-              "training": {**TINY_TASK["training"],
-                           "grpo": {"max_steps": 2, "per_device_batch_size": 4, "seq_len": 32, "learning_rate": 1e-3,
-                                    "grpo": {"num_generations": 4, "max_completion_length": 4}}}}
+ALIGN_TASK = {
+    **TINY_TASK,
+    "name": "align-choice",
+    "stages": ["pretrain", "grpo"],
+    "align_min_headroom": 1.0,
+    "training": {
+        **TINY_TASK["training"],
+        "grpo": {
+            "max_steps": 2,
+            "per_device_batch_size": 4,
+            "seq_len": 32,
+            "learning_rate": 1e-3,
+            "grpo": {"num_generations": 4, "max_completion_length": 4},
+        },
+    },
+}
 # the length and batch given, the learning rate searched among 3 probes (9 steps each at most)
-RECIPE_TASK = {**TINY_TASK, "name": "recipe-choice", "search": {"enabled": True, "trials": 3},
-               "training": {"pretrain": {"max_steps": 24, "per_device_batch_size": 8, "seq_len": 32}}}
+RECIPE_TASK = {
+    **TINY_TASK,
+    "name": "recipe-choice",
+    "search": {"enabled": True, "trials": 3},
+    "training": {"pretrain": {"max_steps": 24, "per_device_batch_size": 8, "seq_len": 32}},
+}
 
 
 @pytest.fixture
@@ -45,15 +61,27 @@ def engineer():
     """The training engineer's settings pointing at the scripted server (answers set by each test)."""
     ScriptedOpenAI.reset({})
     with serving(ScriptedOpenAI) as url:
-        yield {"TRAINTEAM_MODEL_TRAINING_ENGINEER": MODEL, "TRAINTEAM_MODEL_BASE_URL_TRAINING_ENGINEER": url,
-               "TRAINTEAM_MODEL_API_KEY_TRAINING_ENGINEER": API_KEY}
+        yield {
+            "TRAINTEAM_MODEL_TRAINING_ENGINEER": MODEL,
+            "TRAINTEAM_MODEL_BASE_URL_TRAINING_ENGINEER": url,
+            "TRAINTEAM_MODEL_API_KEY_TRAINING_ENGINEER": API_KEY,
+        }
     assert ScriptedOpenAI.errors == []  # every request was one the script knows how to answer
 
 
 def _run(tmp_path: Path, task: dict, env: dict[str, str]) -> tuple[Workspace, dict, str]:
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(task))
-    proc = cli(tmp_path / "ws", "execute-workflow", "train_model", "--task", str(tmp_path / "task.yaml"), "--yes",
-               "--json", timeout=600, env=env)
+    proc = cli(
+        tmp_path / "ws",
+        "execute-workflow",
+        "train_model",
+        "--task",
+        str(tmp_path / "task.yaml"),
+        "--yes",
+        "--json",
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     view = json.loads(proc.stdout)
     assert view["status"] == "completed"

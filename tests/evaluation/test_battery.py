@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from model_fixtures import make_model, make_tokenizer, train_steps
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.evaluation.battery import (
@@ -16,8 +17,6 @@ from trainteam.trainers.evaluation.battery import (
     heldout_loss,
     run_battery,
 )
-
-from model_fixtures import make_model, make_tokenizer, train_steps
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +73,9 @@ def test_post_train_battery_on_trained_model(tiny_checkpoint, addition_data):
     # The generations the reliability checks read are the answers exact match scored.
     from trainteam.trainers.training.models import load_model
 
-    gens = greedy_generations(load_model(tiny_checkpoint), tok, [p["prompt"] for p in held], max_new_tokens=8,
-                              batch_size=7)
+    gens = greedy_generations(
+        load_model(tiny_checkpoint), tok, [p["prompt"] for p in held], max_new_tokens=8, batch_size=7
+    )
     assert [g["text"] for g in gens] == [s["got"] for s in direct.samples]
 
 
@@ -95,7 +95,10 @@ def test_stage_defaults_and_bad_stage():
     assert set(DEFAULT_BATTERIES) == {"pretrain", "mid_train", "long_context", "post_train"}
     assert default_battery("grpo").metrics == DEFAULT_BATTERIES["post_train"].metrics
     assert "format_adherence" not in default_battery("pretrain").metrics
-    assert default_battery("long_context").repetition_max_new_tokens > default_battery("pretrain").repetition_max_new_tokens
+    assert (
+        default_battery("long_context").repetition_max_new_tokens
+        > default_battery("pretrain").repetition_max_new_tokens
+    )
     with pytest.raises(BadInput, match="stage 'warmup'"):
         default_battery("warmup")
 
@@ -110,13 +113,20 @@ def test_eval_set_is_decontaminated_against_training_data(tiny_checkpoint, addit
     """Eval problems that leaked into training are removed before measuring, and reported."""
     train, held = addition_data
     leaked = held[:5]
-    res = run_battery(tiny_checkpoint, None, held, stage="sft", spec=BatterySpec(metrics=["exact_match"]),
-                      train_records=list(train) + [{"text": f"{r['prompt']} {r['completion']}"} for r in leaked])
+    res = run_battery(
+        tiny_checkpoint,
+        None,
+        held,
+        stage="sft",
+        spec=BatterySpec(metrics=["exact_match"]),
+        train_records=list(train) + [{"text": f"{r['prompt']} {r['completion']}"} for r in leaked],
+    )
     assert res.n_eval == len(held) - 5
     assert res.details["exact_match"]["n"] == len(held) - 5
     report = res.decontamination
     assert report["checked"] and report["removed"] == 5
     assert sorted(report["contaminated"]) == sorted(f"eval/{r['id']}" for r in leaked)
-    clean = run_battery(tiny_checkpoint, None, held, stage="sft", spec=BatterySpec(metrics=["exact_match"]),
-                        train_records=train)
+    clean = run_battery(
+        tiny_checkpoint, None, held, stage="sft", spec=BatterySpec(metrics=["exact_match"]), train_records=train
+    )
     assert clean.n_eval == len(held) and clean.decontamination["removed"] == 0

@@ -14,10 +14,10 @@ from typing import ClassVar
 
 import pytest
 from local_http import send_json, serving
+
 from trainteam.contract.stage_config import resolve_stage
 from trainteam.contract.step_io import ToolContext
 from trainteam.contract.train_task import TrainTask
-from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.evaluation.diagnosis import (
     Attempt,
     ConfigChanges,
@@ -30,22 +30,38 @@ from trainteam.trainers.evaluation.diagnosis import (
     diagnose,
 )
 from trainteam.trainers.search.recipe_search import Probe, SearchReport
+from trainteam.trainers.training.config import TrainConfig
 from trainteam.workflows.steps.judge import judge_diagnosis, search_probes
 from trainteam.workflows.steps.retry import StopRetry, retraining_plan, retry_note
 
 
-def falling(n: int, first: float = 2.84, floor: float = 0.8, tau: float = 120.0, noise: float = 0.05,
-            seed: int = 0) -> list[tuple[int, float]]:
+def falling(
+    n: int, first: float = 2.84, floor: float = 0.8, tau: float = 120.0, noise: float = 0.05, seed: int = 0
+) -> list[tuple[int, float]]:
     """An exponential decay towards ``floor`` with per-step noise (SFT at lr 1e-3 fell 2.84 → 1.12 in 150 steps)."""
     rng = random.Random(seed)
-    return [(t, floor + (first - floor) * math.exp(-t / tau) + rng.gauss(0, noise) * (0.3 if t == 1 else 1))
-            for t in range(1, n + 1)]
+    return [
+        (t, floor + (first - floor) * math.exp(-t / tau) + rng.gauss(0, noise) * (0.3 if t == 1 else 1))
+        for t in range(1, n + 1)
+    ]
 
 
 def evidence(curve: list[tuple[int, float]], **kw) -> GateEvidence:
-    base = dict(stage="sft", losses=curve, heldout_loss=curve[-1][1] * 1.03, value=0.03, bar=0.9,
-                steps=len(curve), max_steps=len(curve), learning_rate=1e-3, batch_rows=16, n_train=260, n_eval=32,
-                rows_in=400, rows_out=260)
+    base = dict(
+        stage="sft",
+        losses=curve,
+        heldout_loss=curve[-1][1] * 1.03,
+        value=0.03,
+        bar=0.9,
+        steps=len(curve),
+        max_steps=len(curve),
+        learning_rate=1e-3,
+        batch_rows=16,
+        n_train=260,
+        n_eval=32,
+        rows_in=400,
+        rows_out=260,
+    )
     return GateEvidence(**{**base, **kw})
 
 
@@ -120,8 +136,10 @@ def test_a_non_finite_loss_or_a_spiking_curve_is_instability_with_a_lower_rate()
 
 def test_probes_flat_across_learning_rates_on_a_flat_curve_is_a_ceiling_that_stops():
     flat = falling(600, floor=0.98, tau=20, noise=0.02)
-    probes = [ProbePoint(learning_rate=lr, steps=33, values={3: 2.1, 11: 1.3, 33: end})
-              for lr, end in ((1e-4, 1.01), (1e-3, 0.99), (1e-2, 1.00))]
+    probes = [
+        ProbePoint(learning_rate=lr, steps=33, values={3: 2.1, 11: 1.3, 33: end})
+        for lr, end in ((1e-4, 1.01), (1e-3, 0.99), (1e-2, 1.00))
+    ]
     d = diagnose(evidence(flat, heldout_loss=1.0, probes=probes))
     assert (d.kind, d.plan.action, d.plan.retrains) == ("ceiling", "stop", False)
     assert d.evidence.probe_spread == pytest.approx(0.0202, abs=1e-3)
@@ -129,19 +147,38 @@ def test_probes_flat_across_learning_rates_on_a_flat_curve_is_a_ceiling_that_sto
     plain = diagnose(evidence(flat, heldout_loss=1.0))
     assert (plain.kind, plain.plan.action, plain.plan.changes.max_steps) == ("under_fit", "more_steps", 1200)
     # probes 66 % apart (the 64-wide model's 100-step probes): the rate matters, no ceiling
-    apart = [ProbePoint(learning_rate=lr, steps=100, values={100: v}) for lr, v in ((3e-4, 1.65), (1e-3, 1.14),
-                                                                                   (3e-3, 0.995))]
+    apart = [
+        ProbePoint(learning_rate=lr, steps=100, values={100: v})
+        for lr, v in ((3e-4, 1.65), (1e-3, 1.14), (3e-3, 0.995))
+    ]
     assert diagnose(evidence(flat, heldout_loss=1.0, probes=apart)).kind == "under_fit"
 
 
 def test_the_judge_reads_the_probes_the_recipe_search_recorded():
     """The probes' ``values`` are their held-out loss (the gate's metric, where the search measured it, is kept
     apart in ``metric``): the ceiling rule reads losses, never exact match."""
-    probes = [Probe(trial=i, learning_rate=lr, per_device_batch_size=16, steps=33, values={3: 2.1, 11: 1.3, 33: v},
-                    metric={3: 0.0, 11: 0.1, 33: 0.5}, pruned=False, seconds=1.0)
-              for i, (lr, v) in enumerate(((1e-4, 1.01), (1e-3, 0.99), (1e-2, 1.0)))]
-    report = SearchReport(stage="sft", method="sft", space=[1e-4, 1e-3, 1e-2], probe_steps=33, rungs=[3, 11, 33],
-                          probes=probes, budget_s=60.0)
+    probes = [
+        Probe(
+            trial=i,
+            learning_rate=lr,
+            per_device_batch_size=16,
+            steps=33,
+            values={3: 2.1, 11: 1.3, 33: v},
+            metric={3: 0.0, 11: 0.1, 33: 0.5},
+            pruned=False,
+            seconds=1.0,
+        )
+        for i, (lr, v) in enumerate(((1e-4, 1.01), (1e-3, 0.99), (1e-2, 1.0)))
+    ]
+    report = SearchReport(
+        stage="sft",
+        method="sft",
+        space=[1e-4, 1e-3, 1e-2],
+        probe_steps=33,
+        rungs=[3, 11, 33],
+        probes=probes,
+        budget_s=60.0,
+    )
     details = json.loads(json.dumps({"search": {"sft": report.model_dump(mode="json")}}))  # as the run store keeps it
     read = search_probes(details, "sft")
     assert [(p.learning_rate, p.values[33]) for p in read] == [(1e-4, 1.01), (1e-3, 0.99), (1e-2, 1.0)]
@@ -152,9 +189,15 @@ def test_the_plan_stays_within_what_the_budget_left_allows():
     # 200 s left, 0.5 s a step, 20 s on the other stages again: 0.8 × 200 - 20 = 140 s → 280 steps, not 4 × 100
     d = diagnose(evidence(falling(100), budget_left_s=200, seconds_per_step=0.5, fixed_s=20))
     assert d.evidence.affordable_steps == 280
-    assert (d.plan.action, d.plan.changes.max_steps) == ("more_steps", 280) and "budget left allows 280" in d.plan.reason
+    assert (d.plan.action, d.plan.changes.max_steps) == (
+        "more_steps",
+        280,
+    ) and "budget left allows 280" in d.plan.reason
     tight = diagnose(evidence(falling(100), budget_left_s=70, seconds_per_step=0.5, fixed_s=20))  # 72 steps
-    assert (tight.kind, tight.plan.action) == ("under_fit", "stop") and "budget left allows 72 steps" in tight.plan.reason
+    assert (tight.kind, tight.plan.action) == (
+        "under_fit",
+        "stop",
+    ) and "budget left allows 72 steps" in tight.plan.reason
     no_time = diagnose(evidence(falling(150), learning_rate=0.1, spikes=1, budget_left_s=10, seconds_per_step=0.5))
     assert no_time.plan.action == "stop"
 
@@ -162,8 +205,15 @@ def test_the_plan_stays_within_what_the_budget_left_allows():
 def test_a_stage_trained_by_epochs_gets_epochs_and_a_long_warmup_is_cut():
     d = diagnose(evidence(falling(150), num_train_epochs=3.0))
     assert d.plan.changes.given() == {"num_train_epochs": 12.0}
-    over = diagnose(evidence(falling(400, floor=0.01, tau=60, noise=0.01), heldout_loss=2.5, n_train=4000,
-                             max_steps=400, warmup_steps=100))
+    over = diagnose(
+        evidence(
+            falling(400, floor=0.01, tau=60, noise=0.01),
+            heldout_loss=2.5,
+            n_train=4000,
+            max_steps=400,
+            warmup_steps=100,
+        )
+    )
     assert over.plan.changes.given() == {"max_steps": 200, "warmup_steps": 20}
 
 
@@ -199,11 +249,28 @@ class Judge(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         Judge.requests += 1
         final = next(t["function"]["name"] for t in body["tools"] if t["function"]["name"].startswith("final_result"))
-        call = {"id": f"call_{Judge.requests}", "type": "function",
-                "function": {"name": final, "arguments": json.dumps(Judge.answer)}}
-        send_json(self, 200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                              "choices": [{"index": 0, "finish_reason": "tool_calls",
-                                           "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
+        call = {
+            "id": f"call_{Judge.requests}",
+            "type": "function",
+            "function": {"name": final, "arguments": json.dumps(Judge.answer)},
+        }
+        send_json(
+            self,
+            200,
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                    }
+                ],
+            },
+        )
 
     def log_message(self, *args):
         pass
@@ -212,12 +279,18 @@ class Judge(BaseHTTPRequestHandler):
 def test_a_configured_model_may_diagnose_within_the_bounds_and_an_answer_outside_them_falls_back():
     ev = evidence(falling(150))
     offline = diagnose(ev)
-    mine = {"kind": "instability", "summary": "the curve is noisy for its batch",
-            "evidence": {"final_loss": 0.0}, "plan": {"action": "lower_lr", "stage": "sft",
-                                                      "changes": {"learning_rate": 5e-4}, "reason": "halve it"}}
+    mine = {
+        "kind": "instability",
+        "summary": "the curve is noisy for its batch",
+        "evidence": {"final_loss": 0.0},
+        "plan": {"action": "lower_lr", "stage": "sft", "changes": {"learning_rate": 5e-4}, "reason": "halve it"},
+    }
     with serving(Judge) as url:
-        env = {"TRAINTEAM_MODEL_EVAL_JUDGE": "openai:scripted-judge", "TRAINTEAM_MODEL_BASE_URL": url,
-               "TRAINTEAM_MODEL_API_KEY": "sk-judge-0123456789abcdef"}
+        env = {
+            "TRAINTEAM_MODEL_EVAL_JUDGE": "openai:scripted-judge",
+            "TRAINTEAM_MODEL_BASE_URL": url,
+            "TRAINTEAM_MODEL_API_KEY": "sk-judge-0123456789abcdef",
+        }
         Judge.answer, Judge.requests = mine, 0
         d = judge_diagnosis(ev, ["exact_match 0.03 < min 0.9"], environ=env)
         assert (d.kind, d.plan.action, d.plan.changes.learning_rate) == ("instability", "lower_lr", 5e-4)
@@ -233,18 +306,30 @@ def _ctx(visit: int, gate_out: dict | None) -> ToolContext:
     outputs = {"train": {"outcome": "ok", "details": {}}}
     if gate_out is not None:
         outputs["gate"] = gate_out
-    return ToolContext(ws=None, run_id="r", step="train", visit=visit, persona="training_engineer", task=None,
-                       outputs=outputs)
+    return ToolContext(
+        ws=None, run_id="r", step="train", visit=visit, persona="training_engineer", task=None, outputs=outputs
+    )
 
 
 def _failed_gate(d: Diagnosis) -> dict:
-    return {"outcome": "failed", "summary": "gate sft: failed", "details": {
-        "stage": "sft", "judged": {"exact_match": 0.03}, "diagnosis": d.model_dump(mode="json")}}
+    return {
+        "outcome": "failed",
+        "summary": "gate sft: failed",
+        "details": {"stage": "sft", "judged": {"exact_match": 0.03}, "diagnosis": d.model_dump(mode="json")},
+    }
 
 
 def _task(**sft) -> TrainTask:
-    return TrainTask.model_validate({"name": "t", "model": {"path": "."}, "data": {"demo": "addition"},
-                                     "budget": {"max_wall_minutes": 5}, "stages": ["sft"], "training": {"sft": sft}})
+    return TrainTask.model_validate(
+        {
+            "name": "t",
+            "model": {"path": "."},
+            "data": {"demo": "addition"},
+            "budget": {"max_wall_minutes": 5},
+            "stages": ["sft"],
+            "training": {"sft": sft},
+        }
+    )
 
 
 def _retried(ctx: ToolContext, task: TrainTask, stage: str = "sft") -> TrainConfig:

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import pytest
 
+from trainteam.contract.train_task import GateSpec
 from trainteam.core.errors import BadInput
 from trainteam.graph.record import record_eval, record_gate
 from trainteam.trainers.evaluation.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
-from trainteam.contract.train_task import GateSpec
 
 
 def gate_node(graph, d: GateDecision, *, run_id: str, eval_node: str | None = None) -> str:
     """The steps' call: the decision's plain values into the graph's writer."""
-    return record_gate(graph, run_id=run_id, stage=d.stage, passed=d.passed, promote=d.promote,
-                       reasons=d.reasons, accepted_by=d.accepted_by, approval_id=d.approval_id,
-                       eval_node=eval_node)
+    return record_gate(
+        graph,
+        run_id=run_id,
+        stage=d.stage,
+        passed=d.passed,
+        promote=d.promote,
+        reasons=d.reasons,
+        accepted_by=d.accepted_by,
+        approval_id=d.approval_id,
+        eval_node=eval_node,
+    )
 
 
 def test_absolute_thresholds_pass_and_fail():
@@ -40,8 +48,12 @@ def test_regression_against_previous_stage():
     assert not beyond.passed
     assert "dropped 0.05 against sft" in beyond.reasons[0] and "beyond allowed 0.02" in beyond.reasons[0]
     # Lower-is-better metrics regress upwards.
-    loss = evaluate_gate("dpo", {"heldout_loss": 0.9}, GateRule(metric="heldout_loss", max_regression=0.1),
-                         previous={"heldout_loss": 0.5})
+    loss = evaluate_gate(
+        "dpo",
+        {"heldout_loss": 0.9},
+        GateRule(metric="heldout_loss", max_regression=0.1),
+        previous={"heldout_loss": 0.5},
+    )
     assert not loss.passed
     # First stage: nothing to regress from.
     assert evaluate_gate("sft", {"exact_match": 0.1}, rule).passed
@@ -70,8 +82,16 @@ def test_only_an_approved_person_decision_accepts_a_failed_gate(tmp_path):
     ws = Workspace.open(tmp_path / "ws")
     g: KnowledgeGraph = ws.graph
     ckpt = g.add_node("Checkpoint", "c1", path="/x")
-    eval_node = record_eval(g, "r1/sft", run_id="r1", stage="sft", stage_kind="post_train",
-                            metrics={"exact_match": 0.5}, n_eval=10, checkpoint_node=ckpt)
+    eval_node = record_eval(
+        g,
+        "r1/sft",
+        run_id="r1",
+        stage="sft",
+        stage_kind="post_train",
+        metrics={"exact_match": 0.5},
+        n_eval=10,
+        checkpoint_node=ckpt,
+    )
     first = gate_node(g, d, run_id="r1", eval_node=eval_node)
     second = gate_node(g, accepted, run_id="r1")
     assert g.get_node(first)["passed"] is False and g.get_node(first)["promote"] is False
@@ -95,8 +115,16 @@ def test_failed_gate_accepted_through_the_approval_queue_record(tmp_path):
 
     ws = Workspace.open(tmp_path / "ws")
     d = evaluate_gate("sft", {"exact_match": 0.8}, GateRule(metric="exact_match", min=0.9))
-    row = request(ws, run_id="r7", step="gate_sft", visit=1, action="accept_failed_gate",
-                  proposed={"promote": True}, evidence=d.model_dump(), requested_by="eval_judge")
+    row = request(
+        ws,
+        run_id="r7",
+        step="gate_sft",
+        visit=1,
+        action="accept_failed_gate",
+        proposed={"promote": True},
+        evidence=d.model_dump(),
+        requested_by="eval_judge",
+    )
     with pytest.raises(BadInput):  # still pending: nobody decided
         accept_failed_gate(d, read_decision(ws, row["id"]))
     assert ApprovalStore(ws.engine).decide(row["id"], "approved", "ana", "known flaky eval set")

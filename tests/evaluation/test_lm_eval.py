@@ -54,17 +54,33 @@ def test_hand_written_multiple_choice_task(tiny_checkpoint, addition_data, tmp_p
 
     tok = load_tokenizer(tiny_checkpoint)
     held = addition_data[1][:12]
-    docs = [{"context": prompt_text(tok, r["prompt"]), "choices": [r["completion"], str(int(r["completion"]) + 3)],
-             "label": 0} for r in held]
+    docs = [
+        {
+            "context": prompt_text(tok, r["prompt"]),
+            "choices": [r["completion"], str(int(r["completion"]) + 3)],
+            "label": 0,
+        }
+        for r in held
+    ]
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "mc.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
-    (tasks / "mc.yaml").write_text(yaml.safe_dump({
-        "task": "mc_addition", "dataset_path": "json",
-        "dataset_kwargs": {"data_files": {"test": str(tasks / "mc.jsonl")}}, "test_split": "test",
-        "output_type": "multiple_choice", "doc_to_text": "{{context}}", "doc_to_choice": "{{choices}}",
-        "doc_to_target": "{{label}}", "target_delimiter": "", "metric_list": [{"metric": "acc"}],
-    }))
+    (tasks / "mc.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "task": "mc_addition",
+                "dataset_path": "json",
+                "dataset_kwargs": {"data_files": {"test": str(tasks / "mc.jsonl")}},
+                "test_split": "test",
+                "output_type": "multiple_choice",
+                "doc_to_text": "{{context}}",
+                "doc_to_choice": "{{choices}}",
+                "doc_to_target": "{{label}}",
+                "target_delimiter": "",
+                "metric_list": [{"metric": "acc"}],
+            }
+        )
+    )
     res = run_lm_eval(tiny_checkpoint, ["mc_addition"], include_path=tasks)
 
     model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint).eval()
@@ -76,5 +92,7 @@ def test_hand_written_multiple_choice_task(tiny_checkpoint, addition_data, tmp_p
             logp = model(input_ids=torch.tensor([c + x])).logits[0, :-1].log_softmax(-1)
         return sum(logp[len(c) - 1 + i, t].item() for i, t in enumerate(x))
 
-    ours = sum(logprob(d["context"], d["choices"][0]) > logprob(d["context"], d["choices"][1]) for d in docs) / len(docs)
+    ours = sum(logprob(d["context"], d["choices"][0]) > logprob(d["context"], d["choices"][1]) for d in docs) / len(
+        docs
+    )
     assert res.metric("mc_addition", "acc") == pytest.approx(ours)

@@ -25,16 +25,23 @@ def test_every_metric_says_its_direction_range_and_noise():
 
 def test_a_gate_reads_the_direction_from_the_registry():
     # chrF is higher-is-better, though nothing in its name says so; the rule is judged that way
-    decision = evaluate_gate("sft", {"chrf": 0.30}, [GateRule(metric="chrf", max_regression=0.05)], previous={"chrf": 0.4})
+    decision = evaluate_gate(
+        "sft", {"chrf": 0.30}, [GateRule(metric="chrf", max_regression=0.05)], previous={"chrf": 0.4}
+    )
     assert not decision.passed and "chrf dropped 0.1" in decision.reasons[0]
 
 
 @pytest.mark.parametrize("where", ["eval", "gate"])
 def test_an_unknown_metric_is_one_line_naming_the_known_ones(where):
-    raw = {"name": "t", "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2}, "data": {"demo": "addition"},
-           "budget": {"max_wall_minutes": 5}}
-    raw.update({"eval": {"metrics": ["bleu"]}} if where == "eval" else {"gates": {"pretrain": {"metric": "bleu",
-                                                                                               "min": 0.1}}})
+    raw = {
+        "name": "t",
+        "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2},
+        "data": {"demo": "addition"},
+        "budget": {"max_wall_minutes": 5},
+    }
+    raw.update(
+        {"eval": {"metrics": ["bleu"]}} if where == "eval" else {"gates": {"pretrain": {"metric": "bleu", "min": 0.1}}}
+    )
     with pytest.raises(Exception) as err:
         TrainTask.model_validate(raw)
     text = str(err.value)
@@ -73,9 +80,11 @@ def test_a_metric_declared_twice_is_refused(tmp_path, monkeypatch):
     pkg = tmp_path / "twice_metrics"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    body = ("from trainteam.trainers.evaluation.metrics.metric_spec import MetricSpec\n"
-            "METRICS = (MetricSpec(name='x', description='x', higher_is_better=True, low=0, reads=('answers',),"
-            " noise='none'),)\n")
+    body = (
+        "from trainteam.trainers.evaluation.metrics.metric_spec import MetricSpec\n"
+        "METRICS = (MetricSpec(name='x', description='x', higher_is_better=True, low=0, reads=('answers',),"
+        " noise='none'),)\n"
+    )
     (pkg / "a.py").write_text(body)
     (pkg / "b.py").write_text(body)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -6,17 +6,27 @@ from __future__ import annotations
 import types
 
 import pytest
+from model_fixtures import make_model, make_tokenizer, train_steps
 
+from trainteam.contract.train_task import parse_task
 from trainteam.curation.answers import AnswerSpec
 from trainteam.trainers.evaluation.battery import BatterySpec, exact_match, run_battery
 from trainteam.workflows.steps.train import _preference_pairs
-from trainteam.contract.train_task import parse_task
 
-from model_fixtures import make_model, make_tokenizer, train_steps
-
-CAPITALS = {"France": "Paris", "Italy": "Rome", "Spain": "Madrid", "Peru": "Lima", "Japan": "Tokyo",
-            "Egypt": "Cairo", "Kenya": "Nairobi", "Chile": "Santiago", "Cuba": "Havana", "Iran": "Tehran",
-            "Mali": "Bamako", "Nepal": "Kathmandu"}
+CAPITALS = {
+    "France": "Paris",
+    "Italy": "Rome",
+    "Spain": "Madrid",
+    "Peru": "Lima",
+    "Japan": "Tokyo",
+    "Egypt": "Cairo",
+    "Kenya": "Nairobi",
+    "Chile": "Santiago",
+    "Cuba": "Havana",
+    "Iran": "Tehran",
+    "Mali": "Bamako",
+    "Nepal": "Kathmandu",
+}
 ROWS = [{"prompt": f"{country}:", "completion": city} for country, city in CAPITALS.items()]
 
 
@@ -51,8 +61,9 @@ def test_battery_format_adherence_on_text(capitals):
     # the demo's numeric rule cannot score a capital, not even the reference itself: a blind check says so
     assert numeric == {"exact_match": 0.0, "format_adherence": 0.0, "reference_match": 0.0}
     # Two labels the model never says: its answers name neither, so none is well-formed.
-    other = run_battery(model, tok, ROWS, stage="sft", spec=spec,
-                        answer=AnswerSpec(kind="choice", labels=["Oslo", "Bern"])).metrics
+    other = run_battery(
+        model, tok, ROWS, stage="sft", spec=spec, answer=AnswerSpec(kind="choice", labels=["Oslo", "Bern"])
+    ).metrics
     assert other["format_adherence"] == 0.0
 
 
@@ -62,9 +73,18 @@ def test_dpo_rejects_another_rows_answer_where_the_model_is_right(tmp_path, capi
     model.save_pretrained(ckpt, safe_serialization=True)
     tok.save_pretrained(ckpt)
     (tmp_path / "train.jsonl").write_text("{}\n")
-    task = parse_task({"name": "t", "model": {"path": str(ckpt)}, "stages": ["sft", "dpo"],
-                       "data": {"path": "train.jsonl", "eval_path": "train.jsonl"}, "budget": {"max_wall_minutes": 5},
-                       "eval": {"max_new_tokens": 12}}, "task.yaml", tmp_path)
+    task = parse_task(
+        {
+            "name": "t",
+            "model": {"path": str(ckpt)},
+            "stages": ["sft", "dpo"],
+            "data": {"path": "train.jsonl", "eval_path": "train.jsonl"},
+            "budget": {"max_wall_minutes": 5},
+            "eval": {"max_new_tokens": 12},
+        },
+        "task.yaml",
+        tmp_path,
+    )
     assert task.answer == AnswerSpec()
     pairs = _preference_pairs(types.SimpleNamespace(task=task), ckpt, tok, ROWS, 12)
     assert len(pairs) == len(ROWS)

@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from trainteam.core.errors import BadInput
-from trainteam.trainers.training.config import ModelSpec, TrainConfig
 from trainteam.trainers.launch.node_commands import (
     free_port,
     launch_commands,
@@ -20,21 +19,30 @@ from trainteam.trainers.launch.node_commands import (
 )
 from trainteam.trainers.launch.worker import WorkerJob, main, run_job
 from trainteam.trainers.planning import HardwareSpec, plan
+from trainteam.trainers.training.config import ModelSpec, TrainConfig
 
 SPEC = ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=128)
-GPUS = HardwareSpec(device="cuda", name="H100", devices_per_node=8, nodes=2, device_memory_gib=80, bf16=True,
-                    fabric="infiniband")
+GPUS = HardwareSpec(
+    device="cuda", name="H100", devices_per_node=8, nodes=2, device_memory_gib=80, bf16=True, fabric="infiniband"
+)
 CPU2 = HardwareSpec(device="cpu", devices_per_node=2, device_memory_gib=4)
 
 
 def _gpu_plan(strategy: str, nodes: int = 2):
-    cfg = TrainConfig(strategy=strategy, precision="bf16", num_nodes=nodes, devices_per_node=8, grad_accum=4,
-                      gradient_checkpointing=False)
+    cfg = TrainConfig(
+        strategy=strategy,
+        precision="bf16",
+        num_nodes=nodes,
+        devices_per_node=8,
+        grad_accum=4,
+        gradient_checkpointing=False,
+    )
     return plan(cfg, 3_000_000_000, GPUS, strict=False)
 
 
-@pytest.mark.parametrize("strategy,dtype", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("zero2", "DEEPSPEED"),
-                                            ("zero3", "DEEPSPEED")])
+@pytest.mark.parametrize(
+    "strategy,dtype", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("zero2", "DEEPSPEED"), ("zero3", "DEEPSPEED")]
+)
 def test_generated_configs_load_through_accelerate(tmp_path, strategy, dtype):
     path = write_accelerate_config(_gpu_plan(strategy), tmp_path, main_process_ip="10.0.0.1")
     seen = validate_accelerate_config(path)
@@ -77,19 +85,56 @@ def test_bad_config_files_are_refused_naming_the_file(tmp_path):
 def test_commands_for_one_node_and_many(tmp_path):
     many = _gpu_plan("fsdp")
     f = write_accelerate_config(many, tmp_path, main_process_ip="10.0.0.1")
-    spec = launch_commands(many, "train.py", ["--job", "j.json"], config_file=f, main_process_ip="10.0.0.1",
-                           main_process_port=29555)
+    spec = launch_commands(
+        many, "train.py", ["--job", "j.json"], config_file=f, main_process_ip="10.0.0.1", main_process_port=29555
+    )
     assert len(spec.commands) == 2
     for rank, cmd in enumerate(spec.commands):
-        assert cmd == ["accelerate", "launch", "--config_file", str(f), "--num_machines", "2", "--num_processes", "16",
-                       "--machine_rank", str(rank), "--main_process_ip", "10.0.0.1", "--main_process_port", "29555",
-                       "train.py", "--job", "j.json"]
+        assert cmd == [
+            "accelerate",
+            "launch",
+            "--config_file",
+            str(f),
+            "--num_machines",
+            "2",
+            "--num_processes",
+            "16",
+            "--machine_rank",
+            str(rank),
+            "--main_process_ip",
+            "10.0.0.1",
+            "--main_process_port",
+            "29555",
+            "train.py",
+            "--job",
+            "j.json",
+        ]
     ddp = _gpu_plan("ddp")
-    tr = launch_commands(ddp, "trainteam.trainers.launch.worker", ["j.json"], launcher="torchrun", module=True,
-                         main_process_ip="10.0.0.1", main_process_port=29555)
-    assert tr.commands[1] == ["torchrun", "--nnodes", "2", "--nproc_per_node", "8", "--node_rank", "1",
-                              "--master_addr", "10.0.0.1", "--master_port", "29555",
-                              "-m", "trainteam.trainers.launch.worker", "j.json"]
+    tr = launch_commands(
+        ddp,
+        "trainteam.trainers.launch.worker",
+        ["j.json"],
+        launcher="torchrun",
+        module=True,
+        main_process_ip="10.0.0.1",
+        main_process_port=29555,
+    )
+    assert tr.commands[1] == [
+        "torchrun",
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "8",
+        "--node_rank",
+        "1",
+        "--master_addr",
+        "10.0.0.1",
+        "--master_port",
+        "29555",
+        "-m",
+        "trainteam.trainers.launch.worker",
+        "j.json",
+    ]
     one = plan(TrainConfig(strategy="ddp", devices_per_node=2), SPEC, CPU2, vocab_size=300)
     tr1 = launch_commands(one, "w.py", launcher="torchrun")
     assert tr1.commands == [["torchrun", "--standalone", "--nnodes", "1", "--nproc_per_node", "2", "w.py"]]
@@ -104,8 +149,9 @@ def test_commands_for_one_node_and_many(tmp_path):
 
 def test_worker_refuses_a_bad_job_naming_the_field(tmp_path, capsys):
     bad = tmp_path / "job.json"
-    bad.write_text(json.dumps({"config": {"max_steps": 0}, "model": {}, "tokenizer": "t", "data": "d.jsonl",
-                               "results_dir": "r"}))
+    bad.write_text(
+        json.dumps({"config": {"max_steps": 0}, "model": {}, "tokenizer": "t", "data": "d.jsonl", "results_dir": "r"})
+    )
     assert main([str(bad)]) == 2
     assert "config.max_steps" in capsys.readouterr().err
     assert main([str(tmp_path / "nope.json")]) == 2
@@ -116,8 +162,7 @@ def test_two_process_sft_through_the_generated_accelerate_command(tmp_path, tok_
 
     data = write_jsonl(arith[0], tmp_path / "train.jsonl")
     common = dict(max_steps=10, learning_rate=3e-3, seq_len=64, threads=1, spike={"enabled": False})
-    ddp_cfg = TrainConfig(per_device_batch_size=8, strategy="ddp", devices_per_node=2,
-                          **common)
+    ddp_cfg = TrainConfig(per_device_batch_size=8, strategy="ddp", devices_per_node=2, **common)
     p = plan(ddp_cfg, SPEC, CPU2, vocab_size=300)
     assert p.global_batch_size == 16
     spec = prepare_distributed_run(p, model=SPEC, tokenizer=tok_dir, data=data, out_dir=tmp_path / "launch")
@@ -150,11 +195,27 @@ def test_two_node_commands_rendezvous_on_one_machine(tmp_path, tok_dir, arith):
 
     data = write_jsonl(arith[0], tmp_path / "train.jsonl")
     hw = HardwareSpec(device="cpu", devices_per_node=1, nodes=2, device_memory_gib=4, fabric="ethernet")
-    cfg = TrainConfig(max_steps=4, per_device_batch_size=8, learning_rate=3e-3, seq_len=64, threads=1, strategy="ddp",
-                      num_nodes=2, devices_per_node=1, spike={"enabled": False})
+    cfg = TrainConfig(
+        max_steps=4,
+        per_device_batch_size=8,
+        learning_rate=3e-3,
+        seq_len=64,
+        threads=1,
+        strategy="ddp",
+        num_nodes=2,
+        devices_per_node=1,
+        spike={"enabled": False},
+    )
     p = plan(cfg, SPEC, hw, vocab_size=300)
-    spec = prepare_distributed_run(p, model=SPEC, tokenizer=tok_dir, data=data, out_dir=tmp_path / "launch",
-                                   main_process_ip="127.0.0.1", main_process_port=free_port())
+    spec = prepare_distributed_run(
+        p,
+        model=SPEC,
+        tokenizer=tok_dir,
+        data=data,
+        out_dir=tmp_path / "launch",
+        main_process_ip="127.0.0.1",
+        main_process_port=free_port(),
+    )
     assert [c[c.index("--machine_rank") + 1] for c in spec.commands] == ["0", "1"]
     procs = [start_launch(spec, machine_rank=r) for r in (0, 1)]
     for proc in procs:

@@ -9,8 +9,8 @@ from trainteam.core.errors import BadInput
 from trainteam.curation.answers import NUMERIC, AnswerSpec
 from trainteam.curation.rewards import default_rewards, score_reward
 from trainteam.trainers import TrainConfig, train
-from trainteam.trainers.training.config import GRPOOptions
 from trainteam.trainers.methods.grpo import grpo_args
+from trainteam.trainers.training.config import GRPOOptions
 
 
 def test_rewards_check_the_answer_and_its_end(tok):
@@ -24,8 +24,11 @@ def test_rewards_check_the_answer_and_its_end(tok):
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"])
 def test_loss_variants_and_clip_higher_map_to_trl(tmp_path, loss_type):
-    cfg = TrainConfig(output_dir=tmp_path, per_device_batch_size=6,
-                      grpo=GRPOOptions(num_generations=4, loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=0.04))
+    cfg = TrainConfig(
+        output_dir=tmp_path,
+        per_device_batch_size=6,
+        grpo=GRPOOptions(num_generations=4, loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=0.04),
+    )
     args = grpo_args(cfg, tmp_path)
     assert args.loss_type == loss_type and args.epsilon_high == 0.28 and args.epsilon == 0.2 and args.beta == 0.04
     assert args.per_device_train_batch_size % args.num_generations == 0  # rounded up from 6 to 8
@@ -45,8 +48,14 @@ def test_vllm_server_needs_vllm(tmp_path):
 
 
 def test_grpo_dr_grpo_variant_trains(tmp_path, tiny, tok, arith):
-    cfg = TrainConfig(output_dir=tmp_path, max_steps=2, per_device_batch_size=4, learning_rate=1e-4, seq_len=32,
-                      grpo=GRPOOptions(num_generations=4, max_completion_length=4, loss_type="dr_grpo"))
+    cfg = TrainConfig(
+        output_dir=tmp_path,
+        max_steps=2,
+        per_device_batch_size=4,
+        learning_rate=1e-4,
+        seq_len=32,
+        grpo=GRPOOptions(num_generations=4, max_completion_length=4, loss_type="dr_grpo"),
+    )
     rep = train("grpo", cfg, tiny, arith[0][:8], tokenizer=tok, progress=False)
     assert rep.steps_done == 2
     rewards = [e for e in rep.log_history if "reward" in e]
@@ -69,16 +78,29 @@ def test_text_answers_get_reward_signal(tok):
     assert set(old_exact(comps, answer=refs)) == {0.0} and set(old_fmt(comps, completion_ids=ids)) == {0.0}
     _, choice_fmt = default_rewards(tok, AnswerSpec(kind="choice", labels=["odd", "even"]))
     assert choice_fmt(["odd", "even!", "odd or even", "seven"], completion_ids=ids) == [0.2, 0.2, 0.0, 0.0]
-    assert score_reward("Paris", "paris", answer=AnswerSpec()).total > score_reward("Rome", "paris", answer=AnswerSpec()).total
+    assert (
+        score_reward("Paris", "paris", answer=AnswerSpec()).total
+        > score_reward("Rome", "paris", answer=AnswerSpec()).total
+    )
 
 
 def test_grpo_on_a_text_task_gets_signal(tmp_path, tiny, tok, arith):
     """Real GRPO steps on a text task (is the sum odd or even?) after a short SFT: the rewards the
     task's AnswerSpec gives vary within groups, so the advantages are not all zero."""
-    rows = [{"prompt": r["prompt"], "completion": "even" if int(r["completion"]) % 2 == 0 else "odd"}
-            for r in arith[0][:128]]
-    sft = train("sft", TrainConfig(output_dir=tmp_path / "sft", max_steps=60, per_device_batch_size=16,
-                                   learning_rate=1e-2, seq_len=32), tiny, rows, tokenizer=tok, progress=False)
+    rows = [
+        {"prompt": r["prompt"], "completion": "even" if int(r["completion"]) % 2 == 0 else "odd"}
+        for r in arith[0][:128]
+    ]
+    sft = train(
+        "sft",
+        TrainConfig(
+            output_dir=tmp_path / "sft", max_steps=60, per_device_batch_size=16, learning_rate=1e-2, seq_len=32
+        ),
+        tiny,
+        rows,
+        tokenizer=tok,
+        progress=False,
+    )
     seen: list[str] = []
 
     def spy(completions, **_):
@@ -86,10 +108,23 @@ def test_grpo_on_a_text_task_gets_signal(tmp_path, tiny, tok, arith):
         return [0.0] * len(completions)
 
     spec = AnswerSpec(kind="choice", labels=["odd", "even"])
-    cfg = TrainConfig(output_dir=tmp_path / "grpo", max_steps=3, per_device_batch_size=8, learning_rate=1e-4,
-                      seq_len=32, grpo=GRPOOptions(num_generations=4, max_completion_length=6))
-    rep = train("grpo", cfg, sft.final_dir, rows[:24], tokenizer=tok, progress=False,
-                reward_funcs=default_rewards(tok, spec) + [spy])
+    cfg = TrainConfig(
+        output_dir=tmp_path / "grpo",
+        max_steps=3,
+        per_device_batch_size=8,
+        learning_rate=1e-4,
+        seq_len=32,
+        grpo=GRPOOptions(num_generations=4, max_completion_length=6),
+    )
+    rep = train(
+        "grpo",
+        cfg,
+        sft.final_dir,
+        rows[:24],
+        tokenizer=tok,
+        progress=False,
+        reward_funcs=default_rewards(tok, spec) + [spy],
+    )
     logs = [e for e in rep.log_history if "rewards/exact_answer/mean" in e]
     assert rep.steps_done == 3 and logs
     assert any(e["rewards/exact_answer/mean"] > 0 for e in logs)

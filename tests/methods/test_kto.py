@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from trainteam.core.errors import BadInput
 from trainteam.contract.search_spec import align_default_lr
+from trainteam.core.errors import BadInput
 from trainteam.trainers import TrainConfig, load_model, train
 from trainteam.trainers.methods.method_registry import align_methods, get_method
 from trainteam.trainers.training.method_data import load_data
@@ -17,8 +17,14 @@ from trainteam.trainers.training.method_data import load_data
 
 def _labelled(rows: list[dict]) -> list[dict]:
     """Desirable (the right sum) and undesirable (a wrong one) answers, alternating."""
-    return [{"prompt": r["prompt"], "completion": r["completion"] if i % 2 == 0 else "9" + r["completion"][::-1],
-             "label": i % 2 == 0} for i, r in enumerate(rows)]
+    return [
+        {
+            "prompt": r["prompt"],
+            "completion": r["completion"] if i % 2 == 0 else "9" + r["completion"][::-1],
+            "label": i % 2 == 0,
+        }
+        for i, r in enumerate(rows)
+    ]
 
 
 def _cfg(tmp_path, **kw) -> TrainConfig:
@@ -43,8 +49,10 @@ def test_kto_learns_the_labels_and_saves_its_weights(tmp_path, tiny, tok, arith)
 
 
 def test_kto_takes_preference_pairs_too(tmp_path, tiny, tok, arith):
-    pairs = [{"prompt": r["prompt"], "chosen": r["completion"], "rejected": "9" + r["completion"][::-1]}
-             for r in arith[0][:32]]
+    pairs = [
+        {"prompt": r["prompt"], "chosen": r["completion"], "rejected": "9" + r["completion"][::-1]}
+        for r in arith[0][:32]
+    ]
     rep = train("kto", _cfg(tmp_path, max_steps=2), tiny, pairs, tokenizer=tok, progress=False)
     assert rep.steps_done == 2 and all(math.isfinite(loss) for _, loss in rep.losses)
 
@@ -53,6 +61,9 @@ def test_the_stack_knows_kto_from_its_record(arith):
     assert TrainConfig(method="kto").method == "kto"
     assert "kto" in align_methods() and get_method("kto").config_class().__name__ == "KTOConfig"
     assert align_default_lr("kto", lora=False) == 1e-6  # an align stage that gives no rate trains at KTO's
-    with pytest.raises(BadInput, match=r"kto needs fields \{prompt, completion, label\} or \{prompt, chosen, "
-                                       r"rejected\}"):
+    with pytest.raises(
+        BadInput,
+        match=r"kto needs fields \{prompt, completion, label\} or \{prompt, chosen, "
+        r"rejected\}",
+    ):
         load_data(arith[0][:4], "kto")

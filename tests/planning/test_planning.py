@@ -16,8 +16,15 @@ from trainteam.trainers.training.config import LoraOptions, ModelSpec, TrainConf
 
 GIB = 2**30
 SPEC = ModelSpec(hidden_size=64, num_layers=2, num_heads=4, vocab_size=300, max_position_embeddings=512)
-H100 = HardwareSpec(device="cuda", name="NVIDIA H100 80GB HBM3", devices_per_node=8, device_memory_gib=80, bf16=True,
-                    fabric="nvlink", price_per_device_hour=2.0)
+H100 = HardwareSpec(
+    device="cuda",
+    name="NVIDIA H100 80GB HBM3",
+    devices_per_node=8,
+    device_memory_gib=80,
+    bf16=True,
+    fabric="nvlink",
+    price_per_device_hour=2.0,
+)
 CPU2 = HardwareSpec(device="cpu", devices_per_node=2, device_memory_gib=8)
 CPU1 = HardwareSpec(device="cpu", devices_per_node=1, device_memory_gib=16)
 
@@ -30,17 +37,34 @@ def test_llama_parameter_count_by_hand_and_by_the_model_factory(tok_dir):
     from trainteam.trainers.training.models import count_parameters
 
     tok = load_tokenizer(tok_dir)
-    for spec in (SPEC.model_copy(update={"vocab_size": len(tok)}),
-                 SPEC.model_copy(update={"vocab_size": len(tok), "arch": "qwen2", "num_kv_heads": 2}),
-                 SPEC.model_copy(update={"vocab_size": len(tok), "arch": "gpt2"})):
+    for spec in (
+        SPEC.model_copy(update={"vocab_size": len(tok)}),
+        SPEC.model_copy(update={"vocab_size": len(tok), "arch": "qwen2", "num_kv_heads": 2}),
+        SPEC.model_copy(update={"vocab_size": len(tok), "arch": "gpt2"}),
+    ):
         assert ModelShape.from_spec(spec).num_params() == count_parameters(build_model(spec, tok)), spec.arch
 
 
 def test_batch_and_token_accounting_by_hand():
-    hw = HardwareSpec(device="cuda", devices_per_node=4, nodes=2, device_memory_gib=80, bf16=True, fabric="infiniband",
-                      price_per_device_hour=3.0)
-    cfg = TrainConfig(per_device_batch_size=4, grad_accum=8, num_nodes=2, devices_per_node=4, seq_len=256,
-                      max_steps=500, precision="bf16", strategy="ddp")
+    hw = HardwareSpec(
+        device="cuda",
+        devices_per_node=4,
+        nodes=2,
+        device_memory_gib=80,
+        bf16=True,
+        fabric="infiniband",
+        price_per_device_hour=3.0,
+    )
+    cfg = TrainConfig(
+        per_device_batch_size=4,
+        grad_accum=8,
+        num_nodes=2,
+        devices_per_node=4,
+        seq_len=256,
+        max_steps=500,
+        precision="bf16",
+        strategy="ddp",
+    )
     p = plan(cfg, SPEC, hw, dataset_rows=64_000, tokens_per_second=10_000)
     assert p.world_size == 8 and p.data_parallel_size == 8
     assert p.global_batch_size == 4 * 8 * 8 == 256
@@ -77,8 +101,10 @@ def test_row_token_bound_holds_for_the_trained_tokenizer(tok, arith, tmp_path):
     from trainteam.trainers.planning.tokens import file_row_tokens, row_tokens_bound
 
     train, _ = arith
-    seen = [len(tok(prompt_text(tok, r["prompt"]) + completion_text(tok, r["completion"]))["input_ids"])
-            for r in train[:1000]]
+    seen = [
+        len(tok(prompt_text(tok, r["prompt"]) + completion_text(tok, r["completion"]))["input_ids"])
+        for r in train[:1000]
+    ]
     measured = sum(seen) / len(seen)
     bound = row_tokens_bound(train[:1000])
     assert measured <= bound < measured * 1.25
@@ -89,21 +115,30 @@ def test_row_token_bound_holds_for_the_trained_tokenizer(tok, arith, tmp_path):
 
 
 def test_tensor_parallel_shrinks_the_data_parallel_group():
-    cfg = TrainConfig(per_device_batch_size=2, grad_accum=4, devices_per_node=8, precision="bf16", strategy="ddp",
-                      tensor_parallel_size=2)
+    cfg = TrainConfig(
+        per_device_batch_size=2,
+        grad_accum=4,
+        devices_per_node=8,
+        precision="bf16",
+        strategy="ddp",
+        tensor_parallel_size=2,
+    )
     p = plan(cfg, SPEC, H100)
     assert (p.data_parallel_size, p.global_batch_size) == (4, 2 * 4 * 4)
 
 
-@pytest.mark.parametrize("precision,strategy,dp,expect", [
-    # 1e9 parameters, 16 bytes each (ZeRO paper): autocast keeps the model fp32, 4 + 4 + 8;
-    # DeepSpeed keeps bf16 weights and grads and an fp32 master copy, 2 + 2 + 12
-    ("fp32", "single", 1, (4e9, 4e9, 8e9)),
-    ("bf16", "ddp", 8, (4e9, 4e9, 8e9)),
-    ("bf16", "zero2", 8, (2e9, 2e9 / 8, 12e9 / 8)),
-    ("bf16", "zero3", 8, (2e9 / 8, 2e9 / 8, 12e9 / 8)),
-    ("bf16", "fsdp", 8, (4e9 / 8, 4e9 / 8, 8e9 / 8)),
-])
+@pytest.mark.parametrize(
+    "precision,strategy,dp,expect",
+    [
+        # 1e9 parameters, 16 bytes each (ZeRO paper): autocast keeps the model fp32, 4 + 4 + 8;
+        # DeepSpeed keeps bf16 weights and grads and an fp32 master copy, 2 + 2 + 12
+        ("fp32", "single", 1, (4e9, 4e9, 8e9)),
+        ("bf16", "ddp", 8, (4e9, 4e9, 8e9)),
+        ("bf16", "zero2", 8, (2e9, 2e9 / 8, 12e9 / 8)),
+        ("bf16", "zero3", 8, (2e9 / 8, 2e9 / 8, 12e9 / 8)),
+        ("bf16", "fsdp", 8, (4e9 / 8, 4e9 / 8, 8e9 / 8)),
+    ],
+)
 def test_model_state_memory_by_precision_and_sharding(precision, strategy, dp, expect):
     hw = HardwareSpec(device="cuda", devices_per_node=dp, device_memory_gib=200, bf16=precision == "bf16")
     cfg = TrainConfig(precision=precision, strategy=strategy, devices_per_node=dp, per_device_batch_size=1, seq_len=128)
@@ -159,34 +194,68 @@ V100 = HardwareSpec(device="cuda", name="Tesla V100", devices_per_node=1, device
 ETH = HardwareSpec(device="cuda", devices_per_node=8, nodes=2, device_memory_gib=80, bf16=True, fabric="ethernet")
 
 
-@pytest.mark.parametrize("kw,model,hw,field,kind,words", [
-    (dict(precision="fp16"), SPEC, CPU1, "precision", "impossible", "CUDA"),
-    (dict(precision="bf16"), SPEC, CPU1, "precision", "wasteful", "emulated"),
-    (dict(precision="bf16"), SPEC, V100, "precision", "impossible", "no bf16"),
-    (dict(precision="fp32"), SPEC, H100.model_copy(update={"devices_per_node": 1}), "precision", "wasteful", "bf16"),
-    (dict(lora=LoraOptions(quantize_4bit=True)), SPEC, CPU1, "lora.quantize_4bit", "impossible", "CUDA"),
-    (dict(lora=LoraOptions()), SPEC, CPU1.model_copy(update={"bf16": True}), "precision", "wasteful", "bf16 base"),
-    (dict(precision="bf16", strategy="fsdp", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "fits one"),
-    (dict(precision="bf16", strategy="zero3", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "use ddp"),
-    (dict(strategy="fsdp", devices_per_node=2), SPEC, CPU2, "strategy", "impossible", "falls back to DDP"),
-    (dict(strategy="zero2", devices_per_node=2), SPEC, CPU2, "strategy", "impossible", "DeepSpeed"),
-    (dict(precision="bf16", strategy="single", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "idle"),
-    (dict(strategy="ddp"), SPEC, CPU1, "strategy", "wasteful", "more than one"),
-    (dict(precision="bf16", strategy="ddp", num_nodes=2, devices_per_node=8, tensor_parallel_size=16), SPEC, ETH,
-     "tensor_parallel_size", "impossible", "spans nodes"),
-    (dict(devices_per_node=4, strategy="ddp"), SPEC, CPU2, "devices_per_node", "impossible", "has 2"),
-    (dict(precision="bf16", per_device_batch_size=1, seq_len=2048), BIG,
-     H100.model_copy(update={"devices_per_node": 1}), "strategy", "impossible", "GiB per device"),
-    # whole forwards asked for (a CPU would otherwise split this one: trainers/training/micro_batch.py)
-    (dict(per_device_batch_size=4096, seq_len=512, micro_batch_tokens=4096 * 512), SPEC, CPU1,
-     "per_device_train_batch_size", "impossible", "gradient_accumulation_steps"),
-    (dict(seq_len=1024), SPEC, CPU1, "max_length", "impossible", "max_position_embeddings"),
-    (dict(attn_implementation="flash_attention_2"), SPEC, CPU1, "attn_implementation", "impossible", "CUDA"),
-    (dict(use_liger=True), SPEC, CPU1, "use_liger_kernel", "impossible", "GPU"),
-    (dict(gradient_checkpointing=True, per_device_batch_size=2), SPEC, CPU1, "gradient_checkpointing", "wasteful",
-     "fits"),
-    (dict(warmup_steps=100, max_steps=100), SPEC, CPU1, "warmup_steps", "wasteful", "warm-up"),
-])
+@pytest.mark.parametrize(
+    "kw,model,hw,field,kind,words",
+    [
+        (dict(precision="fp16"), SPEC, CPU1, "precision", "impossible", "CUDA"),
+        (dict(precision="bf16"), SPEC, CPU1, "precision", "wasteful", "emulated"),
+        (dict(precision="bf16"), SPEC, V100, "precision", "impossible", "no bf16"),
+        (
+            dict(precision="fp32"),
+            SPEC,
+            H100.model_copy(update={"devices_per_node": 1}),
+            "precision",
+            "wasteful",
+            "bf16",
+        ),
+        (dict(lora=LoraOptions(quantize_4bit=True)), SPEC, CPU1, "lora.quantize_4bit", "impossible", "CUDA"),
+        (dict(lora=LoraOptions()), SPEC, CPU1.model_copy(update={"bf16": True}), "precision", "wasteful", "bf16 base"),
+        (dict(precision="bf16", strategy="fsdp", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "fits one"),
+        (dict(precision="bf16", strategy="zero3", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "use ddp"),
+        (dict(strategy="fsdp", devices_per_node=2), SPEC, CPU2, "strategy", "impossible", "falls back to DDP"),
+        (dict(strategy="zero2", devices_per_node=2), SPEC, CPU2, "strategy", "impossible", "DeepSpeed"),
+        (dict(precision="bf16", strategy="single", devices_per_node=8), SPEC, H100, "strategy", "wasteful", "idle"),
+        (dict(strategy="ddp"), SPEC, CPU1, "strategy", "wasteful", "more than one"),
+        (
+            dict(precision="bf16", strategy="ddp", num_nodes=2, devices_per_node=8, tensor_parallel_size=16),
+            SPEC,
+            ETH,
+            "tensor_parallel_size",
+            "impossible",
+            "spans nodes",
+        ),
+        (dict(devices_per_node=4, strategy="ddp"), SPEC, CPU2, "devices_per_node", "impossible", "has 2"),
+        (
+            dict(precision="bf16", per_device_batch_size=1, seq_len=2048),
+            BIG,
+            H100.model_copy(update={"devices_per_node": 1}),
+            "strategy",
+            "impossible",
+            "GiB per device",
+        ),
+        # whole forwards asked for (a CPU would otherwise split this one: trainers/training/micro_batch.py)
+        (
+            dict(per_device_batch_size=4096, seq_len=512, micro_batch_tokens=4096 * 512),
+            SPEC,
+            CPU1,
+            "per_device_train_batch_size",
+            "impossible",
+            "gradient_accumulation_steps",
+        ),
+        (dict(seq_len=1024), SPEC, CPU1, "max_length", "impossible", "max_position_embeddings"),
+        (dict(attn_implementation="flash_attention_2"), SPEC, CPU1, "attn_implementation", "impossible", "CUDA"),
+        (dict(use_liger=True), SPEC, CPU1, "use_liger_kernel", "impossible", "GPU"),
+        (
+            dict(gradient_checkpointing=True, per_device_batch_size=2),
+            SPEC,
+            CPU1,
+            "gradient_checkpointing",
+            "wasteful",
+            "fits",
+        ),
+        (dict(warmup_steps=100, max_steps=100), SPEC, CPU1, "warmup_steps", "wasteful", "warm-up"),
+    ],
+)
 def test_each_refusal_names_its_field_and_reason(kw, model, hw, field, kind, words):
     with pytest.raises(PlanRefused) as err:
         plan(TrainConfig(**kw), model, hw)
@@ -241,13 +310,20 @@ def test_recommend_chooses_strategy_by_model_size():
     assert (small.config.strategy, small.config.precision) == ("ddp", "bf16")
     big = recommend(BIG, H100, base=base, deepspeed_available=False)
     assert big.config.strategy == "fsdp"
-    mid = recommend(13_000_000_000, H100.model_copy(update={"nodes": 2, "fabric": "infiniband"}), base=base,
-                    deepspeed_available=True)
+    mid = recommend(
+        13_000_000_000,
+        H100.model_copy(update={"nodes": 2, "fabric": "infiniband"}),
+        base=base,
+        deepspeed_available=True,
+    )
     assert mid.config.strategy == "zero2"
     for p in (small, big, mid):
         c = p.config
-        assert c.per_device_train_batch_size * c.gradient_accumulation_steps * p.data_parallel_size == 256 \
+        assert (
+            c.per_device_train_batch_size * c.gradient_accumulation_steps * p.data_parallel_size
+            == 256
             == p.global_batch_size
+        )
         assert p.memory.fits and any(f"strategy {c.strategy}" in r for r in p.reasons)
     assert small.config.per_device_train_batch_size > big.config.per_device_train_batch_size
     with pytest.raises(PlanRefused) as err:
@@ -276,7 +352,9 @@ def test_adapters_on_a_cpu_with_native_bf16_train_on_a_bf16_base():
     plan(TrainConfig(lora=LoraOptions()), SPEC, CPU1)  # fp32 where bf16 would be emulated: no refusal
     halves = plan(TrainConfig(lora=LoraOptions(), precision="bf16"), SPEC, bf16_cpu).memory
     whole = plan(TrainConfig(lora=LoraOptions()), SPEC, bf16_cpu, strict=False).memory
-    assert whole.weights_gib - halves.weights_gib == pytest.approx(150_592 * 2 / GIB, rel=0.01)  # 2 bytes a frozen weight
+    assert whole.weights_gib - halves.weights_gib == pytest.approx(
+        150_592 * 2 / GIB, rel=0.01
+    )  # 2 bytes a frozen weight
 
 
 def test_bad_inputs_name_the_field():
@@ -297,7 +375,8 @@ def test_bad_inputs_name_the_field():
 def test_plan_reads_a_local_model_folder(tmp_path):
     (tmp_path / "config.json").write_text(
         '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
-        '"intermediate_size": 256, "vocab_size": 300, "tie_word_embeddings": false}')
+        '"intermediate_size": 256, "vocab_size": 300, "tie_word_embeddings": false}'
+    )
     p = plan(TrainConfig(), ModelSpec(path=tmp_path), CPU1)
     assert p.params == 150_592 + 300 * 64  # untied head
 

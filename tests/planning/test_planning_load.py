@@ -10,7 +10,7 @@ import math
 import pytest
 from instruction_rows import as_chat, instruction_rows
 
-from trainteam.trainers.training.config import ModelSpec, TrainConfig
+from trainteam.contract.train_task import TrainTask
 from trainteam.trainers.planning import HardwareSpec
 from trainteam.trainers.planning import calibrate as cal_module
 from trainteam.trainers.planning.advice import over_budget
@@ -24,9 +24,9 @@ from trainteam.trainers.planning.calibrate import (
     step_tokens,
 )
 from trainteam.trainers.planning.load import Load, cores_for, speed_ratio, threads_under
+from trainteam.trainers.training.config import ModelSpec, TrainConfig
 from trainteam.workflows.task.preflight import refusal_line
 from trainteam.workflows.task.stage_plan import calibration_tokens, data_tokens, plan_stage
-from trainteam.contract.train_task import TrainTask
 
 TINY = ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=64, vocab_size=300)
 CPU1 = HardwareSpec(device="cpu", device_memory_gib=16, peak_tflops=0.08)
@@ -45,9 +45,20 @@ def cache(tmp_path, monkeypatch):
 def _write(spec: ModelSpec, cfg: TrainConfig, tokens: float, **fields) -> Calibration:
     """A cache entry written by hand, as a calibration under ``load`` would have stored it."""
     n = step_tokens(tokens)
-    entry = Calibration(**{"tokens_per_s": 38.0, "step_s": n / 38.0, "tokens_per_step": n, "steps": 1, "threads": 1,
-                           "device": "cpu", "model": str(spec.path or "random init"), "measured_at": WHEN,
-                           "load": BUSY, **fields})
+    entry = Calibration(
+        **{
+            "tokens_per_s": 38.0,
+            "step_s": n / 38.0,
+            "tokens_per_step": n,
+            "steps": 1,
+            "threads": 1,
+            "device": "cpu",
+            "model": str(spec.path or "random init"),
+            "measured_at": WHEN,
+            "load": BUSY,
+            **fields,
+        }
+    )
     cal_module._store(cache_key(spec, cfg, tokens, device="cpu", vocab_size=spec.vocab_size), entry)
     return entry
 
@@ -63,7 +74,8 @@ def test_the_cores_a_run_would_get_follow_the_load():
     assert speed_ratio(BUSY, 1, IDLE, 2) == pytest.approx(4.0) == speed_ratio(BUSY, 1, IDLE, 1)
     # measured on 2 idle threads (1.9 cores), read for 1 thread beside a busy neighbour: the most 2 threads make
     assert speed_ratio(Load(neighbours=0.0, share=1.9, threads=2, cores=2), 2, one_busy, 1) == pytest.approx(
-        1.0 / (1.9 * 0.95))
+        1.0 / (1.9 * 0.95)
+    )
 
 
 def test_a_calibration_taken_under_load_is_scaled_on_an_idle_machine(cache):
@@ -74,9 +86,11 @@ def test_a_calibration_taken_under_load_is_scaled_on_an_idle_machine(cache):
     assert idle.tokens_per_s == pytest.approx(38.0 * 4) and idle.step_s == pytest.approx(stored.step_s / 4)
     assert idle.measured_tokens_per_s == 38.0
     how = idle.describe()
-    assert how == ("measured 38 tokens/s on this machine at load 1.9 of 2 cores on 2026-12-04 13:28 (1 step of 128 "
-                   "tokens, 1 thread); scaled x4.00 to the load 0.0 of 2 cores now (1 thread would get 1.00 cores, it "
-                   "got 0.25; the run's other 1 not counted until measured): 152 tokens/s")
+    assert how == (
+        "measured 38 tokens/s on this machine at load 1.9 of 2 cores on 2026-12-04 13:28 (1 step of 128 "
+        "tokens, 1 thread); scaled x4.00 to the load 0.0 of 2 cores now (1 thread would get 1.00 cores, it "
+        "got 0.25; the run's other 1 not counted until measured): 152 tokens/s"
+    )
     assert cached(cache_key(TINY, cfg, 128, device="cpu", vocab_size=300)) == stored  # the file is not rewritten
 
 
@@ -100,8 +114,9 @@ def test_validate_measures_again_when_the_load_differs(cache):
     assert calibrate(TINY, cfg, 128, device="cpu", now=BUSY) == stored  # same load: read back, not measured
     fresh = calibrate(TINY, cfg, 128, device="cpu", now=IDLE, min_seconds=0.05)
     assert fresh.measured_at != WHEN and fresh.source == "calibration" and fresh.load is not None
-    assert fresh.note == ("retaken: the stored 38 tokens/s was measured at load 1.9 of 2 cores, "
-                          "the load 0.0 of 2 cores now")
+    assert fresh.note == (
+        "retaken: the stored 38 tokens/s was measured at load 1.9 of 2 cores, the load 0.0 of 2 cores now"
+    )
     kept = cached(cache_key(TINY, cfg, 128, device="cpu", vocab_size=300))
     assert kept.tokens_per_s == fresh.tokens_per_s and kept.load == fresh.load and kept.note is None
     with remeasuring():  # validate --remeasure: whatever is stored
@@ -112,9 +127,16 @@ def test_validate_measures_again_when_the_load_differs(cache):
 def _chat_task(tmp_path, real_model, training: dict, minutes: float = 10) -> TrainTask:
     rows = as_chat(instruction_rows(40))
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return TrainTask.model_validate({"name": "chat", "model": {"path": str(real_model)}, "stages": ["sft"],
-                                     "data": {"path": str(tmp_path / "train.jsonl")},
-                                     "budget": {"max_wall_minutes": minutes}, "training": {"sft": training}})
+    return TrainTask.model_validate(
+        {
+            "name": "chat",
+            "model": {"path": str(real_model)},
+            "stages": ["sft"],
+            "data": {"path": str(tmp_path / "train.jsonl")},
+            "budget": {"max_wall_minutes": minutes},
+            "training": {"sft": training},
+        }
+    )
 
 
 def _slow(task: TrainTask, monkeypatch) -> Calibration:
@@ -137,8 +159,10 @@ def test_a_searched_length_is_planned_at_what_the_budget_affords(tmp_path, cache
     assert v.runnable and v.throughput_source == "measured" and v.tokens_per_second == 9.0
     assert v.max_steps == int(0.85 * 360 / v.step_seconds) and 1 <= v.max_steps < 100
     assert v.est_minutes <= 10 * 0.6
-    assert v.length_note.startswith(f"max_steps: the recipe search's to choose; planned at {v.max_steps} steps, what "
-                                    "this stage's 6.0 min of the 10 min budget afford after the probes")
+    assert v.length_note.startswith(
+        f"max_steps: the recipe search's to choose; planned at {v.max_steps} steps, what "
+        "this stage's 6.0 min of the 10 min budget afford after the probes"
+    )
     assert "its placeholder 100 steps would take" in v.length_note and v.length_note in v.reasons
     assert v.estimate_note.startswith("measured 9 tokens/s on this machine at load 1.9 of 2 cores on 2026-12-04")
 
@@ -158,23 +182,42 @@ def test_a_given_length_over_the_budget_is_told_what_to_change(tmp_path, cache, 
 
 
 def test_a_searched_stage_is_never_told_to_shorten_and_the_guess_says_it_is_one():
-    entry = {"runnable": True, "est_minutes": 30.0, "max_steps": 100, "step_seconds": 18.0, "steps_done": 0,
-             "estimate_note": "a FLOP guess: 1 x 0.08 TFLOP/s peak x assumed MFU 0.25 / 800 FLOPs per token",
-             "searched": {"settings": ["learning_rate", "max_steps"], "budget_fraction": 0.25}}
+    entry = {
+        "runnable": True,
+        "est_minutes": 30.0,
+        "max_steps": 100,
+        "step_seconds": 18.0,
+        "steps_done": 0,
+        "estimate_note": "a FLOP guess: 1 x 0.08 TFLOP/s peak x assumed MFU 0.25 / 800 FLOPs per token",
+        "searched": {"settings": ["learning_rate", "max_steps"], "budget_fraction": 0.25},
+    }
     line = over_budget({"sft": entry}, 30.0, 18.5, 20.0)
-    assert line == ("raise budget.max_wall_minutes to at least 31.5; the estimate: sft: a FLOP guess: 1 x 0.08 "
-                    "TFLOP/s peak x assumed MFU 0.25 / 800 FLOPs per token")
+    assert line == (
+        "raise budget.max_wall_minutes to at least 31.5; the estimate: sft: a FLOP guess: 1 x 0.08 "
+        "TFLOP/s peak x assumed MFU 0.25 / 800 FLOPs per token"
+    )
 
 
 def test_a_planner_refusal_line_names_the_stages_field_and_the_estimate():
-    line = refusal_line("sft", [{"field": "per_device_train_batch_size", "kind": "impossible",
-                                 "reason": "needs 30.00 GiB per device, 16 GiB available (x0.9 headroom); lower the "
-                                           "micro-batch and raise gradient_accumulation_steps"}])
+    line = refusal_line(
+        "sft",
+        [
+            {
+                "field": "per_device_train_batch_size",
+                "kind": "impossible",
+                "reason": "needs 30.00 GiB per device, 16 GiB available (x0.9 headroom); lower the "
+                "micro-batch and raise gradient_accumulation_steps",
+            }
+        ],
+    )
     assert line.startswith("training.sft.per_device_train_batch_size: needs 30.00 GiB per device")
-    assert line.endswith("(the planner's memory estimate: weights, gradients, optimizer states and activations "
-                         "counted in closed form for this model's shape, trainers/planning/estimate.py)")
+    assert line.endswith(
+        "(the planner's memory estimate: weights, gradients, optimizer states and activations "
+        "counted in closed form for this model's shape, trainers/planning/estimate.py)"
+    )
     assert refusal_line("pretrain", [{"field": "model", "kind": "impossible", "reason": "needs 9 GiB"}]).startswith(
-        "training.pretrain: model: needs 9 GiB")
+        "training.pretrain: model: needs 9 GiB"
+    )
 
 
 def test_the_readme_says_where_measurements_live_and_how_to_measure_again():
@@ -182,6 +225,11 @@ def test_the_readme_says_where_measurements_live_and_how_to_measure_again():
 
     text = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
     section = text.split("### Time estimates and the calibration cache", 1)[1].split("\n### ", 1)[0]
-    for words in ("$TRAINTEAM_CACHE_DIR/calibration/", "~/.cache/trainteam/calibration/", "validate --remeasure",
-                  "the load it was taken under", "TRAINTEAM_CACHE_DIR` at another one"):
+    for words in (
+        "$TRAINTEAM_CACHE_DIR/calibration/",
+        "~/.cache/trainteam/calibration/",
+        "validate --remeasure",
+        "the load it was taken under",
+        "TRAINTEAM_CACHE_DIR` at another one",
+    ):
         assert words in section, words

@@ -34,15 +34,21 @@ def test_register_model_approval_carries_what_a_person_needs_and_its_short_id_de
     ev = shown["evidence"]["register_model"]
     run_metrics = json.loads(cli(ws, "runs", "show", "ev1", "--json", check=True).stdout)["metrics"]
     # the metrics of the weights it registers: final_eval's, as the run measured them
-    assert ev["metrics"] and ev["metrics"] == {k[len("final_eval."):]: v for k, v in run_metrics.items()
-                                               if k.startswith("final_eval.")}
+    assert ev["metrics"] and ev["metrics"] == {
+        k[len("final_eval.") :]: v for k, v in run_metrics.items() if k.startswith("final_eval.")
+    }
     assert [(g["step"], g["passed"]) for g in ev["gates"]] == [("gate", True), ("gate_final", True)]
     assert any("heldout_loss" in r for r in ev["gates"][0]["reasons"])  # TINY_TASK gates on the held-out loss
     # the checkpoint: its path and the sha256 of the weights file there
     folder = Path(ev["checkpoint"]["path"])
     (weights,) = folder.glob("*.safetensors")
-    assert ev["checkpoint"]["files"] == [{"name": weights.name, "bytes": weights.stat().st_size,
-                                          "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()}]
+    assert ev["checkpoint"]["files"] == [
+        {
+            "name": weights.name,
+            "bytes": weights.stat().st_size,
+            "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        }
+    ]
     assert ev["checkpoint"]["node"].startswith("Checkpoint:" + ev["checkpoint"]["weights_hash"][:16])
     # the data lineage from the knowledge graph
     kinds = {n["kind"] for n in ev["lineage"]["nodes"]}
@@ -67,9 +73,20 @@ def test_register_model_approval_carries_what_a_person_needs_and_its_short_id_de
 
 
 def _row(action: str, proposed: dict, evidence: dict) -> dict:
-    return {"id": f"r1.train.1.{action}", "run_id": "r1", "step": "train", "action": action, "status": "pending",
-            "proposed": proposed, "evidence": evidence, "requested_by": "training_engineer",
-            "created_at": "2026-12-02T10:00:00", "decided_by": None, "decided_at": None, "note": None}
+    return {
+        "id": f"r1.train.1.{action}",
+        "run_id": "r1",
+        "step": "train",
+        "action": action,
+        "status": "pending",
+        "proposed": proposed,
+        "evidence": evidence,
+        "requested_by": "training_engineer",
+        "created_at": "2026-12-02T10:00:00",
+        "decided_by": None,
+        "decided_at": None,
+        "note": None,
+    }
 
 
 def test_a_spike_approval_shows_the_curve_around_the_spike_and_a_budget_one_the_spend():
@@ -77,8 +94,15 @@ def test_a_spike_approval_shows_the_curve_around_the_spike_and_a_budget_one_the_
 
     losses = {"pretrain": [[s, 2.0 - s * 0.01] for s in range(1, 40)] + [[40, 9.5]] + [[s, 1.6] for s in range(41, 50)]}
     proposed = {"stage": "pretrain", "spike_step": 40, "reason": "spike at step 40"}
-    monitor = {"step": 40, "metric": "loss", "value": 9.5, "window_mean": 1.7, "window_std": 0.05, "z": 31.0,
-               "rule": ">6 spreads"}
+    monitor = {
+        "step": 40,
+        "metric": "loss",
+        "value": 9.5,
+        "window_mean": 1.7,
+        "window_std": 0.05,
+        "z": 31.0,
+        "rule": ">6 spreads",
+    }
     stored = with_spike_curve({"monitor": monitor, "spikes": [monitor]}, proposed, losses)
     view = approval_evidence_view(_row("restart_after_spike_1", proposed, json.loads(json.dumps(stored))))
     assert [p.step for p in view.spike.curve] == list(range(28, 44))  # 12 before, the spike, 3 after
@@ -88,16 +112,38 @@ def test_a_spike_approval_shows_the_curve_around_the_spike_and_a_budget_one_the_
     text = console.export_text()
     assert "at step 40" in text and "40:9.5" in text and "39:1.61" in text and "█" in text
 
-    budget = approval_evidence_view(_row("exceed_budget", {"continue_with": "train", "extra_minutes": 15.0}, {
-        "spent": {"seconds": 1830.0, "cost_usd": 0.0}, "allowed_minutes": 30.0,
-        "budget": {"max_wall_minutes": 30.0, "max_cost_usd": 0.0}}))
-    assert (budget.budget.spent_seconds, budget.budget.allowed_minutes, budget.budget.extra_minutes) == (1830.0, 30.0, 15.0)
+    budget = approval_evidence_view(
+        _row(
+            "exceed_budget",
+            {"continue_with": "train", "extra_minutes": 15.0},
+            {
+                "spent": {"seconds": 1830.0, "cost_usd": 0.0},
+                "allowed_minutes": 30.0,
+                "budget": {"max_wall_minutes": 30.0, "max_cost_usd": 0.0},
+            },
+        )
+    )
+    assert (budget.budget.spent_seconds, budget.budget.allowed_minutes, budget.budget.extra_minutes) == (
+        1830.0,
+        30.0,
+        15.0,
+    )
     console = Console(width=150, record=True, color_system=None)
     render_approval(console, budget)
     assert "spent 30.5 min of 30 min allowed" in console.export_text()
-    inside = approval_evidence_view(_row("exceed_budget_1", {"continue_with": "train", "extra_minutes": 15.0}, {
-        "where": "training pretrain", "step": 120, "overrun_s": 4.5, "allowed_minutes": 30.0,
-        "budget": {"max_wall_minutes": 30.0}}))  # stopped by the ceiling inside training
+    inside = approval_evidence_view(
+        _row(
+            "exceed_budget_1",
+            {"continue_with": "train", "extra_minutes": 15.0},
+            {
+                "where": "training pretrain",
+                "step": 120,
+                "overrun_s": 4.5,
+                "allowed_minutes": 30.0,
+                "budget": {"max_wall_minutes": 30.0},
+            },
+        )
+    )  # stopped by the ceiling inside training
     assert inside.budget.spent_seconds == 1804.5 and inside.budget.where == "training pretrain"
     console = Console(width=150, record=True, color_system=None)
     render_approval(console, inside)

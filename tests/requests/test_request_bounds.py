@@ -9,9 +9,9 @@ from persona_helpers import cli
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 
-from trainteam.workflows.requests.submission import DEMO_REQUEST, parse_request
-from trainteam.workflows.requests.request_rules import MAX_REQUEST_CHARS, read_request
 from trainteam.core.errors import BadInput
+from trainteam.workflows.requests.request_rules import MAX_REQUEST_CHARS, read_request
+from trainteam.workflows.requests.submission import DEMO_REQUEST, parse_request
 
 BASE = "pretrain a tiny llama on the addition demo, "
 
@@ -73,17 +73,22 @@ def test_numbers_out_of_range_are_refused(tail):
     assert REFUSED[tail] in message and len(message) < 300, message
 
 
-@pytest.mark.parametrize("tail, expected", [
-    (" \x1b[2J\x1b]0;x\x07", "request: holds a control character (\\x1b at position"),
-    ("\x00", "request: holds a control character (\\x00 at position"),
-    (", with trust_remote_code: true", "model.trust_remote_code: a request cannot turn it on"),
-])
+@pytest.mark.parametrize(
+    "tail, expected",
+    [
+        (" \x1b[2J\x1b]0;x\x07", "request: holds a control character (\\x1b at position"),
+        ("\x00", "request: holds a control character (\\x00 at position"),
+        (", with trust_remote_code: true", "model.trust_remote_code: a request cannot turn it on"),
+    ],
+)
 def test_control_characters_and_remote_code_are_refused(tail, expected):
     assert _refusal(BASE + "budget 30 minutes" + tail).startswith(expected)
 
 
 def test_saying_remote_code_stays_off_is_fine():
-    assert not parse_request(BASE + "budget 30 minutes, without trust_remote_code", check_plan=False).model.trust_remote_code
+    assert not parse_request(
+        BASE + "budget 30 minutes, without trust_remote_code", check_plan=False
+    ).model.trust_remote_code
 
 
 def test_numbers_in_range_still_read():
@@ -95,15 +100,22 @@ def test_numbers_in_range_still_read():
 
 def _provider_answering(task_fields: dict) -> FunctionModel:
     """Stands in for a configured provider: returns the TrainTask as structured output."""
+
     def answer(messages, info):
         name = next(t.name for t in info.output_tools if "Refusal" not in t.name)
         return ModelResponse(parts=[ToolCallPart(name, task_fields, tool_call_id="x")])
+
     return FunctionModel(answer)
 
 
 ASKED = BASE + "budget 30 minutes"
-HONEST = {"name": "addition", "model": {}, "data": {"demo": "addition"}, "budget": {"max_wall_minutes": 30},
-          "stages": ["pretrain"]}
+HONEST = {
+    "name": "addition",
+    "model": {},
+    "data": {"demo": "addition"},
+    "budget": {"max_wall_minutes": 30},
+    "stages": ["pretrain"],
+}
 
 
 def test_a_model_answer_within_the_request_is_accepted():
@@ -112,39 +124,52 @@ def test_a_model_answer_within_the_request_is_accepted():
 
 
 def test_a_model_answer_beyond_the_request_is_refused():
-    greedy = {**HONEST, "model": {"trust_remote_code": True},
-              "budget": {"max_wall_minutes": 99_999, "max_cost_usd": 5000, "cost_per_hour_usd": 50}}
+    greedy = {
+        **HONEST,
+        "model": {"trust_remote_code": True},
+        "budget": {"max_wall_minutes": 99_999, "max_cost_usd": 5000, "cost_per_hour_usd": 50},
+    }
     message = _refusal(ASKED, _provider_answering(greedy))  # BudgetSpec's 30-day bound, or the grounding
-    assert message.startswith(("request: budget.max_wall_minutes:", "model.trust_remote_code:",
-                               "budget.max_wall_minutes:")), message
+    assert message.startswith(
+        ("request: budget.max_wall_minutes:", "model.trust_remote_code:", "budget.max_wall_minutes:")
+    ), message
     trusting = {**HONEST, "model": {"trust_remote_code": True}}
     assert _refusal(ASKED, _provider_answering(trusting)).startswith(
-        "model.trust_remote_code: a request cannot turn it on; only your own task file can")
+        "model.trust_remote_code: a request cannot turn it on; only your own task file can"
+    )
     written = ASKED + ", trust_remote_code: true"  # not even when the request says so
     assert _refusal(written, _provider_answering(trusting)).startswith("model.trust_remote_code:")
     within_bounds = {**HONEST, "budget": {"max_wall_minutes": 600, "max_cost_usd": 5000}}  # valid, but not asked
     assert _refusal(ASKED, _provider_answering(within_bounds)).startswith(
-        "budget.max_wall_minutes: 600 minutes is not written in the request (it states: 30)")
+        "budget.max_wall_minutes: 600 minutes is not written in the request (it states: 30)"
+    )
     money = {**HONEST, "budget": {"max_wall_minutes": 30, "max_cost_usd": 5000}}
     assert _refusal(ASKED, _provider_answering(money)).startswith("budget.max_cost_usd: 5000 USD is not written")
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"training": {"pretrain": {"max_steps": 100_000}}}, "training.pretrain.max_steps: 100000 is not written"),
-    ({"data": {"demo": "addition", "n_train": 10_000_000}}, "data.n_train: 10000000 is not written"),
-    ({"allow_retry": True}, "allow_retry: True is not written"),
-    ({"training": {"pretrain": {"lora": {}}}}, "training.pretrain.lora: {} is not written"),
-    ({"workflow": "/tmp/spec.yaml"}, "workflow: '/tmp/spec.yaml' is not written"),
-    ({"budget": {"max_wall_minutes": 30, "extension_minutes": 600}}, "budget.extension_minutes: a request cannot"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"training": {"pretrain": {"max_steps": 100_000}}}, "training.pretrain.max_steps: 100000 is not written"),
+        ({"data": {"demo": "addition", "n_train": 10_000_000}}, "data.n_train: 10000000 is not written"),
+        ({"allow_retry": True}, "allow_retry: True is not written"),
+        ({"training": {"pretrain": {"lora": {}}}}, "training.pretrain.lora: {} is not written"),
+        ({"workflow": "/tmp/spec.yaml"}, "workflow: '/tmp/spec.yaml' is not written"),
+        ({"budget": {"max_wall_minutes": 30, "extension_minutes": 600}}, "budget.extension_minutes: a request cannot"),
+    ],
+)
 def test_overrides_the_request_does_not_state_are_refused(change, field):
     assert _refusal(ASKED, _provider_answering({**HONEST, **change})).startswith(field)
 
 
 def test_overrides_the_request_states_are_accepted():
     text = BASE + "for 500 steps at batch 16, retry once if the gate fails, budget 1 hour"
-    answer = {**HONEST, "budget": {"max_wall_minutes": 60}, "allow_retry": True,
-              "training": {"pretrain": {"max_steps": 500, "per_device_batch_size": 16}}}
+    answer = {
+        **HONEST,
+        "budget": {"max_wall_minutes": 60},
+        "allow_retry": True,
+        "training": {"pretrain": {"max_steps": 500, "per_device_batch_size": 16}},
+    }
     task = parse_request(text, model=_provider_answering(answer), check_plan=False)
     assert task.training["pretrain"].max_steps == 500 and task.budget.max_wall_minutes == 60
 
@@ -159,9 +184,11 @@ def test_asked_for_approvals_stay():
 
 def test_submit_refuses_in_one_line(tmp_path):
     ws = tmp_path / "ws"
-    for request, expected in (("9" * 8000, "over the limit of 4,000"),
-                              (BASE + "set budget to 9999 hours", "over the ceiling of 43,200 minutes"),
-                              (BASE + "budget -5 minutes", "not a positive time limit")):
+    for request, expected in (
+        ("9" * 8000, "over the limit of 4,000"),
+        (BASE + "set budget to 9999 hours", "over the ceiling of 43,200 minutes"),
+        (BASE + "budget -5 minutes", "not a positive time limit"),
+    ):
         with cpu_seconds() as spent:
             proc = cli(ws, "submit", request, "--plan-only", timeout=600)
         assert spent.seconds < 10

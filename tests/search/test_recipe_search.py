@@ -46,7 +46,9 @@ def test_rates_are_log_spaced_per_kind_of_training():
     low, high, centre, why = lr_prior(from_scratch=False, lora=True, hidden_size=576, arch="llama")
     assert centre == 1.32e-3 and (low, high) == (1.32e-3 / 4, 1.32e-3 * 4) and "10x" in why  # SmolLM2-135M
     smol = lr_space("sft", from_scratch=False, lora=True, n=6, hidden_size=576, arch="llama")
-    assert smol[0] == 3.3e-4 and smol[-1] == 5.28e-3  # the issue's hand recipe (2e-4) and search pick (5e-3) at its edges
+    assert (
+        smol[0] == 3.3e-4 and smol[-1] == 5.28e-3
+    )  # the issue's hand recipe (2e-4) and search pick (5e-3) at its edges
     assert lr_prior(from_scratch=False, lora=True, hidden_size=4096, arch="llama")[2] < centre  # wider: lower
     assert lr_prior(from_scratch=False, lora=True, hidden_size=896, arch="qwen2")[2] == 5.32e-4  # Qwen: ~flat
     assert lr_prior(from_scratch=False, lora=True)[2] == 5e-4  # width unknown: the reference width 2000
@@ -83,26 +85,50 @@ def test_validation_rows_are_cut_from_training_rows_seeded():
 
 
 def _report(probes, **more):
-    return SearchReport(stage="sft", method="sft", space=[1e-4, 1e-3], probe_steps=9, rungs=[1, 3, 9],
-                        budget_s=10, probes=probes, **more)
+    return SearchReport(
+        stage="sft",
+        method="sft",
+        space=[1e-4, 1e-3],
+        probe_steps=9,
+        rungs=[1, 3, 9],
+        budget_s=10,
+        probes=probes,
+        **more,
+    )
 
 
 def _p(trial, lr, loss, metric=None, step=9, **more):
-    return Probe(trial=trial, learning_rate=lr, per_device_batch_size=8, steps=step, values={step: loss},
-                 metric={} if metric is None else {step: metric}, **more)
+    return Probe(
+        trial=trial,
+        learning_rate=lr,
+        per_device_batch_size=8,
+        steps=step,
+        values={step: loss},
+        metric={} if metric is None else {step: metric},
+        **more,
+    )
 
 
 def test_the_pick_is_the_best_at_the_highest_rung_two_reached_and_never_an_unstable_probe():
-    probes = [Probe(trial=0, learning_rate=1e-2, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.0, 9: 0.1},
-                    unstable=True),
-              Probe(trial=1, learning_rate=1e-3, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.2, 9: 0.9}),
-              Probe(trial=2, learning_rate=1e-4, per_device_batch_size=8, steps=3, values={1: 1.5, 3: 1.4},
-                    pruned=True)]
+    probes = [
+        Probe(
+            trial=0,
+            learning_rate=1e-2,
+            per_device_batch_size=8,
+            steps=9,
+            values={1: 2.0, 3: 1.0, 9: 0.1},
+            unstable=True,
+        ),
+        Probe(trial=1, learning_rate=1e-3, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.2, 9: 0.9}),
+        Probe(trial=2, learning_rate=1e-4, per_device_batch_size=8, steps=3, values={1: 1.5, 3: 1.4}, pruned=True),
+    ]
     assert best_trial(_report(probes)) == 1  # compared where both stood (step 3), the unstable one left out
     assert best_trial(_report(probes[:1])) is None
     # the first trial runs to the top unopposed; a later one, better where both stood, ran out of budget: it wins
-    cut = [Probe(trial=0, learning_rate=1e-3, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.5, 9: 1.0}),
-           Probe(trial=1, learning_rate=3e-3, per_device_batch_size=8, steps=5, values={1: 1.8, 3: 1.2})]
+    cut = [
+        Probe(trial=0, learning_rate=1e-3, per_device_batch_size=8, steps=9, values={1: 2.0, 3: 1.5, 9: 1.0}),
+        Probe(trial=1, learning_rate=3e-3, per_device_batch_size=8, steps=5, values={1: 1.8, 3: 1.2}),
+    ]
     assert best_trial(_report(cut)) == 1
 
 
@@ -111,14 +137,25 @@ def test_the_issue_tie_all_six_probes_equal_is_not_broken_by_order():
     rule kept the two highest rates; now an exact tie goes to the rate nearest the prior's, and says so."""
     space = lr_space("sft", from_scratch=False, lora=True, n=6, hidden_size=576, arch="llama")
     probes = [_p(i, lr, 1.01109, 0.0, step=1, checkpoint=f"c{i}") for i, lr in enumerate(space)]
-    report = SearchReport(stage="sft", method="sft", space=space, prior_lr=1.32e-3, probe_steps=4, rungs=[1, 4],
-                          budget_s=60, probes=probes, objective="exact_match", validation_rows=24)
+    report = SearchReport(
+        stage="sft",
+        method="sft",
+        space=space,
+        prior_lr=1.32e-3,
+        probe_steps=4,
+        rungs=[1, 4],
+        budget_s=60,
+        probes=probes,
+        objective="exact_match",
+        validation_rows=24,
+    )
     order, comparison = rank(report, probes, 1)
     assert comparison.ranked_by == "heldout_loss"  # exact match 0 everywhere separates nothing
     assert "does not separate" in comparison.reason and "exact tie" in comparison.reason
     assert order[0].learning_rate == min(space, key=lambda r: abs(math.log(r / 1.32e-3)))
-    assert [p.trial for p in order] == [p.trial for p in sorted(probes, key=lambda p: abs(math.log(p.learning_rate /
-                                                                                                      1.32e-3)))]
+    assert [p.trial for p in order] == [
+        p.trial for p in sorted(probes, key=lambda p: abs(math.log(p.learning_rate / 1.32e-3)))
+    ]
     # what goes on: the highest stable rate (short probes undervalue it), then the rank's best
     assert [p.learning_rate for p in promoted(report, 1, 2)] == [space[-1], order[0].learning_rate]
 
@@ -157,8 +194,14 @@ def test_what_goes_on_hedges_against_short_probes_the_highest_rate_and_the_highe
     rest exact match could not tell apart and loss put 4.75e-4 first; 600-step runs reached 9.5 % at 3e-3,
     98.5 % at 1.19e-3. What goes on: the highest rate (3e-3) and the highest the ranking could not tell from
     the best (1.19e-3), not the lowest loss (4.75e-4); the ranking itself still breaks the tie by loss."""
-    at_40 = [(3e-3, 0.023, 1.4916), (1.89e-4, 0.102, 1.0874), (7.54e-5, 0.078, 1.1073), (4.75e-4, 0.062, 1.0802),
-             (3e-5, 0.102, 1.1211), (1.19e-3, 0.086, 1.1168)]
+    at_40 = [
+        (3e-3, 0.023, 1.4916),
+        (1.89e-4, 0.102, 1.0874),
+        (7.54e-5, 0.078, 1.1073),
+        (4.75e-4, 0.062, 1.0802),
+        (3e-5, 0.102, 1.1211),
+        (1.19e-3, 0.086, 1.1168),
+    ]
     probes = [_p(i, lr, loss, em, step=40, checkpoint=f"c{i}") for i, (lr, em, loss) in enumerate(at_40)]
     report = _report(probes, objective="exact_match", validation_rows=128)
     order, comparison = rank(report, probes, 40)
@@ -171,6 +214,7 @@ def test_what_goes_on_hedges_against_short_probes_the_highest_rate_and_the_highe
 def _fake_training(curve, calls):
     """A probe 'trained' to a rung: its values from ``curve(lr, rung)`` (loss, metric; a nan loss: unstable), 1 s a
     step on the step clock, an empty checkpoint folder."""
+
     def train_to(probe, run, rung, out):
         calls.append((probe.learning_rate, rung))
         loss, metric = curve(probe.learning_rate, rung)
@@ -184,6 +228,7 @@ def _fake_training(curve, calls):
             probe.metric[rung] = metric
         (out / f"checkpoint-{rung}").mkdir(parents=True, exist_ok=True)
         return None
+
     return train_to
 
 
@@ -191,8 +236,17 @@ def _searched(monkeypatch, tmp_path, curve, *, space, budget_s=10_000.0, objecti
     calls, lines = [], []
     monkeypatch.setenv(clock.ENV, "1")
     monkeypatch.setattr(R, "_train_to", _fake_training(curve, calls))
-    report = SearchReport(stage="sft", method="sft", space=space, prior_lr=space[len(space) // 2], probe_steps=36,
-                          rungs=rung_steps(36), budget_s=budget_s, objective=objective, validation_rows=24)
+    report = SearchReport(
+        stage="sft",
+        method="sft",
+        space=space,
+        prior_lr=space[len(space) // 2],
+        probe_steps=36,
+        rungs=rung_steps(36),
+        budget_s=budget_s,
+        objective=objective,
+        validation_rows=24,
+    )
     cfg = TrainConfig(method="sft", max_steps=72, per_device_batch_size=8)
     with console_lines.lines_to(lines.append):
         run_probes(report, cfg, lambda: None, [], lambda m: None, None, seed=0, work_dir=tmp_path)
@@ -203,8 +257,9 @@ def test_the_range_is_widened_while_the_best_probe_sits_at_its_edge(monkeypatch,
     """Loss falls with the rate up to 4e-3 and rises after: the best at the top edge (2e-3) widens the range to
     4e-3 (best again) and 8e-3 (worse): two rates beyond the prior's, and the printed lines say so."""
     space = [2.5e-4, 5e-4, 1e-3, 2e-3]
-    report, calls, lines = _searched(monkeypatch, tmp_path, lambda lr, rung: (1 + abs(math.log(lr / 4e-3)), None),
-                                     space=space)
+    report, calls, lines = _searched(
+        monkeypatch, tmp_path, lambda lr, rung: (1 + abs(math.log(lr / 4e-3)), None), space=space
+    )
     assert report.widened == [4e-3, 8e-3] and [p.widened for p in report.probes] == [False] * 4 + [True] * 2
     assert any("widened to lr 4e-3" in line for line in lines) and any("widened to lr 8e-3" in line for line in lines)
     first = report.comparisons[0]
@@ -220,8 +275,9 @@ def test_the_range_is_widened_while_the_best_probe_sits_at_its_edge(monkeypatch,
 
 def test_an_unstable_rate_beyond_the_edge_stops_the_widening_and_no_time_means_no_widening(monkeypatch, tmp_path):
     space = [2.5e-4, 5e-4, 1e-3, 2e-3]
-    report, _, _ = _searched(monkeypatch, tmp_path,
-                             lambda lr, rung: (float("nan"), None) if lr > 3e-3 else (1 - lr * 10, None), space=space)
+    report, _, _ = _searched(
+        monkeypatch, tmp_path, lambda lr, rung: (float("nan"), None) if lr > 3e-3 else (1 - lr * 10, None), space=space
+    )
     assert report.widened == [4e-3] and report.probes[-1].unstable
     top = next(p.trial for p in report.probes if p.learning_rate == 2e-3)
     assert report.comparisons[0].going_on[0] == top  # the highest *stable* rate goes on
@@ -233,6 +289,7 @@ def test_an_unstable_rate_beyond_the_edge_stops_the_widening_and_no_time_means_n
 
 def test_each_probe_and_each_rung_is_printed_as_it_happens(monkeypatch, tmp_path):
     """The gate's metric at 0 everywhere at the first rung (held-out loss ranks), apart at the top (it ranks)."""
+
     def curve(lr, rung):
         return 1 / lr / 1e4, (0.0 if rung == 4 else min(1.0, lr * 300))
 
@@ -249,8 +306,9 @@ def test_the_top_rung_is_sized_from_what_a_probe_costs_beyond_its_steps(monkeypa
     most of it). Charging those 20 s to the one step moved the top rung to step 2; counted once per probe, the
     130 s left afford step 10."""
     monkeypatch.setenv(clock.ENV, "1")
-    report = SearchReport(stage="sft", method="sft", space=[1e-3, 2e-3], probe_steps=12, rungs=[1, 12], budget_s=300,
-                          pace_s=4.46)
+    report = SearchReport(
+        stage="sft", method="sft", space=[1e-3, 2e-3], probe_steps=12, rungs=[1, 12], budget_s=300, pace_s=4.46
+    )
     on = [_p(0, 1e-3, 1.0, step=1, seconds=20.0), _p(1, 2e-3, 0.9, step=1, seconds=21.0)]
     overhead, per_step = R.probe_costs(report, on)
     assert per_step == 4.46 and overhead == pytest.approx(16.54)
@@ -276,10 +334,24 @@ def test_real_probes_halve_repeat_exactly_and_the_winner_goes_on_as_if_it_had_ne
     probe_rows, val = split_rows(rows, seed=0)
 
     def search(folder):
-        report = SearchReport(stage="pretrain", method="pretrain", space=lr_space("pretrain", from_scratch=True,
-                              lora=False, n=6), probe_steps=18, rungs=rung_steps(18, warmup=3), budget_s=600)
-        run_probes(report, cfg, lambda: build_model(spec, tok), probe_rows, make_scorer(tok, val)[1], tok,
-                   seed=0, work_dir=tmp_path / folder)
+        report = SearchReport(
+            stage="pretrain",
+            method="pretrain",
+            space=lr_space("pretrain", from_scratch=True, lora=False, n=6),
+            probe_steps=18,
+            rungs=rung_steps(18, warmup=3),
+            budget_s=600,
+        )
+        run_probes(
+            report,
+            cfg,
+            lambda: build_model(spec, tok),
+            probe_rows,
+            make_scorer(tok, val)[1],
+            tok,
+            seed=0,
+            work_dir=tmp_path / folder,
+        )
         return report
 
     first, second = search("a"), search("b")
@@ -299,10 +371,24 @@ def test_real_probes_halve_repeat_exactly_and_the_winner_goes_on_as_if_it_had_ne
     assert [p.name for p in (tmp_path / "a").glob("probe-*")] == [f"probe-{best}"]
 
     # the winner goes on from its step-18 checkpoint to 54; one uninterrupted run of 54 steps at its rate
-    go_on = train("pretrain", cfg.model_copy(update={"learning_rate": winner.learning_rate, "output_dir": tmp_path / "on",
-                  "resume": winner.checkpoint}), build_model(spec, tok), probe_rows, tokenizer=tok, progress=False)
-    whole = train("pretrain", cfg.model_copy(update={"learning_rate": winner.learning_rate, "output_dir": tmp_path / "one"}),
-                  build_model(spec, tok), probe_rows, tokenizer=tok, progress=False)
+    go_on = train(
+        "pretrain",
+        cfg.model_copy(
+            update={"learning_rate": winner.learning_rate, "output_dir": tmp_path / "on", "resume": winner.checkpoint}
+        ),
+        build_model(spec, tok),
+        probe_rows,
+        tokenizer=tok,
+        progress=False,
+    )
+    whole = train(
+        "pretrain",
+        cfg.model_copy(update={"learning_rate": winner.learning_rate, "output_dir": tmp_path / "one"}),
+        build_model(spec, tok),
+        probe_rows,
+        tokenizer=tok,
+        progress=False,
+    )
     assert go_on.steps_done == whole.steps_done == 54 and go_on.losses[0][0] == 19
     assert abs(go_on.losses[-1][1] - whole.losses[-1][1]) <= 1e-3 * whole.losses[-1][1]
     with pytest.raises(ValueError):
@@ -321,9 +407,23 @@ def test_a_searched_length_stops_when_the_held_out_loss_stops_improving(tmp_path
     model = build_model(ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=32), tok)
     fit, val = split_rows(rows, seed=0)
     report = SearchReport(stage="pretrain", method="pretrain", space=[1e-9], probe_steps=9, rungs=[1, 3, 9], budget_s=1)
-    cfg = TrainConfig(method="pretrain", seq_len=32, threads=1, max_steps=400, learning_rate=1e-9,
-                      per_device_batch_size=8, output_dir=tmp_path / "run")
-    result = train("pretrain", cfg, model, fit, tokenizer=tok, progress=False,
-                   callbacks=[Plateau(report, make_scorer(tok, val)[1], every=5)])
+    cfg = TrainConfig(
+        method="pretrain",
+        seq_len=32,
+        threads=1,
+        max_steps=400,
+        learning_rate=1e-9,
+        per_device_batch_size=8,
+        output_dir=tmp_path / "run",
+    )
+    result = train(
+        "pretrain",
+        cfg,
+        model,
+        fit,
+        tokenizer=tok,
+        progress=False,
+        callbacks=[Plateau(report, make_scorer(tok, val)[1], every=5)],
+    )
     assert report.stopped_early_at == 5 * (PATIENCE + 1) == result.steps_done
     assert sorted(report.heldout_curve) == list(range(5, 5 * (PATIENCE + 2), 5))

@@ -15,16 +15,38 @@ from __future__ import annotations
 import pytest
 
 from trainteam.curation.demo import generate_arithmetic
-from trainteam.trainers import ModelSpec, TokenizerConfig, TrainConfig, build_model, exact_match, load_tokenizer, train, train_tokenizer
+from trainteam.trainers import (
+    ModelSpec,
+    TokenizerConfig,
+    TrainConfig,
+    build_model,
+    exact_match,
+    load_tokenizer,
+    train,
+    train_tokenizer,
+)
 
 
 @pytest.mark.slow
 def test_addition_recipe_reaches_high_exact_match(tmp_path):
     train_recs, eval_recs = generate_arithmetic()
-    tok = load_tokenizer(train_tokenizer((r["prompt"] + r["completion"] for r in train_recs), TokenizerConfig(vocab_size=300), tmp_path / "tok"))
+    tok = load_tokenizer(
+        train_tokenizer(
+            (r["prompt"] + r["completion"] for r in train_recs), TokenizerConfig(vocab_size=300), tmp_path / "tok"
+        )
+    )
     model = build_model(ModelSpec(hidden_size=128, num_layers=2, num_heads=4), tok)
-    cfg = TrainConfig(output_dir=tmp_path / "run", max_steps=1500, per_device_batch_size=64, learning_rate=1e-3, warmup_steps=100,
-                      lr_scheduler="cosine", seq_len=32, logging_steps=50, save_steps=1000)
+    cfg = TrainConfig(
+        output_dir=tmp_path / "run",
+        max_steps=1500,
+        per_device_batch_size=64,
+        learning_rate=1e-3,
+        warmup_steps=100,
+        lr_scheduler="cosine",
+        seq_len=32,
+        logging_steps=50,
+        save_steps=1000,
+    )
     rep = train("sft", cfg, model, train_recs, tokenizer=tok, progress=False)
     assert rep.stopped_reason == "completed"
     res = exact_match(rep.final_dir, tok, eval_recs, max_new_tokens=5)

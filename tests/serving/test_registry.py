@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from trainteam.trainers.serving.registry import ModelRegistry
 from trainteam.core.errors import BadInput, NotFound
 from trainteam.graph import EdgeKind, NodeKind
+from trainteam.trainers.serving.registry import ModelRegistry
 from trainteam.workflows.steps.register import register_and_record
 from trainteam.workspace import Workspace
 
@@ -26,7 +26,11 @@ def test_registering_the_same_checkpoint_twice_is_a_noop(ws, tiny_checkpoint, tm
     copy = shutil.copytree(tiny_checkpoint, tmp_path / "copy")
     c = reg.register_checkpoint(copy, stage="dpo")  # same bytes elsewhere: the same model
     assert a.id == b.id == c.id
-    assert b.metrics == {"exact_match": 0.17} and b.stage == "sft" and b.lineage == {"run_id": "r1", "prompt_format": "plain"}
+    assert (
+        b.metrics == {"exact_match": 0.17}
+        and b.stage == "sft"
+        and b.lineage == {"run_id": "r1", "prompt_format": "plain"}
+    )
     assert [m.id for m in reg.list()] == [a.id]
     assert a.prompt_format == "plain"  # its tokenizer has no chat template: bos + prompt, as trained
     assert ws.graph.nodes() == []  # the registry keeps its table; the registering step records the graph

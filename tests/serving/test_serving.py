@@ -28,8 +28,9 @@ def test_chat_completion_answers_like_the_model(server, tiny_checkpoint, additio
     expected = exact_match(tiny_checkpoint, load_tokenizer(tiny_checkpoint), probs).samples
     client = _client(server)
     for prob, sample in zip(probs, expected):
-        resp = client.chat.completions.create(model="m-tiny", messages=[{"role": "user", "content": prob["prompt"]}],
-                                              temperature=0, max_tokens=8)
+        resp = client.chat.completions.create(
+            model="m-tiny", messages=[{"role": "user", "content": prob["prompt"]}], temperature=0, max_tokens=8
+        )
         choice = resp.choices[0]
         assert choice.message.role == "assistant"
         assert choice.message.content == sample["got"]
@@ -52,7 +53,8 @@ def test_models_listed_and_errors_in_openai_shape(server):
 
 def test_length_limit_reported(server):
     resp = _client(server).chat.completions.create(
-        model="m-tiny", messages=[{"role": "user", "content": "9+9="}], max_tokens=1, temperature=0)
+        model="m-tiny", messages=[{"role": "user", "content": "9+9="}], max_tokens=1, temperature=0
+    )
     assert resp.choices[0].finish_reason == "length"
     assert resp.usage.completion_tokens == 1 and len(resp.choices[0].message.content) == 1
 
@@ -82,8 +84,8 @@ def test_a_pydantic_ai_agent_can_use_the_served_model(server, tiny_checkpoint):
 def test_backend_choice_without_vllm():
     import importlib.util
 
-    from trainteam.trainers.serving.endpoint import choose_backend, vllm_command
     from trainteam.core.errors import BadInput
+    from trainteam.trainers.serving.endpoint import choose_backend, vllm_command
 
     if importlib.util.find_spec("vllm") is None:
         assert choose_backend("auto") == "transformers"
@@ -97,8 +99,16 @@ def test_streaming_matches_the_whole_answer(server):
     client = _client(server)
     msgs = [{"role": "user", "content": "4+5="}]
     whole = client.chat.completions.create(model="m-tiny", messages=msgs, temperature=0, max_tokens=8)
-    chunks = list(client.chat.completions.create(model="m-tiny", messages=msgs, temperature=0, max_tokens=8,
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="m-tiny",
+            messages=msgs,
+            temperature=0,
+            max_tokens=8,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason

@@ -10,13 +10,18 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from tool_model import tool_call_text, train_tool_model
+
 from trainteam.trainers.serving.endpoint import ChatModel, ChatServer
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 HELLO = [{"role": "user", "content": "Say hello."}]
 
@@ -26,10 +31,13 @@ def tool_model(tmp_path_factory):
     import torch
 
     torch.set_num_threads(1)
-    return train_tool_model(tmp_path_factory.mktemp("toolm"), [
-        (ASK, [WEATHER], tool_call_text("get_weather", {"city": "Paris"})),
-        (HELLO, None, "Hello there!"),
-    ])
+    return train_tool_model(
+        tmp_path_factory.mktemp("toolm"),
+        [
+            (ASK, [WEATHER], tool_call_text("get_weather", {"city": "Paris"})),
+            (HELLO, None, "Hello there!"),
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +64,11 @@ def test_a_tools_request_gets_the_models_tool_call(server):
 
 
 def test_streamed_tool_call_arrives_as_deltas(server):
-    chunks = list(_client(server).chat.completions.create(model="m-tool", messages=ASK, tools=[WEATHER],
-                                                          temperature=0, stream=True))
+    chunks = list(
+        _client(server).chat.completions.create(
+            model="m-tool", messages=ASK, tools=[WEATHER], temperature=0, stream=True
+        )
+    )
     calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert [tc.function.name for tc in calls] == ["get_weather"]
     assert calls[0].index == 0 and calls[0].id.startswith("call_")
@@ -72,24 +83,40 @@ def test_without_tools_the_answer_is_plain_content(server):
     assert hello.choices[0].message.content == "Hello there!" and hello.choices[0].message.tool_calls is None
     assert hello.choices[0].finish_reason == "stop"
     # tool_choice "none": the same question is answered as text; nothing is parsed into a call
-    none = client.chat.completions.create(model="m-tool", messages=ASK, tools=[WEATHER], tool_choice="none",
-                                          temperature=0)
+    none = client.chat.completions.create(
+        model="m-tool", messages=ASK, tools=[WEATHER], tool_choice="none", temperature=0
+    )
     assert none.choices[0].message.tool_calls is None and none.choices[0].finish_reason != "tool_calls"
 
 
 def test_a_conversation_with_a_tool_result_is_served(server):
     """The turn after a call: the assistant's call (arguments a JSON string) and the tool's result."""
-    msgs = ASK + [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
-    resp = _client(server).chat.completions.create(model="m-tool", messages=msgs, tools=[WEATHER], temperature=0,
-                                                   max_tokens=8)
+    msgs = ASK + [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+    ]
+    resp = _client(server).chat.completions.create(
+        model="m-tool", messages=msgs, tools=[WEATHER], temperature=0, max_tokens=8
+    )
     assert resp.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
 def _post(server, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(server.base_url + "/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.base_url + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=600) as resp:
             return resp.status, json.loads(resp.read())
@@ -97,16 +124,24 @@ def _post(server, body: dict) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-@pytest.mark.parametrize("changes, field", [
-    ({"tools": "get_weather"}, "tools: "),
-    ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0].function.name: "),
-    ({"tools": [{"type": "retrieval"}]}, "tools[0].type: "),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, "tools[0].function.parameters: "),
-    ({"tools": [WEATHER], "tool_choice": "always"}, "tool_choice: "),
-    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-     "tool_choice.function.name: "),
-    ({"tool_choice": "required"}, "tool_choice: needs tools"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"tools": "get_weather"}, "tools: "),
+        ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0].function.name: "),
+        ({"tools": [{"type": "retrieval"}]}, "tools[0].type: "),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]},
+            "tools[0].function.parameters: ",
+        ),
+        ({"tools": [WEATHER], "tool_choice": "always"}, "tool_choice: "),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice.function.name: ",
+        ),
+        ({"tool_choice": "required"}, "tool_choice: needs tools"),
+    ],
+)
 def test_bad_tools_are_a_one_line_400_naming_the_field(server, changes, field):
     status, body = _post(server, {"model": "m-tool", "messages": ASK, **changes})
     assert status == 400, body
@@ -122,8 +157,10 @@ def test_unparseable_calls_are_plain_content(tool_model):
 
     tok, tools = load_tokenizer(tool_model), ToolSet(tools=[WEATHER], parse=True)
     prefix = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-    for bad in ('<tool_call>\n{"name": "get_weather", "arguments": {"city": </tool_call>',
-                '<tool_call>\n{"arguments": {}}\n</tool_call>'):
+    for bad in (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": </tool_call>',
+        '<tool_call>\n{"arguments": {}}\n</tool_call>',
+    ):
         assert parse_output(tok, bad, bad, prefix, tools) == (bad, None)
         stream = StreamedCalls(tok, prefix, tools)
         deltas = [d for piece in (bad[:12], bad[12:]) for d in stream.feed(piece)] + list(stream.feed("", last=True))

@@ -16,12 +16,11 @@ import re
 import secrets
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
-
-from local_http import send_json, serving
 from pathlib import Path
 
 import pytest
 import yaml
+from local_http import send_json, serving
 from spine_helpers import DATA, TINY_TASK, cli
 
 RANDOM = secrets.token_hex(12)
@@ -31,8 +30,10 @@ TASK_KEYS = {  # keys a person pasted into prose; the needle is what must not su
     "hf": f"hf_{secrets.token_hex(12)}",
     "api_key": f"q{secrets.token_hex(12)}",
 }
-DESCRIPTION = (f"addition; my openai key is {TASK_KEYS['sk']}, the hub token {TASK_KEYS['hf']} "
-               f"and the tracker's api_key={TASK_KEYS['api_key']} (do not lose them)")
+DESCRIPTION = (
+    f"addition; my openai key is {TASK_KEYS['sk']}, the hub token {TASK_KEYS['hf']} "
+    f"and the tracker's api_key={TASK_KEYS['api_key']} (do not lose them)"
+)
 NEEDLES = [RANDOM, *(re.sub(r"^(sk-proj-|hf_)", "", k) for k in TASK_KEYS.values())]
 _B64_RUN = re.compile(rb"[A-Za-z0-9+/]{24,}={0,2}")
 
@@ -43,9 +44,15 @@ class Unauthorized(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 (http.server's name)
         sent = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode(errors="replace")
         auth = self.headers.get("Authorization", "")
-        body = {"error": {"message": f"Incorrect API key provided: {auth.removeprefix('Bearer ')}. "
-                                     f"Authorization: {auth}; request was: {sent[:4000]}",
-                          "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+        body = {
+            "error": {
+                "message": f"Incorrect API key provided: {auth.removeprefix('Bearer ')}. "
+                f"Authorization: {auth}; request was: {sent[:4000]}",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+        }
         send_json(self, 401, body)
 
     def log_message(self, *args):
@@ -92,16 +99,20 @@ def _outputs(name: str, proc) -> dict[str, str]:
 
 
 def _provider_env(server: str, persona: str) -> dict[str, str]:
-    return {f"TRAINTEAM_MODEL_{persona.upper()}": "openai:gpt-x", "TRAINTEAM_MODEL_BASE_URL": server,
-            "TRAINTEAM_MODEL_API_KEY": API_KEY}
+    return {
+        f"TRAINTEAM_MODEL_{persona.upper()}": "openai:gpt-x",
+        "TRAINTEAM_MODEL_BASE_URL": server,
+        "TRAINTEAM_MODEL_API_KEY": API_KEY,
+    }
 
 
 def test_a_run_on_a_provider_that_echoes_the_key_stores_and_prints_no_key(tmp_path, ws, provider):
     task = tmp_path / "task.yaml"
     task.write_text(yaml.safe_dump({**TINY_TASK, "workflow": "prep_only", "description": DESCRIPTION}))
     env = _provider_env(provider, "data_curator")
-    run = cli(ws, "execute-workflow", str(DATA / "prep_only.yaml"), "--task", str(task), "--run-id", "r-secret",
-              env=env)
+    run = cli(
+        ws, "execute-workflow", str(DATA / "prep_only.yaml"), "--task", str(task), "--run-id", "r-secret", env=env
+    )
     assert run.returncode == 1, run.stderr
     line = f"data_curator: openai:gpt-x at {provider}: HTTP 401 (unauthorized)"
     assert line in run.stderr and "Traceback" not in run.stderr, run.stderr
@@ -110,8 +121,13 @@ def test_a_run_on_a_provider_that_echoes_the_key_stores_and_prints_no_key(tmp_pa
     assert shown["status"] == "failed" and line in shown["error"]
     assert "[REDACTED]" in shown["task"]["description"]  # it was there, and it was masked
     printed = {**_outputs("execute-workflow", run)}
-    for args in (("runs", "list", "--json"), ("runs", "show", "r-secret", "--json"), ("runs", "report", "r-secret"),
-                 ("replay", "r-secret"), ("graph", "export", "--format", "json", "--out", str(tmp_path / "g.json"))):
+    for args in (
+        ("runs", "list", "--json"),
+        ("runs", "show", "r-secret", "--json"),
+        ("runs", "report", "r-secret"),
+        ("replay", "r-secret"),
+        ("graph", "export", "--format", "json", "--out", str(tmp_path / "g.json")),
+    ):
         printed.update(_outputs(" ".join(args[:2]), cli(ws, *args, check=True)))
     assert occurrences({**printed, **workspace_bytes(ws), "g.json": (tmp_path / "g.json").read_bytes()}) == {}
 
@@ -125,9 +141,14 @@ def test_a_request_on_a_provider_that_echoes_the_key_is_one_line_and_writes_noth
 
 
 def test_an_unreachable_model_base_url_is_one_line_and_writes_nothing(ws):
-    proc = cli(ws, "submit", "pretrain a tiny llama on the addition demo, budget 5 minutes",
-               env={"TRAINTEAM_MODEL": "openai:x", "TRAINTEAM_MODEL_BASE_URL": "http://127.0.0.1:1/v1"})
+    proc = cli(
+        ws,
+        "submit",
+        "pretrain a tiny llama on the addition demo, budget 5 minutes",
+        env={"TRAINTEAM_MODEL": "openai:x", "TRAINTEAM_MODEL_BASE_URL": "http://127.0.0.1:1/v1"},
+    )
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == ("error: ml_orchestrator: openai:x at http://127.0.0.1:1/v1: "
-                                   "cannot connect (connection refused)"), proc.stderr
+    assert proc.stderr.strip() == (
+        "error: ml_orchestrator: openai:x at http://127.0.0.1:1/v1: cannot connect (connection refused)"
+    ), proc.stderr
     assert proc.stdout == "" and not ws.exists()

@@ -20,16 +20,22 @@ from fastapi.testclient import TestClient
 from trainteam.web.access import ACCESS_FILE
 from trainteam.web.app import create_app
 from trainteam.workflows.engine.approvals import request as request_approval
-from trainteam.workflows.report.evidence import (GateVerdict, RegisterEvidence, checkpoint_evidence, lineage_evidence,
-                                          with_spike_curve)
 from trainteam.workflows.engine.store import ApprovalStore, RunStore
+from trainteam.workflows.report.evidence import (
+    GateVerdict,
+    RegisterEvidence,
+    checkpoint_evidence,
+    lineage_evidence,
+    with_spike_curve,
+)
 from trainteam.workflows.report.views import short_id
 from trainteam.workspace import Workspace
 
 
 def _cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args], capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "trainteam.cli", "-w", str(ws), *args], capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +47,21 @@ def console(tmp_path_factory):
     ws = Workspace.open(root)
     RunStore(ws.engine).create("r1", "train_model", {"name": "tiny"})
     RunStore(ws.engine).set_status("r1", "waiting_approval", current_step="register_model")
-    request_approval(ws, run_id="r1", step="register_model", visit=1, action="register_model",
-                     proposed={"name": "tiny-model"}, requested_by="ml_orchestrator",
-                     evidence={"gates": {"sft": {"passed": True, "exact_match": 0.75}},
-                               "loss_curve": [[1, 2.5], [2, 2.1], [3, 1.7], [4, 1.2]],
-                               "checkpoint": {"sha256": "ab" * 32, "path": "/x/final"},
-                               "lineage": [{"kind": "DatasetVersion", "id": "d1"}, {"kind": "Corpus", "id": "c1"}]})
+    request_approval(
+        ws,
+        run_id="r1",
+        step="register_model",
+        visit=1,
+        action="register_model",
+        proposed={"name": "tiny-model"},
+        requested_by="ml_orchestrator",
+        evidence={
+            "gates": {"sft": {"passed": True, "exact_match": 0.75}},
+            "loss_curve": [[1, 2.5], [2, 2.1], [3, 1.7], [4, 1.2]],
+            "checkpoint": {"sha256": "ab" * 32, "path": "/x/final"},
+            "lineage": [{"kind": "DatasetVersion", "id": "d1"}, {"kind": "Corpus", "id": "c1"}],
+        },
+    )
     return ws, made.stdout.strip()
 
 
@@ -61,8 +76,11 @@ def _csrf(html: str) -> str:
 def _signed_in(ws, token: str, name: str = "alice") -> TestClient:
     client = _client(ws)
     form = client.get("/signin")
-    done = client.post("/signin", data={"token": token, "name": name, "csrf": _csrf(form.text), "next": "/runs"},
-                       follow_redirects=False)
+    done = client.post(
+        "/signin",
+        data={"token": token, "name": name, "csrf": _csrf(form.text), "next": "/runs"},
+        follow_redirects=False,
+    )
     assert done.status_code == 303 and done.headers["location"] == "/runs"
     return client
 
@@ -83,15 +101,19 @@ def test_a_wrong_token_is_refused_and_the_right_one_opens_a_strict_httponly_sess
     ws, token = console
     client = _client(ws)
     form = client.get("/signin")
-    wrong = client.post("/signin", data={"token": token[:-2] + "xx", "name": "mallory", "csrf": _csrf(form.text)},
-                        follow_redirects=False)
+    wrong = client.post(
+        "/signin",
+        data={"token": token[:-2] + "xx", "name": "mallory", "csrf": _csrf(form.text)},
+        follow_redirects=False,
+    )
     assert wrong.status_code == 401 and "Wrong access token." in wrong.text
     assert "trainteam_session" not in wrong.headers.get("set-cookie", "")
     assert client.get("/runs").status_code == 401
 
     form = client.get("/signin")
-    right = client.post("/signin", data={"token": token, "name": "alice", "csrf": _csrf(form.text)},
-                        follow_redirects=False)
+    right = client.post(
+        "/signin", data={"token": token, "name": "alice", "csrf": _csrf(form.text)}, follow_redirects=False
+    )
     cookie = [c for c in right.headers.get_list("set-cookie") if c.startswith("trainteam_session=")][0]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     runs = client.get("/runs")
@@ -113,7 +135,9 @@ def test_posts_without_the_csrf_token_are_refused(console):
     assert ApprovalStore(ws.engine).get(approval)["status"] == "pending"  # nothing was decided
     other = _signed_in(ws, token, "bob")  # another session's token is not this session's
     bob_csrf = _csrf(other.get("/approvals").text)
-    assert alice.post(f"/approvals/{approval}/decide", data={"decision": "approve", "csrf": bob_csrf}).status_code == 403
+    assert (
+        alice.post(f"/approvals/{approval}/decide", data={"decision": "approve", "csrf": bob_csrf}).status_code == 403
+    )
     assert alice.post("/signout", data={}).status_code == 403
 
 
@@ -144,14 +168,15 @@ def test_serving_needs_a_token_first(tmp_path):
     proc = _cli(tmp_path / "ws", "web", "--port", "0")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: web: no access token yet; run `trainteam web --new-token` first and keep what it prints"]
+        "error: web: no access token yet; run `trainteam web --new-token` first and keep what it prints"
+    ]
 
 
 def test_approval_evidence_is_shown_as_sections_and_a_curve(console):
     ws, token = console
     page = _signed_in(ws, token).get("/approvals")
     assert page.status_code == 200
-    section = page.text[page.text.index('class="approval pending"'):]
+    section = page.text[page.text.index('class="approval pending"') :]
     assert "<dt>gates</dt>" in section and "<dt>exact_match</dt><dd>0.75</dd>" in section
     assert '<svg class="sparkline"' in section and "4 points, 2.5 → 1.2" in section
     assert "<th>kind</th>" in section and "<th>id</th>" in section and "<td>DatasetVersion</td>" in section
@@ -164,7 +189,7 @@ def test_pages_refuse_other_hosts_and_carry_a_strict_content_policy(console):
     page = client.get("/runs")
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-frame-options"] == "DENY"
-    assert "<script src=\"/static/console.js\"" in page.text and "cdn" not in page.text.lower()
+    assert '<script src="/static/console.js"' in page.text and "cdn" not in page.text.lower()
     assert client.get("/static/console.js").status_code == 200
     rebound = client.get("/runs", headers={"host": "evil.example"})
     assert rebound.status_code == 400
@@ -174,7 +199,7 @@ def test_the_lineage_picture_links_each_node(console):
     ws, token = console
     page = _signed_in(ws, token).get("/graph", params={"node": "Approval:r1.register_model.1.register_model"})
     assert page.status_code == 200
-    svg = page.text[page.text.index("<svg class=\"lineage\""):page.text.index("</svg>")]
+    svg = page.text[page.text.index('<svg class="lineage"') : page.text.index("</svg>")]
     assert 'data-node="Approval:r1.register_model.1.register_model"' in svg
     assert 'data-node="Step:r1/register_model#1"' in svg and "requested_by" in svg
     missing = _signed_in(ws, token).get("/graph", params={"node": "Model:nope"})
@@ -196,15 +221,18 @@ def test_curves_grow_from_the_run_history_training_writes_and_stream_until_the_r
     first = client.get("/api/runs/g1/curves").json()
     assert first["points"] == 6
     assert {(s["folder"], s["metric"]): s["points"] for s in first["series"]}[("grpo-v1", "reward")] == [
-        [1, 0.2], [2, 0.4]]
+        [1, 0.2],
+        [2, 0.4],
+    ]
     with history.path.open("a") as fh:  # a line still being written is not read half
         fh.write('{"event": "log", "time": 1, "step": 3, "loss": 0.1')
     assert client.get("/api/runs/g1/curves").json()["points"] == 6
     with history.path.open("a") as fh:
         fh.write(', "reward": 0.9}\n')
     grown = client.get("/api/runs/g1/curves").json()
-    assert grown["points"] == 8 and [3, 0.9] in [p for s in grown["series"] if s["metric"] == "reward"
-                                                   for p in s["points"]]
+    assert grown["points"] == 8 and [3, 0.9] in [
+        p for s in grown["series"] if s["metric"] == "reward" for p in s["points"]
+    ]
 
     store.set_status("g1", "completed")
     with client.stream("GET", "/api/runs/g1/curves/stream") as stream:
@@ -283,38 +311,83 @@ def judged(tmp_path_factory):
     data = g.link("DatasetVersion", "d1", [("derived_from", corpus)], path="/data/d1")
     ckpt = g.link("Checkpoint", "w1", [("trained_on", data)], path=str(folder))
     registration = RegisterEvidence(
-        stage="sft", metrics={"exact_match": 0.0, "heldout_loss": 1.25},
-        gates=[GateVerdict(step="gate_sft", stage="sft", passed=True, promoted=True, checked=["heldout_loss"]),
-               GateVerdict(step="gate_final", stage="sft", passed=False, promoted=False, checked=["exact_match"],
-                           reasons=["exact_match 0 < 0.5"])],
-        checkpoint=checkpoint_evidence(folder, ckpt), lineage=lineage_evidence(g, ckpt))
+        stage="sft",
+        metrics={"exact_match": 0.0, "heldout_loss": 1.25},
+        gates=[
+            GateVerdict(step="gate_sft", stage="sft", passed=True, promoted=True, checked=["heldout_loss"]),
+            GateVerdict(
+                step="gate_final",
+                stage="sft",
+                passed=False,
+                promoted=False,
+                checked=["exact_match"],
+                reasons=["exact_match 0 < 0.5"],
+            ),
+        ],
+        checkpoint=checkpoint_evidence(folder, ckpt),
+        lineage=lineage_evidence(g, ckpt),
+    )
     runs = RunStore(ws.engine)
     for run_id in ("r2", "r3", "r4"):
         runs.create(run_id, "train_model", {"name": "tiny"})
-    waiting = subprocess.run([sys.executable, "-c", _WAITING_RUNS, str(root), "r2", "r3", "r4"], capture_output=True,
-                             text=True, timeout=600)
+    waiting = subprocess.run(
+        [sys.executable, "-c", _WAITING_RUNS, str(root), "r2", "r3", "r4"], capture_output=True, text=True, timeout=600
+    )
     assert waiting.returncode == 0, waiting.stderr
     ask = {"visit": 1, "requested_by": "ml_orchestrator"}
-    request_approval(ws, run_id="r2", step="register_model", action="register_model", proposed={"name": "tiny"},
-                     evidence={"summary": "gate_final failed", "register_model": registration.model_dump(mode="json")},
-                     **ask)
+    request_approval(
+        ws,
+        run_id="r2",
+        step="register_model",
+        action="register_model",
+        proposed={"name": "tiny"},
+        evidence={"summary": "gate_final failed", "register_model": registration.model_dump(mode="json")},
+        **ask,
+    )
     spike = {"stage": "sft", "spike_step": 30}
     losses = {"sft": [[s, 2.0 - s / 50 + (3.0 if s == 30 else 0.0)] for s in range(1, 51)]}
-    request_approval(ws, run_id="r3", step="train", action="restart_after_spike_1", proposed=spike,
-                     evidence=with_spike_curve({"monitor": {"step": 30, "metric": "loss", "value": 4.4,
-                                                            "window_mean": 1.42, "window_std": 0.01, "z": 298.0}},
-                                               spike, losses), **ask)
-    request_approval(ws, run_id="r4", step="train", action="exceed_budget_1",
-                     proposed={"continue_with": "train", "extra_minutes": 5.0},
-                     evidence={"spent": {"seconds": 660.0, "cost_usd": 0.0}, "allowed_minutes": 10.0,
-                               "budget": {"max_wall_minutes": 10.0, "max_cost_usd": None}}, **ask)
+    request_approval(
+        ws,
+        run_id="r3",
+        step="train",
+        action="restart_after_spike_1",
+        proposed=spike,
+        evidence=with_spike_curve(
+            {
+                "monitor": {
+                    "step": 30,
+                    "metric": "loss",
+                    "value": 4.4,
+                    "window_mean": 1.42,
+                    "window_std": 0.01,
+                    "z": 298.0,
+                }
+            },
+            spike,
+            losses,
+        ),
+        **ask,
+    )
+    request_approval(
+        ws,
+        run_id="r4",
+        step="train",
+        action="exceed_budget_1",
+        proposed={"continue_with": "train", "extra_minutes": 5.0},
+        evidence={
+            "spent": {"seconds": 660.0, "cost_usd": 0.0},
+            "allowed_minutes": 10.0,
+            "budget": {"max_wall_minutes": 10.0, "max_cost_usd": None},
+        },
+        **ask,
+    )
     cards = {r["run_id"]: r for r in ApprovalStore(ws.engine).list()}
     return ws, made.stdout.strip(), cards, folder
 
 
 def _section(html: str, approval: dict) -> str:
     start = html.index(f'data-approval="{approval["id"]}"')
-    return html[start:html.index("</section>", start)]
+    return html[start : html.index("</section>", start)]
 
 
 def test_a_registration_shows_its_metrics_gates_checkpoint_and_lineage(judged):
@@ -326,7 +399,9 @@ def test_a_registration_shows_its_metrics_gates_checkpoint_and_lineage(judged):
     verdicts = re.findall(r'class="gate gate-(\w+)" data-gate="(\w+)"', section)
     assert verdicts == [("pass", "gate_sft"), ("fail", "gate_final")] and "exact_match 0 &lt; 0.5" in section
     sha = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
-    assert f'<code class="checkpoint-path">{folder}</code>' in section and f'<code class="sha256">{sha}</code>' in section
+    assert (
+        f'<code class="checkpoint-path">{folder}</code>' in section and f'<code class="sha256">{sha}</code>' in section
+    )
     links = re.findall(r'class="lineage-link" href="(/graph\?node=[^"]+)">', section)
     assert "/graph?node=DatasetVersion%3Ad1" in links and "/graph?node=Corpus%3Ac1" in links
     picture = client.get(links[links.index("/graph?node=Corpus%3Ac1") - 1])  # the dataset's row links its lineage
@@ -338,7 +413,7 @@ def test_a_registration_shows_its_metrics_gates_checkpoint_and_lineage(judged):
 def test_a_spike_shows_the_curve_around_it_with_the_spike_marked(judged):
     ws, token, rows, _ = judged
     section = _section(_signed_in(ws, token).get("/approvals").text, rows["r3"])
-    svg = section[section.index('<svg class="marked-curve"'):section.index("</svg>")]
+    svg = section[section.index('<svg class="marked-curve"') : section.index("</svg>")]
     assert svg.count('r="2"/>') == 16  # 12 logged points before the spike, the spike, 3 after
     assert '<g class="mark" data-x="30" data-y="4.4">' in svg and "spike at 30: 4.4" in svg
     assert "z 298.0" in section and "window mean of 1.42" in section
@@ -367,8 +442,9 @@ def test_short_ids_name_approvals_in_the_page_and_its_urls(judged):
     assert client.get("/approvals/0000000000").status_code == 404
     assert client.get("/approvals/-x").status_code == 400
     csrf = _csrf(client.get(f"/approvals/{short}").text)
-    done = client.post(f"/approvals/{short}/decide", data={"decision": "reject", "note": "no", "csrf": csrf},
-                       follow_redirects=False)
+    done = client.post(
+        f"/approvals/{short}/decide", data={"decision": "reject", "note": "no", "csrf": csrf}, follow_redirects=False
+    )
     assert done.status_code == 303 and done.headers["location"] == f"/approvals?decided={short}"
     row = ApprovalStore(ws.engine).get(approval["id"])
     assert (row["status"], row["decided_by"], row["note"]) == ("rejected", "carol", "no")

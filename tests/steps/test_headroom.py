@@ -5,12 +5,17 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from trainteam.contract.step_io import StepResult
-from trainteam.workflows.steps.headroom import offline_choice
 from trainteam.contract.train_task import TrainTask
+from trainteam.workflows.steps.headroom import offline_choice
 
-TASK = {"name": "t", "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2}, "data": {"demo": "addition"},
-        "stages": ["pretrain", "grpo"], "budget": {"max_wall_minutes": 5},
-        "gates": {"grpo": {"metric": "exact_match", "max_regression": 0.0}}}
+TASK = {
+    "name": "t",
+    "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2},
+    "data": {"demo": "addition"},
+    "stages": ["pretrain", "grpo"],
+    "budget": {"max_wall_minutes": 5},
+    "gates": {"grpo": {"metric": "exact_match", "max_regression": 0.0}},
+}
 
 
 def _choice(judged: dict, **task) -> object:

@@ -12,8 +12,12 @@ from trainteam.graph import EdgeKind
 from trainteam.trainers.search.recipe_search import lr_text as _lr
 from trainteam.workspace import Workspace
 
-SEARCHED = {**TINY_TASK, "name": "searched", "search": True,
-            "training": {"pretrain": {"max_steps": 36, "per_device_batch_size": 8, "seq_len": 32}}}
+SEARCHED = {
+    **TINY_TASK,
+    "name": "searched",
+    "search": True,
+    "training": {"pretrain": {"max_steps": 36, "per_device_batch_size": 8, "seq_len": 32}},
+}
 
 
 def _run(tmp_path, name: str) -> tuple[Workspace, dict, str, str]:
@@ -52,7 +56,9 @@ def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(t
     assert "recipe search of pretrain: lr 1e-4, 2.51e-4" in printed
     assert sum(" at step 2: held-out loss " in line for line in printed.splitlines()) >= 6
     assert "step 2: held-out loss ranks them; on to step 18: lr" in printed
-    assert f"recipe for pretrain: lr {_lr(chosen['learning_rate'])} (probe {report['best_trial']}): the best at" in printed
+    assert (
+        f"recipe for pretrain: lr {_lr(chosen['learning_rate'])} (probe {report['best_trial']}): the best at" in printed
+    )
     shown = json.loads(cli(tmp_path / "first", "runs", "show", run_id, "--json", check=True).stdout)["search"]
     assert shown["pretrain"]["chosen"] == chosen and shown["pretrain"]["comparisons"] == report["comparisons"]
     assert [p["heldout_loss"] for p in shown["pretrain"]["probes"]] == [p["values"] for p in probes]
@@ -71,8 +77,10 @@ def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(t
     nx = g.to_networkx()
     out = {(dst, d["kind"]) for _, dst, d in nx.out_edges(decision["id"], data=True)}
     assert {n["id"] for n in probe_nodes} == {dst for dst, kind in out if kind == EdgeKind.DECIDED_BY.value}
-    assert all(any(d["kind"] == EdgeKind.PRODUCED_BY.value for _, _, d in nx.out_edges(n["id"], data=True))
-               for n in probe_nodes)
+    assert all(
+        any(d["kind"] == EdgeKind.PRODUCED_BY.value for _, _, d in nx.out_edges(n["id"], data=True))
+        for n in probe_nodes
+    )
 
     # the run report shows every probe, the choice and why, and a picture of the probes' curves
     cli(tmp_path / "first", "runs", "report", run_id, check=True)
@@ -81,18 +89,25 @@ def test_a_stage_without_a_learning_rate_is_searched_and_trained_at_the_choice(t
     assert (next((tmp_path / "first").rglob("report.md")).parent / "search.png").stat().st_size > 5000
 
 
-
 def test_a_later_stage_shares_only_the_time_the_run_has_left_not_what_the_step_already_spent():
     """The demo without settings gave SFT 1,523 s of the 1,140 the run had left: pretraining ran inside the same
     step, which ``spent_s`` (earlier steps only) does not count. The run's live ceiling does."""
     from trainteam.contract.step_io import ToolContext
+    from trainteam.contract.train_task import TrainTask
     from trainteam.trainers.training import budget
     from trainteam.workflows.steps.recipe import _time_shares
-    from trainteam.contract.train_task import TrainTask
 
     task = TrainTask.model_validate({**TINY_TASK, "stages": ["pretrain", "sft"], "training": {}, "search": True})
-    ctx = ToolContext(ws=None, run_id="r", step="train", visit=1, persona="training_engineer", task=task,
-                      spent_s=60.0, allowed_s=1800.0)
+    ctx = ToolContext(
+        ws=None,
+        run_id="r",
+        step="train",
+        visit=1,
+        persona="training_engineer",
+        task=task,
+        spent_s=60.0,
+        allowed_s=1800.0,
+    )
     with budget.ceiling(1800.0 - 60.0, 1800.0):
         _, first = _time_shares(ctx, "pretrain", ["sft"])
     with budget.ceiling(1140.0, 1800.0):  # the same step, 600 s of pretraining later
@@ -105,8 +120,8 @@ def test_a_later_stage_shares_only_the_time_the_run_has_left_not_what_the_step_a
 def test_the_rungs_rank_by_the_gates_metric_the_task_names_else_the_default_gates():
     """The task's gate metric for the stage when the slice can measure it; else the default gate's: exact match
     after pre-training, held-out loss for pre-training (trainers/evaluation/stage_gate.py)."""
-    from trainteam.workflows.steps.recipe import search_metric
     from trainteam.contract.train_task import TrainTask
+    from trainteam.workflows.steps.recipe import search_metric
 
     def metric(stages, gates):
         task = TrainTask.model_validate({**TINY_TASK, "stages": stages, "training": {}, "gates": gates})
@@ -114,8 +129,10 @@ def test_the_rungs_rank_by_the_gates_metric_the_task_names_else_the_default_gate
 
     assert metric(["pretrain", "sft"], {"sft": {"metric": "format_adherence", "min": 0.9}})[0] == "format_adherence"
     assert metric(["pretrain", "sft"], {"sft": {"metric": "heldout_loss", "max": 2.0}})[0] == "heldout_loss"
-    assert metric(["pretrain", "sft"], {}) == ("exact_match", "the task names no gate: a post_train stage's default "
-                                                              "gate is exact match")
+    assert metric(["pretrain", "sft"], {}) == (
+        "exact_match",
+        "the task names no gate: a post_train stage's default gate is exact match",
+    )
     assert metric(["pretrain"], {})[0] == "heldout_loss"
     named, why = metric(["pretrain", "sft"], {"sft": {"metric": "determinism", "min": 0.9}})
     assert named == "exact_match" and why.startswith("the gate's determinism cannot be measured on the slice")

@@ -21,8 +21,9 @@ def _dbos_steps(ws, run_id):
 
 def test_slice_end_to_end_with_lineage(tmp_path, ws):
     task = write_task(tmp_path)
-    proc = cli(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r1", "--json", "--yes",
-               timeout=600)
+    proc = cli(
+        ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r1", "--json", "--yes", timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     view = json.loads(proc.stdout)
     assert view["status"] == "completed"
@@ -30,12 +31,20 @@ def test_slice_end_to_end_with_lineage(tmp_path, ws):
     assert [(a["action"], a["status"]) for a in view["approvals"]] == [("register_model", "approved")]
     assert view["approvals"][0]["decided_by"].endswith("(--yes)")
     assert [(s["name"], s["status"], s["attempts"]) for s in view["steps"]] == [
-        ("prepare_corpus", "completed", 1), ("curate", "completed", 1), ("precheck_data", "completed", 1),
+        ("prepare_corpus", "completed", 1),
+        ("curate", "completed", 1),
+        ("precheck_data", "completed", 1),
         ("train_tokenizer", "completed", 1),
-        ("train", "completed", 1), ("evaluate", "completed", 1), ("gate", "completed", 1),
+        ("train", "completed", 1),
+        ("evaluate", "completed", 1),
+        ("gate", "completed", 1),
         ("align", "skipped", 1),  # a skipped align goes straight to merging (nothing to measure or gate)
-        ("merge_adapters", "completed", 1), ("final_eval", "completed", 1), ("gate_final", "completed", 1),
-        ("sealed_test", "completed", 1), ("register_model", "completed", 1)]
+        ("merge_adapters", "completed", 1),
+        ("final_eval", "completed", 1),
+        ("gate_final", "completed", 1),
+        ("sealed_test", "completed", 1),
+        ("register_model", "completed", 1),
+    ]
     assert 0.0 <= view["metrics"]["evaluate.exact_match"] <= 1.0
     assert view["metrics"]["train.pretrain.steps"] == 6
 
@@ -80,8 +89,12 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     task = write_task(tmp_path, training=training)
     run = spawn(ws, "execute-workflow", "train_model", "--task", str(task), "--run-id", "r3", "-q")
     ckpt_dir = ws / "checkpoints" / "r3" / "pretrain-v1"
-    wait_for(lambda: ckpt_dir.exists() and any(p.name.startswith("checkpoint-") for p in ckpt_dir.iterdir()),
-             timeout=600, interval=0.2, what="a first checkpoint")
+    wait_for(
+        lambda: ckpt_dir.exists() and any(p.name.startswith("checkpoint-") for p in ckpt_dir.iterdir()),
+        timeout=600,
+        interval=0.2,
+        what="a first checkpoint",
+    )
     os.kill(run.pid, signal.SIGKILL)
     run.wait(timeout=10)
     before = run_view(ws, "r3")
@@ -97,7 +110,9 @@ def test_kill_during_training_then_resume_runs_each_finished_step_once(tmp_path,
     assert view["status"] == "completed"
     attempts = {s["name"]: s["attempts"] for s in view["steps"]}
     assert attempts.pop("train") == 2
-    assert set(attempts.values()) == {1} and len(attempts) == 12  # precheck_data, sealed_test in; a skipped align goes to merging
+    assert (
+        set(attempts.values()) == {1} and len(attempts) == 12
+    )  # precheck_data, sealed_test in; a skipped align goes to merging
     assert view["metrics"]["train.pretrain.steps"] == 150
     assert view["metrics"]["train.pretrain.threads"] == 1
     # DBOS recorded every step exactly once; the graph holds one Step node per step

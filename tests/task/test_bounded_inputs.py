@@ -4,7 +4,6 @@ traceback, done within 10 s of CPU time, and the workspace is not created (nothi
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,13 @@ from spine_helpers import TINY_TASK, cli
 
 # Nine levels of nine aliases (9**9, 387 million strings once expanded), in a spec whose step
 # input names the last one; a comment pads it to the 723 bytes.
-_BOMB = "".join([
-    'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n',
-    *(f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")),
-    "name: bomb\nstart: s\nsteps: [{name: s, persona: data_curator, tool: prepare_corpus, inputs: {x: *i}}]\n",
-])
+_BOMB = "".join(
+    [
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n',
+        *(f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")),
+        "name: bomb\nstart: s\nsteps: [{name: s, persona: data_curator, tool: prepare_corpus, inputs: {x: *i}}]\n",
+    ]
+)
 BOMB = _BOMB + "# billion laughs".ljust(722 - len(_BOMB), ".") + "\n"
 GOOD_STEP = {"name": "prep", "persona": "data_curator", "tool": "prepare_corpus"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +70,11 @@ def test_the_bomb_is_small():
 def test_an_alias_bomb_is_refused_at_once(command, tmp_path, ws, task):
     spec = tmp_path / "bomb.yaml"
     spec.write_text(BOMB)
-    args = ("workflows", "validate", str(spec)) if command == "validate" else (
-        "execute-workflow", str(spec), "--task", str(task))
+    args = (
+        ("workflows", "validate", str(spec))
+        if command == "validate"
+        else ("execute-workflow", str(spec), "--task", str(task))
+    )
     line = _refused(ws, *args, expected="aliases expand it to more than 100,000 nodes")
     assert str(spec) in line
 
@@ -93,14 +97,20 @@ FILES = {
     "unknown tool": (_spec(tool="fly"), "steps.prep.tool: unknown tool 'fly'"),
     "tool not on the card": (_spec(tool="train"), "steps.prep.tool: 'train' is not on the data_curator card"),
     "a loop allowed 10^9 times": (_looping(10**9, 1), "edges.8.max_loops: Input should be less than or equal to 10"),
-    "loops over 30 passes in all": (_looping(10, 10, more=(("train", 10), ("final_eval", 1))),
-                                    "edges: the loop edges allow 31 passes in all; at most 30"),
-    "101 steps": (yaml.safe_dump({"name": "t", "start": "s0", "steps": [
-        {**GOOD_STEP, "name": f"s{i}"} for i in range(101)]}), "steps: List should have at most 100 items"),
+    "loops over 30 passes in all": (
+        _looping(10, 10, more=(("train", 10), ("final_eval", 1))),
+        "edges: the loop edges allow 31 passes in all; at most 30",
+    ),
+    "101 steps": (
+        yaml.safe_dump({"name": "t", "start": "s0", "steps": [{**GOOD_STEP, "name": f"s{i}"} for i in range(101)]}),
+        "steps: List should have at most 100 items",
+    ),
     "a key given twice": (_spec() + "start: other\n", "key 'start' is given twice (lines 2 and 7); keep one"),
-    "a step's key given twice": ("name: t\nstart: prep\nsteps:\n- name: prep\n  persona: data_curator\n"
-                                 "  tool: prepare_corpus\n  persona: eval_judge\n",
-                                 "key 'persona' is given twice (lines 5 and 7)"),
+    "a step's key given twice": (
+        "name: t\nstart: prep\nsteps:\n- name: prep\n  persona: data_curator\n"
+        "  tool: prepare_corpus\n  persona: eval_judge\n",
+        "key 'persona' is given twice (lines 5 and 7)",
+    ),
 }
 
 
@@ -114,8 +124,14 @@ def test_a_bad_spec_file_is_one_line(case, tmp_path, ws):
 
 def test_a_tool_the_run_would_refuse_fails_before_the_run(tmp_path, ws, task):
     spec = _write(tmp_path / "t.yaml", _spec(persona="eval_judge", tool="register_model"))
-    _refused(ws, "execute-workflow", str(spec), "--task", str(task),
-             expected="steps.prep.tool: 'register_model' is not on the eval_judge card")
+    _refused(
+        ws,
+        "execute-workflow",
+        str(spec),
+        "--task",
+        str(task),
+        expected="steps.prep.tool: 'register_model' is not on the eval_judge card",
+    )
 
 
 def test_the_bundled_and_a_good_spec_still_validate(tmp_path, ws):
@@ -154,8 +170,15 @@ def test_a_spec_that_is_not_a_file(kind, tmp_path, ws, task):
 def test_a_config_file_is_bounded_too(tmp_path, ws):
     bomb = _write(tmp_path / "cfg.yaml", BOMB)
     _refused(ws, "plan", "--params", "1e6", "--config", str(bomb), expected="--config: ")
-    _refused(ws, "plan", "--params", "1e6", "--hardware", "/dev/zero",
-             expected="/dev/zero: --hardware file is not a regular file")
+    _refused(
+        ws,
+        "plan",
+        "--params",
+        "1e6",
+        "--hardware",
+        "/dev/zero",
+        expected="/dev/zero: --hardware file is not a regular file",
+    )
 
 
 SAFE_LOAD_PARITY = [
@@ -191,8 +214,11 @@ def test_a_key_given_twice_is_refused_naming_both_lines(loader, monkeypatch):
     if loader == "python":
         monkeypatch.setattr(inputfiles, "_Loader", inputfiles._PyLoader)
     text = "training:\n  sft:\n    learning_rate: 1e-4\n    max_steps: 5\n    learning_rate: 3e-4\n"
-    with pytest.raises(BadInput, match=r"^task\.yaml: YAML refused: key 'learning_rate' is given twice "
-                                        r"\(lines 3 and 5\); keep one$"):
+    with pytest.raises(
+        BadInput,
+        match=r"^task\.yaml: YAML refused: key 'learning_rate' is given twice "
+        r"\(lines 3 and 5\); keep one$",
+    ):
         inputfiles.load_yaml(text, "task.yaml")
     with pytest.raises(BadInput, match=r"key 'a' is given twice \(lines 1 and 1\)"):
         inputfiles.load_yaml("- {a: 1, b: 2, a: 3}\n", "x.yaml")

@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-import pytest
-
 import hostile_cases as hc
+import pytest
 
 RUN_ID, APPROVAL_ID = "done-run-0001", "wait-run-0001.prepare_corpus.1.run_step"
 CASES = hc.all_cases(RUN_ID, APPROVAL_ID)
@@ -39,5 +38,6 @@ def test_the_suite_is_broad():
 @pytest.mark.parametrize("case_id", IDS)
 def test_one_clear_line(case_id, outcomes):
     o = outcomes[case_id]
-    assert o.verdict == "clear", f"{o.case.kind}: {o.case.name}: {o.verdict} ({o.why}); rc {o.rc}, " \
-                                 f"{o.seconds:.1f} s; stderr: {o.stderr[-600:]}"
+    assert o.verdict == "clear", (
+        f"{o.case.kind}: {o.case.name}: {o.verdict} ({o.why}); rc {o.rc}, {o.seconds:.1f} s; stderr: {o.stderr[-600:]}"
+    )

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from spine_helpers import DATA, TINY_TASK, cli
 
+from trainteam.contract.train_task import parse_task
 from trainteam.core.errors import BadInput
 from trainteam.curation.splits import held_out
 from trainteam.workflows.task.preflight import preflight
-from trainteam.contract.train_task import parse_task
 
 
 def _qa_rows(n: int, seed: int = 0) -> list[dict]:
@@ -65,8 +65,10 @@ def _jsonl(path) -> list[dict]:
 
 def test_parquet_with_a_column_mapping_trains_and_holds_out_a_seeded_share(tmp_path, ws):
     rows = _qa_rows(120)
-    task = _task(tmp_path, {"path": str(_parquet(rows, tmp_path / "mine.parquet")),
-                            "columns": {"prompt": "q", "completion": "a"}})
+    task = _task(
+        tmp_path,
+        {"path": str(_parquet(rows, tmp_path / "mine.parquet")), "columns": {"prompt": "q", "completion": "a"}},
+    )
     proc = cli(ws, "execute-workflow", "train_model", "--task", task, "--yes", "--run-id", "pq-run-0001", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = _prepare_output(ws, "pq-run-0001")
@@ -110,6 +112,7 @@ def test_a_bad_column_is_one_line_exit_2_and_no_run(tmp_path, ws):
 
 # -- preflight: every row of every stage's data, before a run exists -------------------------------------
 
+
 def _check(tmp_path, data: dict, **changes):
     body = {**TINY_TASK, "data": data, **changes}
     task = parse_task(body, "task.yaml", tmp_path)
@@ -117,8 +120,10 @@ def _check(tmp_path, data: dict, **changes):
     return task
 
 
-CHAT = [{"messages": [{"role": "user", "content": f"{i}+1?"}, {"role": "assistant", "content": str(i + 1)}]}
-        for i in range(20)]
+CHAT = [
+    {"messages": [{"role": "user", "content": f"{i}+1?"}, {"role": "assistant", "content": str(i + 1)}]}
+    for i in range(20)
+]
 
 
 def test_preflight_takes_chat_preference_and_mapped_rows_where_the_method_reads_them(tmp_path):
@@ -126,21 +131,36 @@ def test_preflight_takes_chat_preference_and_mapped_rows_where_the_method_reads_
 
     datasets.disable_progress_bars()
     datasets.Dataset.from_list(CHAT).save_to_disk(str(tmp_path / "chat"))
-    sft = {"stages": ["pretrain", "sft"], "training": {s: {"max_steps": 2, "seq_len": 32} for s in ("pretrain", "sft")},
-           "gates": {}}
+    sft = {
+        "stages": ["pretrain", "sft"],
+        "training": {s: {"max_steps": 2, "seq_len": 32} for s in ("pretrain", "sft")},
+        "gates": {},
+    }
     _check(tmp_path, {"path": "chat"}, **sft)  # a relative folder, held-out share of chat rows
     pref = [{"prompt": f"{i}+1?", "chosen": str(i + 1), "rejected": str(i)} for i in range(20)]
     (tmp_path / "pref.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pref))
     (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CHAT[:4]))
-    with pytest.raises(BadInput, match=r"^task\.yaml: data\.path: .*pref\.jsonl:1: pretrain trains on text, pair, "
-                                       r"chat rows; this row is preference$"):
+    with pytest.raises(
+        BadInput,
+        match=r"^task\.yaml: data\.path: .*pref\.jsonl:1: pretrain trains on text, pair, "
+        r"chat rows; this row is preference$",
+    ):
         _check(tmp_path, {"path": "pref.jsonl", "eval_path": "eval.jsonl"}, **sft)
-    curriculum = [{"name": "pretrain", "training": {"max_steps": 2, "seq_len": 32}},
-                  {"name": "sft", "kind": "post_train", "training": {"max_steps": 2, "seq_len": 32},
-                   "data": {"path": "pref.jsonl", "eval_path": "eval.jsonl"}}]
+    curriculum = [
+        {"name": "pretrain", "training": {"max_steps": 2, "seq_len": 32}},
+        {
+            "name": "sft",
+            "kind": "post_train",
+            "training": {"max_steps": 2, "seq_len": 32},
+            "data": {"path": "pref.jsonl", "eval_path": "eval.jsonl"},
+        },
+    ]
     body = {k: v for k, v in TINY_TASK.items() if k not in ("stages", "training", "gates")}
-    with pytest.raises(BadInput, match=r"^task\.yaml: curriculum\[1\]\.data\.path: .*pref\.jsonl:1: sft trains on "
-                                       r"pair, chat, text rows; this row is preference$"):
+    with pytest.raises(
+        BadInput,
+        match=r"^task\.yaml: curriculum\[1\]\.data\.path: .*pref\.jsonl:1: sft trains on "
+        r"pair, chat, text rows; this row is preference$",
+    ):
         preflight(parse_task({**body, "curriculum": curriculum}, "task.yaml", tmp_path), "task.yaml")
 
 
@@ -150,14 +170,23 @@ def test_preflight_refuses_conversations_without_a_reply_to_learn_or_check(tmp_p
     (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CHAT[:4]))
     # pretraining reads it as text, so the row is fine there...
     _check(tmp_path, {"path": "chat.jsonl", "eval_path": "eval.jsonl"})
-    sft = {"stages": ["pretrain", "sft"], "training": {s: {"max_steps": 2, "seq_len": 32} for s in ("pretrain", "sft")},
-           "gates": {}}
-    with pytest.raises(BadInput, match=r"chat\.jsonl:6: column 'messages': the conversation ends with a user turn, "
-                                       r"not an assistant reply$"):
+    sft = {
+        "stages": ["pretrain", "sft"],
+        "training": {s: {"max_steps": 2, "seq_len": 32} for s in ("pretrain", "sft")},
+        "gates": {},
+    }
+    with pytest.raises(
+        BadInput,
+        match=r"chat\.jsonl:6: column 'messages': the conversation ends with a user turn, "
+        r"not an assistant reply$",
+    ):
         _check(tmp_path, {"path": "chat.jsonl", "eval_path": "eval.jsonl"}, **sft)
     # ...but never as a held-out row: exact match checks a reference answer
-    with pytest.raises(BadInput, match=r"task\.yaml: data\.eval_path: .*chat\.jsonl:6: column 'messages': the "
-                                       r"conversation ends with a user turn"):
+    with pytest.raises(
+        BadInput,
+        match=r"task\.yaml: data\.eval_path: .*chat\.jsonl:6: column 'messages': the "
+        r"conversation ends with a user turn",
+    ):
         _check(tmp_path, {"path": "eval.jsonl", "eval_path": "chat.jsonl"})
 
 
@@ -165,11 +194,16 @@ def test_preflight_checks_the_rows_it_will_hold_out(tmp_path):
     texts = [{"text": f"story number {i}"} for i in range(30)]
     (tmp_path / "stories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in texts))
     first_held = min(held_out(30, 0.1, 0))
-    with pytest.raises(BadInput, match=rf"data\.path: .*stories\.jsonl:{first_held + 1}: held out for evaluation, a "
-                                       r"held-out row needs a prompt and its reference answer.*give data\.eval_path$"):
+    with pytest.raises(
+        BadInput,
+        match=rf"data\.path: .*stories\.jsonl:{first_held + 1}: held out for evaluation, a "
+        r"held-out row needs a prompt and its reference answer.*give data\.eval_path$",
+    ):
         _check(tmp_path, {"path": "stories.jsonl"})
     (tmp_path / "one.jsonl").write_text(json.dumps({"prompt": "1+1=", "completion": "2"}) + "\n")
-    with pytest.raises(BadInput, match=r"data\.path: .*one\.jsonl: 1 row: too few to hold any out.*give data\.eval_path"):
+    with pytest.raises(
+        BadInput, match=r"data\.path: .*one\.jsonl: 1 row: too few to hold any out.*give data\.eval_path"
+    ):
         _check(tmp_path, {"path": "one.jsonl"})
     (tmp_path / "empty.parquet").write_bytes(b"")
     with pytest.raises(BadInput, match=r"data\.path: .*empty\.parquet: not a readable Parquet file"):
@@ -182,8 +216,10 @@ def test_data_fields_are_checked_when_the_task_is_read(tmp_path):
         "data.columns": ({"path": "t.jsonl", "columns": {"question": "q"}}, "'question' is not a canonical column"),
         "data.columns twice": ({"path": "t.jsonl", "columns": {"prompt": "q", "completion": "q"}}, "mapped twice"),
         "demo with columns": ({"demo": "addition", "columns": {"prompt": "q"}}, "data.columns: only for data.path"),
-        "fraction with eval_path": ({"path": "t.jsonl", "eval_path": "t.jsonl", "eval_fraction": 0.2},
-                                    "data.eval_fraction"),
+        "fraction with eval_path": (
+            {"path": "t.jsonl", "eval_path": "t.jsonl", "eval_fraction": 0.2},
+            "data.eval_fraction",
+        ),
         "fraction of 1": ({"path": "t.jsonl", "eval_fraction": 1.0}, "data.eval_fraction"),
     }
     for name, (data, needle) in cases.items():

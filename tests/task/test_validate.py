@@ -18,8 +18,14 @@ from spine_helpers import TINY_TASK, _env
 
 def validate(cwd, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run from ``cwd`` with no -w: the default workspace would be ``cwd/.trainteam``."""
-    return subprocess.run([sys.executable, "-m", "trainteam.cli", "validate", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**_env(), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "trainteam.cli", "validate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**_env(), **(env or {})},
+    )
 
 
 def _files(folder) -> set[str]:
@@ -29,14 +35,32 @@ def _files(folder) -> set[str]:
 @pytest.fixture
 def chat_task(tmp_path, real_model):
     """A user's task as a TRL user writes it: their model folder, their chat rows, TRL's key names."""
-    for name, rows in (("train.jsonl", as_chat(instruction_rows(40))), ("eval.jsonl", as_chat(instruction_rows(8, 40)))):
+    for name, rows in (
+        ("train.jsonl", as_chat(instruction_rows(40))),
+        ("eval.jsonl", as_chat(instruction_rows(8, 40))),
+    ):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = {"name": "my-chat", "model": {"path": str(real_model)}, "stages": ["sft"],
-            "data": {"path": "train.jsonl", "eval_path": "eval.jsonl"}, "budget": {"max_wall_minutes": 30},
-            "training": {"sft": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
-                                 "num_train_epochs": 1, "max_length": 128, "lr_scheduler_type": "linear",
-                                 "use_peft": True, "lora_r": 8, "lora_alpha": 16, "threads": 1,
-                                 "trl": {"eval_strategy": "no", "assistant_only_loss": False}}}}
+    task = {
+        "name": "my-chat",
+        "model": {"path": str(real_model)},
+        "stages": ["sft"],
+        "data": {"path": "train.jsonl", "eval_path": "eval.jsonl"},
+        "budget": {"max_wall_minutes": 30},
+        "training": {
+            "sft": {
+                "per_device_train_batch_size": 4,
+                "gradient_accumulation_steps": 2,
+                "num_train_epochs": 1,
+                "max_length": 128,
+                "lr_scheduler_type": "linear",
+                "use_peft": True,
+                "lora_r": 8,
+                "lora_alpha": 16,
+                "threads": 1,
+                "trl": {"eval_strategy": "no", "assistant_only_loss": False},
+            }
+        },
+    }
     return tmp_path, task
 
 
@@ -50,8 +74,15 @@ def test_a_demo_task_passes_every_check_and_writes_nothing(tmp_path):
     proc = validate(tmp_path, name, "--no-measure")
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["✓ task", "✓ model", "✓ preflight", "✓ answers",
-                                                      "✓ gate (pretrain)", "✓ tokens (pretrain)", "✓ plan (pretrain)"]
+    assert [line.split(":")[0] for line in lines] == [
+        "✓ task",
+        "✓ model",
+        "✓ preflight",
+        "✓ answers",
+        "✓ gate (pretrain)",
+        "✓ tokens (pretrain)",
+        "✓ plan (pretrain)",
+    ]
     assert "random init" in lines[1] and "bounded by UTF-8 bytes" in lines[5] and "6 steps" in lines[6]
     assert lines[4] == "✓ gate (pretrain): the task's: heldout_loss <= 50"  # the gate that will apply, said before
     assert "(assumed: a FLOP guess, not measured)" in lines[6]  # how the estimate was made
@@ -68,7 +99,10 @@ def test_a_real_model_with_chat_data_and_trl_keys(chat_task, tmp_path_factory):
     out = proc.stdout
     assert "✓ model: smollm2-135m-instruct: llama, 134,515,008 parameters" in out
     assert "has a chat template" in out and "tokenizer loads (vocab 49,152)" in out
-    assert "✓ tokens (sft): 40 training rows; 40 examples" in out and "counted with the model's tokenizer, chat format" in out
+    assert (
+        "✓ tokens (sft): 40 training rows; 40 examples" in out
+        and "counted with the model's tokenizer, chat format" in out
+    )
     assert "✓ trl (sft): SFTConfig takes assistant_only_loss, eval_strategy" in out
     plan_line = next(line for line in out.splitlines() if line.startswith("✓ plan (sft)"))
     assert plan_line.startswith("✓ plan (sft): 5 steps,")  # 40 rows / (4 x 2)
@@ -104,8 +138,13 @@ def test_free_form_answers_are_said_to_be_judged_by_free_form_metrics(tmp_path, 
     train, held, _ = freeform_rows("reply", 40, 30, seed=1)
     for name, rows in (("train.jsonl", train), ("eval.jsonl", held)):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = {"name": "replies", "model": {"path": str(real_model)}, "stages": ["sft"],
-            "data": {"path": "train.jsonl", "eval_path": "eval.jsonl"}, "budget": {"max_wall_minutes": 20}}
+    task = {
+        "name": "replies",
+        "model": {"path": str(real_model)},
+        "stages": ["sft"],
+        "data": {"path": "train.jsonl", "eval_path": "eval.jsonl"},
+        "budget": {"max_wall_minutes": 20},
+    }
     proc = validate(tmp_path, _write(tmp_path, task), "--no-measure")
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = {line.split(":")[0]: line for line in proc.stdout.splitlines()}
@@ -113,10 +152,15 @@ def test_free_form_answers_are_said_to_be_judged_by_free_form_metrics(tmp_path, 
     assert "answers: free-form (long answers: the median reference holds" in judging
     assert "judged by heldout_loss, rouge_l, chrf, form_rate" in judging and "never deciding: exact_match" in judging
     gate = lines["✓ gate (sft)"]
-    assert gate.startswith("✓ gate (sft): the default (the task names none): heldout_loss below the input's beyond noise, rouge_l above")
+    assert gate.startswith(
+        "✓ gate (sft): the default (the task names none): heldout_loss below the input's beyond noise, rouge_l above"
+    )
     assert "exact_match reported, never gating" in gate
-    _refused(tmp_path, {**task, "eval": {"metrics": ["rouge_l", "bleu"]}},
-             "eval.metrics: unknown metric 'bleu' (one of heldout_loss")
+    _refused(
+        tmp_path,
+        {**task, "eval": {"metrics": ["rouge_l", "bleu"]}},
+        "eval.metrics: unknown metric 'bleu' (one of heldout_loss",
+    )
     named = validate(tmp_path, _write(tmp_path, {**task, "eval": {"metrics": ["chrf"]}}), "--no-measure")
     assert "the task names its metrics: chrf) -> judged by chrf;" in named.stdout, named.stderr[-2000:]
 
@@ -134,21 +178,30 @@ def _refused(folder, task: dict, expected: str, *args: str) -> tuple[str, str]:
 
 def test_a_misspelt_trl_key_is_refused_with_the_closest_name(tmp_path):
     task = {**TINY_TASK, "training": {"pretrain": {"max_steps": 6, "gradient_acumulation_steps": 2}}}
-    out, _ = _refused(tmp_path, task, "task.yaml: training.pretrain: unknown field 'gradient_acumulation_steps'; "
-                      "did you mean 'gradient_accumulation_steps'?")
+    out, _ = _refused(
+        tmp_path,
+        task,
+        "task.yaml: training.pretrain: unknown field 'gradient_acumulation_steps'; "
+        "did you mean 'gradient_accumulation_steps'?",
+    )
     assert out.strip().splitlines() == ["✗ task"]
 
 
 def test_a_key_given_twice_names_both(tmp_path):
     task = {**TINY_TASK, "training": {"pretrain": {"max_steps": 6, "grad_accum": 2, "gradient_accumulation_steps": 4}}}
-    _refused(tmp_path, task, "training.pretrain: grad_accum and gradient_accumulation_steps: the same setting given twice")
+    _refused(
+        tmp_path, task, "training.pretrain: grad_accum and gradient_accumulation_steps: the same setting given twice"
+    )
 
 
 def test_an_unknown_trl_block_key_names_the_field_and_the_closest(chat_task):
     folder, task = chat_task
     task["training"]["sft"]["trl"] = {"eval_stratgy": "no"}
-    out, _ = _refused(folder, task, "task.yaml: training.sft.trl.eval_stratgy: not a field of TRL's SFTConfig; "
-                      "did you mean 'eval_strategy'?")
+    out, _ = _refused(
+        folder,
+        task,
+        "task.yaml: training.sft.trl.eval_stratgy: not a field of TRL's SFTConfig; did you mean 'eval_strategy'?",
+    )
     assert out.strip().splitlines()[-1] == "✗ preflight" and out.startswith("✓ task")
 
 
@@ -192,8 +245,19 @@ def test_validate_measures_then_the_run_report_sets_the_plan_beside_the_run(tmp_
     checked = validate(tmp_path, name, env=env)
     assert checked.returncode == 0, checked.stderr[-2000:]
     assert "(measured " in checked.stdout.strip().splitlines()[-1]
-    run = cli(ws, "execute-workflow", "train_model", "--task", str(tmp_path / name), "--run-id", "r1", "--json",
-              "--yes", timeout=600, env=env)
+    run = cli(
+        ws,
+        "execute-workflow",
+        "train_model",
+        "--task",
+        str(tmp_path / name),
+        "--run-id",
+        "r1",
+        "--json",
+        "--yes",
+        timeout=600,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     metrics = json.loads(run.stdout)["metrics"]
     files = json.loads(cli(ws, "runs", "report", "r1", "--json", check=True, env=env).stdout)
@@ -210,7 +274,9 @@ def test_a_task_without_a_recipe_says_what_the_engineer_will_search(tmp_path):
     proc = validate(tmp_path, _write(tmp_path, task), "--no-measure")
     assert proc.returncode == 0, proc.stderr[-2000:]
     recipe = [line for line in proc.stdout.splitlines() if line.startswith("✓ recipe")]
-    assert recipe[0].startswith("✓ recipe (pretrain): learning_rate, max_steps, per_device_train_batch_size "
-                                "not given: "
-                                "the training engineer searches them (6 learning rates")
+    assert recipe[0].startswith(
+        "✓ recipe (pretrain): learning_rate, max_steps, per_device_train_batch_size "
+        "not given: "
+        "the training engineer searches them (6 learning rates"
+    )
     assert recipe[1] == "✓ recipe (grpo): learning_rate not given: 1e-05, the default for grpo"

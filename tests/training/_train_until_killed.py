@@ -26,5 +26,13 @@ class Beacon(TrainerCallback):
 
 tok = load_tokenizer(Path(tok_dir))
 model = build_model(ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=128), tok)
-cfg = TrainConfig(output_dir=Path(out), max_steps=16, per_device_batch_size=8, learning_rate=3e-3, seq_len=32, save_steps=4, save_total_limit=5)
+cfg = TrainConfig(
+    output_dir=Path(out),
+    max_steps=16,
+    per_device_batch_size=8,
+    learning_rate=3e-3,
+    seq_len=32,
+    save_steps=4,
+    save_total_limit=5,
+)
 train("pretrain", cfg, model, Path(data), tokenizer=tok, callbacks=[Beacon()], progress=False)

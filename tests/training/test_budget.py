@@ -8,16 +8,17 @@ import pytest
 from trainteam.core import clock
 from trainteam.core.errors import BadInput
 from trainteam.trainers import TrainConfig, exact_match, train
-from trainteam.trainers.training import budget
 from trainteam.trainers.evaluation.battery import greedy_generations
+from trainteam.trainers.training import budget
 
 
 def _cfg(out):
     return TrainConfig(output_dir=out, max_steps=100000, per_device_batch_size=8, seq_len=32, save_steps=100000)
 
 
-def test_training_saves_and_stops_at_the_ceiling_then_resumes_from_that_checkpoint(tmp_path, tiny, tok, arith,
-                                                                                    monkeypatch):
+def test_training_saves_and_stops_at_the_ceiling_then_resumes_from_that_checkpoint(
+    tmp_path, tiny, tok, arith, monkeypatch
+):
     monkeypatch.setenv(clock.ENV, "0.125")  # the step clock: 2 s are 16 steps, however busy the machine is
     with budget.ceiling(2.0, 2.0) as limit:
         rep = train("sft", _cfg(tmp_path), tiny, arith[0], tokenizer=tok, progress=False)

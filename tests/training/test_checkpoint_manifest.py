@@ -15,13 +15,21 @@ from trainteam.core.errors import BadInput
 from trainteam.trainers import ModelSpec, TrainConfig, build_model, train
 from trainteam.trainers.training.checkpoints import damage, is_complete, latest_complete, resolve_resume
 from trainteam.trainers.training.manifest import MANIFEST, safetensors_problem, write_manifest
-from trainteam.trainers.training.results import RestartProposal
 from trainteam.trainers.training.restart import prepare_rollback
+from trainteam.trainers.training.results import RestartProposal
 
 
 def _cfg(out, **kw):
-    return TrainConfig(output_dir=out, max_steps=8, per_device_batch_size=8, learning_rate=3e-3, seq_len=32,
-                       save_steps=4, save_total_limit=5, **kw)
+    return TrainConfig(
+        output_dir=out,
+        max_steps=8,
+        per_device_batch_size=8,
+        learning_rate=3e-3,
+        seq_len=32,
+        save_steps=4,
+        save_total_limit=5,
+        **kw,
+    )
 
 
 def _model(tok):
@@ -39,7 +47,9 @@ def saved(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("manifest")
     rows, _ = generate_arithmetic(ArithmeticConfig(n_train=200, n_eval=8, seed=1))
-    tok = load_tokenizer(train_tokenizer((r["prompt"] + r["completion"] for r in rows), TokenizerConfig(vocab_size=300), root / "tok"))
+    tok = load_tokenizer(
+        train_tokenizer((r["prompt"] + r["completion"] for r in rows), TokenizerConfig(vocab_size=300), root / "tok")
+    )
     rep = train("pretrain", _cfg(root / "run"), _model(tok), rows, tokenizer=tok, progress=False)
     assert [c.name for c in rep.checkpoints] == ["checkpoint-4", "checkpoint-8"]
     return root / "run", tok, rows
@@ -122,8 +132,9 @@ def test_explicit_resume_to_a_damaged_checkpoint_is_one_line_naming_the_file(run
 
 
 def test_rollbacks_go_through_the_same_verification(run, caplog):
-    proposal = RestartProposal(spike_step=7, rollback_checkpoint=run / "checkpoint-4", skip_batches=2,
-                               lr_scale=0.5, reason="test")
+    proposal = RestartProposal(
+        spike_step=7, rollback_checkpoint=run / "checkpoint-4", skip_batches=2, lr_scale=0.5, reason="test"
+    )
     rollback = prepare_rollback(proposal, run)
     assert rollback == run / "rollback-7" and is_complete(rollback)  # its rewritten files are not hash-checked
     shutil.rmtree(run / "checkpoint-8")

@@ -22,8 +22,16 @@ HERE = Path(__file__).parent
 
 
 def _cfg(out, **kw):
-    return TrainConfig(output_dir=out, max_steps=16, per_device_batch_size=8, learning_rate=3e-3, seq_len=32,
-                       save_steps=4, save_total_limit=5, **kw)
+    return TrainConfig(
+        output_dir=out,
+        max_steps=16,
+        per_device_batch_size=8,
+        learning_rate=3e-3,
+        seq_len=32,
+        save_steps=4,
+        save_total_limit=5,
+        **kw,
+    )
 
 
 def _model(tok):
@@ -36,8 +44,13 @@ def test_kill9_then_auto_resume_continues_from_latest_complete_checkpoint(tmp_pa
     out = tmp_path / "run"
     out.mkdir()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, str(HERE / "_train_until_killed.py"), str(tok_dir), str(data), str(out), "8"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "_train_until_killed.py"), str(tok_dir), str(data), str(out), "8"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         while not (out / "hanging").exists():
@@ -85,7 +98,9 @@ def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path, caplog):
 
 def test_resume_from_explicit_bad_path_names_the_field(tmp_path, tok, arith):
     with pytest.raises(BadInput, match="resume:"):
-        train("pretrain", _cfg(tmp_path, resume=tmp_path / "nope"), _model(tok), arith[0], tokenizer=tok, progress=False)
+        train(
+            "pretrain", _cfg(tmp_path, resume=tmp_path / "nope"), _model(tok), arith[0], tokenizer=tok, progress=False
+        )
 
 
 def test_sigterm_saves_and_stops_cleanly(tmp_path, tok_dir, arith):
@@ -95,8 +110,12 @@ def test_sigterm_saves_and_stops_cleanly(tmp_path, tok_dir, arith):
     data.write_text("".join(json.dumps(r) + "\n" for r in arith[0]))
     out = tmp_path / "run"
     out.mkdir()
-    proc = subprocess.Popen([sys.executable, str(HERE / "_train_until_signalled.py"), str(tok_dir), str(data), str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "_train_until_signalled.py"), str(tok_dir), str(data), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not (out / "beacon").exists() or int((out / "beacon").read_text() or 0) < 3:
         assert proc.poll() is None and time.time() < deadline

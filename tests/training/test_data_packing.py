@@ -10,7 +10,11 @@ from trainteam.trainers.methods.pretrain import packed_windows, record_text
 
 @pytest.mark.parametrize("kind", ["prompt_completion", "text"])
 def test_windows_close_each_record_once(tok, arith, kind):
-    recs = arith[0][:40] if kind == "prompt_completion" else [{"text": f"{i}+{i}={2 * i}"} for i in range(40)] + [{"text": ""}]
+    recs = (
+        arith[0][:40]
+        if kind == "prompt_completion"
+        else [{"text": f"{i}+{i}={2 * i}"} for i in range(40)] + [{"text": ""}]
+    )
     eos = tok.eos_token_id
     ds = packed_windows(tok, Dataset.from_list(recs), 16)
     assert all(len(w) == 16 for w in ds["input_ids"]) and ds["labels"] == ds["input_ids"]

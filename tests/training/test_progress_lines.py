@@ -10,12 +10,13 @@ import re
 
 from rich.console import Console
 
-from trainteam.trainers.training import console_lines
-from trainteam.trainers.training import step_lines
+from trainteam.trainers.training import console_lines, step_lines
 from trainteam.trainers.training.step_lines import Cadence, RowLines, StepState, duration, every_s, step_line
 
-STEP = re.compile(r"^  (?P<label>.+) step (?P<step>\d+)/(?P<max>\d+) · loss [0-9.e+-]+ · [0-9,]+ tokens/s"
-                  r"(?: · (?:ETA \d+[smh0-9]*|finished after \S+|stopped after \S+))?$")
+STEP = re.compile(
+    r"^  (?P<label>.+) step (?P<step>\d+)/(?P<max>\d+) · loss [0-9.e+-]+ · [0-9,]+ tokens/s"
+    r"(?: · (?:ETA \d+[smh0-9]*|finished after \S+|stopped after \S+))?$"
+)
 
 
 class FakeClock:
@@ -29,8 +30,16 @@ class FakeClock:
 def _config(tmp_path, **kw):
     from trainteam.trainers import TrainConfig
 
-    base = dict(output_dir=str(tmp_path / "out"), max_steps=5, per_device_batch_size=8, seq_len=32, learning_rate=1e-3,
-                save_steps=None, warmup_steps=0, resume="never")
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        max_steps=5,
+        per_device_batch_size=8,
+        seq_len=32,
+        learning_rate=1e-3,
+        save_steps=None,
+        warmup_steps=0,
+        resume="never",
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -45,6 +54,7 @@ def _rendered(lines: list[str]) -> list[str]:
 
 
 # -- the pieces -------------------------------------------------------------------------------------
+
 
 def test_duration_and_line_format():
     assert [duration(s) for s in (0, 40.4, 192, 3720)] == ["0s", "40s", "3m12s", "1h02m"]
@@ -86,10 +96,14 @@ def test_row_lines_need_a_listener_and_the_cadence():
         assert rows.done(100) is False  # 1 s after the last line
         clock.now += 39.0
         assert rows.done(160) is True
-    assert said == ["  evaluation: exact match 80/200 rows · ETA 1m00s", "  evaluation: exact match 160/200 rows · ETA 20s"]
+    assert said == [
+        "  evaluation: exact match 80/200 rows · ETA 1m00s",
+        "  evaluation: exact match 160/200 rows · ETA 20s",
+    ]
 
 
 # -- real training ----------------------------------------------------------------------------------
+
 
 def test_training_says_a_line_per_step_when_due_every_step(tmp_path, tiny, tok, arith, monkeypatch, capsys):
     from trainteam.trainers import train
@@ -113,8 +127,7 @@ def test_a_probe_label_is_the_line_and_markup_stays_text(tmp_path, tiny, tok, ar
     monkeypatch.setenv(step_lines.EVERY_ENV, "0")
     said: list[str] = []
     with console_lines.lines_to(said.append):
-        train("sft", _config(tmp_path, max_steps=3), tiny, arith[0][:40], tokenizer=tok,
-              progress="probe 3 [lr 5e-4]")
+        train("sft", _config(tmp_path, max_steps=3), tiny, arith[0][:40], tokenizer=tok, progress="probe 3 [lr 5e-4]")
     shown = [line for line in _rendered(said) if not line.startswith("pace: ")]  # the planner's pace check speaks too
     assert len(shown) == 3 and all(line.startswith("  probe 3 [lr 5e-4] step ") for line in shown), shown
 
@@ -145,8 +158,15 @@ def test_the_cadence_with_an_injected_clock(tmp_path, tiny, tok, arith, monkeypa
 
     said: list[str] = []
     with console_lines.lines_to(said.append):
-        train("sft", _config(tmp_path, max_steps=10), tiny, arith[0][:80], tokenizer=tok, progress=False,
-              callbacks=[Tick(), StepLines("timed", every=10.0, clock=clock)])
+        train(
+            "sft",
+            _config(tmp_path, max_steps=10),
+            tiny,
+            arith[0][:80],
+            tokenizer=tok,
+            progress=False,
+            callbacks=[Tick(), StepLines("timed", every=10.0, clock=clock)],
+        )
     timed = [STEP.match(line) for line in _rendered(said) if line.startswith("  timed ")]
     assert [int(m["step"]) for m in timed] == [1, 4, 7, 10]
     # the built-in line (label "sft", the real clock, 30 s piped): the first step, and the last
@@ -154,6 +174,7 @@ def test_the_cadence_with_an_injected_clock(tmp_path, tiny, tok, arith, monkeypa
 
 
 # -- evaluation -------------------------------------------------------------------------------------
+
 
 def test_evaluation_loops_say_rows_done(tiny, tok, arith, monkeypatch):
     from trainteam.trainers.evaluation.battery import exact_match, greedy_generations, heldout_loss
@@ -166,10 +187,15 @@ def test_evaluation_loops_say_rows_done(tiny, tok, arith, monkeypatch):
         exact_match(tiny, tok, ev, max_new_tokens=4, batch_size=8)
         greedy_generations(tiny, tok, [r["prompt"] for r in ev[:5]], max_new_tokens=2, batch_size=4)
     assert [re.sub(r" · ETA \S+$", "", x) for x in said] == [
-        "  evaluation: held-out loss 8/20 rows", "  evaluation: held-out loss 16/20 rows",
-        "  evaluation: held-out loss 20/20 rows", "  evaluation: exact match 8/20 rows",
-        "  evaluation: exact match 16/20 rows", "  evaluation: exact match 20/20 rows",
-        "  generation 4/5 rows", "  generation 5/5 rows"]
+        "  evaluation: held-out loss 8/20 rows",
+        "  evaluation: held-out loss 16/20 rows",
+        "  evaluation: held-out loss 20/20 rows",
+        "  evaluation: exact match 8/20 rows",
+        "  evaluation: exact match 16/20 rows",
+        "  evaluation: exact match 20/20 rows",
+        "  generation 4/5 rows",
+        "  generation 5/5 rows",
+    ]
     assert all("ETA" in x for x in said if not re.search(r"(\d+)/\1 rows$", x))
 
 

@@ -34,8 +34,17 @@ class NanWeights(TrainerCallback):
 
 
 def _cfg(out, **kw):
-    return TrainConfig(output_dir=out, max_steps=30, per_device_batch_size=8, learning_rate=3e-3, seq_len=32,
-                       save_steps=4, save_total_limit=10, spike=SpikeOptions(window=8, warmup_steps=6, sigma=6), **kw)
+    return TrainConfig(
+        output_dir=out,
+        max_steps=30,
+        per_device_batch_size=8,
+        learning_rate=3e-3,
+        seq_len=32,
+        save_steps=4,
+        save_total_limit=10,
+        spike=SpikeOptions(window=8, warmup_steps=6, sigma=6),
+        **kw,
+    )
 
 
 def _model(tok):
@@ -48,7 +57,9 @@ def _cosine(step, total=30, base=3e-3):
 
 def test_injected_spike_is_caught_and_approved_proposal_resumes_before_it(tmp_path, tok, arith):
     out = tmp_path / "run"
-    rep = train("pretrain", _cfg(out), _model(tok), arith[0], tokenizer=tok, callbacks=[LrBlowUp(at=14)], progress=False)
+    rep = train(
+        "pretrain", _cfg(out), _model(tok), arith[0], tokenizer=tok, callbacks=[LrBlowUp(at=14)], progress=False
+    )
     # The update of step 14 is blown up; the loss of step 15 shows it, step 16 confirms it, and the
     # run stops there (a jump under 3 × sigma must persist for one more log).
     assert rep.stopped_reason == "spike" and rep.steps_done == 16
@@ -89,15 +100,19 @@ def test_injected_spike_is_caught_and_approved_proposal_resumes_before_it(tmp_pa
 
 
 def test_non_finite_loss_stops_even_in_warmup(tmp_path, tok, arith):
-    rep = train("pretrain", _cfg(tmp_path), _model(tok), arith[0], tokenizer=tok, callbacks=[NanWeights()], progress=False)
+    rep = train(
+        "pretrain", _cfg(tmp_path), _model(tok), arith[0], tokenizer=tok, callbacks=[NanWeights()], progress=False
+    )
     assert rep.stopped_reason == "spike" and rep.steps_done == 3
     assert rep.proposal is None  # no checkpoint before step 3 to roll back to
     assert (tmp_path / "spike-3").is_dir()
 
 
 def test_detector_rules():
-    d = SpikeDetector(SpikeOptions(window=16, warmup_steps=8, sigma=6, watch_grad_norm=True),
-                      method_signals("sft", SpikeOptions(watch_grad_norm=True)))
+    d = SpikeDetector(
+        SpikeOptions(window=16, warmup_steps=8, sigma=6, watch_grad_norm=True),
+        method_signals("sft", SpikeOptions(watch_grad_norm=True)),
+    )
     vals = [2.0 + 0.01 * ((i * 7) % 5) for i in range(20)]
     assert all(d.observe(i, {"loss": v, "grad_norm": 1.0}) is None for i, v in enumerate(vals))
     assert d.observe(20, {"loss": 2.5, "grad_norm": 1.0})["metric"] == "loss"
@@ -144,8 +159,10 @@ def test_one_noisy_value_is_not_a_spike_a_lasting_jump_is():
 
 def test_each_method_watches_its_own_signal():
     assert [s.metric for s in method_signals("sft", SpikeOptions())] == ["loss"]
-    assert [(s.metric, s.direction) for s in method_signals("grpo", SpikeOptions())] == [("reward", "down"),
-                                                                                         ("kl", "up")]
+    assert [(s.metric, s.direction) for s in method_signals("grpo", SpikeOptions())] == [
+        ("reward", "down"),
+        ("kl", "up"),
+    ]
     grpo = SpikeDetector(SpikeOptions(window=16, warmup_steps=4), method_signals("grpo", SpikeOptions()))
     for i, loss in enumerate(GRPO_FLAT[:30]):  # GRPO's surrogate loss is never its spike signal...
         assert grpo.observe(i, {"loss": loss * (1 + 300 * (i == 29)), "reward": 1.9 + 0.01 * (i % 2)}) is None
@@ -164,8 +181,9 @@ def test_no_restart_is_proposed_past_the_limit_or_for_the_same_spike_again():
     assert restart_refusal(other, [first], max_restarts=2) is None
     assert "max_restarts 2" in restart_refusal(other, [first, {"step": 88, "metric": "loss", "value": 2.0}], 2)
     assert "max_restarts 0" in restart_refusal(first, [], max_restarts=0)
-    assert restart_refusal({"step": 5, "metric": "loss", "value": "nan"}, [{"step": 5, "metric": "loss",
-                                                                           "value": "nan"}], 2)
+    assert restart_refusal(
+        {"step": 5, "metric": "loss", "value": "nan"}, [{"step": 5, "metric": "loss", "value": "nan"}], 2
+    )
 
 
 class ForceLogs(TrainerCallback):
@@ -182,25 +200,57 @@ class ForceLogs(TrainerCallback):
 def _grpo_cfg(out, **spike):
     from trainteam.trainers.training.config import GRPOOptions
 
-    return TrainConfig(output_dir=out, max_steps=14, per_device_batch_size=4, learning_rate=1e-5, seq_len=32,
-                       save_steps=4, save_total_limit=10, grpo=GRPOOptions(num_generations=4, max_completion_length=3),
-                       spike=SpikeOptions(window=8, warmup_steps=4, **spike))
+    return TrainConfig(
+        output_dir=out,
+        max_steps=14,
+        per_device_batch_size=4,
+        learning_rate=1e-5,
+        seq_len=32,
+        save_steps=4,
+        save_total_limit=10,
+        grpo=GRPOOptions(num_generations=4, max_completion_length=3),
+        spike=SpikeOptions(window=8, warmup_steps=4, **spike),
+    )
 
 
 def test_grpo_with_a_flat_loss_runs_to_the_end_and_a_reward_collapse_stops_it(tmp_path, tok, arith):
     exact = lambda completions, answer, **_: [float(c.strip() == a) for c, a in zip(completions, answer)]  # noqa: E731
     flat = ForceLogs(lambda step, logs: {"loss": GRPO_FLAT[0] if step < 12 else GRPO_FLAT[-1]})
-    rep = train("grpo", _grpo_cfg(tmp_path / "flat"), _model(tok), arith[0][:64], tokenizer=tok, progress=False,
-                reward_funcs=[exact], callbacks=[flat])
+    rep = train(
+        "grpo",
+        _grpo_cfg(tmp_path / "flat"),
+        _model(tok),
+        arith[0][:64],
+        tokenizer=tok,
+        progress=False,
+        reward_funcs=[exact],
+        callbacks=[flat],
+    )
     assert rep.stopped_reason == "completed" and rep.steps_done == 14
     # Even told to watch that loss, the floored spread sees no jump in it.
-    rep = train("grpo", _grpo_cfg(tmp_path / "flat-watched", signals=[SpikeSignal(metric="loss")]), _model(tok),
-                arith[0][:64], tokenizer=tok, progress=False, reward_funcs=[exact], callbacks=[flat])
+    rep = train(
+        "grpo",
+        _grpo_cfg(tmp_path / "flat-watched", signals=[SpikeSignal(metric="loss")]),
+        _model(tok),
+        arith[0][:64],
+        tokenizer=tok,
+        progress=False,
+        reward_funcs=[exact],
+        callbacks=[flat],
+    )
     assert rep.stopped_reason == "completed" and rep.steps_done == 14
 
     collapse = ForceLogs(lambda step, logs: {"reward": 1.5 + 0.01 * (step % 2) if step < 11 else 0.0})
-    rep = train("grpo", _grpo_cfg(tmp_path / "collapse"), _model(tok), arith[0][:64], tokenizer=tok, progress=False,
-                reward_funcs=[exact], callbacks=[collapse])
+    rep = train(
+        "grpo",
+        _grpo_cfg(tmp_path / "collapse"),
+        _model(tok),
+        arith[0][:64],
+        tokenizer=tok,
+        progress=False,
+        reward_funcs=[exact],
+        callbacks=[collapse],
+    )
     assert rep.stopped_reason == "spike" and rep.steps_done == 11
     assert rep.spike_evidence["metric"] == "reward" and rep.spike_evidence["direction"] == "down"
     assert rep.proposal is not None and rep.proposal.rollback_checkpoint.name == "checkpoint-8"

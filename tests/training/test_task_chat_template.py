@@ -15,29 +15,40 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from tool_model import _tokenizer, tool_call_text
+
 from trainteam.core.errors import BadInput
 from trainteam.curation.formats import renders_tool_calls
 
 CLI = [sys.executable, "-m", "trainteam.cli"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINTEAM_THREADS": "1", "PYDANTIC_AI_NO_BANNER": "1"}
-CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
-          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")  # SmolLM2-Instruct's shape
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)  # SmolLM2-Instruct's shape
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 CITIES = ["Paris", "Oslo", "Rome", "Lima"]
 
 
 def _row(city: str) -> dict:
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}
-    return {"messages": [{"role": "system", "content": "You answer with tools."},
-                         {"role": "user", "content": f"Weather in {city}?"},
-                         {"role": "assistant", "content": "", "tool_calls": [call]},
-                         {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-                         {"role": "assistant", "content": f"Sunny in {city}."}],
-            "tools": [WEATHER]}
+    return {
+        "messages": [
+            {"role": "system", "content": "You answer with tools."},
+            {"role": "user", "content": f"Weather in {city}?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "assistant", "content": f"Sunny in {city}."},
+        ],
+        "tools": [WEATHER],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -62,21 +73,36 @@ def run(chatml_model, tmp_path_factory) -> tuple[Path, dict]:
     tmp = tmp_path_factory.mktemp("ct-run")
     for name, cities in (("train.jsonl", CITIES * 4), ("heldout.jsonl", CITIES[:2])):
         (tmp / name).write_text("".join(json.dumps(_row(c)) + "\n" for c in cities))
-    task = {"name": "tools", "model": {"path": str(chatml_model), "chat_template": "qwen2_5"},
-            "data": {"path": "train.jsonl", "eval_path": "heldout.jsonl"}, "stages": ["sft"],
-            "training": {"sft": {"max_steps": 4, "per_device_train_batch_size": 4, "learning_rate": 1e-3,
-                                 "max_length": 512}},
-            "gates": {"sft": {"metric": "heldout_loss", "max": 50.0}}, "eval": {"max_new_tokens": 6},
-            "curation": {"near_dedup": None}, "budget": {"max_wall_minutes": 10}, "require_approval": []}
+    task = {
+        "name": "tools",
+        "model": {"path": str(chatml_model), "chat_template": "qwen2_5"},
+        "data": {"path": "train.jsonl", "eval_path": "heldout.jsonl"},
+        "stages": ["sft"],
+        "training": {
+            "sft": {"max_steps": 4, "per_device_train_batch_size": 4, "learning_rate": 1e-3, "max_length": 512}
+        },
+        "gates": {"sft": {"metric": "heldout_loss", "max": 50.0}},
+        "eval": {"max_new_tokens": 6},
+        "curation": {"near_dedup": None},
+        "budget": {"max_wall_minutes": 10},
+        "require_approval": [],
+    }
     (tmp / "task.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
-    checked = subprocess.run(CLI + ["validate", "task.yaml"], cwd=tmp, env=ENV, capture_output=True, text=True,
-                             timeout=600)
+    checked = subprocess.run(
+        CLI + ["validate", "task.yaml"], cwd=tmp, env=ENV, capture_output=True, text=True, timeout=600
+    )
     assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
     assert "TRL's qwen2_5 chat template replaces the model's own" in checked.stdout, checked.stdout
-    proc = subprocess.run(CLI + ["execute-workflow", "train_model", "--task", "task.yaml", "--yes", "--json"], cwd=tmp,
-                          env=ENV, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        CLI + ["execute-workflow", "train_model", "--task", "task.yaml", "--yes", "--json"],
+        cwd=tmp,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    return tmp, json.loads(proc.stdout[proc.stdout.index("{"):])
+    return tmp, json.loads(proc.stdout[proc.stdout.index("{") :])
 
 
 def test_the_template_renders_tools_and_calls_on_the_models_tokenizer(chatml_model):
@@ -105,22 +131,24 @@ def test_a_template_the_vocabulary_cannot_write_or_an_unknown_name_is_refused(ch
 
 
 def test_the_checkpoint_carries_the_template_and_its_served_calls_parse(run):
-    from trainteam.trainers.training.chat_templates import template_text
-    from trainteam.trainers.serving.tool_calls import ToolSet, parse_output
     from trainteam.trainers.serving.endpoint import ChatModel, ChatServer
+    from trainteam.trainers.serving.tool_calls import ToolSet, parse_output
+    from trainteam.trainers.training.chat_templates import template_text
     from trainteam.trainers.training.tokenizer import load_tokenizer
 
     tmp, result = run
     assert result["status"] == "completed", result
-    listed = subprocess.run(CLI + ["models", "list", "--json"], cwd=tmp, env=ENV, capture_output=True, text=True,
-                            timeout=600)
+    listed = subprocess.run(
+        CLI + ["models", "list", "--json"], cwd=tmp, env=ENV, capture_output=True, text=True, timeout=600
+    )
     (record,) = json.loads(listed.stdout)
     folder = Path(record["path"])
     assert (folder / "chat_template.jinja").read_text() == template_text("qwen2_5")[0]
     tok = load_tokenizer(folder)
     assert renders_tool_calls(tok)
-    prefix = tok.apply_chat_template(_row("Oslo")["messages"][:2], tools=[WEATHER], tokenize=False,
-                                     add_generation_prompt=True)
+    prefix = tok.apply_chat_template(
+        _row("Oslo")["messages"][:2], tools=[WEATHER], tokenize=False, add_generation_prompt=True
+    )
     out = tool_call_text("get_weather", {"city": "Oslo"}) + "<|im_end|>"
     content, calls = parse_output(tok, out, out, prefix, ToolSet(tools=[WEATHER], parse=True))
     assert not content and calls[0]["function"]["name"] == "get_weather"
@@ -129,6 +157,7 @@ def test_the_checkpoint_carries_the_template_and_its_served_calls_parse(run):
         from openai import OpenAI
 
         client = OpenAI(base_url=srv.base_url, api_key="local", max_retries=0, timeout=600)
-        resp = client.chat.completions.create(model="m-ct", messages=_row("Oslo")["messages"][:2], tools=[WEATHER],
-                                              temperature=0)
+        resp = client.chat.completions.create(
+            model="m-ct", messages=_row("Oslo")["messages"][:2], tools=[WEATHER], temperature=0
+        )
         assert resp.usage.prompt_tokens == len(tok(prefix, add_special_tokens=False)["input_ids"])

@@ -15,7 +15,11 @@ H, LAYERS, HEADS, KV_HEADS, INTER = 32, 2, 4, 2, 96
 
 def _base_matmuls(model, spec: ModelSpec) -> int:
     """Matmul weights of a llama built from ``spec``, by hand: q, k, v, o, gate, up, down, lm_head."""
-    h, i, head_dim = spec.hidden_size, spec.intermediate_size or 4 * spec.hidden_size, spec.hidden_size // spec.num_heads
+    h, i, head_dim = (
+        spec.hidden_size,
+        spec.intermediate_size or 4 * spec.hidden_size,
+        spec.hidden_size // spec.num_heads,
+    )
     kv = (spec.num_kv_heads or spec.num_heads) * head_dim
     vocab = model.get_input_embeddings().weight.shape[0]
     return spec.num_layers * (2 * h * h + 2 * h * kv + 3 * h * i) + vocab * h
@@ -31,8 +35,14 @@ def _lora_weights(spec: ModelSpec, r: int) -> int:
 def test_flop_formula_full_lora_and_gpt2(tok):
     from peft import LoraConfig, get_peft_model
 
-    spec = ModelSpec(hidden_size=H, num_layers=LAYERS, num_heads=HEADS, num_kv_heads=KV_HEADS, intermediate_size=INTER,
-                     max_position_embeddings=64)
+    spec = ModelSpec(
+        hidden_size=H,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        num_kv_heads=KV_HEADS,
+        intermediate_size=INTER,
+        max_position_embeddings=64,
+    )
     model = build_model(spec, tok)
     n_base, attn = _base_matmuls(model, spec), LAYERS * H * 40
     full = T.flop_counts(model, 40)
@@ -48,7 +58,9 @@ def test_flop_formula_full_lora_and_gpt2(tok):
     assert counted["forward"] == 2 * (n_base + n_lora) + 4 * attn  # the frozen base still runs forward
 
     # GPT-2 projections are HF Conv1D, not nn.Linear: they count too.
-    gpt2 = build_model(ModelSpec(arch="gpt2", hidden_size=H, num_layers=1, num_heads=2, max_position_embeddings=64), tok)
+    gpt2 = build_model(
+        ModelSpec(arch="gpt2", hidden_size=H, num_layers=1, num_heads=2, max_position_embeddings=64), tok
+    )
     vocab = gpt2.get_input_embeddings().weight.shape[0]
     assert T.matmul_weights(gpt2) == (H * 3 * H + H * H + 2 * H * 4 * H + vocab * H,) * 2
 
@@ -85,8 +97,10 @@ def test_peak_counts_the_threads_training_ran_with(tok, monkeypatch):
     clock = SimpleNamespace(now=0.0)
     monkeypatch.setattr(T.time, "perf_counter", lambda: clock.now)
     tel = T.Telemetry(model, 32, wall_start=0.0)
-    args, state = SimpleNamespace(world_size=1, bf16=False), SimpleNamespace(num_input_tokens_seen=0, global_step=0,
-                                                                            is_world_process_zero=True)
+    args, state = (
+        SimpleNamespace(world_size=1, bf16=False),
+        SimpleNamespace(num_input_tokens_seen=0, global_step=0, is_world_process_zero=True),
+    )
     torch.set_num_threads(2)  # the count the run fixed when training started
     tel.on_train_begin(args, state, None, model=model)
     torch.set_num_threads(1)  # what the process uses after training is not what training ran on
@@ -111,11 +125,19 @@ def test_peak_counts_the_threads_training_ran_with(tok, monkeypatch):
 
 
 def _sft(tmp_path, tok, arith, lora):
-    spec = ModelSpec(hidden_size=64, num_layers=LAYERS, num_heads=HEADS, num_kv_heads=KV_HEADS, intermediate_size=192,
-                     max_position_embeddings=128)
+    spec = ModelSpec(
+        hidden_size=64,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        num_kv_heads=KV_HEADS,
+        intermediate_size=192,
+        max_position_embeddings=128,
+    )
     model = build_model(spec, tok)
     n_base = _base_matmuls(model, spec)
-    cfg = TrainConfig(output_dir=tmp_path, max_steps=4, per_device_batch_size=16, learning_rate=3e-3, seq_len=64, lora=lora)
+    cfg = TrainConfig(
+        output_dir=tmp_path, max_steps=4, per_device_batch_size=16, learning_rate=3e-3, seq_len=64, lora=lora
+    )
     return spec, n_base, train("sft", cfg, model, arith[0][:128], tokenizer=tok, progress=False).telemetry
 
 

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-
 from transformers import TrainerCallback
 
 from trainteam.trainers import TrainConfig, train
@@ -37,8 +36,15 @@ class ThreadLog(TrainerCallback):
 def test_fixed_threads_stay_fixed_for_the_whole_training(tmp_path, tiny, tok, arith, monkeypatch):
     monkeypatch.setenv("TRAINTEAM_THREADS", "2")
     log = ThreadLog()
-    rep = train("pretrain", TrainConfig(output_dir=tmp_path, max_steps=6, per_device_batch_size=8, seq_len=32, threads=1),
-                tiny, arith[0], tokenizer=tok, progress=False, callbacks=[log])
+    rep = train(
+        "pretrain",
+        TrainConfig(output_dir=tmp_path, max_steps=6, per_device_batch_size=8, seq_len=32, threads=1),
+        tiny,
+        arith[0],
+        tokenizer=tok,
+        progress=False,
+        callbacks=[log],
+    )
     assert rep.telemetry["threads"] == 1 and log.seen == [1] * 6  # the config's count wins over the environment
 
 
@@ -51,7 +57,9 @@ def test_same_config_same_threads_same_weights(tmp_path, tok, arith):
     def run(name):
         model = build_model(ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=128), tok)
         cfg = TrainConfig(output_dir=tmp_path / name, max_steps=8, per_device_batch_size=8, seq_len=32, threads=1)
-        return load_file(train("sft", cfg, model, arith[0], tokenizer=tok, progress=False).final_dir / "model.safetensors")
+        return load_file(
+            train("sft", cfg, model, arith[0], tokenizer=tok, progress=False).final_dir / "model.safetensors"
+        )
 
     a, b = run("a"), run("b")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -66,8 +74,15 @@ def test_a_busy_neighbour_gets_its_core_and_the_count_then_stays(tmp_path, tiny,
         import time
 
         time.sleep(0.5)  # the neighbour is busy before training starts
-        rep = train("pretrain", TrainConfig(output_dir=tmp_path, max_steps=20, per_device_batch_size=8, seq_len=32),
-                    tiny, arith[0], tokenizer=tok, progress=False, callbacks=[log])
+        rep = train(
+            "pretrain",
+            TrainConfig(output_dir=tmp_path, max_steps=20, per_device_batch_size=8, seq_len=32),
+            tiny,
+            arith[0],
+            tokenizer=tok,
+            progress=False,
+            callbacks=[log],
+        )
     finally:
         spinner.kill()
         spinner.wait()

@@ -49,7 +49,9 @@ def test_bad_inputs_name_the_field(tmp_path, tok):
     with pytest.raises(BadInput, match="trust_remote_code"):
         build_model(ModelSpec(trust_remote_code=True), tok)
     with pytest.raises(BadInput, match="vocab_size"):  # the byte alphabet + 40 specials do not fit
-        train_tokenizer(["abc"], TokenizerConfig(vocab_size=270, special_tokens=[f"<s{i}>" for i in range(40)]), tmp_path / "t")
+        train_tokenizer(
+            ["abc"], TokenizerConfig(vocab_size=270, special_tokens=[f"<s{i}>" for i in range(40)]), tmp_path / "t"
+        )
     with pytest.raises(BadInput, match="not a tokenizer folder"):
         load_tokenizer(tmp_path)
 
