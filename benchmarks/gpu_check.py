@@ -194,7 +194,7 @@ def part_qlora(smoke: bool) -> dict:
     import torch
 
     from trainteam.trainers.training.config import TrainConfig
-    from trainteam.trainers.training.loop import train
+    from trainteam.trainers.fit.loop import train
     from trainteam.trainers.training.tokenizer import load_tokenizer
 
     cuda = torch.cuda.is_available()
@@ -251,7 +251,8 @@ def part_grpo_vllm(smoke: bool) -> dict:
 
     def reward(completions, answer, **_):
         return [
-            1.0 if a in (c[0]["content"] if isinstance(c, list) else c) else 0.0 for c, a in zip(completions, answer)
+            1.0 if a in (c[0]["content"] if isinstance(c, list) else c) else 0.0
+            for c, a in zip(completions, answer, strict=True)
         ]
 
     args = GRPOConfig(

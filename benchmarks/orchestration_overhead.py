@@ -84,7 +84,7 @@ def bare(ws, task, spec) -> tuple[float, list[str]]:
 
 def orchestrated(ws, task, spec, run_id: str) -> tuple[float, dict]:
     from trainteam.commands.execute import PreApprover
-    from trainteam.workflows.engine.runner import run_foreground
+    from trainteam.workflows.runs.runner import run_foreground
     from trainteam.workflows.report.views import run_public
 
     t0 = time.perf_counter()

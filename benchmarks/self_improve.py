@@ -80,7 +80,7 @@ def renamed_turns(heldout: Path) -> list:
 
 
 def product_id() -> str:
-    from trainteam.workflows.engine.runner import new_run_id
+    from trainteam.workflows.runs.runner import new_run_id
 
     return new_run_id("tiny")
 
@@ -107,7 +107,7 @@ def token_counts(model: Path, ws: Path, work: Path, run: str) -> dict[str, Any]:
     """Tokens per training pair of one run's rows, full prompt and compact prompt."""
     from trainteam.trainers.methods.sft import row_lengths, sft_dataset
     from trainteam.trainers.planning.tokens import model_tokenizer
-    from trainteam.trainers.training.method_data import load_data
+    from trainteam.trainers.methods.method_data import load_data
 
     tok = model_tokenizer(str(model), TEMPLATE)
     out = {}
@@ -190,7 +190,7 @@ class RssWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "RssWatch":
+    def start(self) -> RssWatch:
         self._thread.start()
         return self
 

@@ -31,7 +31,7 @@ _EXPORTS = {
     "load_tokenizer": "training.tokenizer",
     "build_model": "training.models",
     "load_model": "training.models",
-    "train": "training.loop",
+    "train": "fit.loop",
     "exact_match": "evaluation.battery",
     "merge_adapters": "training.merge",
     "SpikeDetector": "training.spike",
@@ -63,6 +63,7 @@ __all__ = [  # the names of _EXPORTS, written out so that linters and type check
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainteam.trainers.evaluation.battery import exact_match, heldout_loss
+    from trainteam.trainers.fit.loop import train
     from trainteam.trainers.training.config import (
         DPOOptions,
         GRPOOptions,
@@ -73,7 +74,6 @@ if TYPE_CHECKING:  # pragma: no cover
         TokenizerConfig,
         TrainConfig,
     )
-    from trainteam.trainers.training.loop import train
     from trainteam.trainers.training.merge import merge_adapters
     from trainteam.trainers.training.models import build_model, load_model
     from trainteam.trainers.training.results import EvalResult, RestartProposal, TrainReport

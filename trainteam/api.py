@@ -11,11 +11,12 @@ from typing import Any
 
 from trainteam.contract.train_task import TrainTask, load_task_file, parse_task
 from trainteam.core.errors import BadInput
-from trainteam.workflows.engine.approvals import approval_public, decide
-from trainteam.workflows.engine.runner import enqueue_run, prepare_run, resume_foreground, run_foreground
+from trainteam.workflows.engine.approval_ids import approval_public
+from trainteam.workflows.engine.approvals import decide
 from trainteam.workflows.engine.store import ApprovalStore
 from trainteam.workflows.report.views import run_public
 from trainteam.workflows.requests.submission import parse_request
+from trainteam.workflows.runs.runner import enqueue_run, prepare_run, resume_foreground, run_foreground
 from trainteam.workspace import Workspace
 
 

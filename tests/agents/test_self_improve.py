@@ -114,8 +114,9 @@ def test_bad_input_is_one_line_before_anything_runs(setup, tmp_path):
 
 
 def test_auto_precision_is_bf16_only_where_the_machine_computes_bf16(monkeypatch):
-    """bf16 autocast on a CPU with native bf16 was 1.6x faster and smaller than fp32 (workflows/improve/self_improve.py);
-    emulated, it is slower, so ``auto`` picks it only from the CPU's flags (or a CUDA device with bf16)."""
+    """bf16 autocast on a CPU with native bf16 was 1.6x faster and smaller than fp32
+    (workflows/improve/self_improve.py); emulated, it is slower, so ``auto`` picks it only from the CPU's flags
+    (or a CUDA device with bf16)."""
     import torch
 
     from trainteam.trainers.planning import hardware
@@ -136,7 +137,7 @@ def test_every_other_product_named_training_run_is_renamed_in_its_conversations(
     (workflows/self_improve.vary_run_ids): half the product-named runs reach the trainer under a person's kind
     of name, everywhere their conversation says it; the columns keep the real run; a person's names stay."""
     from trainteam.core.ids import check_run_id
-    from trainteam.workflows.engine.runner import GENERATED_RUN_ID
+    from trainteam.workflows.runs.runner import GENERATED_RUN_ID
     from trainteam.workflows.improve.self_improve import gather_rows, rename_run, vary_run_ids
 
     ws = tmp_path / "ws"
@@ -156,7 +157,7 @@ def test_every_other_product_named_training_run_is_renamed_in_its_conversations(
     varied = vary_run_ids(every, seed=0)
     assert [r["run_id"] for r in varied] == [r["run_id"] for r in every]  # columns and order kept
     assert [r["id"] for r in varied] == [r["id"] for r in every]
-    renamed = {r["run_id"] for r, v in zip(every, varied) if v["messages"] != r["messages"]}
+    renamed = {r["run_id"] for r, v in zip(every, varied, strict=True) if v["messages"] != r["messages"]}
     assert renamed == {ids[1], ids[3]}, renamed  # every other product-named run, sorted; "baseline" kept
     for rid in renamed:
         texts = [json.dumps(v["messages"]) for v in varied if v["run_id"] == rid]

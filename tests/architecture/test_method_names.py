@@ -20,7 +20,7 @@ from pathlib import Path
 
 from test_layering import ROOT, source_files
 
-from trainteam.trainers.methods.names import NAMES
+from trainteam.trainers.training.method_names import NAMES
 
 METHODS_FOLDER = ("trainers", "methods")
 

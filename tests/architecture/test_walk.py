@@ -164,9 +164,9 @@ def test_climbs_are_counted_on_a_made_up_walk():
     caught, each kind of climb named."""
     straight = [["trainteam/cli.py:1:main", "workflows/engine/durable.py:5:start"],
                 ["workflows/engine/durable.py:9:run_workflow", "agents/runtime.py:3:run"],
-                ["agents/runtime.py:7:call", "trainers/training/loop.py:2:train", "curation/rows.py:4:read"]]
+                ["agents/runtime.py:7:call", "trainers/fit/loop.py:2:train", "curation/rows.py:4:read"]]
     assert walk_files(straight) == ["trainteam/cli.py", "workflows/engine/durable.py", "agents/runtime.py",
-                                    "trainers/training/loop.py", "curation/rows.py"]
+                                    "trainers/fit/loop.py", "curation/rows.py"]
     assert climbs(walk_files(straight)) == []
 
     bouncing = [
@@ -175,15 +175,15 @@ def test_climbs_are_counted_on_a_made_up_walk():
         ["agents/runtime.py:7:call", "workflows/steps/train.py:4:train",  # back to train.py: higher room, return
          "workflows/steps/retry.py:1:retry_config"],
         ["agents/runtime.py:7:call", "workflows/steps/train.py:5:train",  # back to train.py again: return
-         "trainers/training/loop.py:2:train", "trainers/training/methods.py:8:build_sft",
+         "trainers/fit/loop.py:2:train", "trainers/training/methods.py:8:build_sft",
          "trainers/training/trainer_args.py:1:common_args"],
         ["agents/runtime.py:7:call", "workflows/steps/train.py:5:train",  # back to methods.py: return
-         "trainers/training/loop.py:2:train", "trainers/training/methods.py:9:build_sft"],
+         "trainers/fit/loop.py:2:train", "trainers/training/methods.py:9:build_sft"],
     ]
     walk = walk_files(bouncing)
     assert walk == ["agents/runtime.py", "workflows/steps/train.py", "trainteam/contract/train_task.py",
                     "workflows/steps/train.py", "workflows/steps/retry.py", "workflows/steps/train.py",
-                    "trainers/training/loop.py", "trainers/training/methods.py",
+                    "trainers/fit/loop.py", "trainers/training/methods.py",
                     "trainers/training/trainer_args.py", "trainers/training/methods.py"]
     assert [(c.target, c.why) for c in climbs(walk)] == [
         ("workflows/steps/train.py", "higher room"),

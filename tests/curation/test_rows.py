@@ -447,7 +447,7 @@ def test_held_out_rows_are_seeded_and_bounded():
 
 
 def test_training_api_reads_parquet_and_saved_folders(tmp_path):
-    from trainteam.trainers.training.method_data import load_data
+    from trainteam.trainers.methods.method_data import load_data
 
     rows = [{"prompt": "2+2=", "completion": "4"}, {"prompt": "3+3=", "completion": "6", "system": "terse"}]
     ds = load_data(_jsonl(rows, tmp_path / "t.jsonl"), "sft")

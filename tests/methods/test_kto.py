@@ -1,4 +1,4 @@
-"""A method added as one file (trainers/methods/kto.py) and its name in trainers/methods/names.py: KTO trains
+"""A method added as one file (trainers/methods/kto.py) and its name in trainers/training/method_names.py: KTO trains
 through the same ``train()`` entry as every method, and the rest of the stack knows it from the registry."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from trainteam.contract.search_spec import align_default_lr
 from trainteam.core.errors import BadInput
 from trainteam.trainers import TrainConfig, load_model, train
 from trainteam.trainers.methods.method_registry import align_methods, get_method
-from trainteam.trainers.training.method_data import load_data
+from trainteam.trainers.methods.method_data import load_data
 
 
 def _labelled(rows: list[dict]) -> list[dict]:

@@ -1,5 +1,5 @@
 """A method added in one file: a made-up fine-tuning method ("nft") that another package registers through the
-``trainteam.methods`` entry point group (``trainers/methods/names.py``), with no edit to trainteam. Installed on
+``trainteam.methods`` entry point group (``trainers/training/method_names.py``), with no edit to trainteam. Installed on
 the path of real subprocesses, it is found everywhere a method is asked for: the registry and ``validate``,
 the planner and the recipe search (``trainteam validate``'s plan and recipe lines), curation (the seq_len its
 rows are cut at), the plain-words request reader and the MCP tools (``trainteam mcp`` through the SDK's client).

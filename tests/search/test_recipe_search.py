@@ -4,6 +4,7 @@ real probe runs. The rules are checked on injected probe values (no training) wh
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import pytest
 
@@ -39,7 +40,7 @@ from trainteam.trainers.training.tokenizer import load_tokenizer, train_tokenize
 def test_rates_are_log_spaced_per_kind_of_training():
     scratch = lr_space("pretrain", from_scratch=True, lora=False, n=6)
     assert scratch[0] == 1e-4 and scratch[-1] == 1e-2 and len(scratch) == 6
-    ratios = [b / a for a, b in zip(scratch, scratch[1:])]
+    ratios = [b / a for a, b in pairwise(scratch)]
     assert max(ratios) / min(ratios) < 1.02  # evenly spaced on a log scale
     assert lr_space("sft", from_scratch=False, lora=False, n=4)[0] == 3e-5
     # LoRA on trained weights: 10x a full fine-tune's 5e-5 x (2000/width)^0.781, divided and multiplied by 4
@@ -323,7 +324,7 @@ def test_real_probes_halve_repeat_exactly_and_the_winner_goes_on_as_if_it_had_ne
     """Six real probe runs of a tiny Llama on addition text towards a 54-step run (3 warm-up steps): all to
     step 6 (twice the warm-up), the range widened while its best sits at the top, the best two to 18, the same
     numbers twice; the winner's checkpoint, resumed to 54, ends where one run of 54 steps ends."""
-    from trainteam.trainers.training.loop import train
+    from trainteam.trainers.fit.loop import train
 
     train_rows, _ = generate_arithmetic(ArithmeticConfig(n_train=400, n_eval=20, max_operand=20, seed=0))
     rows = [{"text": r["prompt"] + r["completion"]} for r in train_rows]
@@ -396,9 +397,10 @@ def test_real_probes_halve_repeat_exactly_and_the_winner_goes_on_as_if_it_had_ne
 
 
 def test_a_searched_length_stops_when_the_held_out_loss_stops_improving(tmp_path):
-    """A run that cannot learn (a learning rate of 1e-9) is stopped after PATIENCE flat checks, not trained to its end."""
+    """A run that cannot learn (a learning rate of 1e-9) is stopped after PATIENCE flat checks, not trained to its
+    end."""
     from trainteam.trainers.search.recipe_search import PATIENCE, Plateau
-    from trainteam.trainers.training.loop import train
+    from trainteam.trainers.fit.loop import train
 
     train_rows, _ = generate_arithmetic(ArithmeticConfig(n_train=200, n_eval=20, max_operand=20, seed=0))
     rows = [{"text": r["prompt"] + r["completion"]} for r in train_rows]

@@ -28,7 +28,7 @@ from trainteam.workflows.report.evidence import (
     lineage_evidence,
     with_spike_curve,
 )
-from trainteam.workflows.report.views import short_id
+from trainteam.workflows.engine.approval_ids import short_id
 from trainteam.workspace import Workspace
 
 

@@ -9,7 +9,8 @@ from transformers import TrainerCallback
 
 from trainteam.trainers import ModelSpec, RestartProposal, TrainConfig, build_model, train
 from trainteam.trainers.training.config import SpikeOptions, SpikeSignal
-from trainteam.trainers.training.spike import SpikeDetector, method_signals, restart_refusal
+from trainteam.trainers.methods.method_registry import method_signals
+from trainteam.trainers.training.spike import SpikeDetector, restart_refusal
 
 
 class LrBlowUp(TrainerCallback):
@@ -214,7 +215,7 @@ def _grpo_cfg(out, **spike):
 
 
 def test_grpo_with_a_flat_loss_runs_to_the_end_and_a_reward_collapse_stops_it(tmp_path, tok, arith):
-    exact = lambda completions, answer, **_: [float(c.strip() == a) for c, a in zip(completions, answer)]  # noqa: E731
+    exact = lambda completions, answer, **_: [float(c.strip() == a) for c, a in zip(completions, answer, strict=True)]  # noqa: E731
     flat = ForceLogs(lambda step, logs: {"loss": GRPO_FLAT[0] if step < 12 else GRPO_FLAT[-1]})
     rep = train(
         "grpo",

@@ -31,10 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.curation.answers import AnswerSpec
 from trainteam.curation.rewards import default_rewards
+from trainteam.trainers.fit.loop import train
 from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training import budget
 from trainteam.trainers.training.config import Method, ModelSpec, TrainConfig
-from trainteam.trainers.training.loop import train
 from trainteam.trainers.training.models import build_model
 from trainteam.trainers.training.results import RestartProposal
 from trainteam.trainers.training.tokenizer import load_tokenizer

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from trainteam.curation.formats import PromptFormat
-from trainteam.trainers.training.config import SpikeSignal, TrainConfig
+from trainteam.trainers.training.config import SpikeSignal, TrainConfig, loss_signals
 
 StageRole = Literal["train", "align"]
 # Tool calls' arguments and tool schemas differ from row to row: Arrow would merge them into one
@@ -96,9 +96,7 @@ class TrainingMethod:
 
     def watched(self, watch_grad_norm: bool) -> list[SpikeSignal]:
         """The signals the spike monitor watches when the config names none."""
-        if self.spike_signals:
-            return list(self.spike_signals)
-        return [SpikeSignal(metric="loss")] + ([SpikeSignal(metric="grad_norm")] if watch_grad_norm else [])
+        return list(self.spike_signals) if self.spike_signals else loss_signals(watch_grad_norm)
 
 
 def is_peft(model: Any) -> bool:

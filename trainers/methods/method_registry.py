@@ -2,8 +2,8 @@
 its own file of this folder (``grpo.py`` defines ``METHOD``). Ask it what a method is instead of naming
 one: ``get_method(cfg.method).needs_rewards``, ``align_methods()``.
 
-Adding a method is its file and its name in ``names.py``; another package adds one as a file of its own and an
-entry point (``names.py``).
+Adding a method is its file and its name in ``trainers/training/method_names.py``; another package adds one as a
+file of its own and an entry point (``method_names.py``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from importlib.metadata import entry_points
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.methods.base import TrainingMethod
-from trainteam.trainers.methods.names import BUILT_IN, GROUP, NAMES
-from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.config import SpikeOptions, SpikeSignal, TrainConfig
+from trainteam.trainers.training.method_names import BUILT_IN, GROUP, NAMES
 from trainteam.trainers.training.trainer_args import trl_args
 
 
@@ -85,6 +85,13 @@ def rewarded_method() -> TrainingMethod:
 def sampling_method() -> TrainingMethod:
     """The method whose settings block holds the sampling knobs (generations, temperature, completion length)."""
     return next(m for m in METHODS.values() if m.generates)
+
+
+def method_signals(method: str, options: SpikeOptions) -> list[SpikeSignal]:
+    """What "diverging" looks like for ``method``: its record's signals (``options.signals`` overrides)."""
+    if options.signals is not None:
+        return list(options.signals)
+    return get_method(method).watched(options.watch_grad_norm)
 
 
 def config_class(name: str) -> type:

@@ -18,10 +18,10 @@ from pydantic import BaseModel, Field
 
 from trainteam.core.errors import BadInput
 from trainteam.curation.jsonl import read_jsonl
+from trainteam.trainers.fit.loop import train
 from trainteam.trainers.methods.method_registry import fine_tune_method, from_scratch_method
 from trainteam.trainers.planning import RunPlan
 from trainteam.trainers.training.config import ModelSpec, TrainConfig
-from trainteam.trainers.training.loop import train
 from trainteam.trainers.training.models import build_model
 
 Verdict = Literal["better", "comparable", "worse", "unlearnable"]

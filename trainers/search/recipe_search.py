@@ -30,9 +30,9 @@ from trainteam.curation.formats import example, query, row_kind
 from trainteam.trainers.evaluation.battery import exact_match, format_adherence, greedy_generations, heldout_loss
 from trainteam.trainers.evaluation.metrics.metric_registry import get_metric
 from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, bootstrap_se
+from trainteam.trainers.fit.loop import train
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.console_lines import say
-from trainteam.trainers.training.loop import train
 
 REDUCTION = 3  # the best third of the probes go on from the first rung
 FIRST_RUNG = 9  # the first rung sits at a ninth of the top rung

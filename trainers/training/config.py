@@ -31,8 +31,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trainteam.trainers.methods.names import NAMES as METHOD_NAMES
 from trainteam.trainers.training import key_aliases
+from trainteam.trainers.training.method_names import NAMES as METHOD_NAMES
 
 
 def one_of(names: tuple[str, ...]) -> Any:
@@ -49,7 +49,7 @@ def one_of(names: tuple[str, ...]) -> Any:
     return Annotated[str, AfterValidator(known), WithJsonSchema({"enum": list(names), "type": "string"})]
 
 
-# A training method's name: one of the registry's (trainers/methods/names.py); a plain str to a type checker.
+# A training method's name: one of the registry's (trainers/training/method_names.py); a plain str to a type checker.
 if TYPE_CHECKING:
     Method = str
 else:
@@ -193,6 +193,12 @@ class SpikeSignal(_Strict):
 
     metric: str = Field(min_length=1, description="a key of the trainer's logs: loss, grad_norm, reward, kl, ...")
     direction: Literal["up", "down"] = "up"
+
+
+def loss_signals(watch_grad_norm: bool) -> list[SpikeSignal]:
+    """What diverging looks like for a method that says nothing of its own: the loss going up, and the
+    gradient norm with ``watch_grad_norm``."""
+    return [SpikeSignal(metric="loss")] + ([SpikeSignal(metric="grad_norm")] if watch_grad_norm else [])
 
 
 class SpikeOptions(_Strict):

@@ -27,19 +27,17 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints
-from trainteam.trainers.training.config import SpikeOptions, SpikeSignal
+from trainteam.trainers.training.config import SpikeOptions, SpikeSignal, loss_signals
 from trainteam.trainers.training.results import RestartProposal
 
 ALWAYS_FINITE = ("loss", "grad_norm")
 
 
-def method_signals(method: str, options: SpikeOptions) -> list[SpikeSignal]:
-    """What "diverging" looks like for ``method`` (``options.signals`` overrides)."""
-    if options.signals is not None:
-        return list(options.signals)
-    return get_method(method).watched(options.watch_grad_norm)
+def default_signals(options: SpikeOptions) -> list[SpikeSignal]:
+    """What "diverging" looks like when the method says nothing of its own (``TrainingMethod.spike_signals``):
+    the loss going up, and the gradient norm with ``watch_grad_norm``; ``options.signals`` overrides."""
+    return list(options.signals) if options.signals is not None else loss_signals(options.watch_grad_norm)
 
 
 class SpikeDetector:
@@ -54,7 +52,7 @@ class SpikeDetector:
 
     def __init__(self, options: SpikeOptions, signals: Sequence[SpikeSignal] | None = None):
         self.opt = options
-        self.signals = list(signals) if signals is not None else method_signals("sft", options)
+        self.signals = list(signals) if signals is not None else default_signals(options)
         self.hist: dict[str, deque[float]] = {s.metric: deque(maxlen=options.window) for s in self.signals}
         self.seen = 0
         self.candidate: dict | None = None  # a jump waiting for the next observation to confirm it
@@ -192,8 +190,8 @@ def make_proposal(
 class SpikeMonitor(TrainerCallback):
     """Watches every log; on a spike it asks the Trainer to save and stop."""
 
-    def __init__(self, options: SpikeOptions, method: str = "sft"):
-        self.detector = SpikeDetector(options, method_signals(method, options))
+    def __init__(self, options: SpikeOptions, signals: Sequence[SpikeSignal] | None = None):
+        self.detector = SpikeDetector(options, signals)
         self.evidence: dict | None = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):

@@ -7,8 +7,8 @@ import typer
 from trainteam.commands.common import console, print_json, read_stores, workspace
 from trainteam.core.errors import BadInput
 from trainteam.core.ids import check_run_id
+from trainteam.workflows.engine.approval_ids import approval_public, resolve, short_id
 from trainteam.workflows.engine.readonly import APPROVAL_STATUSES
-from trainteam.workflows.report.views import approval_public, resolve, short_id
 
 approvals_app = typer.Typer(help="Gated actions waiting for a person.", no_args_is_help=True)
 

@@ -68,7 +68,7 @@ def execute(
     """Run ``task`` (a TrainTask, or a task file path) to its end in this process, or with
     ``detach`` put it on the run queue for `trainteam worker` processes."""
     from trainteam.contract.train_task import load_task_file
-    from trainteam.workflows.engine.runner import enqueue_run, prepare_run, run_foreground
+    from trainteam.workflows.runs.runner import enqueue_run, prepare_run, run_foreground
 
     if isinstance(task, (str, Path)):
         task = load_task_file(Path(task))
@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
 
         Queued runs come from `execute-workflow --detach`; a dead process is told by its lease on the
         workspace database. Each run's output goes to logs/runs/RUN.log."""
-        from trainteam.workflows.engine.runner import WorkerLimits, serve
+        from trainteam.workflows.runs.runner import WorkerLimits, serve
 
         if global_concurrency is not None and global_concurrency < concurrency:
             raise BadInput(f"--global-concurrency: {global_concurrency} is less than --concurrency {concurrency}")

@@ -145,7 +145,7 @@ def resume(
     import getpass
 
     from trainteam.commands.execute import PreApprover
-    from trainteam.workflows.engine.runner import resume_foreground
+    from trainteam.workflows.runs.runner import resume_foreground
 
     ws = workspace()
     run_public(ws, run_id)  # a clear error for an unknown run, before starting the engine

@@ -42,7 +42,7 @@ def _train(ws, task_dict: dict, run_id: str | None, yes: bool, quiet: bool) -> d
 
     from trainteam.commands.execute import PreApprover
     from trainteam.contract.train_task import TrainTask
-    from trainteam.workflows.engine.runner import prepare_run, run_foreground
+    from trainteam.workflows.runs.runner import prepare_run, run_foreground
 
     task = TrainTask.model_validate(task_dict)
     new = prepare_run("train_model", task, "self-improve", run_id, "--run-id", lambda: ws)
@@ -58,8 +58,8 @@ def self_improve(opts, run_id: str | None, yes: bool, quiet: bool) -> dict:
     """The loop, step by step; returns what each step gave (also printed as --json)."""
     import getpass
 
-    from trainteam.workflows.engine.runner import check_new_run_id, new_run_id
     from trainteam.workflows.improve import self_improve as loop
+    from trainteam.workflows.runs.runner import check_new_run_id, new_run_id
 
     ws = workspace()
     run_id = check_new_run_id(ws, run_id) if run_id is not None else new_run_id("self-improve")

@@ -37,13 +37,15 @@ from trainteam.curation.dedup import NearDupConfig
 from trainteam.curation.pipeline import CurationConfig, planned_version
 from trainteam.graph import NodeKind
 from trainteam.graph.knowledge import UnknownNode
-from trainteam.workflows.engine.runner import check_new_run_id, check_runnable, new_run_id
+from trainteam.workflows.engine.approval_ids import resolve, short_id
 from trainteam.workflows.engine.spec import builtin_names, load_builtin
 from trainteam.workflows.engine.store import ApprovalStore, RunStore
 from trainteam.workflows.report.evidence import approval_evidence_view
-from trainteam.workflows.report.views import resolve, run_public, runs_public, short_id
+from trainteam.workflows.report.views import run_public, runs_public
+from trainteam.workflows.runs.runner import check_new_run_id, new_run_id
 from trainteam.workflows.steps.curate import curate_recorded
 from trainteam.workflows.task.curriculum import curriculum_from_task
+from trainteam.workflows.task.preflight import check_runnable
 from trainteam.workflows.task.stage_plan import plan_stage
 
 SETTLED = ("completed", "failed", "cancelled", "waiting_approval")

@@ -19,7 +19,7 @@ from trainteam.web.access import Sessions
 from trainteam.web.curves import CurveReader
 from trainteam.web.guard import Console, CsrfRefused, SignInRequired
 from trainteam.web.sparkline import is_curve, marked_curve, sparkline
-from trainteam.workflows.report.views import short_id
+from trainteam.workflows.engine.approval_ids import short_id
 
 HERE = Path(__file__).parent
 HEADERS = {

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from trainteam.workflows.engine.approval_ids import resolve
 from trainteam.workflows.engine.store import ApprovalStore
 from trainteam.workflows.report.evidence import ApprovalView, approval_evidence_view
-from trainteam.workflows.report.views import resolve
 
 # the stored evidence keys each typed section shows (the rest is drawn generically)
 REGISTER_KEYS = {"register_model"}

@@ -19,8 +19,8 @@ from typing import Any
 from trainteam.contract.redaction import redact_text
 from trainteam.core.errors import BadInput, Conflict, NotFound
 from trainteam.graph.record import record_approval, record_approval_request
+from trainteam.workflows.engine.approval_ids import approval_public, resolve
 from trainteam.workflows.engine.store import ApprovalStore, RunStore
-from trainteam.workflows.report.views import approval_public, resolve  # noqa: F401  (read side, kept importable here)
 
 TOPIC_PREFIX = "approval:"
 

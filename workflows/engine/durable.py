@@ -10,7 +10,7 @@ the decision recorded in the workspace database.
 The process's side is an ``Engine``: launched once per process (``Engine.launch``), it owns the
 workspace, the executor id and its lease, the run logs and the CPU mark the thread rule measures
 from. DBOS registers module-level functions, so ``run_workflow`` stays a thin door to the engine
-launched here (``running()``); the steps it checkpoints are the engine's methods. DBOS's public API
+launched here (``Engine.running()``); the steps it checkpoints are the engine's methods. DBOS's public API
 only, but for one call (``Engine._hand_back``, which says why).
 
 Only long-running processes import this module (it imports dbos, ~1 s): the
@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import traceback
 from collections import Counter
-from typing import Any, NoReturn
+from collections.abc import Mapping
+from typing import Any, ClassVar, NoReturn
 
 from dbos import DBOS, SetWorkflowID, WorkflowHandle
 from dbos import error as dbos_error
@@ -37,6 +38,7 @@ from trainteam.contract.step_io import (
     Resume,
     StepInputs,
     StepResult,
+    StepTool,
     ToolContext,
     budget_overrun,
 )
@@ -47,13 +49,10 @@ from trainteam.graph.record import record_run, record_step
 from trainteam.trainers.training import budget, console_lines
 from trainteam.trainers.training.threads import Sample, cpu_sample, run_threads
 from trainteam.workflows.engine import approvals
+from trainteam.workflows.engine.approval_ids import short_id
 from trainteam.workflows.engine.executors import APP_NAME, RUN_QUEUE, WORKFLOW_NAME, Lease, new_executor_id
 from trainteam.workflows.engine.spec import StepSpec, WorkflowSpec
 from trainteam.workflows.engine.store import RunStore
-from trainteam.workflows.report.evidence import with_spike_curve
-from trainteam.workflows.report.views import short_id
-from trainteam.workflows.steps import STEPS
-from trainteam.workflows.steps.train import over_budget
 
 # The name of a step's re-run after a person approved, by how it resumes (DBOS step names).
 RERUN_NAMES = {
@@ -119,46 +118,65 @@ def _allowed_loops(spec: WorkflowSpec, task: TrainTask, loops: dict[str, int]) -
 
 class Engine:
     """This process's workflow engine: one workspace, one executor id (held by its lease while the
-    process lives), each run's log file, and the CPU counters at launch (the thread rule measures
+    process lives), the step tools it was launched with (``toolbox``: tool name -> ``StepTool``; the engine
+    imports no step), each run's log file, and the CPU counters at launch (the thread rule measures
     the neighbours' load since). ``worker``: it takes runs from the run queue, and each line of a
-    run's output starts with its run id."""
+    run's output starts with its run id. ``Engine.running()`` is the one launched in this process: DBOS
+    calls a module-level workflow function, which reaches it there."""
 
-    def __init__(self, ws, executor_id: str, lease: Lease, progress: bool, worker: bool, cpu_mark: Sample):
-        self.ws, self.executor_id, self.lease = ws, executor_id, lease
+    _launched: ClassVar[Engine | None] = None
+
+    def __init__(
+        self,
+        ws,
+        toolbox: Mapping[str, StepTool],
+        executor_id: str,
+        lease: Lease,
+        progress: bool,
+        worker: bool,
+        cpu_mark: Sample,
+    ):
+        self.ws, self.toolbox, self.executor_id, self.lease = ws, toolbox, executor_id, lease
         self.progress, self.prefix, self.cpu_mark = progress, worker, cpu_mark
         self.logs: dict[str, Console] = {}  # run id -> its log file (logs/runs/<run_id>.log)
         self.dbos: DBOS | None = None
 
     # ------------------------------------------------------------------ the process
     @classmethod
-    def launch(cls, ws, progress: bool = True, worker: bool = False) -> Engine:
-        """Launch DBOS in this process. Only a ``worker`` takes runs from the run queue; any launched
-        process holds the lease on its executor id (``executors.Lease``) until it ends."""
-        global _running
+    def launch(cls, ws, toolbox: Mapping[str, StepTool], progress: bool = True, worker: bool = False) -> Engine:
+        """Launch DBOS in this process with the step tools its runs call (``toolbox``). Only a ``worker`` takes
+        runs from the run queue; any launched process holds the lease on its executor id
+        (``executors.Lease``) until it ends."""
         ws.check_dbos_database()  # a damaged dbos.sqlite is one line, before DBOS opens it
-        if _running is not None:
+        if cls._launched is not None:
             raise RuntimeError("the workflow engine is already launched in this process")
         cpu_mark, executor_id = cpu_sample(), new_executor_id()
         lease = Lease.hold(ws.engine, executor_id)  # before any run records this id
-        engine = cls(ws, executor_id, lease, progress, worker, cpu_mark)
+        engine = cls(ws, toolbox, executor_id, lease, progress, worker, cpu_mark)
         try:
             engine.dbos = DBOS(config=dbos_config(ws, executor_id))
             DBOS.listen_queues([RUN_QUEUE] if worker else [])
             _quiet_cancellations()
-            _running = engine  # before DBOS.launch: it may recover this executor's runs at once
+            Engine._launched = engine  # before DBOS.launch: it may recover this executor's runs at once
             DBOS.launch()
         except BaseException:
             engine.shutdown()
             raise
         return engine
 
+    @classmethod
+    def running(cls) -> Engine:
+        """The engine launched in this process; DBOS's workflow function reaches it here."""
+        if cls._launched is None:
+            raise RuntimeError("the workflow engine is not launched in this process")
+        return cls._launched
+
     def shutdown(self) -> None:
-        global _running
         if self.dbos is not None:
             DBOS.destroy()
             self.dbos = None
-        if _running is self:
-            _running = None
+        if Engine._launched is self:
+            Engine._launched = None
         self.lease.release()
         for log in self.logs.values():
             log.file.close()
@@ -252,7 +270,7 @@ class Engine:
             outputs=outputs,
             inputs=dict(step.inputs),
             decided=decided,
-            toolbox=STEPS,
+            toolbox=self.toolbox,
             progress=self.progress,
             spent_s=spent_s,
             allowed_s=allowed_s,
@@ -288,7 +306,7 @@ class Engine:
                 outcome="over_budget",
                 summary=str(exc),
                 details={**where, **carried.model_dump()},
-                needs=over_budget(ctx, where, carried),
+                needs=budget_overrun(ctx.step, ctx.task.budget, allowed_s, where, carried),
             )
 
     def _step_failed(self, runs: RunStore, attempt: int, name: str, exc: Exception, seconds: float) -> dict[str, Any]:
@@ -420,8 +438,6 @@ class Engine:
         """The one way the engine asks a person: ``needs`` as an approval; returns the decision."""
         action = f"{needs.action}_{rounds}" if needs.numbered else needs.action
         evidence = needs.evidence if summary is None else {"summary": summary, **needs.evidence}
-        if needs.resume.kind in ("restart", "keep_spiked") and needs.carried is not None:
-            evidence = with_spike_curve(evidence, needs.proposed, needs.carried.losses)
         return self.await_approval(run_id, current, visit, action, needs.proposed, evidence, needs.requested_by, wait_s)
 
     def _step(
@@ -709,17 +725,7 @@ class _Run:
         self.run_id, self.spec, self.task, self.wait_s = run_id, spec, task, wait_s
 
 
-_running: Engine | None = None  # the engine launched in this process (DBOS calls module-level functions)
-
-
-def running() -> Engine:
-    """The engine launched in this process; DBOS's workflow function reaches it here."""
-    if _running is None:
-        raise RuntimeError("the workflow engine is not launched in this process")
-    return _running
-
-
 @DBOS.workflow(name=WORKFLOW_NAME)
 def run_workflow(run_id: str, spec_data: dict, task_data: dict) -> dict[str, Any]:
     """A run, as DBOS registers and replays it: its input (JSON) validated once, then the engine walks it."""
-    return running().run(run_id, WorkflowSpec.model_validate(spec_data), TrainTask.model_validate(task_data))
+    return Engine.running().run(run_id, WorkflowSpec.model_validate(spec_data), TrainTask.model_validate(task_data))

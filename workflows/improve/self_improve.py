@@ -36,8 +36,8 @@ from trainteam.curation.row_checks import row_of, row_records
 from trainteam.curation.splits import split_by_group
 from trainteam.trainers.planning import detect_hardware
 from trainteam.trainers.serving.registry import ModelRegistry
-from trainteam.workflows.engine.runner import GENERATED_RUN_ID
 from trainteam.workflows.engine.store import RunStore
+from trainteam.workflows.runs.runner import GENERATED_RUN_ID
 from trainteam.workflows.steps.catalog import STEPS
 from trainteam.workflows.steps.curate import curate_recorded, default_config
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainteam.contract.step_io import StepResult
 from trainteam.core.hashing import sha256_file, weights_hash
 from trainteam.graph.knowledge import UnknownNode
-from trainteam.workflows.report.views import approval_public
+from trainteam.workflows.engine.approval_ids import approval_public
 
 CURVE_BEFORE = 12  # logged steps shown before a spike
 CURVE_AFTER = 3  # and after it

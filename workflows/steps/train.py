@@ -36,15 +36,16 @@ from trainteam.graph import NodeKind, node_id
 from trainteam.graph.record import record_checkpoint, record_tokenizer
 from trainteam.trainers.evaluation.battery import greedy_generations
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage, random_init
+from trainteam.trainers.fit.loop import train as run_training
 from trainteam.trainers.launch.supervisor import train_launched
 from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training import budget
 from trainteam.trainers.training.chat_templates import chosen_format, save_tokenizer_with_template
 from trainteam.trainers.training.checkpoints import checkpoint_step, complete_checkpoints, list_checkpoints
-from trainteam.trainers.training.loop import train as run_training
 from trainteam.trainers.training.models import build_model, load_model
 from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.trainers.training.tokenizer import train_tokenizer as fit
+from trainteam.workflows.report.evidence import with_spike_curve
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
 from trainteam.workflows.steps.headroom import skip_align
@@ -331,7 +332,7 @@ class _Stage:
             action="restart_after_spike",
             numbered=True,
             proposed=proposal,
-            evidence={"monitor": ev, "spikes": self.spikes},
+            evidence=with_spike_curve({"monitor": ev, "spikes": self.spikes}, proposal, self.curves),
             requested_by=self.ctx.persona,
             resume=Resume(kind="restart", stage=stage, value=proposal),
             refused="restart",
@@ -398,7 +399,7 @@ class _Stage:
             action=f"accept_spiked_{stage}",
             proposed=accept,
             requested_by=self.ctx.persona,
-            evidence={"monitor": details["evidence"], "spikes": self.spikes},
+            evidence=with_spike_curve({"monitor": details["evidence"], "spikes": self.spikes}, accept, self.curves),
             refused="acceptance",
             resume=Resume(kind="keep_spiked", stage=stage, value=accept),
             carried=self.carried(),

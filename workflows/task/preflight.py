@@ -2,7 +2,8 @@
 
 A bad value found inside a run costs a workspace entry, a failed run and often minutes of
 work; found here it is one line naming the field or the file's row, and nothing is written.
-``check_runnable`` (workflows/engine/runner.py) calls ``preflight`` after the task and spec parsed:
+``check_runnable`` (below; a run calls it before anything is stored) calls ``preflight`` after the task and
+spec parsed:
 
 - no field the run uses holds a secret (only the description's prose is masked);
 - every persona's model setting (``TRAINTEAM_MODEL*``) names a model that can be built, whose endpoint
@@ -30,7 +31,7 @@ from trainteam.curation.rows import Row, iter_rows
 from trainteam.curation.splits import Part, held_out, plan_splits
 from trainteam.trainers.methods.method_registry import checked_trl, get_method
 from trainteam.trainers.training.tracking import install_hint, installed
-from trainteam.workflows.engine.spec import PERSONAS
+from trainteam.workflows.engine.spec import PERSONAS, WorkflowSpec
 from trainteam.workflows.task.curriculum import curriculum_from_task
 from trainteam.workflows.task.eval_plan import planned_length
 from trainteam.workflows.task.stage_plan import plan_stage, task_machine
@@ -238,3 +239,17 @@ def _answer_problem(row: Row) -> str | None:
             f"ending with an assistant reply); this row is {row.kind}"
         )
     return _ends_with_answer(row)
+
+
+def check_runnable(spec: WorkflowSpec, task: TrainTask, source: str) -> None:
+    """Everything that can be known before a run starts is checked here, so a bad task
+    file fails with one line and leaves the workspace untouched."""
+    names = {s.name for s in spec.steps}
+    for i, step in enumerate(task.require_approval):
+        if step not in names:
+            raise BadInput(
+                f"{source}: require_approval[{i}]: unknown step {step!r} (steps: {', '.join(sorted(names))})"
+            )
+    if task.workflow != spec.name:
+        raise BadInput(f"{source}: workflow: task is for {task.workflow!r}, not {spec.name!r}")
+    preflight(task, source)

@@ -2,7 +2,7 @@
 
 In order, each check a line of what it found: the task file parses (TRL/Axolotl key names
 included); the model folder holds a config, safetensors weights and a tokenizer that loads,
-with or without a chat template; then ``runner.check_runnable`` (the same preflight a run
+with or without a chat template; then ``preflight.check_runnable`` (the same preflight a run
 passes: the workflow's steps, secrets, model settings, trackers, ``trl:`` blocks, every data
 row and column, the planner's refusals); then per stage the training rows and a sample's
 tokens with the task's tokenizer (the longest against ``seq_len``), the ``trl:`` fields
@@ -27,9 +27,9 @@ from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.planning.estimate import ModelShape
 from trainteam.trainers.planning.tokens import model_tokenizer
 from trainteam.trainers.training.chat_templates import template_choice
-from trainteam.workflows.engine.runner import check_runnable
 from trainteam.workflows.engine.spec import load_builtin
 from trainteam.workflows.task.eval_plan import planned_gates, planned_length, planned_style
+from trainteam.workflows.task.preflight import check_runnable
 from trainteam.workflows.task.stage_plan import data_tokens, plan_stage
 
 

@@ -1,11 +1,12 @@
 """The training methods' names, in the order stages run: the registry's one list.
 
-A built-in name is a file of this folder that defines ``METHOD`` (a ``TrainingMethod``). A method of another
+A built-in name is a file of ``trainers/methods/`` that defines ``METHOD`` (a ``TrainingMethod``); the names sit
+here, below the records, because ``TrainConfig`` (``config.py``, beside this) validates a method's name and the
+records import ``config``. A method of another
 package is one file of its own, named by an entry point of the group ``trainteam.methods`` in that package's
 metadata (``[project.entry-points."trainteam.methods"] orpo = "my_pkg.orpo:METHOD"``): its name comes after
-the built-in ones. ``method_registry`` loads them all. ``training/config.py`` validates ``TrainConfig.method``
-against this list, so this module imports no method (the method files import ``config``): an entry point is
-read here by its name only.
+the built-in ones. ``method_registry`` loads them all; this module imports no method: an entry point is read
+here by its name only.
 """
 
 from importlib.metadata import entry_points

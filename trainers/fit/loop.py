@@ -19,10 +19,10 @@ from typing import Any
 
 from trainteam.core import heap
 from trainteam.core.errors import BadInput
-from trainteam.trainers.methods.method_registry import get_method
+from trainteam.trainers.methods import method_data as D
+from trainteam.trainers.methods.method_registry import get_method, method_signals
 from trainteam.trainers.planning.pace import pace_check
 from trainteam.trainers.training import budget, console_lines
-from trainteam.trainers.training import method_data as D
 from trainteam.trainers.training.bf16_base import frozen_in_bf16
 from trainteam.trainers.training.checkpoints import complete_checkpoints, resolve_resume
 from trainteam.trainers.training.config import TrainConfig
@@ -240,7 +240,7 @@ def _watch(
 
     telemetry = Telemetry(model, config.max_length, wall_start, history)
     pace = pace_check(config, history)  # the first steps' pace against the plan's, re-planned aloud
-    spike = SpikeMonitor(config.spike, method) if config.spike.enabled else None
+    spike = SpikeMonitor(config.spike, method_signals(method, config.spike)) if config.spike.enabled else None
     stop = GracefulStop()
     limit = budget.current()
     guard = budget.budget_guard(limit) if limit is not None else None

@@ -2,8 +2,9 @@
 
 ``prepare_run`` is the one way a new run is checked before anything is written (the CLI's
 ``execute-workflow`` and the Python ``execute_workflow`` both call it); ``run_foreground``
-then runs it here. The engine (``workflows/engine/durable.py``, which imports DBOS, ~1 s) is
-imported only when a run starts: short commands that only check stay fast.
+then runs it here, the engine launched with the step tools (``steps.STEPS``). The engine
+(``workflows/engine/durable.py``, which imports DBOS, ~1 s) is imported only when a run starts: short commands
+that only check stay fast.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from trainteam.core.ids import check_run_id
 from trainteam.workflows.engine.executors import APP_NAME, RUN_QUEUE, WORKFLOW_NAME
 from trainteam.workflows.engine.spec import WorkflowSpec, load_builtin
 from trainteam.workflows.engine.store import RunStore
-from trainteam.workflows.task.preflight import preflight
+from trainteam.workflows.steps import STEPS
+from trainteam.workflows.task.preflight import check_runnable
 
 GENERATED_RUN_ID = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # the end of every id ``new_run_id`` makes
 
@@ -31,20 +33,6 @@ GENERATED_RUN_ID = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{4}$")  # the end of every 
 def new_run_id(task_name: str) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return f"{task_name[:24]}-{stamp}-{secrets.token_hex(2)}"
-
-
-def check_runnable(spec: WorkflowSpec, task: TrainTask, source: str) -> None:
-    """Everything that can be known before a run starts is checked here, so a bad task
-    file fails with one line and leaves the workspace untouched."""
-    names = {s.name for s in spec.steps}
-    for i, step in enumerate(task.require_approval):
-        if step not in names:
-            raise BadInput(
-                f"{source}: require_approval[{i}]: unknown step {step!r} (steps: {', '.join(sorted(names))})"
-            )
-    if task.workflow != spec.name:
-        raise BadInput(f"{source}: workflow: task is for {task.workflow!r}, not {spec.name!r}")
-    preflight(task, source)
 
 
 def check_chosen_run_id(run_id: str, option: str = "--run-id") -> str:
@@ -96,7 +84,7 @@ def prepare_run(
 def run_foreground(ws, spec: WorkflowSpec, task: TrainTask, run_id: str, progress: bool = True) -> dict:
     from trainteam.workflows.engine.durable import Engine
 
-    engine = Engine.launch(ws, progress)
+    engine = Engine.launch(ws, STEPS, progress)
     try:
         return _result(engine.start(spec, task, run_id), run_id)
     finally:
@@ -119,7 +107,7 @@ def _result(handle, run_id: str) -> dict:
 def resume_foreground(ws, run_id: str, force: bool = False, progress: bool = True) -> dict:
     from trainteam.workflows.engine.durable import Engine
 
-    engine = Engine.launch(ws, progress)
+    engine = Engine.launch(ws, STEPS, progress)
     try:
         return _result(engine.resume(run_id, force=force), run_id)
     finally:
@@ -172,7 +160,7 @@ def serve(ws, once: bool = False, limits: WorkerLimits = WorkerLimits(), progres
     With ``once`` it returns when the queue is empty and its own runs have ended."""
     from trainteam.workflows.engine.durable import Engine, console
 
-    engine = Engine.launch(ws, progress, worker=True)
+    engine = Engine.launch(ws, STEPS, progress, worker=True)
     try:
         engine.register_queue(limits.worker_concurrency, limits.global_concurrency, limits.poll_s)
         console.print(
