@@ -120,9 +120,11 @@ def measure(folder: Path, url: str | None, polling_s: float) -> dict:
             decide(ws, pending[0]["id"], approve=True, by="bench")
             sends.append(time.perf_counter() - t0)
             sent = time.time()  # decide() returns right after the message is sent
-            attempt = _wait(lambda: [a for a in runs.attempts("lat") if a["step"] == f"p{i}"], run, folder / "run.err")[
-                0
-            ]
+            step = f"p{i}"
+            started = _wait(
+                lambda step=step: [a for a in runs.attempts("lat") if a["step"] == step], run, folder / "run.err"
+            )
+            attempt = started[0]
             decided = approvals.get(pending[0]["id"])["decided_at"]
             latencies.append(_ts(attempt["started_at"]) - _ts(decided))
             woken.append(_ts(attempt["started_at"]) - sent)
@@ -169,7 +171,8 @@ def main() -> None:
     ):
         print(
             f"{name}: approval -> step started {r['median_s'] * 1000:.0f} ms (median of {K}; "
-            f"min {r['min_s'] * 1000:.0f}, max {r['max_s'] * 1000:.0f}); decide() {r['decide_median_s'] * 1000:.0f} ms; "
+            f"min {r['min_s'] * 1000:.0f}, max {r['max_s'] * 1000:.0f}); "
+            f"decide() {r['decide_median_s'] * 1000:.0f} ms; "
             f"message sent -> step started {r['sent_to_step_median_s'] * 1000:.0f} ms"
         )
     print(

@@ -25,7 +25,8 @@ corpus, evals_dir, out = sys.argv[1], sys.argv[2], sys.argv[3]
 evals = {"passages": f"{evals_dir}/passages.jsonl", "addition": f"{evals_dir}/addition.jsonl"}
 t0 = time.perf_counter()
 report = curate(corpus, evals, out_dir=out, progress=False)
-print(json.dumps({"seconds": time.perf_counter() - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"seconds": time.perf_counter() - t0,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "counts": report.counts, "injected": {k: v.model_dump() for k, v in report.injected.items()}}))
 """
 
@@ -75,7 +76,8 @@ def main() -> None:
     docs = ours["counts"]["input"]
     print(
         f"  trainteam streaming curate: peak RSS {ours['rss_mb']:7.0f} MiB, {ours['seconds']:.0f} s, "
-        f"{docs / ours['seconds']:.0f} docs/s, {size_mb / ours['seconds']:.2f} MiB/s; output {ours['counts']['output']} docs"
+        f"{docs / ours['seconds']:.0f} docs/s, {size_mb / ours['seconds']:.2f} MiB/s; "
+        f"output {ours['counts']['output']} docs"
     )
     print(f"  baseline (corpus held in memory): peak RSS {base['rss_mb']:7.0f} MiB to load {base['records']} records")
     print(f"  RSS ratio trainteam / baseline: {ours['rss_mb'] / base['rss_mb']:.2f}; corpus {size_mb:.0f} MiB")

@@ -183,7 +183,7 @@ def main() -> None:
                 p = subprocess.run(
                     [sys.executable, __file__, "--variant", name, "--work", str(work)], capture_output=True, text=True
                 )
-                line = next((l for l in p.stdout.splitlines() if l.startswith("VARIANT ")), None)
+                line = next((ln for ln in p.stdout.splitlines() if ln.startswith("VARIANT ")), None)
                 if line is None:
                     raise SystemExit(f"{name} failed:\n{p.stderr[-3000:]}")
                 r = json.loads(line[8:])

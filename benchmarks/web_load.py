@@ -415,7 +415,8 @@ def _summary(result: dict) -> str:
     }[result["verdict"]]
     return (
         f"loaded/quiet step time {result['ratio']:.3f} (95 % interval {low:.3f}–{high:.3f} over "
-        f"{result['blocks']} ABBA blocks of {result['window_s']:g} s windows): the interval {resolution}. The console used {cpu['quiet']} CPU s "
+        f"{result['blocks']} ABBA blocks of {result['window_s']:g} s windows): the interval {resolution}. "
+        f"The console used {cpu['quiet']} CPU s "
         f"per training second quiet, {cpu['loaded']} loaded (the clients {result['clients_cpu_s_per_train_s']}), "
         f"on {result['cores']} cores."
     )

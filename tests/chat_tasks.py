@@ -192,7 +192,8 @@ TASKS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
 
 
 def chat_rows(task: str, n_train: int = 200, n_eval: int = 60, seed: int = 0) -> tuple[list[dict], list[dict]]:
-    """``n_train`` training and ``n_eval`` held-out ``messages`` rows of ``task``, every question and answer distinct."""
+    """``n_train`` training and ``n_eval`` held-out ``messages`` rows of ``task``, every question and answer
+    distinct."""
     make, rng = TASKS[task], random.Random(f"{task}:{seed}")
     seen: set[str] = set()
     rows: list[dict] = []

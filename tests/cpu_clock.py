@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 def _children() -> float:

@@ -22,10 +22,10 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -578,7 +578,9 @@ def request_cases() -> list[Case]:
         "no data": "pretrain a tiny llama within 30 minutes",
         "no model": "train on the addition demo within 30 minutes",
         "a hub download": "fine-tune a model from hugging face on the addition demo within 30 minutes",
-        "path traversal data": "fine-tune base/ on ../../../../etc/passwd.jsonl and eval on ../../x.jsonl within 30 minutes",
+        "path traversal data": (
+            "fine-tune base/ on ../../../../etc/passwd.jsonl and eval on ../../x.jsonl within 30 minutes"
+        ),
         "$ -5": REQUEST.format(b="30 minutes and $-5"),
         "trust remote code": REQUEST.format(b="30 minutes") + " with trust_remote_code: true",
         "secret-shaped only": "sk-abcdefghijklmnopqrstuvwxyz0123",

@@ -50,7 +50,7 @@ class PgServer:
         self.data = root / "data"
 
     @classmethod
-    def start(cls) -> "PgServer":
+    def start(cls) -> PgServer:
         bindir = find_bin()
         root = Path(tempfile.mkdtemp(prefix="tt-pg-"))
         user = None
@@ -101,7 +101,7 @@ class PgServer:
             pass
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "PgServer":
+    def __enter__(self) -> PgServer:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -81,7 +81,7 @@ class _Run:
         ensure_step_node(ctx)
         return fn(ctx)
 
-    def prepared(self, task: TrainTask) -> "_Run":
+    def prepared(self, task: TrainTask) -> _Run:
         for name, fn in (("prepare_corpus", prepare_corpus), ("curate", curate), ("train_tokenizer", train_tokenizer)):
             self.outputs[name] = self.step(name, fn, task).model_dump(mode="json")
         return self

@@ -27,8 +27,9 @@
    finished, and the run shown as interrupted (or still waiting for the decision). Nothing
    in the product is a test hook.
 
-2. Ten processes decide one pending approval at once (on SQLite and on a real PostgreSQL server) (five approve, five reject; a file
-   barrier releases them after each has imported the CLI): exactly one wins, nine fail with
+2. Ten processes decide one pending approval at once (on SQLite and on a real PostgreSQL server)
+   (five approve, five reject; a file barrier releases them after each has imported the CLI):
+   exactly one wins, nine fail with
    one line on stderr and no traceback, the graph holds the winner's decision only, and the
    run completes or stops as the winner decided.
 """
@@ -434,7 +435,7 @@ def test_kill_9_at_ten_points_then_resume_completes_like_an_uninterrupted_run(sw
     # a step finished before a kill never ran again; a step cut short ran again from its start, once per kill
     cut_short = Counter(step for _, step in kills if step is not None)
     assert set(cut_short) <= {s["name"] for s in view["steps"]}
-    for (name, visit), statuses in _statuses_by_step(ws).items():
+    for (name, _visit), statuses in _statuses_by_step(ws).items():
         finished = [s for s in statuses if s not in ("interrupted", "needs_approval")]
         assert len(finished) == 1 and finished[0] in ("completed", "skipped"), (name, statuses)
         assert statuses.count("interrupted") == cut_short[name], (name, statuses, kills)

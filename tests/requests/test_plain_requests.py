@@ -145,8 +145,8 @@ PEOPLE = [
     ),
     (
         (
-            "Budget 1 hour 30 minutes. Pretrain a llama (hidden 64, 2 layers, 2 heads) on the addition demo for 300 steps "
-            "at learning rate 0.001, then SFT it"
+            "Budget 1 hour 30 minutes. Pretrain a llama (hidden 64, 2 layers, 2 heads) on the addition demo "
+            "for 300 steps at learning rate 0.001, then SFT it"
         ),
         {
             "model.hidden_size": 64,

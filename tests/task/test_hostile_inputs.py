@@ -2,8 +2,9 @@
 
 Each case runs the real CLI in a subprocess on its own copy of a used workspace (a completed
 run and a run waiting for a person) and must exit 2 with exactly one line on stderr, no
-traceback, by itself (a process still running after hostile_cases.LIMIT_S is a hang), leaving every table of trainteam.db and dbos.sqlite, every file of
-the workspace and the working folder as they were — and the line must name what is wrong.
+traceback, by itself (a process still running after hostile_cases.LIMIT_S is a hang), leaving
+every table of trainteam.db and dbos.sqlite, every file of the workspace and the working folder
+as they were — and the line must name what is wrong.
 The cases run three at a time once per module; each is then asserted on its own.
 """
 

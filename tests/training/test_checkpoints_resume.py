@@ -123,7 +123,7 @@ def test_sigterm_saves_and_stops_cleanly(tmp_path, tok_dir, arith):
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-2000:]
-    rep = TrainReport.model_validate_json(next(l for l in stdout.splitlines() if l.startswith("REPORT "))[7:])
+    rep = TrainReport.model_validate_json(next(ln for ln in stdout.splitlines() if ln.startswith("REPORT "))[7:])
     assert rep.stopped_reason == "interrupted" and 3 <= rep.steps_done < 500
     assert rep.checkpoints == [out / f"checkpoint-{rep.steps_done}"]  # saved where it stopped
     assert is_complete(rep.checkpoints[0]) and rep.final_dir == rep.checkpoints[0]

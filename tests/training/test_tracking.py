@@ -1,4 +1,5 @@
-"""Trackers by config: TensorBoard events and an MLflow file store written offline; a missing tracker is a clear error."""
+"""Trackers by config: TensorBoard events and an MLflow file store written offline; a missing tracker is a clear
+error."""
 
 from __future__ import annotations
 
