@@ -249,7 +249,7 @@ class ToolContext:
         self.outputs = {name: StepResult.model_validate(out) for name, out in self.outputs.items()}
 
     @property
-    def graph(self):
+    def graph(self) -> Any:  # the workspace's KnowledgeGraph: trainteam.graph, a room contract may not import
         return self.ws.graph
 
     @property

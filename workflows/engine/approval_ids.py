@@ -4,10 +4,14 @@ prints it. Light (hashlib only): the short commands and the engine read it alike
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainteam.core.errors import NotFound
 from trainteam.core.ids import MIN_PREFIX, check_ref
+
+if TYPE_CHECKING:  # the types only: this module stays light (hashlib only)
+    from trainteam.workflows.engine.readonly import ApprovalReader
+    from trainteam.workflows.engine.store import ApprovalStore
 
 SHORT_ID = 8  # hex digits of an approval's short id: unique among millions, shorter than any run id
 _HEX = frozenset("0123456789abcdef")
@@ -43,7 +47,7 @@ def approval_public(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def resolve(store, ref: str) -> dict[str, Any]:
+def resolve(store: ApprovalStore | ApprovalReader, ref: str) -> dict[str, Any]:
     """The approval ``ref`` names: an exact id, a unique prefix of one, or a unique prefix (at
     least ``MIN_PREFIX`` digits) of a short id."""
     rows = store.find(ref)

@@ -14,7 +14,8 @@ A message that does not match a recorded decision is ignored by the waiting run.
 from __future__ import annotations
 
 import getpass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainteam.contract.redaction import redact_text
 from trainteam.core.errors import BadInput, Conflict, NotFound
@@ -22,7 +23,49 @@ from trainteam.graph.record import record_approval, record_approval_request
 from trainteam.workflows.engine.approval_ids import approval_public, resolve
 from trainteam.workflows.engine.store import ApprovalStore, RunStore
 
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from trainteam.graph.knowledge import KnowledgeGraph
+
 TOPIC_PREFIX = "approval:"
+
+
+class EngineSettings(Protocol):
+    """The settings the engine reads (``trainteam.settings.Settings``)."""
+
+    @property
+    def app_version(self) -> str: ...
+
+    @property
+    def notification_polling_s(self) -> float: ...
+
+    @property
+    def approval_wait_s(self) -> float: ...
+
+
+class EngineWorkspace(Protocol):
+    """What the engine and the approval queue use of their workspace, ``trainteam.workspace.Workspace``: the shell,
+    above this room, so not imported here. It covers ``step_io.WorkspaceLike``: each step gets it as its
+    ``ToolContext.ws``."""
+
+    root: Path
+
+    def dir(self, kind: str) -> Path: ...
+
+    @property
+    def graph(self) -> KnowledgeGraph: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def dbos_database_url(self) -> str: ...
+
+    @property
+    def settings(self) -> EngineSettings: ...
+
+    def check_dbos_database(self) -> None: ...
 
 
 def approval_topic(approval_id: str) -> str:
@@ -30,7 +73,15 @@ def approval_topic(approval_id: str) -> str:
 
 
 def request(
-    ws, *, run_id: str, step: str, visit: int, action: str, proposed: dict, evidence: dict, requested_by: str
+    ws: EngineWorkspace,
+    *,
+    run_id: str,
+    step: str,
+    visit: int,
+    action: str,
+    proposed: dict,
+    evidence: dict,
+    requested_by: str,
 ) -> dict[str, Any]:
     """Open (or, after a crash, find again) the approval for this step visit."""
     approval_id = f"{run_id}.{step}.{visit}.{action}"
@@ -56,7 +107,7 @@ def request(
     return row
 
 
-def read_decision(ws, approval_id: str) -> dict[str, Any]:
+def read_decision(ws: EngineWorkspace, approval_id: str) -> dict[str, Any]:
     row = ApprovalStore(ws.engine).get(approval_id)
     if row is None:
         raise NotFound(f"approval {approval_id!r} not found")
@@ -80,7 +131,9 @@ def _note(note: str | None) -> str | None:
     return None if note is None else redact_text(note)
 
 
-def decide(ws, ref: str, *, approve: bool, by: str | None = None, note: str | None = None) -> dict[str, Any]:
+def decide(
+    ws: EngineWorkspace, ref: str, *, approve: bool, by: str | None = None, note: str | None = None
+) -> dict[str, Any]:
     """A person's decision. Final: deciding the same approval again is an error."""
     by, note = _decider(by), _note(note)
     store = ApprovalStore(ws.engine)
@@ -108,7 +161,7 @@ def decide(ws, ref: str, *, approve: bool, by: str | None = None, note: str | No
     return approval_public(store.get(row["id"]) or row)
 
 
-def _wake_run(ws, run_id: str, approval_id: str, status: str) -> None:
+def _wake_run(ws: EngineWorkspace, run_id: str, approval_id: str, status: str) -> None:
     """Send the durable message the run waits for. If the run's process is gone the
     message waits in the system database and is delivered when the run resumes."""
     from dbos import DBOSClient  # imported here: ~1 s, only when a decision is made
@@ -125,7 +178,7 @@ def _wake_run(ws, run_id: str, approval_id: str, status: str) -> None:
         client.destroy()
 
 
-def cancel_run(ws, run_id: str) -> list[str]:
+def cancel_run(ws: EngineWorkspace, run_id: str) -> list[str]:
     """Cancel a run in the engine, expire its open approvals and wake it if it waits for one
     (the wake-up makes it reach its next step, where the engine stops it)."""
     from dbos import DBOSClient

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn
 
-from dbos import DBOS, SetWorkflowID, WorkflowHandle
+from dbos import DBOS, Queue, SetWorkflowID, WorkflowHandle
 from dbos import error as dbos_error
 from rich.console import Console
 from rich.markup import escape
@@ -50,6 +50,7 @@ from trainteam.trainers.training import budget, console_lines
 from trainteam.trainers.training.threads import Sample, cpu_sample, run_threads
 from trainteam.workflows.engine import approvals
 from trainteam.workflows.engine.approval_ids import short_id
+from trainteam.workflows.engine.approvals import EngineWorkspace
 from trainteam.workflows.engine.executors import APP_NAME, RUN_QUEUE, WORKFLOW_NAME, Lease, new_executor_id
 from trainteam.workflows.engine.spec import StepSpec, WorkflowSpec
 from trainteam.workflows.engine.store import RunStore
@@ -69,7 +70,7 @@ TRAINING_TOOLS = ("train", "align")
 console = Console(stderr=True, soft_wrap=True)
 
 
-def dbos_config(ws, executor_id: str) -> dict[str, Any]:
+def dbos_config(ws: EngineWorkspace, executor_id: str) -> dict[str, Any]:
     return {
         "name": APP_NAME,
         "system_database_url": ws.dbos_database_url,
@@ -128,14 +129,14 @@ class Engine:
 
     def __init__(
         self,
-        ws,
+        ws: EngineWorkspace,
         toolbox: Mapping[str, StepTool],
         executor_id: str,
         lease: Lease,
         progress: bool,
         worker: bool,
         cpu_mark: Sample,
-    ):
+    ) -> None:
         self.ws, self.toolbox, self.executor_id, self.lease = ws, toolbox, executor_id, lease
         self.progress, self.prefix, self.cpu_mark = progress, worker, cpu_mark
         self.logs: dict[str, Console] = {}  # run id -> its log file (logs/runs/<run_id>.log)
@@ -143,7 +144,9 @@ class Engine:
 
     # ------------------------------------------------------------------ the process
     @classmethod
-    def launch(cls, ws, toolbox: Mapping[str, StepTool], progress: bool = True, worker: bool = False) -> Engine:
+    def launch(
+        cls, ws: EngineWorkspace, toolbox: Mapping[str, StepTool], progress: bool = True, worker: bool = False
+    ) -> Engine:
         """Launch DBOS in this process with the step tools its runs call (``toolbox``). Only a ``worker`` takes
         runs from the run queue; any launched process holds the lease on its executor id
         (``executors.Lease``) until it ends."""
@@ -663,7 +666,7 @@ class Engine:
         return DBOS.resume_workflow(run_id)
 
     @staticmethod
-    def register_queue(worker_concurrency: int | None, global_concurrency: int | None, poll_s: float):
+    def register_queue(worker_concurrency: int | None, global_concurrency: int | None, poll_s: float) -> Queue:
         """The run queue, its limits stored in the system database (the last worker started sets them)."""
         return DBOS.register_queue(
             RUN_QUEUE,
@@ -721,7 +724,7 @@ class _Run:
     """One run as its workflow walks it: the id, the spec and the task validated once from the workflow's
     input (the task gains its thread count as training starts), and how long an approval waits."""
 
-    def __init__(self, run_id: str, spec: WorkflowSpec, task: TrainTask, wait_s: float):
+    def __init__(self, run_id: str, spec: WorkflowSpec, task: TrainTask, wait_s: float) -> None:
         self.run_id, self.spec, self.task, self.wait_s = run_id, spec, task, wait_s
 
 

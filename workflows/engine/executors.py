@@ -23,6 +23,10 @@ import os
 import socket
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # SQLAlchemy only for the types: the short commands import this module
+    from sqlalchemy.engine import Connection, Engine
 
 APP_NAME = "trainteam"  # the DBOS application
 WORKFLOW_NAME = "trainteam.run"  # the one DBOS workflow: a run
@@ -48,16 +52,21 @@ def lock_path(db_path: Path, executor_id: str) -> Path:
 class Lease:
     """This process's hold on its executor id; released by ``release()`` or by dying."""
 
-    def __init__(self, executor_id: str, fd: int | None = None, conn=None, path: Path | None = None):
+    def __init__(
+        self, executor_id: str, fd: int | None = None, conn: Connection | None = None, path: Path | None = None
+    ) -> None:
         self.executor_id, self._fd, self._conn, self._path = executor_id, fd, conn, path
 
     @classmethod
-    def hold(cls, engine, executor_id: str) -> Lease:
+    def hold(cls, engine: Engine, executor_id: str) -> Lease:
         if engine.dialect.name == "postgresql":
             conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             conn.exec_driver_sql(f"SELECT pg_advisory_lock({_PG_CLASS}, {_pg_key(executor_id)})")
             return cls(executor_id, conn=conn)
-        path = lock_path(Path(engine.url.database), executor_id)
+        database = engine.url.database
+        if database is None:  # `sqlite://`, no file: Path(None) failed here with this TypeError, unexplained
+            raise TypeError("an executor's lease is a lock file beside the SQLite database, which has no file")
+        path = lock_path(Path(database), executor_id)
         path.parent.mkdir(exist_ok=True)
         fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)  # blocking: a probe holds its shared lock for microseconds

@@ -91,7 +91,7 @@ def _select(table: str, columns: tuple[str, ...]) -> str:
 class RunReader:
     """The reading half of ``RunStore``."""
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
     def _runs(self, where: str, params: tuple) -> builtins.list[dict[str, Any]]:
@@ -130,7 +130,7 @@ class RunReader:
 class ApprovalReader:
     """The reading half of ``ApprovalStore``."""
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
     def _approvals(self, where: str, params: tuple) -> builtins.list[dict[str, Any]]:

@@ -82,7 +82,7 @@ def _masked_error(values: dict[str, Any]) -> dict[str, Any]:
 
 
 class RunStore:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def executor_alive(self, executor_id: str | None) -> bool:
@@ -203,7 +203,7 @@ class RunStore:
 
 
 class ApprovalStore:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def create(
