@@ -35,9 +35,9 @@ FOLDERS = ("trainteam", "agents", "workflows", "curation", "trainers", "graph", 
 # Where the task's value changes shape between the task and TRL's config: (tag, candidates). A candidate is a
 # function name or Class.method found in the project's source (every match is hooked), or "trl:Class.method".
 VALUE_MOMENTS = (
-    ("stage", ("resolve_stage",)),                        # the stage resolver: task + decisions -> TrainConfig
-    ("task", ("TrainTask.train_config",)),                # the task's stage block read as a TrainConfig
-    ("retry", ("retry_config",)),                         # a failed gate's plan applied to it
+    ("stage", ("resolve_stage",)),  # the stage resolver: task + decisions -> TrainConfig
+    ("task", ("TrainTask.train_config",)),  # the task's stage block read as a TrainConfig
+    ("retry", ("retry_config",)),  # a failed gate's plan applied to it
     ("args", ("common_args", "trl:SFTConfig.__init__")),  # the TrainConfig turned into TRL's arguments
 )
 stacks: dict[str, list[str]] = {}
@@ -60,14 +60,17 @@ def project_path(filename: str) -> str | None:
     """'agents/runtime.py' for a frame in the project, None for any other file."""
     for prefix, folder in PROJECT:
         if filename.startswith(prefix):
-            return f"{folder}/{filename[len(prefix):]}"
+            return f"{folder}/{filename[len(prefix) :]}"
     return None
 
 
 def project_frames() -> list[str]:
     """The project frames of the current thread's stack, outermost first, as 'path:line:function'."""
-    return [f"{path}:{fr.lineno}:{fr.name}" for fr in traceback.extract_stack()
-            if (path := project_path(fr.filename)) is not None]
+    return [
+        f"{path}:{fr.lineno}:{fr.name}"
+        for fr in traceback.extract_stack()
+        if (path := project_path(fr.filename)) is not None
+    ]
 
 
 def capture(tag: str) -> None:
@@ -127,7 +130,7 @@ def hook(tag: str, candidate: str) -> list[str]:
     if candidate.startswith("trl:"):
         import trl
 
-        cls_name, name = candidate[len("trl:"):].split(".")
+        cls_name, name = candidate[len("trl:") :].split(".")
         cls = getattr(trl, cls_name)
         setattr(cls, name, _wrap(tag, getattr(cls, name)))
         return [candidate]
@@ -160,8 +163,9 @@ def report() -> None:
             path = entry.split(":", 1)[0]
             if path not in files:
                 files.append(path)
-    print("WALK " + json.dumps({"files": files, "stacks": stacks, "value": value_moments(), "hooked": hooked}),
-          flush=True)
+    print(
+        "WALK " + json.dumps({"files": files, "stacks": stacks, "value": value_moments(), "hooked": hooked}), flush=True
+    )
 
 
 def patch() -> None:

@@ -38,12 +38,17 @@ def writing_methods() -> set[str]:
     tree = ast.parse((ROOT / "graph" / "knowledge.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KnowledgeGraph")
     methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
-    attrs = {name: [c.func for c in ast.walk(f) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)]
-             for name, f in methods.items()}
+    attrs = {
+        name: [c.func for c in ast.walk(f) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)]
+        for name, f in methods.items()
+    }
     writers = {name for name, funcs in attrs.items() if any(f.attr == "insert" for f in funcs)}
     while True:
-        more = {name for name, funcs in attrs.items() if any(
-            f.attr in writers and isinstance(f.value, ast.Name) and f.value.id == "self" for f in funcs)}
+        more = {
+            name
+            for name, funcs in attrs.items()
+            if any(f.attr in writers and isinstance(f.value, ast.Name) and f.value.id == "self" for f in funcs)
+        }
         if more <= writers:
             return writers
         writers |= more
@@ -53,15 +58,20 @@ def _networkx_names(func: ast.AST) -> set[str]:
     """Local names bound to a networkx graph (``g = nx.DiGraph()``): their add_node is not the knowledge graph's."""
     names = set()
     for node in ast.walk(func):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                and isinstance(node.value.func, ast.Attribute) and isinstance(node.value.func.value, ast.Name)
-                and node.value.func.value.id in ("nx", "networkx")):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and isinstance(node.value.func.value, ast.Name)
+            and node.value.func.value.id in ("nx", "networkx")
+        ):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return names
 
 
 def _scopes(tree: ast.AST):
     """Each function (and the module itself) with the nodes that belong to it, nested functions apart."""
+
     def own(scope):
         for child in ast.iter_child_nodes(scope):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -91,8 +101,12 @@ def graph_writes(tree: ast.AST, writers: set[str]) -> list[int]:
 
 def _is_hashlib(call: ast.Call, attr: str | None = None) -> bool:
     f = call.func
-    return (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "hashlib"
-            and (attr is None or f.attr == attr))
+    return (
+        isinstance(f, ast.Attribute)
+        and isinstance(f.value, ast.Name)
+        and f.value.id == "hashlib"
+        and (attr is None or f.attr == attr)
+    )
 
 
 def _reads(call: ast.Call) -> bool:
@@ -132,19 +146,24 @@ def _imports(tree: ast.AST) -> list[tuple[int, str]]:
 
 # -- the rules on the project ---------------------------------------------------------------------
 
+
 def test_the_graph_is_written_only_inside_graph():
     writers = writing_methods()
     assert {"add_node", "add_edge", "link"} <= writers
-    found = [f"{rel}:{line}" for rel, tree in _modules() if rel.parts[0] != "graph"
-             for line in graph_writes(tree, writers)]
+    found = [
+        f"{rel}:{line}" for rel, tree in _modules() if rel.parts[0] != "graph" for line in graph_writes(tree, writers)
+    ]
     assert not found, f"graph writes outside graph/ (use trainteam.graph.record): {found}"
 
 
 def test_only_record_and_knowledge_write_inside_graph():
     writers = writing_methods()
-    found = [f"{rel}:{line}" for rel, tree in _modules()
-             if rel.parts[0] == "graph" and rel.name not in ("record.py", "knowledge.py")
-             for line in graph_writes(tree, writers)]
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _modules()
+        if rel.parts[0] == "graph" and rel.name not in ("record.py", "knowledge.py")
+        for line in graph_writes(tree, writers)
+    ]
     assert not found
 
 
@@ -154,8 +173,11 @@ def test_curation_and_trainers_do_not_import_the_graph_and_graph_imports_only_co
         for line, name in _imports(tree):
             if rel.parts[0] in ("curation", "trainers") and name.startswith("trainteam.graph"):
                 found.append(f"{rel}:{line} imports {name}")
-            if (rel.parts[0] == "graph" and name.startswith("trainteam.")
-                    and not name.startswith(("trainteam.core", "trainteam.graph"))):
+            if (
+                rel.parts[0] == "graph"
+                and name.startswith("trainteam.")
+                and not name.startswith(("trainteam.core", "trainteam.graph"))
+            ):
                 found.append(f"{rel}:{line} imports {name}")
     assert not found, found
 
@@ -168,12 +190,18 @@ def test_file_contents_are_hashed_only_in_core_hashing():
 
 def test_no_module_but_core_hashing_defines_the_hash_functions():
     names = {"sha256_file", "artifact_hashes", "file_fingerprint", "weights_hash"}
-    found = [f"{rel}:{node.lineno} {node.name}" for rel, tree in _modules() if rel != HASHING
-             for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name in names]
+    found = [
+        f"{rel}:{node.lineno} {node.name}"
+        for rel, tree in _modules()
+        if rel != HASHING
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name in names
+    ]
     assert not found, found
 
 
 # -- the rules fail where they should -------------------------------------------------------------
+
 
 def test_the_scans_catch_what_they_forbid():
     writers = writing_methods()
@@ -185,8 +213,9 @@ def test_the_scans_catch_what_they_forbid():
         "    g.add_edge('a', 'b', 'uses')\n"
     )
     assert graph_writes(bad_graph, writers) == [2, 4, 5]
-    fine = ast.parse("import networkx as nx, os\ndef f(s):\n    g = nx.DiGraph()\n    g.add_node('x')\n"
-                     "    os.link('a', 'b')\n")
+    fine = ast.parse(
+        "import networkx as nx, os\ndef f(s):\n    g = nx.DiGraph()\n    g.add_node('x')\n    os.link('a', 'b')\n"
+    )
     assert graph_writes(fine, writers) == []
     old_ways = ast.parse(
         "def a(path):\n"  # trainteam/contract/step_io.py's sha256_file before
@@ -203,8 +232,10 @@ def test_the_scans_catch_what_they_forbid():
         "    return hashlib.sha256(path.read_text().encode()).hexdigest()\n"
     )
     assert file_hashing(old_ways) == [2, 7, 10, 12]
-    strings = ast.parse("def e(params, spill):\n    spill.open('wb')\n"
-                        "    return hashlib.sha256(json.dumps(params).encode()).hexdigest()\n")
+    strings = ast.parse(
+        "def e(params, spill):\n    spill.open('wb')\n"
+        "    return hashlib.sha256(json.dumps(params).encode()).hexdigest()\n"
+    )
     assert file_hashing(strings) == []
     imports = ast.parse("from trainteam.graph import KnowledgeGraph\nimport trainteam.graph.record\n")
     assert [n for _, n in _imports(imports)] == ["trainteam.graph", "trainteam.graph.record"]

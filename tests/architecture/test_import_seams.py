@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 from test_layering import ROOT, _parse, import_statements, package_dirs, project_modules
 
-HEAVY_LIBS = frozenset({"torch", "transformers", "trl", "peft", "datasets", "accelerate", "dbos", "pydantic_ai",
-                        "matplotlib", "lm_eval"})
+HEAVY_LIBS = frozenset(
+    {"torch", "transformers", "trl", "peft", "datasets", "accelerate", "dbos", "pydantic_ai", "matplotlib", "lm_eval"}
+)
 
 # The CLI command modules (trainteam/commands/): `trainteam <command> --help` and a usage error import the
 # command's module as well, so a command function imports the rooms that do its work (pydantic, SQLAlchemy,
@@ -35,9 +36,11 @@ HEAVY_LIBS = frozenset({"torch", "transformers", "trl", "peft", "datasets", "acc
 CLI_COMMANDS = "trainteam.commands."
 # (importing module, imported module) -> why the import stays inside a function although its target is light.
 ALLOWED_INNER: dict[tuple[str, str], str] = {
-    ("trainteam.workflows.report.views", "trainteam.workflows.engine.store"):
-        "the views serve `runs list/show` and `approvals list/show` on the stdlib readers; SQLAlchemy only for "
-        "run_public/runs_public",
+    (
+        "trainteam.workflows.report.views",
+        "trainteam.workflows.engine.store",
+    ): "the views serve `runs list/show` and `approvals list/show` on the stdlib readers; SQLAlchemy only for "
+    "run_public/runs_public",
 }
 
 
@@ -56,10 +59,13 @@ class Import:
 def lazy_exports(path: Path, package: str, mods: dict[str, Path]) -> dict[str, str]:
     """A package ``__init__``'s ``_EXPORTS`` table: exported name -> the module that defines it."""
     for node in _parse(path).body:
-        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets)
-                and isinstance(node.value, ast.Dict)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
             table = {}
-            for key, value in zip(node.value.keys, node.value.values):
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
                     module = value.value if value.value in mods else f"{package}.{value.value}"
                     if module in mods:
@@ -78,8 +84,9 @@ def statements(name: str, path: Path, mods: dict[str, Path], exports: dict[str, 
         else:
             names = [base]
             table = exports.get(base, {})
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else table.get(a.name, base)
-                       for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in mods else table.get(a.name, base) for a in node.names
+            ]
             targets = [t for t in targets if t in mods]
         libs = tuple(sorted({n.split(".")[0] for n in names if n and n.split(".")[0] != "trainteam"}))
         targets = [t for t in dict.fromkeys(targets) if t != name]
@@ -130,8 +137,12 @@ def analyse(root: Path, packages: dict[str, str]) -> Scan:
     mods = project_modules(root, packages)
     exports = {p: lazy_exports(path, p, mods) for p, path in mods.items() if path.name == "__init__.py"}
     imports = {name: statements(name, path, mods, exports) for name, path in sorted(mods.items())}
-    return Scan(mods, imports, loading(imports, mods, HEAVY_LIBS.__contains__),
-                loading(imports, mods, lambda lib: lib not in sys.stdlib_module_names))
+    return Scan(
+        mods,
+        imports,
+        loading(imports, mods, HEAVY_LIBS.__contains__),
+        loading(imports, mods, lambda lib: lib not in sys.stdlib_module_names),
+    )
 
 
 def loads(target: str, found: dict[str, str], mods: dict[str, Path]) -> bool:
@@ -142,14 +153,23 @@ def loads(target: str, found: dict[str, str], mods: dict[str, Path]) -> bool:
 def allowed_inside(source: str, target: str, scan: Scan, allowed: dict[tuple[str, str], str]) -> bool:
     """Whether a function of ``source`` may import ``target``: a heavy module, a room's module loading more than
     the standard library into a CLI command module, or an ALLOWED_INNER entry."""
-    return (loads(target, scan.heavy, scan.mods) or (source, target) in allowed
-            or (source.startswith(CLI_COMMANDS) and loads(target, scan.beyond_stdlib, scan.mods)))
+    return (
+        loads(target, scan.heavy, scan.mods)
+        or (source, target) in allowed
+        or (source.startswith(CLI_COMMANDS) and loads(target, scan.beyond_stdlib, scan.mods))
+    )
 
 
 def light_inner_imports(scan: Scan, allowed: dict[tuple[str, str], str]) -> list[str]:
     """'module:line -> target' for each project import inside a function that ``allowed_inside`` refuses."""
-    return [f"{s.source}:{s.line} -> {t}" for stmts in scan.imports.values() for s in stmts
-            if s.how == "in function" for t in s.targets if not allowed_inside(s.source, t, scan, allowed)]
+    return [
+        f"{s.source}:{s.line} -> {t}"
+        for stmts in scan.imports.values()
+        for s in stmts
+        if s.how == "in function"
+        for t in s.targets
+        if not allowed_inside(s.source, t, scan, allowed)
+    ]
 
 
 @functools.cache
@@ -160,15 +180,19 @@ def _project() -> Scan:
 def test_light_project_modules_are_imported_at_the_top():
     bad = light_inner_imports(_project(), ALLOWED_INNER)
     if bad:
-        pytest.fail(f"project modules imported inside a function though importing them loads none of "
-                    f"{sorted(HEAVY_LIBS)} ({len(bad)}); import them at the top, or name the import in "
-                    f"ALLOWED_INNER with its reason:\n  " + "\n  ".join(bad), pytrace=False)
+        pytest.fail(
+            f"project modules imported inside a function though importing them loads none of "
+            f"{sorted(HEAVY_LIBS)} ({len(bad)}); import them at the top, or name the import in "
+            f"ALLOWED_INNER with its reason:\n  " + "\n  ".join(bad),
+            pytrace=False,
+        )
 
 
 def test_allowed_inner_imports_still_exist():
     scan = _project()
-    inner = {(s.source, t) for stmts in scan.imports.values() for s in stmts if s.how == "in function"
-             for t in s.targets}
+    inner = {
+        (s.source, t) for stmts in scan.imports.values() for s in stmts if s.how == "in function" for t in s.targets
+    }
     stale = [f"{s} -> {t}" for s, t in ALLOWED_INNER if (s, t) not in inner or loads(t, scan.heavy, scan.mods)]
     assert not stale, f"ALLOWED_INNER names imports that are gone or now target a heavy module: {stale}"
 
@@ -177,13 +201,26 @@ def test_the_scan_finds_what_importing_finds():
     """Heavy and light as measured by importing each module in a fresh process (re-measured with this change)."""
     scan = _project()
     assert set(scan.heavy) == {
-        "trainteam.api", "trainteam.agents.chat_export", "trainteam.agents.compact", "trainteam.agents.hooks",
+        "trainteam.api",
+        "trainteam.agents.chat_export",
+        "trainteam.agents.compact",
+        "trainteam.agents.hooks",
         "trainteam.agents.policy",
         "trainteam.agents.replay",
-        "trainteam.agents.runtime", "trainteam.workflows.engine.durable", "trainteam.workflows.requests.submission",
-        "trainteam.trainers.training.progress", "trainteam.trainers.training.spike", "trainteam.trainers.training.telemetry"}
-    for module in ("trainteam.core.errors", "trainteam.core.dbread", "trainteam.workflows.engine.readonly",
-                   "trainteam.commands.common", "trainteam.contract.redaction"):
+        "trainteam.agents.runtime",
+        "trainteam.workflows.engine.durable",
+        "trainteam.workflows.requests.submission",
+        "trainteam.trainers.training.progress",
+        "trainteam.trainers.training.spike",
+        "trainteam.trainers.training.telemetry",
+    }
+    for module in (
+        "trainteam.core.errors",
+        "trainteam.core.dbread",
+        "trainteam.workflows.engine.readonly",
+        "trainteam.commands.common",
+        "trainteam.contract.redaction",
+    ):
         assert module in scan.mods and module not in scan.beyond_stdlib, (module, scan.beyond_stdlib.get(module))
     for module in ("trainteam.workspace", "trainteam.graph", "trainteam.curation", "trainteam.workflows.engine.spec"):
         assert module in scan.beyond_stdlib and module not in scan.heavy, module
@@ -193,18 +230,23 @@ def test_the_scan_finds_what_importing_finds():
 
 FAKE = {
     "trainteam/__init__.py": "",
-    "trainteam/cli.py": ("def main():\n    from trainteam.lib import light\n"    # light: must be at the top
-                         "    from trainteam.lib import heavy\n"                   # heavy: a seam
-                         "    from trainteam.lib import lazy_light, lazy_heavy\n"  # names in _EXPORTS
-                         "    from trainteam.lib.deep import x\n"                  # light: its package is too
-                         "    import trainteam.allowed\n"),                        # in the allow-list
+    "trainteam/cli.py": (
+        "def main():\n    from trainteam.lib import light\n"  # light: must be at the top
+        "    from trainteam.lib import heavy\n"  # heavy: a seam
+        "    from trainteam.lib import lazy_light, lazy_heavy\n"  # names in _EXPORTS
+        "    from trainteam.lib.deep import x\n"  # light: its package is too
+        "    import trainteam.allowed\n"
+    ),  # in the allow-list
     "trainteam/allowed.py": "",
     "trainteam/commands/__init__.py": "",
-    "trainteam/commands/run.py": ("def run():\n    from trainteam.lib import uses_yaml\n"  # a room, beyond stdlib
-                                  "    from trainteam.lib.light import f\n"),              # stdlib only: flagged
+    "trainteam/commands/run.py": (
+        "def run():\n    from trainteam.lib import uses_yaml\n"  # a room, beyond stdlib
+        "    from trainteam.lib.light import f\n"
+    ),  # stdlib only: flagged
     "lib/__init__.py": "_EXPORTS = {'lazy_light': 'light', 'lazy_heavy': 'trainteam.lib.viaheavy'}\n",
-    "lib/light.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
-                     "def f():\n    import torch\n"),
+    "lib/light.py": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\ndef f():\n    import torch\n"
+    ),
     "lib/heavy.py": "try:\n    import torch.nn\nexcept ImportError:\n    pass\n",
     "lib/viaheavy.py": "from trainteam.lib import heavy\n",
     "lib/deep.py": "from . import light\n",

@@ -54,8 +54,17 @@ ALLOWED = {  # room -> the rooms its modules may import
     "core": {"core"},
     "data": {"data"},
 }
-SUBPACKAGE_ROOMS = {"workflows": "workflows", "agents": "agents", "trainers": "trainers", "curation": "curation",
-                    "graph": "graph", "core": "core", "contract": "contract", "prompts": "data", "skills": "data"}
+SUBPACKAGE_ROOMS = {
+    "workflows": "workflows",
+    "agents": "agents",
+    "trainers": "trainers",
+    "curation": "curation",
+    "graph": "graph",
+    "core": "core",
+    "contract": "contract",
+    "prompts": "data",
+    "skills": "data",
+}
 MAX_FOLDER_MODULES = 25  # a room a newcomer can read the file list of
 # The CLI command modules are named after the commands they register (trainteam/commands/curate.py
 # registers `trainteam curate`), so they may share a file name with the module that does the work.
@@ -111,20 +120,28 @@ def _where(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
         node = parents[node]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return "in function"
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in {getattr(node.test, "id", None),
-                                                             getattr(node.test, "attr", None)}:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in {
+            getattr(node.test, "id", None),
+            getattr(node.test, "attr", None),
+        }:
             how = "type checking"
     return how
 
 
 def _named_modules(tree: ast.Module, mods: dict[str, Path]) -> list[tuple[str, int]]:
     """Modules a module imports by name through importlib.import_module (see the module docstring)."""
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-             and getattr(n.func, "attr", getattr(n.func, "id", None)) == "import_module"]
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == "import_module"
+    ]
     if not calls:
         return []
-    named = [(n.value, n.lineno) for n in ast.walk(tree)
-             if isinstance(n, ast.Constant) and isinstance(n.value, str) and "." in n.value and n.value in mods]
+    named = [
+        (n.value, n.lineno)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and "." in n.value and n.value in mods
+    ]
     for n in ast.walk(tree):
         if isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant):
             prefix = str(n.values[0].value).rstrip(".")
@@ -266,30 +283,45 @@ def test_no_import_cycle():
     mods, edges = _project()
     cycles = import_cycles(edges, mods)
     if cycles:
-        pytest.fail(_listing("modules that import each other (imports inside functions count)",
-                             [" <-> ".join(c) for c in cycles]), pytrace=False)
+        pytest.fail(
+            _listing(
+                "modules that import each other (imports inside functions count)", [" <-> ".join(c) for c in cycles]
+            ),
+            pytrace=False,
+        )
 
 
 def test_no_long_function():
     found = long_functions(ROOT, source_files(ROOT))
     if found:
-        pytest.fail(_listing(f"functions over {MAX_FUNCTION_LINES} lines outside tests/ and benchmarks/", found),
-                    pytrace=False)
+        pytest.fail(
+            _listing(f"functions over {MAX_FUNCTION_LINES} lines outside tests/ and benchmarks/", found), pytrace=False
+        )
 
 
 def test_no_two_modules_share_a_file_name():
     mods, _ = _project()
     dups = duplicate_names(ROOT, mods)
     if dups:
-        pytest.fail(_listing("file names held by two modules (trainteam/commands/ left out)",
-                             [f"{name}: {', '.join(paths)}" for name, paths in dups.items()]), pytrace=False)
+        pytest.fail(
+            _listing(
+                "file names held by two modules (trainteam/commands/ left out)",
+                [f"{name}: {', '.join(paths)}" for name, paths in dups.items()],
+            ),
+            pytrace=False,
+        )
 
 
 def test_no_folder_holds_more_than_25_modules():
     crowded = crowded_folders(ROOT, source_files(ROOT))
     if crowded:
-        pytest.fail(_listing(f"folders of more than {MAX_FOLDER_MODULES} modules: split them by subject",
-                             [f"{folder}: {n}" for folder, n in crowded.items()]), pytrace=False)
+        pytest.fail(
+            _listing(
+                f"folders of more than {MAX_FOLDER_MODULES} modules: split them by subject",
+                [f"{folder}: {n}" for folder, n in crowded.items()],
+            ),
+            pytrace=False,
+        )
 
 
 # -- each check can fail -----------------------------------------------------------------------------
@@ -311,14 +343,24 @@ FAKE = {
     "curation/__init__.py": "",
     "curation/a.py": "def f():\n    import trainteam.trainers.b\n",  # curation -> trainers, in a function
     "curation/rewards.py": "",  # shares a name with trainers/rewards.py
-    "graph/__init__.py": ("import importlib\nTABLE = {'x': 'trainteam.agents.p'}\n"  # graph -> agents, by name
-                          "def __getattr__(name):\n    return importlib.import_module(TABLE[name])\n"),
-    "graph/g.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trainteam.trainers import b\n"
-                   "def short():\n" + "    x = 1\n" * 79 + "def long():\n" + "    x = 1\n" * 80),
+    "graph/__init__.py": (
+        "import importlib\nTABLE = {'x': 'trainteam.agents.p'}\n"  # graph -> agents, by name
+        "def __getattr__(name):\n    return importlib.import_module(TABLE[name])\n"
+    ),
+    "graph/g.py": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trainteam.trainers import b\n"
+        "def short():\n" + "    x = 1\n" * 79 + "def long():\n" + "    x = 1\n" * 80
+    ),
     "tests/test_x.py": "def long():\n" + "    x = 1\n" * 100,  # tests may hold long functions
 }
-FAKE_PACKAGES = {"trainteam": "trainteam", "trainteam.workflows": "workflows", "trainteam.agents": "agents",
-                 "trainteam.trainers": "trainers", "trainteam.curation": "curation", "trainteam.graph": "graph"}
+FAKE_PACKAGES = {
+    "trainteam": "trainteam",
+    "trainteam.workflows": "workflows",
+    "trainteam.agents": "agents",
+    "trainteam.trainers": "trainers",
+    "trainteam.curation": "curation",
+    "trainteam.graph": "graph",
+}
 
 
 def test_checks_catch_a_fake_tree(tmp_path):
@@ -340,4 +382,7 @@ def test_checks_catch_a_fake_tree(tmp_path):
     assert long_functions(tmp_path, source_files(tmp_path)) == ["graph/g.py:84 long (81 lines)"]
     assert duplicate_names(tmp_path, mods) == {"rewards.py": ["curation/rewards.py", "trainers/rewards.py"]}
     assert crowded_folders(tmp_path, source_files(tmp_path), limit=2) == {
-        "curation": 3, "trainers": 3, "trainteam/commands": 3}
+        "curation": 3,
+        "trainers": 3,
+        "trainteam/commands": 3,
+    }

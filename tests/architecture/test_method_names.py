@@ -8,8 +8,7 @@ constant holding a collection of them. Ask the record instead (``get_method(cfg.
 
 Words spelled like a method that are not one are named below, each where it stands and why: the curriculum's
 stage kinds (``pretrain`` is one, beside ``mid_train``), a GRPO loss type, an export format, words in model
-names. ``KNOWN_DEBT`` lists what still holds method knowledge outside the records and is to move there; the test
-fails when a listed place no longer has its hit, so the list only shrinks.
+names. The test fails when a listed place no longer has its hit, so the list stays true.
 """
 
 from __future__ import annotations
@@ -39,10 +38,6 @@ NOT_METHODS = {  # "path: where" -> why the word there is not a training method'
     "workflows/improve/built_datasets.py: table": "the builder of each built dataset kind",
     "workflows/improve/self_improve.py: ID_WORDS": "words of generated run ids",
     "workflows/requests/model_sources.py: VARIANTS": "words in a model's name (…-sft, …-dpo)",
-}
-KNOWN_DEBT = {  # to move into the records: TrainConfig's per-method blocks and the TRL keys they own
-    "trainers/training/key_aliases.py: METHOD_OWNED": "the TRL keys each method's block of TrainConfig sets",
-    "trainers/training/key_aliases.py: method": "beta/loss_type written bare: whose block they go to",
 }
 
 
@@ -129,7 +124,7 @@ def _listing(hits: list[Hit]) -> str:
 
 def test_no_method_name_compared_outside_the_records():
     hits = method_name_hits(ROOT, source_files(ROOT), frozenset(NAMES))
-    allowed = NOT_METHODS.keys() | KNOWN_DEBT.keys()
+    allowed = NOT_METHODS.keys()
     bad = [h for h in hits if h.key not in allowed]
     assert not bad, "a method's name outside trainers/methods/: ask its record instead\n" + _listing(bad)
     gone = sorted(allowed - {h.key for h in hits})

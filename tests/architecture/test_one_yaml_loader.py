@@ -10,17 +10,36 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("trainteam", "agents", "workflows", "curation", "trainers", "graph")
 LOADER = Path("trainteam/core/inputfiles.py")
-_LOADING = {"safe_load", "load", "full_load", "unsafe_load", "load_all", "safe_load_all", "full_load_all",
-            "unsafe_load_all", "compose", "compose_all", "SafeLoader", "CSafeLoader", "Loader", "CLoader",
-            "FullLoader", "UnsafeLoader"}
+_LOADING = {
+    "safe_load",
+    "load",
+    "full_load",
+    "unsafe_load",
+    "load_all",
+    "safe_load_all",
+    "full_load_all",
+    "unsafe_load_all",
+    "compose",
+    "compose_all",
+    "SafeLoader",
+    "CSafeLoader",
+    "Loader",
+    "CLoader",
+    "FullLoader",
+    "UnsafeLoader",
+}
 
 
 def yaml_loads(tree: ast.AST) -> list[int]:
     """Lines that call or name one of PyYAML's loading entry points (``yaml.X`` or ``from yaml import X``)."""
     found = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr in _LOADING and isinstance(node.value, ast.Name)
-                and node.value.id == "yaml"):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in _LOADING
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "yaml"
+        ):
             found.append(node.lineno)
         elif isinstance(node, ast.ImportFrom) and node.module == "yaml":
             found += [node.lineno for a in node.names if a.name in _LOADING]
@@ -38,6 +57,8 @@ def test_yaml_is_read_only_through_the_one_loader():
 
 
 def test_the_scan_catches_what_it_forbids():
-    bad = ast.parse("import yaml\nfrom yaml import safe_load\nx = yaml.safe_load(t)\ny = yaml.load(t, yaml.SafeLoader)\n")
+    bad = ast.parse(
+        "import yaml\nfrom yaml import safe_load\nx = yaml.safe_load(t)\ny = yaml.load(t, yaml.SafeLoader)\n"
+    )
     assert yaml_loads(bad) == [2, 3, 4, 4]
     assert yaml_loads(ast.parse("import yaml\ns = yaml.safe_dump(d)\nn = yaml.ScalarNode\n")) == []

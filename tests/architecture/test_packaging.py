@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
-
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,8 +23,12 @@ def test_every_subpackage_folder_is_listed_in_pyproject():
 
 def test_wheel_imports_every_subpackage_and_reads_bundled_data(tmp_path):
     out = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     wheel = next(out.glob("trainteam-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
@@ -48,4 +51,7 @@ def test_wheel_imports_every_subpackage_and_reads_bundled_data(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", probe, str(site)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(len(__import__("trainteam.workflows.engine.spec", fromlist=["x"]).load_builtin("train_model").steps)), "1"]
+    assert proc.stdout.split() == [
+        str(len(__import__("trainteam.workflows.engine.spec", fromlist=["x"]).load_builtin("train_model").steps)),
+        "1",
+    ]

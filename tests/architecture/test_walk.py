@@ -51,8 +51,10 @@ TASK = {
     "data": {"demo": "addition", "n_train": 64, "n_eval": 8},
     "tokenizer": {"vocab_size": 300, "split_digits": True},
     "stages": ["pretrain", "sft"],
-    "training": {"pretrain": {"max_steps": 2, "per_device_batch_size": 4, "seq_len": 32},
-                 "sft": {"max_steps": 2, "per_device_batch_size": 4, "seq_len": 32}},
+    "training": {
+        "pretrain": {"max_steps": 2, "per_device_batch_size": 4, "seq_len": 32},
+        "sft": {"max_steps": 2, "per_device_batch_size": 4, "seq_len": 32},
+    },
     "gates": {},
     "budget": {"max_wall_minutes": 20},
 }
@@ -91,7 +93,7 @@ def walk_files(stacks: list[list[str]]) -> list[str]:
         shared = 0
         while shared < min(len(keys), len(before)) and keys[shared] == before[shared]:
             shared += 1
-        for frame in stack[max(shared - 1, 0):]:
+        for frame in stack[max(shared - 1, 0) :]:
             if not walk or walk[-1] != file_of(frame):
                 walk.append(file_of(frame))
         before = keys
@@ -102,8 +104,9 @@ def climbs(walk: list[str]) -> list[Climb]:
     found = []
     for i in range(1, len(walk)):
         source, target = walk[i - 1], walk[i]
-        why = [w for w, yes in (("higher room", rank(target) < rank(source)), ("return", target in walk[:i - 1]))
-               if yes]
+        why = [
+            w for w, yes in (("higher room", rank(target) < rank(source)), ("return", target in walk[: i - 1])) if yes
+        ]
         if why:
             found.append(Climb(i, source, target, ", ".join(why)))
     return found
@@ -113,13 +116,15 @@ def run_probe(tmp_path: Path) -> dict:
     task = tmp_path / "task.yaml"
     task.write_text(yaml.safe_dump(TASK))
     env = {**os.environ, "TRAINTEAM_HOME": str(tmp_path / "ws"), "OMP_NUM_THREADS": "1", "TRAINTEAM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(PROBE), str(task)], capture_output=True, text=True, timeout=600,
-                          env=env)
+    proc = subprocess.run([sys.executable, str(PROBE), str(task)], capture_output=True, text=True, timeout=600, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("WALK ")]
     if proc.returncode != 0 or not lines:
-        pytest.fail(f"the probe exited {proc.returncode} before SFTTrainer was built:\n{proc.stdout[-2000:]}\n"
-                    f"{proc.stderr[-3000:]}", pytrace=False)
-    return json.loads(lines[-1][len("WALK "):])
+        pytest.fail(
+            f"the probe exited {proc.returncode} before SFTTrainer was built:\n{proc.stdout[-2000:]}\n"
+            f"{proc.stderr[-3000:]}",
+            pytrace=False,
+        )
+    return json.loads(lines[-1][len("WALK ") :])
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +142,11 @@ def test_walk_to_sft_trainer_crosses_few_files(found):
     assert stacks.get("agent"), "the workflow thread never entered pydantic_ai.Agent.run_sync"
     assert stacks.get("sft") and room_of_frame(stacks["sft"][-1]) == "trainers", stacks
     if len(files) > MAX_FILES:
-        pytest.fail(f"the walk from the command line to SFTTrainer( crosses {len(files)} project files "
-                    f"(at most {MAX_FILES}):\n  " + "\n  ".join(files), pytrace=False)
+        pytest.fail(
+            f"the walk from the command line to SFTTrainer( crosses {len(files)} project files "
+            f"(at most {MAX_FILES}):\n  " + "\n  ".join(files),
+            pytrace=False,
+        )
 
 
 def test_following_the_task_value_climbs_back_few_times(found):
@@ -151,40 +159,76 @@ def test_following_the_task_value_climbs_back_few_times(found):
     walk = walk_files([stacks["cli"], stacks["agent"], *(m["stack"] for m in value), stacks["sft"]])
     found_climbs = climbs(walk)
     marks = {c.step: f"   <- climb back: {c.why}" for c in found_climbs}
-    print(f"WALK {len(walk)} steps, {len(set(walk))} files, {len(found_climbs)} climbs back:\n    "
-          + "\n    ".join(f"{path} [{ROOMS[rank(path)]}]{marks.get(i, '')}" for i, path in enumerate(walk)))
+    print(
+        f"WALK {len(walk)} steps, {len(set(walk))} files, {len(found_climbs)} climbs back:\n    "
+        + "\n    ".join(f"{path} [{ROOMS[rank(path)]}]{marks.get(i, '')}" for i, path in enumerate(walk))
+    )
     if len(found_climbs) > MAX_CLIMBS:
-        pytest.fail(f"following the task value from the command line to SFTTrainer( climbs back "
-                    f"{len(found_climbs)} times (at most {MAX_CLIMBS}):\n  " + "\n  ".join(map(str, found_climbs))
-                    + "\nthe walk:\n  " + "\n  ".join(walk), pytrace=False)
+        pytest.fail(
+            f"following the task value from the command line to SFTTrainer( climbs back "
+            f"{len(found_climbs)} times (at most {MAX_CLIMBS}):\n  "
+            + "\n  ".join(map(str, found_climbs))
+            + "\nthe walk:\n  "
+            + "\n  ".join(walk),
+            pytrace=False,
+        )
 
 
 def test_climbs_are_counted_on_a_made_up_walk():
     """The counting itself: a straight descent climbs never; a walk that bounces between rooms and helpers is
     caught, each kind of climb named."""
-    straight = [["trainteam/cli.py:1:main", "workflows/engine/durable.py:5:start"],
-                ["workflows/engine/durable.py:9:run_workflow", "agents/runtime.py:3:run"],
-                ["agents/runtime.py:7:call", "trainers/fit/loop.py:2:train", "curation/rows.py:4:read"]]
-    assert walk_files(straight) == ["trainteam/cli.py", "workflows/engine/durable.py", "agents/runtime.py",
-                                    "trainers/fit/loop.py", "curation/rows.py"]
+    straight = [
+        ["trainteam/cli.py:1:main", "workflows/engine/durable.py:5:start"],
+        ["workflows/engine/durable.py:9:run_workflow", "agents/runtime.py:3:run"],
+        ["agents/runtime.py:7:call", "trainers/fit/loop.py:2:train", "curation/rows.py:4:read"],
+    ]
+    assert walk_files(straight) == [
+        "trainteam/cli.py",
+        "workflows/engine/durable.py",
+        "agents/runtime.py",
+        "trainers/fit/loop.py",
+        "curation/rows.py",
+    ]
     assert climbs(walk_files(straight)) == []
 
     bouncing = [
-        ["agents/runtime.py:7:call", "workflows/steps/train.py:3:train",  # up the layers: a climb
-         "trainteam/contract/train_task.py:9:train_config"],
-        ["agents/runtime.py:7:call", "workflows/steps/train.py:4:train",  # back to train.py: higher room, return
-         "workflows/steps/retry.py:1:retry_config"],
-        ["agents/runtime.py:7:call", "workflows/steps/train.py:5:train",  # back to train.py again: return
-         "trainers/fit/loop.py:2:train", "trainers/training/methods.py:8:build_sft",
-         "trainers/training/trainer_args.py:1:common_args"],
-        ["agents/runtime.py:7:call", "workflows/steps/train.py:5:train",  # back to methods.py: return
-         "trainers/fit/loop.py:2:train", "trainers/training/methods.py:9:build_sft"],
+        [
+            "agents/runtime.py:7:call",
+            "workflows/steps/train.py:3:train",  # up the layers: a climb
+            "trainteam/contract/train_task.py:9:train_config",
+        ],
+        [
+            "agents/runtime.py:7:call",
+            "workflows/steps/train.py:4:train",  # back to train.py: higher room, return
+            "workflows/steps/retry.py:1:retry_config",
+        ],
+        [
+            "agents/runtime.py:7:call",
+            "workflows/steps/train.py:5:train",  # back to train.py again: return
+            "trainers/fit/loop.py:2:train",
+            "trainers/training/methods.py:8:build_sft",
+            "trainers/training/trainer_args.py:1:common_args",
+        ],
+        [
+            "agents/runtime.py:7:call",
+            "workflows/steps/train.py:5:train",  # back to methods.py: return
+            "trainers/fit/loop.py:2:train",
+            "trainers/training/methods.py:9:build_sft",
+        ],
     ]
     walk = walk_files(bouncing)
-    assert walk == ["agents/runtime.py", "workflows/steps/train.py", "trainteam/contract/train_task.py",
-                    "workflows/steps/train.py", "workflows/steps/retry.py", "workflows/steps/train.py",
-                    "trainers/fit/loop.py", "trainers/training/methods.py",
-                    "trainers/training/trainer_args.py", "trainers/training/methods.py"]
+    assert walk == [
+        "agents/runtime.py",
+        "workflows/steps/train.py",
+        "trainteam/contract/train_task.py",
+        "workflows/steps/train.py",
+        "workflows/steps/retry.py",
+        "workflows/steps/train.py",
+        "trainers/fit/loop.py",
+        "trainers/training/methods.py",
+        "trainers/training/trainer_args.py",
+        "trainers/training/methods.py",
+    ]
     assert [(c.target, c.why) for c in climbs(walk)] == [
         ("workflows/steps/train.py", "higher room"),
         ("workflows/steps/train.py", "higher room, return"),

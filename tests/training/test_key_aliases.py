@@ -12,6 +12,7 @@ from trainteam.contract.train_task import TrainTask
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.trainers.methods.method_registry import checked_trl as trl_args
 from trainteam.trainers.methods.method_registry import config_class as trl_config_class
+from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.training import key_aliases
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.trainer_args import common_args
@@ -205,7 +206,7 @@ def test_the_method_builders_own_arguments_are_refused_too(tmp_path):
     defaults = cls(output_dir=str(tmp_path), use_cpu=True)
     changed = {f.name for f in dataclasses.fields(cls) if getattr(built, f.name) != getattr(defaults, f.name)}
     changed -= {"_n_gpu", "run_name", "logging_dir"}  # derived by the class itself
-    missing = {k for k in changed if key_aliases.owned_by("grpo", k) is None}
+    missing = {k for k in changed if key_aliases.owned_by(k, get_method("grpo").trl_owned) is None}
     assert not missing, missing
     with pytest.raises(
         BadInput, match=r"training.grpo.trl.num_generations: trainteam sets it from grpo.num_generations"

@@ -9,7 +9,7 @@ block gives none. Each method's file builds one record (``METHOD``); ``method_re
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -78,6 +78,9 @@ class TrainingMethod:
     # and the description a client reads.
     tool: str = ""
     tool_doc: str = ""
+    # The TRL keys its own settings set (TRL's name -> the setting, or why trainteam sets it): refused in its
+    # ``trl:`` block, naming the setting (the keys every method's settings set: ``key_aliases.OWNED``).
+    trl_owned: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def learns_answers(self) -> bool:

@@ -72,7 +72,7 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
         loss_type=list(o.loss_type),
         precompute_ref_log_probs=o.precompute_ref_log_probs,
         max_length=config.max_length,
-        **trl_args(config, DPOConfig),
+        **trl_args(config, DPOConfig, owned=METHOD.trl_owned),
     )
     pc, ref = peft_and_reference(config, model)
     return DPOTrainer(
@@ -139,6 +139,11 @@ METHOD = TrainingMethod(
     cuts_rows=True,
     row_sequences=2,
     pairs_from_answers=True,
+    trl_owned={
+        "beta": "dpo.beta",
+        "loss_type": "dpo.loss_type",
+        "precompute_ref_log_probs": "dpo.precompute_ref_log_probs",
+    },
     tool_doc="Direct preference optimisation (TRL DPOTrainer) on chosen/rejected rows: a train_model run whose "
     "last stage is dpo, after the stages in before; registering the model waits for a person.",
 )

@@ -66,7 +66,7 @@ def grpo_args(config: TrainConfig, out: Path):
         temperature=o.temperature,
         mask_truncated_completions=o.loss_type == "dapo",
         **vllm,
-        **trl_args(config, GRPOConfig),
+        **trl_args(config, GRPOConfig, owned=METHOD.trl_owned),
     )
 
 
@@ -125,6 +125,19 @@ METHOD = TrainingMethod(
     evaluates=False,
     holds_reference=_holds_reference,
     completion_changes=completion_changes,
+    trl_owned={
+        "num_generations": "grpo.num_generations",
+        "max_completion_length": "grpo.max_completion_length",
+        "loss_type": "grpo.loss_type",
+        "beta": "grpo.beta",
+        "epsilon": "grpo.epsilon",
+        "epsilon_high": "grpo.epsilon_high",
+        "temperature": "grpo.temperature",
+        "mask_truncated_completions": "grpo.loss_type (on with dapo)",
+        "use_vllm": "grpo.vllm_server_url",
+        "vllm_mode": "grpo.vllm_server_url",
+        "vllm_server_base_url": "grpo.vllm_server_url",
+    },
     tool_doc="Group relative policy optimisation (TRL GRPOTrainer) with verifiable rewards (the answer spec): a "
     "train_model run whose last stage is grpo, after the stages in before; registering waits for a person.",
 )

@@ -54,7 +54,9 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
 
     train_ds = shape(config, tokenizer, ds)
     ev = shape(config, tokenizer, eval_ds) if eval_ds is not None else None
-    args = KTOConfig(**common_args(config, out), max_length=config.max_length, **trl_args(config, KTOConfig))
+    args = KTOConfig(
+        **common_args(config, out), max_length=config.max_length, **trl_args(config, KTOConfig, owned=METHOD.trl_owned)
+    )
     pc, ref = peft_and_reference(config, model)
     return KTOTrainer(
         model=model,

@@ -101,4 +101,5 @@ def config_class(name: str) -> type:
 
 def checked_trl(config: TrainConfig, where: str = "trl") -> dict:
     """The config's ``trl:`` block, checked against its method's TRL config class (``trainer_args.trl_args``)."""
-    return trl_args(config, config_class(config.method), where)
+    method = get_method(config.method)
+    return trl_args(config, method.config_class(), where, method.trl_owned)

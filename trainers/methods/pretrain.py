@@ -59,7 +59,7 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
     args = TrainingArguments(
         **common_args(config, out, model=model, sequences_per_row=METHOD.sequences_per_row),
         remove_unused_columns=False,
-        **trl_args(config, TrainingArguments),
+        **trl_args(config, TrainingArguments, owned=METHOD.trl_owned),
     )
     return Trainer(
         model=model,
@@ -93,6 +93,7 @@ METHOD = TrainingMethod(
     searched=True,
     calibrated=True,
     tool="pretrain_model",
+    trl_owned={"remove_unused_columns": "(pretraining feeds packed windows)"},
     tool_doc="Pretrain a model (from scratch, or continue model.path) on text rows: a train_model run with one "
     "pretrain stage, under its budget; registering the model waits for a person.",
 )

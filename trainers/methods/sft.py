@@ -142,7 +142,10 @@ def build(config: TrainConfig, model, tokenizer, ds, eval_ds, out: Path, callbac
         **common_args(config, out, model=model, row_tokens=longest, sequences_per_row=METHOD.sequences_per_row),
         **sft_layout(config, tokenizer, train_ds, lengths),
         dataset_num_proc=None,
-        **{"pad_to_multiple_of": PAD_TO_MULTIPLE_OF, **trl_args(config, SFTConfig)},  # a trl: block's value wins
+        **{
+            "pad_to_multiple_of": PAD_TO_MULTIPLE_OF,
+            **trl_args(config, SFTConfig, owned=METHOD.trl_owned),
+        },  # a trl: block's value wins
     )
     return SFTTrainer(
         model=model,
@@ -177,6 +180,13 @@ METHOD = TrainingMethod(
     packs=lambda cfg: bool(cfg.sft.packing),  # None: not packed (build)
     searched=True,
     calibrated=True,
+    trl_owned={
+        "packing": "sft.packing",
+        "packing_strategy": "sft.packing",
+        "padding_free": "sft.padding_free",
+        "completion_only_loss": "sft.completion_only_loss",
+        "dataset_num_proc": "(trainteam tokenizes in process)",
+    },
     tool_doc="Supervised fine-tuning (TRL SFTTrainer) of a model on prompt/completion or chat rows: a train_model "
     "run whose last stage is sft, under its budget; registering the model waits for a person.",
 )

@@ -365,7 +365,16 @@ class TrainConfig(_Strict):
 
     @classmethod
     def _rewrite(cls, data: dict) -> dict:
-        return key_aliases.rewrite(data)
+        return key_aliases.rewrite(data, cls.method_sections())
+
+    @classmethod
+    def method_sections(cls) -> dict[str, set[str]]:
+        """The methods with a block of their own here (the field named after the method), and its fields."""
+        return {
+            name: set(f.annotation.model_fields)
+            for name, f in cls.model_fields.items()
+            if name in METHOD_NAMES and isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+        }
 
     @classmethod
     def _aliases(cls) -> list[str]:
@@ -377,9 +386,10 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _trl_not_ours(self) -> TrainConfig:
-        """A ``trl:`` key trainteam sets itself is refused, naming the field that sets it."""
+        """A ``trl:`` key trainteam sets itself for every method is refused, naming the field that sets it (a key
+        one method's settings set is refused where its trainer is built: ``trainer_args.trl_args``)."""
         for key in self.trl:
-            ours = key_aliases.owned_by(self.method, key)
+            ours = key_aliases.owned_by(key)
             if ours is None and key in key_aliases.RENAMES:
                 ours = key_aliases.RENAMES[key]
             if ours is not None:

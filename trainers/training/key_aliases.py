@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 # trainteam's earlier name -> the TrainConfig field (TRL's name); each field's validation alias
@@ -62,7 +62,7 @@ RENAMES: dict[str, str] = {
     "num_epochs": "num_train_epochs",
     "sample_packing": "sft.packing",
 }
-# DPOConfig and GRPOConfig both have these: they go to the section of the block's method
+# DPOConfig and GRPOConfig both have these: they go to the section of the block's method (``rewrite``)
 METHOD_KEYS = ("beta", "loss_type")
 # flags that switch a setting on; ``false`` leaves our default
 FLAGS: dict[str, tuple[str, Any]] = {
@@ -109,39 +109,12 @@ OWNED: dict[str, str] = {
     "run_name": "tracker",
     "max_length": "max_length",
 }
-METHOD_OWNED: dict[str, dict[str, str]] = {
-    "pretrain": {"remove_unused_columns": "(pretraining feeds packed windows)"},
-    "sft": {
-        "packing": "sft.packing",
-        "packing_strategy": "sft.packing",
-        "padding_free": "sft.padding_free",
-        "completion_only_loss": "sft.completion_only_loss",
-        "dataset_num_proc": "(trainteam tokenizes in process)",
-    },
-    "dpo": {
-        "beta": "dpo.beta",
-        "loss_type": "dpo.loss_type",
-        "precompute_ref_log_probs": "dpo.precompute_ref_log_probs",
-    },
-    "grpo": {
-        "num_generations": "grpo.num_generations",
-        "max_completion_length": "grpo.max_completion_length",
-        "loss_type": "grpo.loss_type",
-        "beta": "grpo.beta",
-        "epsilon": "grpo.epsilon",
-        "epsilon_high": "grpo.epsilon_high",
-        "temperature": "grpo.temperature",
-        "mask_truncated_completions": "grpo.loss_type (on with dapo)",
-        "use_vllm": "grpo.vllm_server_url",
-        "vllm_mode": "grpo.vllm_server_url",
-        "vllm_server_base_url": "grpo.vllm_server_url",
-    },
-}
 
 
-def owned_by(method: str, key: str) -> str | None:
-    """The TrainConfig field that sets TRL's ``key`` for ``method``, or None when trainteam leaves it open."""
-    return METHOD_OWNED.get(method, {}).get(key) or OWNED.get(key)
+def owned_by(key: str, method_owned: Mapping[str, str] | None = None) -> str | None:
+    """The TrainConfig field that sets TRL's ``key`` (for every method, or for this one: ``method_owned``, its
+    record's ``trl_owned``), or None when trainteam leaves it open."""
+    return (method_owned or {}).get(key) or OWNED.get(key)
 
 
 def alias_names() -> list[str]:
@@ -218,8 +191,10 @@ def _tracker(value: Any) -> str:
     return names[0]
 
 
-def rewrite(data: dict) -> dict:
-    """``data`` with every alias turned into TrainConfig's own name (a new dict; ``data`` is not changed)."""
+def rewrite(data: dict, sections: Mapping[str, Collection[str]]) -> dict:
+    """``data`` with every alias turned into TrainConfig's own name (a new dict; ``data`` is not changed).
+    ``sections``: the methods that have a block of their own in TrainConfig, and its fields (where a bare
+    ``beta`` or ``loss_type`` goes)."""
     if (
         not any(k in data for k in (*RENAMES, *EARLIER, *METHOD_KEYS, *FLAGS, "adapter"))
         and "max_steps" not in data
@@ -243,11 +218,12 @@ def rewrite(data: dict) -> dict:
         _flag(out, src, key, out.pop(key))
     for key in [k for k in data if k in METHOD_KEYS]:
         method = data.get("method")
-        if method not in ("dpo", "grpo"):
+        owners = [name for name, fields in sections.items() if key in fields]
+        if method not in owners:
             raise ValueError(
-                f"{key}: a dpo or grpo setting, and this block's method is "
+                f"{key}: a {' or '.join(owners)} setting, and this block's method is "
                 f"{method or 'sft (the default)'}; "
-                f"write dpo.{key} or grpo.{key}, or give method"
+                f"write {' or '.join(f'{m}.{key}' for m in owners)}, or give method"
             )
         src.claim(f"{method}.{key}", key)
         _put(out, f"{method}.{key}", out.pop(key))

@@ -13,6 +13,7 @@ trainteam sets itself (``key_aliases.OWNED``: the error names our field to use).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,17 +121,18 @@ def common_args(
     )
 
 
-def trl_args(config: TrainConfig, cls: type, where: str = "trl") -> dict:
+def trl_args(config: TrainConfig, cls: type, where: str = "trl", owned: Mapping[str, str] | None = None) -> dict:
     """The ``trl:`` block, checked against ``cls``, the method's TRL config: every key a field of that
     dataclass (an unknown one: BadInput with the closest field), none that trainteam sets (BadInput
-    naming the TrainConfig field that does), and the values accepted by the class itself."""
+    naming the TrainConfig field that does; ``owned``: the method's own, its record's ``trl_owned``), and the
+    values accepted by the class itself."""
     import dataclasses
 
     if not config.trl:
         return {}
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
     for key in config.trl:
-        ours = key_aliases.owned_by(config.method, key) or key_aliases.RENAMES.get(key)
+        ours = key_aliases.owned_by(key, owned) or key_aliases.RENAMES.get(key)
         if ours is not None:
             raise BadInput(f"{where}.{key}: trainteam sets it from {ours}; set that instead of {where}.{key}")
         if key not in fields:
