@@ -193,8 +193,8 @@ def _sft_rows(n: int) -> list[dict]:
 def part_qlora(smoke: bool) -> dict:
     import torch
 
-    from trainteam.trainers.training.config import TrainConfig
     from trainteam.trainers.fit.loop import train
+    from trainteam.trainers.training.config import TrainConfig
     from trainteam.trainers.training.tokenizer import load_tokenizer
 
     cuda = torch.cuda.is_available()

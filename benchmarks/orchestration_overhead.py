@@ -84,8 +84,8 @@ def bare(ws, task, spec) -> tuple[float, list[str]]:
 
 def orchestrated(ws, task, spec, run_id: str) -> tuple[float, dict]:
     from trainteam.commands.execute import PreApprover
-    from trainteam.workflows.runs.runner import run_foreground
     from trainteam.workflows.report.views import run_public
+    from trainteam.workflows.runs.runner import run_foreground
 
     t0 = time.perf_counter()
     with PreApprover(ws, run_id, "benchmark (--yes)"):

@@ -45,8 +45,8 @@ def child(task: str, mb: int, ga: int, max_length: int, steps: int, threads: int
     from real_model import ensure_real_model
     from transformers import TrainerCallback
 
-    from trainteam.trainers.training.config import LoraOptions, TrainConfig
     from trainteam.trainers.fit.loop import train
+    from trainteam.trainers.training.config import LoraOptions, TrainConfig
     from trainteam.trainers.training.tokenizer import load_tokenizer
 
     torch.set_num_threads(threads)

@@ -105,9 +105,9 @@ def gather(work: Path, ws: Path, runs: int, picked: bool = False) -> list[str]:
 
 def token_counts(model: Path, ws: Path, work: Path, run: str) -> dict[str, Any]:
     """Tokens per training pair of one run's rows, full prompt and compact prompt."""
+    from trainteam.trainers.methods.method_data import load_data
     from trainteam.trainers.methods.sft import row_lengths, sft_dataset
     from trainteam.trainers.planning.tokens import model_tokenizer
-    from trainteam.trainers.methods.method_data import load_data
 
     tok = model_tokenizer(str(model), TEMPLATE)
     out = {}

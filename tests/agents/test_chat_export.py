@@ -191,8 +191,8 @@ def test_curated_rows_reach_the_chat_template_with_their_tools(runs):
 
     from trainteam.curation.row_checks import problems
     from trainteam.curation.rows import read_rows
-    from trainteam.trainers.methods.sft import row_lengths, sft_dataset
     from trainteam.trainers.methods.method_data import load_data
+    from trainteam.trainers.methods.sft import row_lengths, sft_dataset
 
     path = runs / "all.jsonl"
     assert all(problems(r) == [] for r in read_rows(path))

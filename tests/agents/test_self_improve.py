@@ -137,8 +137,8 @@ def test_every_other_product_named_training_run_is_renamed_in_its_conversations(
     (workflows/self_improve.vary_run_ids): half the product-named runs reach the trainer under a person's kind
     of name, everywhere their conversation says it; the columns keep the real run; a person's names stay."""
     from trainteam.core.ids import check_run_id
-    from trainteam.workflows.runs.runner import GENERATED_RUN_ID
     from trainteam.workflows.improve.self_improve import gather_rows, rename_run, vary_run_ids
+    from trainteam.workflows.runs.runner import GENERATED_RUN_ID
 
     ws = tmp_path / "ws"
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY_TASK))

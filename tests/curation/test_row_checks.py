@@ -12,6 +12,7 @@ import json
 import pytest
 from instruction_rows import as_chat, instruction_rows
 
+from trainteam.contract.train_task import TrainTask
 from trainteam.core.errors import BadInput
 from trainteam.curation.jsonl import read_jsonl, write_jsonl
 from trainteam.curation.pipeline import CurationConfig, NothingKept, curate, planned_version
@@ -19,7 +20,6 @@ from trainteam.curation.row_checks import RowChecksConfig, row_records, token_le
 from trainteam.trainers.training.config import TokenizerConfig
 from trainteam.trainers.training.tokenizer import load_tokenizer, train_tokenizer
 from trainteam.workflows.steps.curate import curation_config, default_config, trained_seq_len
-from trainteam.contract.train_task import TrainTask
 
 SYSTEM = ("You are a careful, friendly assistant for a language school. Answer in as few words as the "
           "question needs, and never add anything the student did not ask for.")
@@ -49,8 +49,8 @@ def test_150_short_instruction_rows_survive_default_curation(tmp_path, shape):
     # the text defaults (for pretraining prose) are what deleted them before: they still apply to text
     # (a version of 0 rows is refused, saying which rule removed them)
     with pytest.raises(NothingKept, match=r"no row is left of 150 after curation \(quality.min_words 150\)") as kept:
-        _curate([{"id": r["id"], "text": rec["text"]} for r, rec in zip(rows, row_records(rows))], eval_sets,
-                default_config("text"))
+        texts = [{"id": r["id"], "text": rec["text"]} for r, rec in zip(rows, row_records(rows), strict=True)]
+        _curate(texts, eval_sets, default_config("text"))
     assert kept.value.report.removed()["quality.min_words"]["count"] == 150
 
 

@@ -11,8 +11,8 @@ import torch
 from trainteam.contract.search_spec import align_default_lr
 from trainteam.core.errors import BadInput
 from trainteam.trainers import TrainConfig, load_model, train
-from trainteam.trainers.methods.method_registry import align_methods, get_method
 from trainteam.trainers.methods.method_data import load_data
+from trainteam.trainers.methods.method_registry import align_methods, get_method
 
 
 def _labelled(rows: list[dict]) -> list[dict]:

@@ -11,8 +11,8 @@ import pytest
 from trainteam.core.errors import BadInput
 from trainteam.trainers.evaluation.battery import STAGE_KINDS
 from trainteam.trainers.methods.method_registry import METHODS, align_methods, get_method, train_methods
-from trainteam.trainers.training.method_names import NAMES
 from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.method_names import NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("trainteam", "trainers", "workflows", "agents", "curation", "graph")

@@ -187,8 +187,8 @@ def test_added_functional_tokens_are_trainable(tmp_path, tiny, tok, arith):
 
 
 def test_sft_layout_is_padding_free_unless_rows_need_truncating(tmp_path, tok, arith):
-    from trainteam.trainers.methods.sft import sft_dataset, sft_layout
     from trainteam.trainers.methods.method_data import load_data
+    from trainteam.trainers.methods.sft import sft_dataset, sft_layout
 
     ds = sft_dataset(tok, load_data(arith[0][:50], "sft"))
     short = sft_layout(_cfg(tmp_path, seq_len=64), tok, ds)
@@ -230,8 +230,8 @@ def test_sft_batches_are_padded_to_a_multiple_of_8_unless_the_trl_block_says(tmp
     """Batch widths come in steps of 8 (bounded kernel shapes on a CPU: trainers/methods/sft.py), padded and
     padding-free; a person's ``trl: {pad_to_multiple_of: ...}`` wins."""
     from trainteam.trainers.methods import sft
-    from trainteam.trainers.training.config import SFTOptions
     from trainteam.trainers.methods.method_data import load_data
+    from trainteam.trainers.training.config import SFTOptions
 
     rows = [{"prompt": "1+" * k + "1=", "completion": str(k + 1)} for k in range(1, 25)]  # 24 lengths
     ds = load_data(rows, "sft")

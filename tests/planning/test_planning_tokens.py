@@ -8,15 +8,15 @@ import json
 import pytest
 from instruction_rows import as_chat, instruction_rows
 
-from trainteam.trainers.training.config import LoraOptions, ModelSpec, TrainConfig
+from trainteam.contract.train_task import TrainTask
 from trainteam.trainers.planning import HardwareSpec, plan
 from trainteam.trainers.planning import calibrate as calibrate_module
 from trainteam.trainers.planning.calibrate import Calibration, cache_dir, calibrate, lookup
 from trainteam.trainers.planning.load import Load
 from trainteam.trainers.planning.planner import planned_steps
 from trainteam.trainers.planning.tokens import bytes_bound, count_tokens, model_tokenizer
+from trainteam.trainers.training.config import LoraOptions, ModelSpec, TrainConfig
 from trainteam.workflows.task.stage_plan import plan_stage
-from trainteam.contract.train_task import TrainTask
 
 CPU1 = HardwareSpec(device="cpu", device_memory_gib=16, peak_tflops=0.08)
 TINY = ModelSpec(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=64, vocab_size=300)

@@ -399,8 +399,8 @@ def test_real_probes_halve_repeat_exactly_and_the_winner_goes_on_as_if_it_had_ne
 def test_a_searched_length_stops_when_the_held_out_loss_stops_improving(tmp_path):
     """A run that cannot learn (a learning rate of 1e-9) is stopped after PATIENCE flat checks, not trained to its
     end."""
-    from trainteam.trainers.search.recipe_search import PATIENCE, Plateau
     from trainteam.trainers.fit.loop import train
+    from trainteam.trainers.search.recipe_search import PATIENCE, Plateau
 
     train_rows, _ = generate_arithmetic(ArithmeticConfig(n_train=200, n_eval=20, max_operand=20, seed=0))
     rows = [{"text": r["prompt"] + r["completion"]} for r in train_rows]

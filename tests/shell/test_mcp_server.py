@@ -63,7 +63,8 @@ def test_over_stdio_tools_plan_first_dedup_lineage_and_no_decision_tool(tmp_path
 
             done = _data(await client.call_tool("dedup_corpus", {"corpus": str(corpus), "execute": True}))
             report = done["report"]
-            assert (report["counts"]["input"], report["counts"]["output"], report["counts"]["exact_duplicates"]) == (4, 3, 1)
+            counts = report["counts"]
+            assert (counts["input"], counts["output"], counts["exact_duplicates"]) == (4, 3, 1)
             kept = [json.loads(line)["text"] for line in Path(report["output"]).read_text().splitlines()]
             assert sorted(kept) == sorted(set(ROWS))
             assert report["version"] == plan["plan"]["version"]  # the plan said which version it would make
@@ -174,7 +175,8 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "trainteam.cli", "-w", str(tmp_path / "ws"), "mcp", "--http",
                                str(port)], capture_output=True, text=True, timeout=600, env=_env())
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"error: --http: cannot listen on 127.0.0.1:{port} (Address already in use)"]
+    refused = f"error: --http: cannot listen on 127.0.0.1:{port} (Address already in use)"
+    assert proc.stderr.strip().splitlines() == [refused]
 
 
 def _two_adapters(folder: Path) -> list[Path]:
@@ -227,7 +229,8 @@ def test_training_tools_plan_a_run_and_artifact_tools_record_what_they_make(tmp_
                 {"completion": "42", "reference": "42", "ended_with_eos": False}]}))
             assert [s["grpo"]["total"] for s in scored["samples"]] == [1.2, 0.2, 1.0] and scored["correct"] == 2
 
-            tok_plan = _data(await client.call_tool("train_tokenizer", {"corpus": str(corpus), "config": {"vocab_size": 280}}))
+            tok_args = {"corpus": str(corpus), "config": {"vocab_size": 280}}
+            tok_plan = _data(await client.call_tool("train_tokenizer", tok_args))
             assert not Path(tok_plan["plan"]["out"]).exists()
             tok = _data(await client.call_tool("train_tokenizer", {"corpus": str(corpus), "config": {"vocab_size": 280},
                                                                    "execute": True}))

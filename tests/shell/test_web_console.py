@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from trainteam.web.access import ACCESS_FILE
 from trainteam.web.app import create_app
+from trainteam.workflows.engine.approval_ids import short_id
 from trainteam.workflows.engine.approvals import request as request_approval
 from trainteam.workflows.engine.store import ApprovalStore, RunStore
 from trainteam.workflows.report.evidence import (
@@ -28,7 +29,6 @@ from trainteam.workflows.report.evidence import (
     lineage_evidence,
     with_spike_curve,
 )
-from trainteam.workflows.engine.approval_ids import short_id
 from trainteam.workspace import Workspace
 
 

@@ -8,8 +8,8 @@ import pytest
 from transformers import TrainerCallback
 
 from trainteam.trainers import ModelSpec, RestartProposal, TrainConfig, build_model, train
-from trainteam.trainers.training.config import SpikeOptions, SpikeSignal
 from trainteam.trainers.methods.method_registry import method_signals
+from trainteam.trainers.training.config import SpikeOptions, SpikeSignal
 from trainteam.trainers.training.spike import SpikeDetector, restart_refusal
 
 
