@@ -68,7 +68,7 @@ def instructions(ctx, card: PersonaCard, tool: str) -> str:
             "name": ctx.step,
             "visit": ctx.visit,
             "tool": tool,
-            "inputs": {k: v for k, v in ctx.inputs.items() if isinstance(v, (str, int, float, bool))},
+            "inputs": {k: v for k, v in ctx.inputs.given().items() if isinstance(v, (str, int, float, bool))},
         },
         model_line=model_line(task),
         data_line=data_line(task),

@@ -20,7 +20,7 @@ from pydantic_ai.messages import ModelResponse
 from trainteam.agents import transcripts
 from trainteam.agents.policy import replay_model
 from trainteam.agents.runtime import resume_persona_step, run_persona_step
-from trainteam.contract.step_io import StepInputs, StepTool, ToolContext
+from trainteam.contract.step_io import StepArgs, StepInputs, StepTool, ToolContext
 from trainteam.curation.builders import build_sft_examples
 
 
@@ -128,7 +128,7 @@ def replay_run(
             persona=rec["persona"],
             task=load_task(rec["task"]),
             outputs=given,
-            inputs=rec.get("inputs") or {},
+            inputs=StepArgs.model_validate(rec.get("inputs") or {}),
             decided=StepInputs.model_validate(rec.get("decided") or {}),
             toolbox=toolbox,
             progress=False,

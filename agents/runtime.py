@@ -126,7 +126,7 @@ def plan_of(ctx: ToolContext, name: str) -> dict[str, Any]:
     return {
         "tool": name,
         "step": ctx.step,
-        "inputs": {k: str(v) for k, v in ctx.inputs.items()},
+        "inputs": {k: str(v) for k, v in ctx.inputs.given().items()},
         "will": f"run {name} for step {ctx.step} of run {ctx.run_id}",
     }
 
@@ -255,7 +255,7 @@ class _Session:
             "tools": self.allowed,
             "prompt_style": style,
             "task": ctx.task.model_dump(mode="json"),
-            "inputs": {k: v for k, v in ctx.inputs.items()},
+            "inputs": ctx.inputs.given(),
             "decided": ctx.decided.model_dump(mode="json"),
             "approvals": [],
             "outputs": ctx.outputs_json(),  # what earlier steps handed this one (paths, metrics): replay starts from it

@@ -41,6 +41,18 @@ def test_bad_specs_name_the_field(edges, message):
         parse_spec(_spec(edges), "spec.yaml")
 
 
+def test_a_steps_inputs_are_typed_once_and_an_unknown_one_is_refused():
+    edges = [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]
+    data = _spec(edges)
+    data["steps"][1]["inputs"] = {"of": "a", "final": True}
+    gate = parse_spec(data, "spec.yaml").steps[1].inputs
+    assert (gate.of, gate.final, gate.from_, gate.battery) == ("a", True, None, None)
+    assert gate.given() == {"of": "a", "final": True}  # as the spec wrote it (briefings, transcripts)
+    data["steps"][1]["inputs"] = {"of": "a", "fnial": True}
+    with pytest.raises(BadInput, match=r"spec.yaml: steps.1.inputs.fnial: unknown field"):
+        parse_spec(data, "spec.yaml")
+
+
 def test_gate_loop_is_allowed_with_a_limit():
     spec = parse_spec(_spec([{"from": "a", "to": "b"}, {"from": "b", "to": "c", "when": "passed"},
                              {"from": "b", "to": "a", "when": "failed", "max_loops": 2}], gate=True), "s")

@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.contract.train_task import BudgetSpec, TrainTask
+from trainteam.trainers.evaluation.battery import BatterySpec
 from trainteam.trainers.training.results import RestartProposal
 
 Outcome = Literal[
@@ -174,6 +175,22 @@ class KeptWeights(BaseModel):
     approval: Decision
 
 
+class StepArgs(BaseModel):
+    """A step's inputs as its workflow spec writes them (``inputs:`` in the YAML): which earlier step it reads and
+    how. Read once, typed, where the spec is parsed; an unknown input is refused there, naming it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    of: str | None = Field(None, description="the earlier step whose output this one reads (evaluate, gate, ...)")
+    from_: str | None = Field(None, alias="from", description="the gate whose promoted checkpoint align starts from")
+    stage: str | None = Field(None, description="the curriculum stage an evaluation scores (default: the last)")
+    battery: BatterySpec | None = Field(None, description="a battery in place of the stage's own")
+    final: bool = Field(False, description="the final gate: the model to be registered is judged")
+
+    def given(self) -> dict[str, Any]:
+        """The inputs the spec gave, as it wrote them (for a briefing or a transcript)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+
 class StepInputs(BaseModel):
     """What people decided for this step visit, as its re-run reads it. Built only by ``after``."""
 
@@ -235,7 +252,7 @@ class ToolContext:
     persona: str
     task: TrainTask
     outputs: dict[str, StepResult] = field(default_factory=dict)  # earlier steps' results, by step name
-    inputs: dict[str, Any] = field(default_factory=dict)  # the spec's step inputs (YAML): of, stage, battery, …
+    inputs: StepArgs = field(default_factory=StepArgs)  # the spec's step inputs (YAML), typed
     decided: StepInputs = field(default_factory=StepInputs)  # what people's decisions changed (typed)
     toolbox: Mapping[str, StepTool] = field(default_factory=dict)  # the workflow's step tools (its catalog)
     progress: bool = True
@@ -247,6 +264,7 @@ class ToolContext:
     def __post_init__(self) -> None:
         # recorded JSON (a replay's transcript, a test's dict) becomes typed here; a StepResult stays as it is
         self.outputs = {name: StepResult.model_validate(out) for name, out in self.outputs.items()}
+        self.inputs = StepArgs.model_validate(self.inputs)
 
     @property
     def graph(self) -> Any:  # the workspace's KnowledgeGraph: trainteam.graph, a room contract may not import

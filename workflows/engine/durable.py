@@ -271,7 +271,7 @@ class Engine:
             persona=step.persona,
             task=task,
             outputs=outputs,
-            inputs=dict(step.inputs),
+            inputs=step.inputs,
             decided=decided,
             toolbox=self.toolbox,
             progress=self.progress,

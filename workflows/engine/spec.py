@@ -21,6 +21,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainteam.agents.cards import load_card
+from trainteam.contract.step_io import StepArgs
 from trainteam.core.errors import BadInput, format_validation_error
 from trainteam.core.inputfiles import load_yaml, load_yaml_file
 
@@ -40,7 +41,7 @@ class StepSpec(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)
     persona: Persona
     tool: str
-    inputs: dict[str, Any] = Field(default_factory=dict)
+    inputs: StepArgs = Field(default_factory=StepArgs)
     gate: bool = Field(default=False, description="a gate step decides 'passed' or 'failed'")
     stage: list[str] | None = Field(default=None, description="skipped unless the task lists one of these stages")
     description: str = ""

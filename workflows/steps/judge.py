@@ -65,7 +65,7 @@ def measure_stage(
     ckpt_node: str | None,
     key: str,
     trained_on: list[Path],
-    battery: dict | None = None,
+    battery: BatterySpec | None = None,
     eval_set: tuple[str, Path, str] | None = None,
 ):
     """A curriculum stage's battery on its checkpoint, on the stage's eval set (or ``eval_set``: name, file,
@@ -74,7 +74,7 @@ def measure_stage(
     trained on)."""
     set_name, eval_path, eval_node = eval_set or stage_eval_set(ctx, stage)
     tokenizer = load_tokenizer(tokenizer_dir)
-    spec = BatterySpec.model_validate(battery).model_copy(update=eval_settings(ctx.task)) if battery else stage.battery
+    spec = battery.model_copy(update=eval_settings(ctx.task)) if battery is not None else stage.battery
     length = eval_budget(ctx, stage, tokenizer)  # sized from the held-out answers, or the task's checked length
     spec = spec.model_copy(update={"max_new_tokens": length.tokens})
     decon = _decontamination_report(ctx, set_name)
@@ -133,10 +133,10 @@ def evaluate(ctx: ToolContext) -> StepResult:
     on the checkpoint of the step named in ``inputs.of``: the last stage that step trained
     (the train step measured the curriculum's earlier stages itself), with that stage's
     battery on that stage's eval set."""
-    trained = ctx.output(ctx.inputs.get("of", "train"))
+    trained = ctx.output(ctx.inputs.of or "train")
     stage = stage_of(
         ctx,
-        ctx.inputs.get("stage")
+        ctx.inputs.stage
         or (trained.stages[-1] if trained.stages else None)
         or curriculum_from_task(ctx.task).names()[-1],
     )
@@ -145,7 +145,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
     if not trained_on:
         trained_on = [stage_train_data(ctx, stage)[0]]
     same = _measured_before(ctx, trained.checkpoint_node, stage.name)
-    if same is not None and not ctx.inputs.get("battery"):
+    if same is not None and ctx.inputs.battery is None:
         name, out = same  # the very weights (same content hash) on the same battery: measured once
         return StepResult(
             summary=f"{stage.name}: the weights {name} measured (same checkpoint "
@@ -163,7 +163,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
         trained.checkpoint_node,
         f"{ctx.run_id}/{ctx.step}#{ctx.visit}",
         trained_on,
-        battery=ctx.inputs.get("battery"),
+        battery=ctx.inputs.battery,
     )
     m = result.metrics
     base = base_input(ctx)
@@ -281,7 +281,7 @@ def gate_facts(ctx: ToolContext) -> GateFacts | None:
     if ctx.decided.accepted_gate is not None:
         return None
     try:
-        ev = ctx.output(ctx.inputs.get("of", "evaluate"))
+        ev = ctx.output(ctx.inputs.of or "evaluate")
     except LookupError:
         return None
     rule = next((r for r in gate_rules(ctx.task, ev.stage or "") if r.min is not None), None)
@@ -315,10 +315,10 @@ def gate(ctx: ToolContext) -> StepResult:
     previous stage). Never overridden by an agent: a failed gate is promoted only with a
     person's approved decision, which the engine reads from the approval queue and passes
     in as ``decided.accepted_gate``."""
-    ev_step = ctx.inputs.get("of", "evaluate")
+    ev_step = ctx.inputs.of or "evaluate"
     ev = ctx.output(ev_step)
     stage = ev.details["stage"]
-    if ctx.inputs.get("final"):
+    if ctx.inputs.final:
         decision = _final_decision(ctx, ev)
     else:
         decision = judge_gate(
@@ -339,7 +339,7 @@ def gate(ctx: ToolContext) -> StepResult:
         "checked": sorted({c.metric for c in decision.checks}),
     }
     summary, nodes = decision.summary, {"gate": node, "checkpoint": ev.checkpoint_node}
-    diagnosis = None if decision.promote or ctx.inputs.get("final") else diagnose_gate(ctx, ev, decision)
+    diagnosis = None if decision.promote or ctx.inputs.final else diagnose_gate(ctx, ev, decision)
     if diagnosis is not None:
         details["diagnosis"] = diagnosis.model_dump(mode="json")
         summary = f"{summary}; {diagnosis.line()}"

@@ -106,6 +106,6 @@ def plan_step(ctx: ToolContext, tool: str) -> dict[str, Any]:
     return {
         "tool": tool,
         "step": ctx.step,
-        "inputs": {k: str(v) for k, v in ctx.inputs.items()},
+        "inputs": {k: str(v) for k, v in ctx.inputs.given().items()},
         "will": f"run {tool} for step {ctx.step} of run {ctx.run_id}",
     }

@@ -48,7 +48,7 @@ def register_and_record(
 
 
 def register_model(ctx: ToolContext) -> StepResult:
-    final = ctx.output(ctx.inputs.get("of", "final_eval"))
+    final = ctx.output(ctx.inputs.of or "final_eval")
     ckpt = final.checkpoint
     generation = final.details.get("generation")
     sealed = ctx.ran("sealed_test")
@@ -88,7 +88,7 @@ def register_model_evidence(ctx: ToolContext) -> dict[str, Any]:
     """What a person approving the registration sees: the measured metrics, every gate's verdict,
     the checkpoint's path and hashes, its data lineage (``workflows.evidence.RegisterEvidence``)."""
     try:
-        final = ctx.output(ctx.inputs.get("of", "final_eval"))
+        final = ctx.output(ctx.inputs.of or "final_eval")
     except LookupError:  # nothing measured to show: the call itself will say so when it runs
         return {}
     return {"register_model": register_evidence(ctx.ws, final, ctx.outputs).model_dump(mode="json")}

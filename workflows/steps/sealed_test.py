@@ -34,7 +34,7 @@ def _trained_on(ctx: ToolContext) -> list[Path]:
 
 def sealed_test(ctx: ToolContext) -> StepResult:
     """The final weights (``inputs.of``, default ``final_eval``) on the sealed test rows, once."""
-    final = ctx.output(ctx.inputs.get("of", "final_eval"))
+    final = ctx.output(ctx.inputs.of or "final_eval")
     found = sealed_test_set(ctx)
     if found is None:
         why = ctx.output("prepare_corpus").details.get("sealed_test", "no sealed test part")
@@ -84,7 +84,7 @@ def _pairwise(ctx: ToolContext, path: Path, answers: list[str], tokens: int | No
     if base is None or len(rows) != len(answers) or not tokens:
         return _not_run(base, rows, answers)
     rows, answers = rows[:PAIRWISE_PROMPTS], answers[:PAIRWISE_PROMPTS]  # the input model answers only these
-    tokenizer = load_tokenizer(ctx.output(ctx.inputs.get("of", "final_eval")).tokenizer)
+    tokenizer = load_tokenizer(ctx.output(ctx.inputs.of or "final_eval").tokenizer)
     model = load_model(Path(base))
     baseline = greedy_generations(model, tokenizer, [query(r) for r in rows], max_new_tokens=tokens, batch_size=16)
     pairs = [example(r) for r in rows]

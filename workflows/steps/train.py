@@ -709,7 +709,7 @@ def align(ctx: ToolContext) -> StepResult:
     if st is None:
         raise LookupError("align: the task has no dpo or grpo stage")
     method = st.method
-    start = ctx.output(ctx.inputs.get("from", "gate"))
+    start = ctx.output(ctx.inputs.from_ or "gate")
     skipped = skip_align(ctx, st.name, start)
     if skipped is not None:
         return skipped
