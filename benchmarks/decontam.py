@@ -52,7 +52,7 @@ def ours(records: list[dict], index: EvalIndex, batch: int = 2000) -> list[set[s
 
 
 def recall(records: list[dict], found: list[set[str]]) -> tuple[float, int]:
-    leaks = [(r["meta"]["leak_of"], f) for r, f in zip(records, found) if "leak_of" in r["meta"]]
+    leaks = [(r["meta"]["leak_of"], f) for r, f in zip(records, found, strict=True) if "leak_of" in r["meta"]]
     return sum(1 for want, got in leaks if want in got) / max(1, len(leaks)), len(leaks)
 
 
@@ -76,8 +76,8 @@ def main() -> None:
 
     r_base, n_leaks = recall(records, base_found)
     r_ours, _ = recall(records, our_found)
-    false_ours = sum(1 for r, f in zip(records, our_found) if f and "leak_of" not in r["meta"])
-    agree = sum(1 for a, b in zip(base_found, our_found) if a == b) / len(records)
+    false_ours = sum(1 for r, f in zip(records, our_found, strict=True) if f and "leak_of" not in r["meta"])
+    agree = sum(1 for a, b in zip(base_found, our_found, strict=True) if a == b) / len(records)
     print(f"  baseline   {t_base:6.2f} s  {mb / t_base:6.2f} MB/s  recall {r_base:.4f}")
     print(
         f"  trainteam  {t_ours:6.2f} s  {mb / t_ours:6.2f} MB/s  recall {r_ours:.4f}  (includes cutting the leaks out)"

@@ -323,7 +323,7 @@ def summarize(runs: dict[str, list[dict]], threads: int) -> dict:
         return round(med[a]["tokens_per_s"] / med[b]["tokens_per_s"], 2)
 
     def paired(a: str, b: str) -> float:
-        return _median([x["tokens_per_s"] / y["tokens_per_s"] for x, y in zip(runs[a], runs[b])])
+        return _median([x["tokens_per_s"] / y["tokens_per_s"] for x, y in zip(runs[a], runs[b], strict=True)])
 
     tuned = (
         {

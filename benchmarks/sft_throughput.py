@@ -203,10 +203,10 @@ def main() -> None:
         # The same comparison round by round (runs minutes apart share the load): the median
         # of per-round ratios is steadier than the ratio of medians when the load drifts.
         "paired_ratio_vs_best_hand": _median(
-            [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["trainteam"], runs[best_name])]
+            [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["trainteam"], runs[best_name], strict=True)]
         ),
         "paired_ratio_vs_trl_default": _median(
-            [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["trainteam"], runs["trl_default"])]
+            [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["trainteam"], runs["trl_default"], strict=True)]
         ),
         "heldout_loss": {k: v["heldout_loss"] for k, v in results.items()},
         "loss_no_worse": ours["heldout_loss"] <= base["heldout_loss"] * 1.02,

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -171,7 +172,7 @@ def _step_ends(history: Path) -> list[tuple[float, float]]:
     times = [
         e["time"] for e in map(json.loads, history.read_text().splitlines()) if e.get("event") == "log" and "loss" in e
     ]
-    return [(b, b - a) for a, b in zip(times[WARMUP:], times[WARMUP + 1 :])]
+    return [(b, b - a) for a, b in pairwise(times[WARMUP:])]
 
 
 def _train(ws: Path, name: str, steps: int, tok, data: Path, seconds: float | None = None) -> Path:
@@ -265,7 +266,7 @@ def _switch(
 def window_rows(windows: list[dict], steps: list[tuple[float, float]]) -> list[dict]:
     """Each whole window's median step (of the steps ending in it after ``SETTLE_S``) and CPU per second."""
     rows = []
-    for w, nxt in zip(windows, windows[1:]):
+    for w, nxt in pairwise(windows):
         gaps = [g for t, g in steps if w["start"] + SETTLE_S <= t < nxt["start"]]
         wall = nxt["start"] - w["start"]
         if len(gaps) >= 5:
@@ -374,7 +375,7 @@ def main(seconds: float, window_s: float) -> dict:
         k: [round(r["median_step_s"] * 1000, 3) for r in rows if r["kind"] == k and r["median_step_s"]]
         for k in ("quiet", "loaded")
     }
-    loaded_s = sum(w2["start"] - w1["start"] for w1, w2 in zip(windows, windows[1:]) if w1["kind"] == "loaded")
+    loaded_s = sum(w2["start"] - w1["start"] for w1, w2 in pairwise(windows) if w1["kind"] == "loaded")
     return {
         "benchmark": "web_load",
         "seconds": seconds,

@@ -617,7 +617,8 @@ def _gated(*loops: int) -> str:
     ]
     edges = [{"from": "prepare_corpus", "to": "gate"}] + [
         {"from": "gate", "to": "prepare_corpus", "when": w, "max_loops": n}
-        for w, n in zip(("failed", "passed", "*", "skipped"), loops)
+        # strict=False: one edge per max_loops given, taking the first len(loops) of these conditions
+        for w, n in zip(("failed", "passed", "*", "skipped"), loops, strict=False)
     ]
     return _spec(steps=steps, edges=edges, start="prepare_corpus")
 
@@ -1243,7 +1244,7 @@ def table(outcomes: list[Outcome]) -> str:
         mine = [o for o in outcomes if kind in ("all", o.case.kind)]
         rows.append([kind, str(len(mine))] + [str(sum(o.verdict == c for o in mine)) for c in COLUMNS[1:]])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows)
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def train_tool_model(
         for m, t, _ in examples
     ]
     rows = []
-    for prompt, (_, _, answer) in zip(prompts, examples):
+    for prompt, (_, _, answer) in zip(prompts, examples, strict=True):
         p = tok(prompt, add_special_tokens=False)["input_ids"]
         a = tok(answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
         rows.append((torch.tensor([p + a]), torch.tensor([[-100] * len(p) + a])))

@@ -87,7 +87,7 @@ def test_a_compact_run_sends_what_the_compact_export_writes(tmp_path):
 
     row = chat_row(record, toolbox, "compact")
     assert [t["function"]["name"] for t in first["tools"]] == [TOOL, compact.FINAL]  # not train, merge_adapters
-    for sent, written in zip(first["tools"], row.tools):
+    for sent, written in zip(first["tools"], row.tools, strict=True):
         assert {k: sent["function"][k] for k in ("name", "description", "parameters")} == written["function"]
     system = row.messages[0]
     assert system == {"role": "system", "content": compact.instructions(_card(), TOOL)}

@@ -9,6 +9,8 @@ detector at its defaults, as a transient spike would not recur.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from trainteam.agents.hooks import ensure_step_node
@@ -161,7 +163,7 @@ def test_a_spike_mid_curriculum_restarts_that_stage_and_keeps_the_ones_before(ws
     assert "long_context-v1-restart" in lc["path"] and lc["seq_len"] == 64
     g = ws.graph.to_networkx()
     chain = [again.details["checkpoints"][s] for s in ("pretrain", "mid_train", "long_context", "sft")]
-    for prev, node in zip(chain, chain[1:]):
+    for prev, node in pairwise(chain):
         assert [v for _, v, k in g.out_edges(node, keys=True) if k == "derived_from"] == [prev]
     assert again.artifacts["checkpoint"].endswith("sft-v1/final")
     assert again.metrics["long_context.steps"] == 8 and again.metrics["sft.steps"] == 4

@@ -88,7 +88,7 @@ def test_sft_rows_are_trls_conversational_prompt_completion(chat_tok, real_model
         train_dataset=ds,
         args=SFTConfig(output_dir=str(tmp_path), max_length=None, report_to=[], bf16=False, use_cpu=True),
     )
-    for row, tokenized in zip(ds, trainer.train_dataset):
+    for row, tokenized in zip(ds, trainer.train_dataset, strict=True):
         expected = F.prompt_ids(chat_tok, row["prompt"], "chat")
         n_prompt = next(i for i, label in enumerate(tokenized["labels"]) if label != -100)
         assert tokenized["input_ids"][:n_prompt] == expected  # the loss starts at the answer

@@ -57,7 +57,7 @@ def test_sft_packing_feeds_trl_padding_free_collator(tokenizer):
     single = tokenize_sft(train, tokenizer)
     # loss only on the answer and its EOS
     first = single[0]
-    answer = [t for t, lab in zip(first["input_ids"], first["labels"]) if lab != -100]
+    answer = [t for t, lab in zip(first["input_ids"], first["labels"], strict=True) if lab != -100]
     assert tokenizer.decode(answer) == train[0]["completion"] + tokenizer.eos_token
     packed = pack_sft(train, tokenizer, seq_length=32)
     assert set(packed.column_names) == {"input_ids", "labels", "seq_lengths"}
@@ -69,5 +69,7 @@ def test_sft_packing_feeds_trl_padding_free_collator(tokenizer):
     pos = batch["position_ids"][0].tolist()
     starts = [i for i, p in enumerate(pos) if p == 0]
     lengths = packed[0]["seq_lengths"] + packed[1]["seq_lengths"]
-    assert [b - a for a, b in zip(starts, starts[1:] + [len(pos)])] == lengths  # positions restart per example
+    assert [
+        b - a for a, b in zip(starts, starts[1:] + [len(pos)], strict=True)
+    ] == lengths  # positions restart per example
     assert (batch["labels"][0] != -100).sum().item() > 0

@@ -6,6 +6,7 @@ its own data, the report showing every stage."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def test_each_stage_continues_from_the_previous_checkpoint_on_its_own_data(run):
     ckpts = {d["stage"]: n for n, d in g.nodes(data=True) if d["kind"] == "Checkpoint" and d.get("run_id") == "c1"}
     assert set(ckpts) == set(ORDER)
     # in order, each from the previous stage's checkpoint ...
-    for prev, stage in zip(ORDER, ORDER[1:]):
+    for prev, stage in pairwise(ORDER):
         assert _out(g, ckpts[stage], "derived_from") == [ckpts[prev]]
     assert _out(g, ckpts["pretrain"], "derived_from") == []
     assert (

@@ -217,14 +217,14 @@ def attempts(ws: Path, run_id: str) -> list[dict]:
     rows = _query(
         ws, "SELECT id, step, visit, status, finished_at FROM step_attempts WHERE run_id = ? ORDER BY id", (run_id,)
     )
-    return [dict(zip(("id", "step", "visit", "status", "finished_at"), r)) for r in rows]
+    return [dict(zip(("id", "step", "visit", "status", "finished_at"), r, strict=True)) for r in rows]
 
 
 def approvals(ws: Path, run_id: str) -> list[dict]:
     rows = _query(
         ws, "SELECT id, step, action, status, decided_by FROM approvals WHERE run_id = ? ORDER BY created_at", (run_id,)
     )
-    return [dict(zip(("id", "step", "action", "status", "decided_by"), r)) for r in rows]
+    return [dict(zip(("id", "step", "action", "status", "decided_by"), r, strict=True)) for r in rows]
 
 
 def run_status(ws: Path, run_id: str) -> str | None:

@@ -45,7 +45,7 @@ def test_eight_processes_create_one_new_workspace_at_once(tmp_path, database):
             time.sleep(0.05)
         go.touch()
         results = [p.communicate(timeout=600) for p in procs]
-        failures = [_error_line(err) for (_, err), p in zip(results, procs) if p.returncode]
+        failures = [_error_line(err) for (_, err), p in zip(results, procs, strict=True) if p.returncode]
         assert not failures, f"trial {trial}: {failures}"
         assert [out.strip() for out, _ in results] == ["0"] * 8
 

@@ -27,7 +27,7 @@ def test_chat_completion_answers_like_the_model(server, tiny_checkpoint, additio
     probs = addition_data[1][:4]
     expected = exact_match(tiny_checkpoint, load_tokenizer(tiny_checkpoint), probs).samples
     client = _client(server)
-    for prob, sample in zip(probs, expected):
+    for prob, sample in zip(probs, expected, strict=True):
         resp = client.chat.completions.create(
             model="m-tiny", messages=[{"role": "user", "content": prob["prompt"]}], temperature=0, max_tokens=8
         )

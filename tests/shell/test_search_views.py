@@ -43,7 +43,7 @@ def _search() -> SearchReport:
         )
         for i, lr in enumerate(rates)
     ]
-    for p, (loss, em) in zip(probes[4:], ((0.41, 0.62), (0.38, 0.95))):
+    for p, (loss, em) in zip(probes[4:], ((0.41, 0.62), (0.38, 0.95)), strict=True):
         p.steps, p.pruned, p.values[36], p.metric[36] = 36, False, loss, em
     probes.append(
         Probe(

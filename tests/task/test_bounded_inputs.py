@@ -16,7 +16,7 @@ from spine_helpers import TINY_TASK, cli
 _BOMB = "".join(
     [
         'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n',
-        *(f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")),
+        *(f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)),
         "name: bomb\nstart: s\nsteps: [{name: s, persona: data_curator, tool: prepare_corpus, inputs: {x: *i}}]\n",
     ]
 )
@@ -32,7 +32,7 @@ def _looping(*loops: int, more: tuple[tuple[str, int], ...] = ()) -> str:
     spec = yaml.safe_load(BUNDLED.read_text())
     edges = [e for e in spec["edges"] if e.get("max_loops")]
     assert len(edges) == len(loops)
-    for e, n in zip(edges, loops):
+    for e, n in zip(edges, loops, strict=True):
         e["max_loops"] = n
     spec["edges"] += [{"from": "gate_final", "to": to, "when": "failed", "max_loops": n} for to, n in more]
     return yaml.safe_dump(spec)

@@ -28,7 +28,7 @@ def outcomes(tmp_path_factory):
     assert (run_id, approval_id) == (RUN_ID, APPROVAL_ID)
     results = hc.run_all(CASES, ws, root / "cases")
     print("\n" + hc.table(results))  # the table, per kind (pytest -s shows it)
-    return dict(zip(IDS, results))
+    return dict(zip(IDS, results, strict=True))
 
 
 def test_the_suite_is_broad():

@@ -40,7 +40,7 @@ def test_build_from_spec_and_local_folder(tok, tmp_path):
     m.save_pretrained(tmp_path / "m")
     assert (tmp_path / "m" / "model.safetensors").is_file()
     again = build_model(ModelSpec(path=tmp_path / "m"), tok)
-    assert all((a == b).all() for a, b in zip(m.state_dict().values(), again.state_dict().values()))
+    assert all((a == b).all() for a, b in zip(m.state_dict().values(), again.state_dict().values(), strict=True))
 
 
 def test_bad_inputs_name_the_field(tmp_path, tok):
