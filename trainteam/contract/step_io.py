@@ -175,6 +175,33 @@ class KeptWeights(BaseModel):
     approval: Decision
 
 
+class GateOutput(BaseModel):
+    """What a gate step records (its ``StepResult.details``), read back typed by the steps and the engine after it:
+    the metrics it judged and the ones it checked, its reasons, who accepted a failed gate, and after a failure the
+    judge's diagnosis (``trainers/evaluation/diagnosis.Diagnosis``'s JSON, validated where it is used). A stored run
+    of an earlier shape reads: every field has a default and other keys are kept."""
+
+    model_config = ConfigDict(extra="allow")
+    stage: str | None = None
+    passed: bool | None = None
+    reasons: list[str] = Field(default_factory=list)
+    accepted_by: str | None = None
+    judged: dict[str, float] = Field(default_factory=dict)
+    checked: list[str] = Field(default_factory=list)
+    diagnosis: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, result: StepResult) -> GateOutput:
+        """A gate step's output, typed; another step's output reads as a gate that recorded nothing."""
+        return cls.model_validate(result.details) if cls.written_by_gate(result) else cls()
+
+    @staticmethod
+    def written_by_gate(result: StepResult) -> bool:
+        """Whether ``result`` is a gate's output: it recorded the metrics it judged (another step's output is not
+        read as a gate's)."""
+        return "judged" in result.details
+
+
 class StepArgs(BaseModel):
     """A step's inputs as its workflow spec writes them (``inputs:`` in the YAML): which earlier step it reads and
     how. Read once, typed, where the spec is parsed; an unknown input is refused there, naming it."""

@@ -34,6 +34,7 @@ from trainteam.agents.runtime import resume_persona_step, run_persona_step
 from trainteam.contract.redaction import redact_text, redacted_task
 from trainteam.contract.step_io import (
     Decision,
+    GateOutput,
     NeedsPerson,
     Resume,
     StepInputs,
@@ -559,12 +560,13 @@ class Engine:
         """``on_gate_failure: ask`` and no retry left, or the judge's plan says a retry cannot help: a
         person may accept the failed gate, seeing the judge's diagnosis and plan in the evidence."""
         nxt_if_failed, _ = run.spec.next_step(current, "failed", _allowed_loops(run.spec, run.task, loops))
-        diagnosis = dict(out.details.get("diagnosis") or {})
+        gate = GateOutput.of(out)
+        diagnosis = dict(gate.diagnosis or {})
         plan = diagnosis.pop("plan", None)
         if nxt_if_failed is not None and (plan or {}).get("action") not in ("stop", "more_data"):
             return out
         evidence = {
-            "reasons": out.details.get("reasons", []),
+            "reasons": gate.reasons,
             **({"diagnosis": diagnosis, "plan": plan} if plan else {}),
         }
         needs = NeedsPerson(

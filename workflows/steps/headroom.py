@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from trainteam.agents.decisions import decide
-from trainteam.contract.step_io import StepResult, ToolContext
+from trainteam.contract.step_io import GateOutput, StepResult, ToolContext
 from trainteam.graph.record import record_decision
 from trainteam.workflows.steps.judge import gate_rules
 
@@ -31,8 +31,7 @@ class AlignChoice(BaseModel):
 def _measured(ctx: ToolContext, stage: str, start: StepResult) -> tuple[str, float | None]:
     rules = gate_rules(ctx.task, stage)
     metric = rules[0].metric if rules else "exact_match"
-    judged = start.details.get("judged") or {}
-    value = judged.get(metric)
+    value = GateOutput.of(start).judged.get(metric)
     return metric, float(value) if isinstance(value, (int, float)) else None
 
 
@@ -59,7 +58,7 @@ def skip_align(ctx: ToolContext, stage: str, start: StepResult) -> StepResult | 
     decided = decide(
         "training_engineer",
         f"Train the align stage {stage}, or skip it",
-        {"stage": stage, "judged": start.details.get("judged"), "align_min_headroom": ctx.task.align_min_headroom},
+        {"stage": stage, "judged": GateOutput.of(start).judged, "align_min_headroom": ctx.task.align_min_headroom},
         offline,
     )
     choice = decided.value

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.agents.decisions import decide
-from trainteam.contract.step_io import Decision, GateFacts, StepResult, ToolContext
+from trainteam.contract.step_io import Decision, GateFacts, GateOutput, StepResult, ToolContext
 from trainteam.contract.train_task import CurriculumStage
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph.record import record_diagnosis, record_eval, record_gate
@@ -489,7 +489,8 @@ def _earlier(ctx: ToolContext, stage: str) -> list[Attempt]:
     if before is None or diagnosis is None or diagnosis.plan.stage != stage:
         return []
     m = diagnosis.evidence
-    value = before.details.get("judged", {}).get(before.details.get("checked", [None])[0])
+    read = GateOutput.of(before)
+    value = read.judged.get(read.checked[0]) if read.checked else None
     return [
         Attempt(
             steps=m.steps,
@@ -561,14 +562,14 @@ def _cost(ctx: ToolContext, stage: str, trained: StepResult) -> dict:
 def _final_decision(ctx: ToolContext, ev: StepResult):
     """The weights ``register_model`` will register against the last gate that promoted a
     checkpoint: every metric that gate checked may fall by at most ``task.final_tolerance``."""
-    passed = [(n, o) for n, o in ctx.outputs.items() if o.outcome == "passed" and "judged" in o.details]
+    passed = [(n, o) for n, o in ctx.outputs.items() if o.outcome == "passed" and GateOutput.written_by_gate(o)]
     if not passed:
         return GateDecision(
             stage="final", passed=True, checks=[], reasons=["no earlier gate to hold the final weights to"]
         )
     name, last = passed[-1]
-    judged = last.details["judged"]
-    metrics = last.details.get("checked") or [m for m in ("exact_match",) if m in judged and m in ev.metrics]
+    judged = GateOutput.of(last).judged
+    metrics = GateOutput.of(last).checked or [m for m in ("exact_match",) if m in judged and m in ev.metrics]
     if not metrics:
         return GateDecision(
             stage="final", passed=True, checks=[], reasons=[f"{name} checked no metric that final_eval measured"]

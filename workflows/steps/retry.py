@@ -11,7 +11,7 @@ and visit 1, have no plan.
 
 from __future__ import annotations
 
-from trainteam.contract.step_io import StepResult, ToolContext
+from trainteam.contract.step_io import GateOutput, StepResult, ToolContext
 from trainteam.trainers.evaluation.diagnosis import Diagnosis, RetryPlan
 
 
@@ -27,14 +27,14 @@ def failed_gate(ctx: ToolContext, stage: str) -> tuple[str, StepResult] | None:
     """The latest failed gate output that judged ``stage`` (its step name and output), or None."""
     found = None
     for name, out in ctx.outputs.items():
-        if out.outcome == "failed" and out.stage == stage and "judged" in out.details:
+        if out.outcome == "failed" and out.stage == stage and GateOutput.written_by_gate(out):
             found = (name, out)
     return found
 
 
 def gate_diagnosis(out: StepResult) -> Diagnosis | None:
     """The diagnosis a gate output carries (None: it has none)."""
-    raw = out.details.get("diagnosis")
+    raw = GateOutput.of(out).diagnosis
     return None if raw is None else Diagnosis.model_validate(raw)
 
 
