@@ -9,18 +9,16 @@ file of its own and an entry point (``method_names.py``).
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 
 from trainteam.core.errors import BadInput
 from trainteam.trainers.methods.base import TrainingMethod
 from trainteam.trainers.training.config import SpikeOptions, SpikeSignal, TrainConfig
-from trainteam.trainers.training.method_names import BUILT_IN, GROUP, NAMES
+from trainteam.trainers.training.method_names import ADDED, BUILT_IN, NAMES
 from trainteam.trainers.training.trainer_args import trl_args
 
 
 def _load() -> dict[str, TrainingMethod]:
     found: dict[str, TrainingMethod] = {}
-    points = {ep.name: ep for ep in entry_points(group=GROUP)}
     for name in NAMES:
         if name in BUILT_IN:
             where, record = (
@@ -28,7 +26,7 @@ def _load() -> dict[str, TrainingMethod]:
                 importlib.import_module(f"{__package__}.{name}").METHOD,
             )
         else:
-            where, record = f"entry point {name} = {points[name].value}", points[name].load()
+            where, record = f"entry point {name} = {ADDED[name].value}", ADDED[name].load()
         if not isinstance(record, TrainingMethod) or record.name != name:
             raise TypeError(f"{where} must be the TrainingMethod named {name!r}")
         found[name] = record
@@ -70,11 +68,6 @@ def fine_tune_method() -> str:
     """The method a local model is fine-tuned with when a request names none: the first training method that
     does not start from random init."""
     return next(m.name for m in METHODS.values() if m.kind == "train" and not m.from_scratch)
-
-
-def searched_methods() -> tuple[str, ...]:
-    """The methods whose learning rate and steps the recipe search chooses when their block gives neither."""
-    return tuple(m.name for m in METHODS.values() if m.searched)
 
 
 def rewarded_method() -> TrainingMethod:

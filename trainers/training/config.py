@@ -16,6 +16,7 @@ config class where TRL is imported: ``trainer_args.trl_args``).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
 
@@ -368,10 +369,12 @@ class TrainConfig(_Strict):
         return key_aliases.rewrite(data, cls.method_sections())
 
     @classmethod
-    def method_sections(cls) -> dict[str, set[str]]:
-        """The methods with a block of their own here (the field named after the method), and its fields."""
+    @functools.cache
+    def method_sections(cls) -> dict[str, frozenset[str]]:
+        """The methods with a block of their own here (the field named after the method), and its fields: read
+        once, since every TrainConfig validated asks."""
         return {
-            name: set(f.annotation.model_fields)
+            name: frozenset(f.annotation.model_fields)
             for name, f in cls.model_fields.items()
             if name in METHOD_NAMES and isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
         }

@@ -9,15 +9,13 @@ the built-in ones. ``method_registry`` loads them all; this module imports no me
 here by its name only.
 """
 
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 GROUP = "trainteam.methods"
 BUILT_IN: tuple[str, ...] = ("pretrain", "sft", "dpo", "grpo", "kto")
-
-
-def added() -> tuple[str, ...]:
-    """The names of the methods other installed packages add (their ``trainteam.methods`` entry points)."""
-    return tuple(sorted({ep.name for ep in entry_points(group=GROUP)} - set(BUILT_IN)))
-
-
-NAMES: tuple[str, ...] = BUILT_IN + added()
+# The methods other installed packages add, by name (their ``trainteam.methods`` entry points), read once: the
+# registry loads them from here.
+ADDED: dict[str, EntryPoint] = {
+    ep.name: ep for ep in sorted(entry_points(group=GROUP), key=lambda ep: ep.name) if ep.name not in BUILT_IN
+}
+NAMES: tuple[str, ...] = BUILT_IN + tuple(ADDED)
