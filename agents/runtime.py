@@ -112,10 +112,7 @@ def tool_view(result: StepResult) -> dict[str, Any]:
         "metrics": result.metrics,
         "artifacts": sorted(result.artifacts),
     }
-    for key in ("stage", "reasons", "stages"):
-        if key in result.details:
-            view[key] = result.details[key]
-    return view
+    return {**view, **result.headline()}
 
 
 def plan_of(ctx: ToolContext, name: str) -> dict[str, Any]:
@@ -339,9 +336,9 @@ class _Session:
             ):
                 step.outcome = "failed"  # a gate fails if the judge or the rule says so; never the reverse
                 step.summary = f"gate failed by the judge: {'; '.join(report.reasons)}"
-            step.details = {**step.details, "persona": persona}
+            step = step.with_details(persona=persona)
         path = self._write(messages, "completed" if step.outcome != "error" else "error", t0, result=step)
-        step.details["persona"]["transcript"] = str(path)
+        step = step.with_details(persona={**persona, "transcript": str(path)})
         # the result goes on to the engine's database and DBOS checkpoints: a model's words are masked there too
         return StepResult.model_validate(redact(step.model_dump(mode="json")))
 

@@ -8,6 +8,7 @@ import pytest
 
 from trainteam.contract.step_io import (
     Decision,
+    KeepProposal,
     KeptWeights,
     NeedsPerson,
     RestartPlan,
@@ -36,14 +37,13 @@ def test_a_persons_decisions_reach_the_rerun_typed_and_survive_a_transcript():
             "reason": "spike",
         },
     }
-    restart = NeedsPerson(action="restart_after_spike", resume=Resume(kind="restart", stage="sft", value=proposal))
+    keep = {"stage": "dpo", "keep": "/ck/dpo-v1/checkpoint-4", "spike_step": 6, "reason": "keep it"}
+    restart = NeedsPerson(
+        action="restart_after_spike",
+        resume=Resume(kind="restart", stage="sft", restart=RestartPlan.model_validate(proposal)),
+    )
     kept = NeedsPerson(
-        action="accept_spiked_dpo",
-        resume=Resume(
-            kind="keep_spiked",
-            stage="dpo",
-            value={"stage": "dpo", "keep": "/ck/dpo-v1/checkpoint-4", "spike_step": 6, "reason": "keep it"},
-        ),
+        action="accept_spiked_dpo", resume=Resume(kind="keep_spiked", stage="dpo", keep=KeepProposal(**keep))
     )
     decided = StepInputs().after(restart, APPROVED).after(kept, APPROVED)
     assert isinstance(decided.restart, RestartPlan) and decided.restart.proposal is not None
@@ -52,6 +52,17 @@ def test_a_persons_decisions_reach_the_rerun_typed_and_survive_a_transcript():
     assert decided.kept_after_spike["dpo"].approval == Decision.model_validate(APPROVED)
     # a transcript records the inputs as JSON; a replay reads them back to the same values
     assert StepInputs.model_validate(decided.model_dump(mode="json")) == decided
+    # a question stored before the payloads were typed (one ``value`` dict) reads, and resumes the same way
+    stored = [
+        NeedsPerson.model_validate(
+            {"action": n.action, "resume": {"kind": n.resume.kind, "stage": n.resume.stage, "value": value}}
+        )
+        for n, value in ((restart, proposal), (kept, keep))
+    ]
+    assert [n.resume for n in stored] == [restart.resume, kept.resume]
+    assert StepInputs().after(stored[0], APPROVED).after(stored[1], APPROVED) == decided
+    with pytest.raises(ValueError, match="restart proposed"):
+        Resume(kind="restart", stage="sft")
     gate = StepInputs().after(NeedsPerson(action="accept_failed_gate", resume=Resume(kind="accept_gate")), APPROVED)
     assert gate.accepted_gate is not None and gate.accepted_gate.decided_by == "eve" and gate.restart is None
 

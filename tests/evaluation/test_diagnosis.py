@@ -17,6 +17,7 @@ from local_http import send_json, serving
 
 from trainteam.contract.stage_config import resolve_stage
 from trainteam.contract.step_io import ToolContext
+from trainteam.contract.step_outputs import TrainOutput
 from trainteam.contract.train_task import TrainTask
 from trainteam.trainers.evaluation.diagnosis import (
     Attempt,
@@ -180,9 +181,9 @@ def test_the_judge_reads_the_probes_the_recipe_search_recorded():
         budget_s=60.0,
     )
     details = json.loads(json.dumps({"search": {"sft": report.model_dump(mode="json")}}))  # as the run store keeps it
-    read = search_probes(details, "sft")
+    read = search_probes(TrainOutput.model_validate(details), "sft")
     assert [(p.learning_rate, p.values[33]) for p in read] == [(1e-4, 1.01), (1e-3, 0.99), (1e-2, 1.0)]
-    assert search_probes({}, "sft") == []
+    assert search_probes(TrainOutput(), "sft") == []
 
 
 def test_the_plan_stays_within_what_the_budget_left_allows():

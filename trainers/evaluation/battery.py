@@ -29,7 +29,7 @@ from trainteam.core.errors import BadInput
 from trainteam.curation.answers import NUMERIC, AnswerSpec
 from trainteam.curation.decontam import DecontamConfig, EvalIndex, eval_text
 from trainteam.curation.formats import Prompt, example, example_ids, prompt_format, prompt_ids, query, row_kind
-from trainteam.trainers.evaluation.answer_length import MAX_NEW_TOKENS, reference_match
+from trainteam.trainers.evaluation.answer_length import MAX_NEW_TOKENS, GenerationBudget, reference_match
 from trainteam.trainers.evaluation.answer_style import AnswerStyle, answer_style
 from trainteam.trainers.evaluation.lm_eval_runner import run_lm_eval, write_exact_match_task
 from trainteam.trainers.evaluation.metrics.metric_registry import METRICS
@@ -140,6 +140,27 @@ class BatteryResult(BaseModel):
     decontamination: dict[str, Any] | None = None
     seconds: float
     answers: list[str] = Field(default_factory=list, description="the greedy answers, in row order (answer metrics)")
+    generation: GenerationBudget | None = Field(None, description="the answer checks' length (the caller sizes it)")
+
+    @property
+    def precision(self) -> str:
+        """The precision the battery loaded the weights in (``fp32``, ``bf16``)."""
+        return str(self.details.get("precision", ""))
+
+    @property
+    def answer_style(self) -> dict[str, Any] | None:
+        """The answers' style and the metrics that judge them (``AnswerStyle``'s JSON); None: no answer check."""
+        return self.details.get("answers")
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        """A few of the exact-match check's answers beside their references."""
+        return list((self.details.get("exact_match") or {}).get("samples") or [])
+
+    @property
+    def misses(self) -> dict[str, Any]:
+        """Check name -> the rows it scored wrong (the checks that recorded misses)."""
+        return {k: v["misses"] for k, v in self.details.items() if isinstance(v, dict) and v.get("misses")}
 
 
 # -- individual measures -------------------------------------------------------------------

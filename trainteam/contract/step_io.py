@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainteam.contract.train_task import BudgetSpec, TrainTask
 from trainteam.trainers.evaluation.battery import BatterySpec
@@ -64,14 +64,76 @@ class Carried(BaseModel):
     spikes: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class Decision(BaseModel):
+    """A person's decision as the approval queue records it (``approvals.read_decision``)."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str = ""
+    status: str
+    decided_by: str | None = None
+    note: str | None = None
+
+
+class RestartPlan(BaseModel):
+    """The spike restart a person approved: where the stage goes on, at which learning-rate factor."""
+
+    model_config = ConfigDict(extra="forbid")
+    stage: str
+    from_start: bool = False
+    spike_step: int
+    reason: str = ""
+    output_dir: str | None = None
+    lr_factor: float = 1.0
+    proposal: RestartProposal | None = Field(None, description="the roll-back (None: from the stage's start)")
+
+
+class KeepProposal(BaseModel):
+    """The weights a person may keep as a stage's result after an unresolved spike (what the step proposes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    stage: str
+    keep: str
+    spike_step: int
+    reason: str = ""
+
+
+class KeptWeights(KeepProposal):
+    """The weights a person kept as a stage's result after an unresolved spike, with the approval."""
+
+    approval: Decision
+
+
 class Resume(BaseModel):
-    """How the step re-runs if a person approves."""
+    """How the step re-runs if a person approves: its kind, and for a spike the restart proposed (``restart``) or
+    the weights to keep (``keep``). A resume stored before these were typed (one ``value`` dict) reads: its value
+    goes to the field its kind names."""
 
     model_config = ConfigDict(extra="forbid")
     kind: ResumeKind
     stage: str | None = None
-    value: dict[str, Any] = Field(default_factory=dict, description="the restart proposal, the weights to keep, …")
+    restart: RestartPlan | None = Field(None, description="restart: the spike restart proposed")
+    keep: KeepProposal | None = Field(None, description="keep_spiked: the weights to keep as the stage's result")
     pending: dict[str, Any] | None = Field(None, description="conversation: the persona's paused run (JSON)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_value(cls, data: Any) -> Any:
+        """The shape stored before the payloads were typed: ``value`` holds the restart or the weights to keep."""
+        if not isinstance(data, dict) or "value" not in data:
+            return data
+        data = dict(data)
+        value = data.pop("value") or None
+        if value is not None and data.get("kind") in ("restart", "keep_spiked"):
+            data["restart" if data["kind"] == "restart" else "keep"] = value
+        return data
+
+    @model_validator(mode="after")
+    def _payload(self) -> Resume:
+        if self.kind == "restart" and self.restart is None:
+            raise ValueError("a restart resumes with the restart proposed (restart)")
+        if self.kind == "keep_spiked" and self.keep is None:
+            raise ValueError("keeping spiked weights resumes with the weights to keep (keep)")
+        return self
 
 
 class NeedsPerson(BaseModel):
@@ -140,66 +202,13 @@ class StepResult(BaseModel):
         """The stages a train step trained, in order."""
         return list(self.details.get("stages") or [])
 
+    def headline(self) -> dict[str, Any]:
+        """What a persona's model is shown of the output besides its numbers: the stage(s) and a gate's reasons."""
+        return {k: self.details[k] for k in ("stage", "reasons", "stages") if k in self.details}
 
-class Decision(BaseModel):
-    """A person's decision as the approval queue records it (``approvals.read_decision``)."""
-
-    model_config = ConfigDict(extra="ignore")
-    id: str = ""
-    status: str
-    decided_by: str | None = None
-    note: str | None = None
-
-
-class RestartPlan(BaseModel):
-    """The spike restart a person approved: where the stage goes on, at which learning-rate factor."""
-
-    model_config = ConfigDict(extra="forbid")
-    stage: str
-    from_start: bool = False
-    spike_step: int
-    reason: str = ""
-    output_dir: str | None = None
-    lr_factor: float = 1.0
-    proposal: RestartProposal | None = Field(None, description="the roll-back (None: from the stage's start)")
-
-
-class KeptWeights(BaseModel):
-    """The weights a person kept as a stage's result after an unresolved spike."""
-
-    model_config = ConfigDict(extra="forbid")
-    stage: str
-    keep: str
-    spike_step: int
-    reason: str = ""
-    approval: Decision
-
-
-class GateOutput(BaseModel):
-    """What a gate step records (its ``StepResult.details``), read back typed by the steps and the engine after it:
-    the metrics it judged and the ones it checked, its reasons, who accepted a failed gate, and after a failure the
-    judge's diagnosis (``trainers/evaluation/diagnosis.Diagnosis``'s JSON, validated where it is used). A stored run
-    of an earlier shape reads: every field has a default and other keys are kept."""
-
-    model_config = ConfigDict(extra="allow")
-    stage: str | None = None
-    passed: bool | None = None
-    reasons: list[str] = Field(default_factory=list)
-    accepted_by: str | None = None
-    judged: dict[str, float] = Field(default_factory=dict)
-    checked: list[str] = Field(default_factory=list)
-    diagnosis: dict[str, Any] | None = None
-
-    @classmethod
-    def of(cls, result: StepResult) -> GateOutput:
-        """A gate step's output, typed; another step's output reads as a gate that recorded nothing."""
-        return cls.model_validate(result.details) if cls.written_by_gate(result) else cls()
-
-    @staticmethod
-    def written_by_gate(result: StepResult) -> bool:
-        """Whether ``result`` is a gate's output: it recorded the metrics it judged (another step's output is not
-        read as a gate's)."""
-        return "judged" in result.details
+    def with_details(self, **extra: Any) -> StepResult:
+        """A copy whose recorded output also holds ``extra`` (the persona that ran the step, its transcript)."""
+        return self.model_copy(update={"details": {**self.details, **extra}})
 
 
 class StepArgs(BaseModel):
@@ -238,12 +247,12 @@ class StepInputs(BaseModel):
         """The inputs of the re-run once a person approved ``needs`` with ``decision``."""
         r, d = needs.resume, Decision.model_validate(decision)
         changed: dict[str, Any] = {"before": needs.carried or self.before}
-        if r.kind == "restart":
-            changed["restart"] = RestartPlan.model_validate(r.value)
+        if r.kind == "restart" and r.restart is not None:
+            changed["restart"] = r.restart
         elif r.kind == "accept_stage_gate" and r.stage is not None:
             changed["accepted_stage_gates"] = {**self.accepted_stage_gates, r.stage: d}
-        elif r.kind == "keep_spiked" and r.stage is not None:
-            kept = KeptWeights.model_validate({**r.value, "approval": d})
+        elif r.kind == "keep_spiked" and r.stage is not None and r.keep is not None:
+            kept = KeptWeights(**r.keep.model_dump(), approval=d)
             changed["kept_after_spike"] = {**self.kept_after_spike, r.stage: kept}
         elif r.kind == "extend_budget":
             changed["budget_extended"] = True

@@ -34,7 +34,6 @@ from trainteam.agents.runtime import resume_persona_step, run_persona_step
 from trainteam.contract.redaction import redact_text, redacted_task
 from trainteam.contract.step_io import (
     Decision,
-    GateOutput,
     NeedsPerson,
     Resume,
     StepInputs,
@@ -43,6 +42,7 @@ from trainteam.contract.step_io import (
     ToolContext,
     budget_overrun,
 )
+from trainteam.contract.step_outputs import GateOutput
 from trainteam.contract.train_task import TrainTask
 from trainteam.core import clock, heap
 from trainteam.core.errors import Conflict, NotFound, RunStopped, TrainteamError

@@ -30,6 +30,7 @@ from trainteam.agents import transcripts
 from trainteam.agents.bound_models import bind_role, persona_role
 from trainteam.agents.cards import PERSONAS
 from trainteam.agents.tool_agreement import agreement_of, call_turns, read_rows
+from trainteam.contract.step_outputs import RegisterOutput
 from trainteam.core.errors import BadInput
 from trainteam.curation.jsonl import read_jsonl, write_jsonl
 from trainteam.curation.row_checks import row_of, row_records
@@ -262,8 +263,7 @@ def registered_by(ws, run_id: str):
     """The model the run ``run_id`` registered (its ``register_model`` step's; a checkpoint registered
     before by another run is that run's record), None when it registered none."""
     for attempt in reversed(RunStore(ws.engine).attempts(run_id)):
-        output = attempt.get("output") or {}
-        model_id = (output.get("details") or {}).get("model_id") if isinstance(output, dict) else None
+        model_id = RegisterOutput.stored(attempt.get("output")).model_id
         if attempt["step"] == "register_model" and model_id:
             return ModelRegistry.of(ws).get(model_id)
     return None

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.contract.step_io import StepResult
+from trainteam.contract.step_outputs import GateOutput
 from trainteam.core.hashing import sha256_file, weights_hash
 from trainteam.graph.knowledge import UnknownNode
 from trainteam.workflows.engine.approval_ids import approval_public
@@ -155,18 +156,18 @@ def gate_verdicts(outputs: Mapping[str, StepResult]) -> list[GateVerdict]:
     """Every gate step's verdict among a run's step outputs, in the order they ran."""
     found = []
     for step, out in outputs.items():
-        details = out.details
-        if "gate" not in out.nodes or "passed" not in details:
+        gate = GateOutput.of(out)
+        if "gate" not in out.nodes or gate.passed is None:
             continue
         found.append(
             GateVerdict(
                 step=step,
                 stage=out.stage,
-                passed=bool(details["passed"]),
+                passed=gate.passed,
                 promoted=out.outcome == "passed",
-                accepted_by=details.get("accepted_by"),
-                reasons=list(details.get("reasons") or []),
-                checked=list(details.get("checked") or []),
+                accepted_by=gate.accepted_by,
+                reasons=gate.reasons,
+                checked=gate.checked,
             )
         )
     return found

@@ -22,6 +22,15 @@ from jinja2 import Environment, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainteam.contract.redaction import redact, redact_text
+from trainteam.contract.step_io import StepResult
+from trainteam.contract.step_outputs import (
+    ChoiceOutput,
+    EvalOutput,
+    GateOutput,
+    RegisterOutput,
+    SealedOutput,
+    TrainOutput,
+)
 from trainteam.contract.train_task import TrainTask
 from trainteam.core.errors import BadInput
 from trainteam.trainers.evaluation.diagnosis import Diagnosis
@@ -447,14 +456,15 @@ def _step_records(steps: list[dict], price: float) -> list[StepRecord]:
 
 def _diagnoses(runs: RunStore, run_id: str) -> list[DiagnosisRecord]:
     """The diagnosis each attempt that judged a failed gate recorded."""
+    gates = [(a, GateOutput.stored(a["output"])) for a in runs.attempts(run_id)]
     return [
         DiagnosisRecord(
             step=f"{a['step']} #{a['visit']}",
-            stage=a["output"]["details"].get("stage", ""),
-            diagnosis=Diagnosis.model_validate(a["output"]["details"]["diagnosis"]),
+            stage=gate.stage or "",
+            diagnosis=Diagnosis.model_validate(gate.diagnosis),
         )
-        for a in runs.attempts(run_id)
-        if ((a["output"] or {}).get("details") or {}).get("diagnosis")
+        for a, gate in gates
+        if gate.diagnosis
     ]
 
 
@@ -462,13 +472,13 @@ def sealed_test(out: dict | None) -> SealedTest | None:
     """The sealed_test step's stored output as the report shows it (None where it did not score)."""
     if not out or out.get("outcome") != "ok":
         return None
-    details = out.get("details") or {}
+    sealed = SealedOutput.stored(out)
     return SealedTest(
-        rows=details["n_test"],
-        sizing=details.get("sizing", ""),
+        rows=sealed.n_test,
+        sizing=sealed.sizing,
         metrics={k: float(v) for k, v in out["metrics"].items()},
-        gap=details.get("gap") or {},
-        pairwise=(details.get("pairwise") or {}).get("note", ""),
+        gap=sealed.gap,
+        pairwise=(sealed.pairwise or {}).get("note", ""),
     )
 
 
@@ -485,42 +495,38 @@ def report_input(ws, run_id: str) -> ReportInput:
     gate_outcomes: dict[str, GateOutcome] = {}
     model_id = None
     for name, out in outputs.items():
-        details = out.get("details") or {}
-        for stage, curve in (details.get("losses") or {}).items():
+        res = StepResult.model_validate(out)
+        trained, measured, gate = TrainOutput.of(res), EvalOutput.of(res), GateOutput.of(res)
+        for stage, curve in trained.losses.items():
             losses[stage] = [(int(s), float(v)) for s, v in curve]
-        for e in details.get("events") or []:
+        for e in trained.events:
             events.append(LossEvent(stage=e["stage"], step=int(e["step"]), kind=e["kind"], note=e.get("note", "")))
-        base = details.get("base")
-        if base and base.get("metrics"):  # what the first stage started from: beside every later score
-            evals[base["name"] if base.get("measured", True) else f"{base['name']} (reference)"] = {
-                k: float(v) for k, v in base["metrics"].items()
-            }
-        for stage, metrics in (details.get("stage_evals") or {}).items():  # the train step's per-stage batteries
-            evals[stage] = {k: float(v) for k, v in metrics.items()}
-        for stage, g in (details.get("stage_gates") or {}).items():
+        base = trained.base or measured.base
+        if base and base.metrics:  # what the first stage started from: beside every later score
+            evals[base.name if base.measured else f"{base.name} (reference)"] = dict(base.metrics)
+        for stage, metrics in trained.stage_evals.items():  # the train step's per-stage batteries
+            evals[stage] = dict(metrics)
+        for stage, g in trained.stage_gates.items():
             gate_outcomes[stage] = GateOutcome(
                 passed=g["passed"], reasons=g["reasons"], accepted_by=g.get("accepted_by")
             )
         if str((out.get("nodes") or {}).get("eval", "")).startswith("Eval:"):
-            key = "final" if name == "final_eval" else details.get("stage", name)
+            key = "final" if name == "final_eval" else (res.stage or name)
             evals[key] = {k: float(v) for k, v in out["metrics"].items()}
-        if "passed" in details and "reasons" in details:
-            gate_outcomes[details["stage"]] = GateOutcome(
-                passed=details["passed"], reasons=details["reasons"], accepted_by=details.get("accepted_by")
+        if gate.passed is not None and gate.stage is not None:
+            gate_outcomes[gate.stage] = GateOutcome(
+                passed=gate.passed, reasons=gate.reasons, accepted_by=gate.accepted_by
             )
-        if details.get("model_id"):
-            model_id = details["model_id"]
+        model_id = RegisterOutput.of(res).model_id or model_id
 
     diagnoses = _diagnoses(runs, run_id)
     searches = [
-        SearchReport.model_validate(v)
-        for out in outputs.values()
-        for v in ((out.get("details") or {}).get("search") or {}).values()
+        SearchReport.model_validate(v) for out in outputs.values() for v in TrainOutput.stored(out).search.values()
     ]
     notes = [
         f"{name}: {out['summary']}"
         for name, out in outputs.items()
-        if out.get("outcome") == "skipped" and (out.get("details") or {}).get("choice")
+        if out.get("outcome") == "skipped" and ChoiceOutput.stored(out).choice
     ]
     curated = outputs.get("curate")
     if curated:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainteam.contract.step_outputs import SealedOutput, TrainOutput
 from trainteam.core.errors import NotFound
 from trainteam.core.ids import check_run_id
 from trainteam.workflows.engine.readonly import summarize_attempts
@@ -52,14 +53,14 @@ def sealed_in(attempts: list[dict[str, Any]]) -> dict[str, Any] | None:
     for a in reversed(attempts):
         output = a.get("output") if isinstance(a.get("output"), dict) else None
         if a["step"] == "sealed_test" and output and output.get("outcome") == "ok":
-            details = output.get("details") or {}
+            sealed = SealedOutput.stored(output)
             return {
-                "rows": details.get("n_test"),
-                "sizing": details.get("sizing"),
+                "rows": sealed.n_test,
+                "sizing": sealed.sizing,
                 "test": output.get("metrics") or {},
-                "dev": details.get("dev") or {},
-                "gap": details.get("gap") or {},
-                "pairwise": (details.get("pairwise") or {}).get("note"),
+                "dev": sealed.dev,
+                "gap": sealed.gap,
+                "pairwise": (sealed.pairwise or {}).get("note"),
             }
     return None
 
@@ -70,7 +71,7 @@ def trained_in(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for a in attempts:
         output = found if isinstance(found := a.get("output"), dict) else {}
-        for stage, config in ((output.get("details") or {}).get("configs") or {}).items():
+        for stage, config in TrainOutput.stored(output).configs.items():
             entry = {"step": a["step"], "visit": a["visit"], "stage": stage, "config": config}
             if isinstance(config, dict) and entry not in out:  # a paused persona run and its continuation: one
                 out.append(entry)
@@ -133,7 +134,7 @@ def searches_in(attempts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for a in attempts:
         output = found if isinstance(found := a.get("output"), dict) else {}
-        for stage, report in ((output.get("details") or {}).get("search") or {}).items():
+        for stage, report in TrainOutput.stored(output).search.items():
             if isinstance(report, dict):
                 out[stage] = search_public(report)
     return out

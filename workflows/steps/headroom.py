@@ -14,7 +14,8 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from trainteam.agents.decisions import decide
-from trainteam.contract.step_io import GateOutput, StepResult, ToolContext
+from trainteam.contract.step_io import StepResult, ToolContext
+from trainteam.contract.step_outputs import GateOutput
 from trainteam.graph.record import record_decision
 from trainteam.workflows.steps.judge import gate_rules
 

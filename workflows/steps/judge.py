@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from trainteam.agents.decisions import decide
-from trainteam.contract.step_io import Decision, GateFacts, GateOutput, StepResult, ToolContext
+from trainteam.contract.step_io import Decision, GateFacts, StepResult, ToolContext
+from trainteam.contract.step_outputs import EvalOutput, GateOutput, TrainOutput
 from trainteam.contract.train_task import CurriculumStage
 from trainteam.curation.demo import read_jsonl
 from trainteam.graph.record import record_diagnosis, record_eval, record_gate
@@ -25,7 +25,6 @@ from trainteam.trainers.evaluation.diagnosis import (
 from trainteam.trainers.evaluation.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
 from trainteam.trainers.evaluation.metrics.metric_registry import METRICS
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage
-from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
@@ -93,9 +92,7 @@ def measure_stage(
         out_dir=out_dir if "lm_eval" in spec.metrics else None,
         answer=ctx.task.answer,
     )
-    result = result.model_copy(
-        update={"stage": stage.name, "details": {**result.details, "generation": length.model_dump()}}
-    )
+    result = result.model_copy(update={"stage": stage.name, "generation": length})
     node = record_eval(
         ctx.graph,
         key,
@@ -141,7 +138,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
         or curriculum_from_task(ctx.task).names()[-1],
     )
     ckpt = trained.checkpoint
-    trained_on = [Path(p) for p in trained.details.get("trained_on", [])]
+    trained_on = [Path(p) for p in TrainOutput.of(trained).trained_on]
     if not trained_on:
         trained_on = [stage_train_data(ctx, stage)[0]]
     same = _measured_before(ctx, trained.checkpoint_node, stage.name)
@@ -153,7 +150,7 @@ def evaluate(ctx: ToolContext) -> StepResult:
             metrics=dict(out.metrics),
             nodes={"eval": out.node("eval"), "checkpoint": trained.checkpoint_node},
             artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
-            details={**out.details, "measured_by": name},
+            details=EvalOutput.of(out).model_copy(update={"measured_by": name}).model_dump(mode="json"),
         )
     node, result = measure_stage(
         ctx,
@@ -167,31 +164,32 @@ def evaluate(ctx: ToolContext) -> StepResult:
     )
     m = result.metrics
     base = base_input(ctx)
+    tokens = result.generation.tokens if result.generation is not None else None
+    output = EvalOutput(
+        stages=[stage.name],
+        stage=stage.name,
+        n_eval=result.n_eval,
+        samples=result.samples[:5],
+        answers=result.answer_style,
+        misses=result.misses,
+        generation=result.generation,
+        precision=result.precision,
+        base=base,
+        decontamination=result.decontamination,
+    )
     return StepResult(
         summary=f"{stage.name}: {scores_beside(m, base)} on {result.n_eval} held-out problems "
-        f"(answers up to {result.details['generation']['tokens']} new tokens, scored in "
-        f"{result.details['precision']}){_judged_by(result.details)}",
+        f"(answers up to {tokens} new tokens, scored in "
+        f"{result.precision}){_judged_by(result.answer_style)}",
         metrics=m,
         nodes={"eval": node, "checkpoint": trained.checkpoint_node},
         artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
-        details={
-            "stages": [stage.name],
-            "stage": stage.name,
-            "n_eval": result.n_eval,
-            "samples": result.details.get("exact_match", {}).get("samples", [])[:5],
-            "answers": result.details.get("answers"),
-            "misses": {k: v["misses"] for k, v in result.details.items() if isinstance(v, dict) and v.get("misses")},
-            "generation": result.details["generation"],
-            "precision": result.details["precision"],
-            "base": base.model_dump() if base else None,
-            "decontamination": result.decontamination,
-        },
+        details=output.model_dump(mode="json", exclude={"measured_by"}),
     )
 
 
-def _judged_by(details: dict) -> str:
+def _judged_by(style: dict | None) -> str:
     """``; free-form answers, judged by heldout_loss, rouge_l, ...``: what the gate will read, from the battery."""
-    style = details.get("answers")
     if not style or style.get("kind") == "text":
         return ""
     kind = "free-form" if style["kind"] == "free_form" else style["kind"]
@@ -214,8 +212,7 @@ def scores_beside(metrics: dict, base: StageInput | None) -> str:
 def base_input(ctx: ToolContext) -> StageInput | None:
     """What the run's first stage started from, as the train step measured it (``details.base``)."""
     train = ctx.outputs.get("train")
-    raw = train.details.get("base") if train is not None else None
-    return StageInput.model_validate(raw) if raw else None
+    return TrainOutput.of(train).base if train is not None else None
 
 
 def _is_eval(out: StepResult) -> bool:
@@ -236,13 +233,13 @@ def stage_input(ctx: ToolContext, this_eval_step: str, stage: str) -> StageInput
     other eval step (an align stage's input), else what the train step measured as the stage's input
     (on the stage's own held-out set), else the base model."""
     train = ctx.outputs.get("train")
-    inputs = (train.details.get("inputs") or {}) if train is not None else {}
+    inputs = TrainOutput.of(train).inputs if train is not None else {}
     if stage in inputs:
-        return StageInput.model_validate(inputs[stage])
+        return inputs[stage]
     evals = [out for name, out in ctx.outputs.items() if name != this_eval_step and _is_eval(out)]
     if evals:
         out = evals[-1]
-        return StageInput(name=out.details["stage"], metrics=out.metrics)
+        return StageInput(name=out.stage or "", metrics=out.metrics)
     return base_input(ctx)
 
 
@@ -317,7 +314,8 @@ def gate(ctx: ToolContext) -> StepResult:
     in as ``decided.accepted_gate``."""
     ev_step = ctx.inputs.of or "evaluate"
     ev = ctx.output(ev_step)
-    stage = ev.details["stage"]
+    measured = EvalOutput.of(ev)
+    stage = ev.stage or ""
     if ctx.inputs.final:
         decision = _final_decision(ctx, ev)
     else:
@@ -327,23 +325,22 @@ def gate(ctx: ToolContext) -> StepResult:
             ev.metrics,
             gate_rules(ctx.task, stage),
             stage_input(ctx, ev_step, stage),
-            ev.details.get("n_eval"),
+            measured.n_eval,
         )
     decision, node = settle_gate(ctx, decision, ctx.decided.accepted_gate, ev.node("eval"))
-    details: dict[str, Any] = {
-        "stage": decision.stage,
-        "reasons": decision.reasons,
-        "passed": decision.passed,
-        "accepted_by": decision.accepted_by,
-        "judged": ev.metrics,
-        "checked": sorted({c.metric for c in decision.checks}),
-    }
+    output = GateOutput(
+        stage=decision.stage,
+        reasons=decision.reasons,
+        passed=decision.passed,
+        accepted_by=decision.accepted_by,
+        judged=ev.metrics,
+        checked=sorted({c.metric for c in decision.checks}),
+    )
     summary, nodes = decision.summary, {"gate": node, "checkpoint": ev.checkpoint_node}
     diagnosis = None if decision.promote or ctx.inputs.final else diagnose_gate(ctx, ev, decision)
     if diagnosis is not None:
-        details["diagnosis"] = diagnosis.model_dump(mode="json")
+        output.diagnosis = d = diagnosis.model_dump(mode="json")
         summary = f"{summary}; {diagnosis.line()}"
-        d = details["diagnosis"]
         nodes["diagnosis"] = record_diagnosis(
             ctx.graph,
             run_id=ctx.run_id,
@@ -361,7 +358,7 @@ def gate(ctx: ToolContext) -> StepResult:
         summary=summary,
         nodes=nodes,
         artifacts={"checkpoint": ev.artifacts["checkpoint"], "tokenizer": ev.artifacts["tokenizer"]},
-        details=details,
+        details=output.model_dump(mode="json", exclude=set() if diagnosis else {"diagnosis"}),
     )
 
 
@@ -408,7 +405,7 @@ def _trained(ctx: ToolContext, ev: StepResult, stage: str) -> StepResult | None:
     """The training step output that made the judged checkpoint (its curve holds ``stage``)."""
     ckpt = ev.nodes.get("checkpoint")
     for out in reversed(list(ctx.outputs.values())):
-        if out.nodes.get("checkpoint") == ckpt and stage in (out.details.get("losses") or {}):
+        if out.nodes.get("checkpoint") == ckpt and stage in TrainOutput.of(out).losses:
             return out
     return None
 
@@ -419,7 +416,7 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
     trained = _trained(ctx, ev, stage)
     if trained is None:
         return None
-    details, metrics = trained.details, trained.metrics
+    record, metrics = TrainOutput.of(trained), trained.metrics
     settings = _attempt_settings(ctx, stage, trained)
     failed = next((c for c in decision.checks if not c.passed), None)
     steps = int(metrics.get(f"{stage}.steps", settings["max_steps"]))
@@ -429,7 +426,7 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
         metric=failed.metric if failed else "exact_match",
         value=failed.value if failed else None,
         bar=failed.threshold if failed else None,
-        losses=[(int(x), y) for x, y in details["losses"][stage]],
+        losses=[(int(x), y) for x, y in record.losses[stage]],
         heldout_loss=ev.metrics.get("heldout_loss"),
         earlier=_earlier(ctx, stage),
         steps=steps,
@@ -438,8 +435,8 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
         learning_rate=settings["learning_rate"],
         warmup_steps=settings["warmup_steps"],
         batch_rows=settings["batch_rows"],
-        spikes=sum(1 for s in details.get("spikes", []) if s.get("stage") == stage),
-        probes=search_probes(details, stage),
+        spikes=record.spikes_in(stage),
+        probes=search_probes(record, stage),
         **_data_evidence(ctx, ev, stage, trained),
         **_cost(ctx, stage, trained),
     )
@@ -449,10 +446,9 @@ def _attempt_settings(ctx: ToolContext, stage: str, trained: StepResult) -> dict
     """The settings the judged attempt trained with: the train step's record of them (the resolved config,
     ``trainteam.contract.stage_config``) when it keeps one, else the task's, the recipe search's choice, and on
     a retry the plan it followed."""
-    details = trained.details
-    recorded = (details.get("configs") or {}).get(stage) or {}
-    whole = "method" in recorded  # the whole resolved config (an earlier version kept four of its fields)
-    cfg = TrainConfig.model_validate(recorded) if whole else ctx.task.train_config(stage)
+    record = TrainOutput.of(trained)
+    resolved = record.config(stage)  # None: an earlier version kept four of its fields
+    cfg = resolved if resolved is not None else ctx.task.train_config(stage)
     out = {
         "method": cfg.method,
         "max_steps": cfg.max_steps,
@@ -464,9 +460,9 @@ def _attempt_settings(ctx: ToolContext, stage: str, trained: StepResult) -> dict
         * cfg.devices_per_node
         * cfg.num_nodes,
     }
-    if whole:
+    if resolved is not None:
         return out
-    chosen = ((details.get("search") or {}).get(stage) or {}).get("chosen") or {}
+    chosen = record.chosen(stage)
     out.update({k: chosen[k] for k in ("learning_rate", "max_steps", "warmup_steps") if chosen.get(k) is not None})
     if chosen.get("per_device_train_batch_size"):
         out["batch_rows"] = (
@@ -502,9 +498,8 @@ def _earlier(ctx: ToolContext, stage: str) -> list[Attempt]:
     ]
 
 
-def search_probes(details: dict, stage: str) -> list[ProbePoint]:
-    """The recipe search's probes of ``stage`` in a train step's details (``details["search"][stage]``)."""
-    search = (details.get("search") or {}).get(stage) or {}
+def search_probes(record: TrainOutput, stage: str) -> list[ProbePoint]:
+    """The recipe search's probes of ``stage`` as the train step recorded them."""
     return [
         ProbePoint(
             learning_rate=p["learning_rate"],
@@ -513,7 +508,7 @@ def search_probes(details: dict, stage: str) -> list[ProbePoint]:
             pruned=bool(p.get("pruned")),
             unstable=bool(p.get("unstable")),
         )
-        for p in search.get("probes") or []
+        for p in record.probes(stage)
     ]
 
 
@@ -532,7 +527,7 @@ def _data_evidence(ctx: ToolContext, ev: StepResult, stage: str, trained: StepRe
         cm = cur.metrics
         out.update(rows_in=int(cm.get("curation.input", 0)) or None, rows_out=int(cm.get("curation.output", 0)))
     out["max_drop_fraction"] = (ctx.task.curation or {}).get("max_drop_fraction", 0.5)
-    decon = ev.details.get("decontamination") or {}
+    decon = EvalOutput.of(ev).decontamination or {}
     leaked = decon.get("leaked_in_training_and_removed_there")
     out["leaks"] = len(leaked) if isinstance(leaked, list) else int(decon.get("removed") or 0)
     node_facts = ctx.graph.get_node(ev.node("eval")) if ctx.graph.has_node(ev.node("eval")) else {}
@@ -562,7 +557,7 @@ def _cost(ctx: ToolContext, stage: str, trained: StepResult) -> dict:
 def _final_decision(ctx: ToolContext, ev: StepResult):
     """The weights ``register_model`` will register against the last gate that promoted a
     checkpoint: every metric that gate checked may fall by at most ``task.final_tolerance``."""
-    passed = [(n, o) for n, o in ctx.outputs.items() if o.outcome == "passed" and GateOutput.written_by_gate(o)]
+    passed = [(n, o) for n, o in ctx.outputs.items() if o.outcome == "passed" and GateOutput.written_by(o)]
     if not passed:
         return GateDecision(
             stage="final", passed=True, checks=[], reasons=["no earlier gate to hold the final weights to"]
@@ -574,7 +569,7 @@ def _final_decision(ctx: ToolContext, ev: StepResult):
         return GateDecision(
             stage="final", passed=True, checks=[], reasons=[f"{name} checked no metric that final_eval measured"]
         )
-    n_eval = ev.details.get("n_eval")
+    n_eval = EvalOutput.of(ev).n_eval
     rules = [
         GateRule(metric=m, max_regression=final_tolerance(ctx.task.final_tolerance, m, judged, n_eval)) for m in metrics
     ]

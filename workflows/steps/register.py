@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.contract.step_io import StepResult, ToolContext
+from trainteam.contract.step_outputs import EvalOutput, SealedOutput
 from trainteam.graph.record import record_model
 from trainteam.trainers.serving.registry import ModelRecord, ModelRegistry
 from trainteam.workflows.report.evidence import register_evidence
@@ -50,13 +51,13 @@ def register_and_record(
 def register_model(ctx: ToolContext) -> StepResult:
     final = ctx.output(ctx.inputs.of or "final_eval")
     ckpt = final.checkpoint
-    generation = final.details.get("generation")
+    measured = EvalOutput.of(final)
     sealed = ctx.ran("sealed_test")
     test = sealed.metrics if sealed is not None and sealed.outcome == "ok" else {}
     record, node = register_and_record(
         ctx.ws,
         ckpt,
-        stage=final.details["stage"],
+        stage=final.stage or "",
         metrics={**final.metrics, **{f"test.{k}": v for k, v in test.items()}},
         name=ctx.task.name,
         run_id=ctx.run_id,
@@ -66,10 +67,10 @@ def register_model(ctx: ToolContext) -> StepResult:
             "task": ctx.task.name,
             "stages": ctx.task.stage_names(),
             # the answer length it was judged at: `trainteam serve` answers with it by default
-            **({"answer_tokens": generation["tokens"]} if generation else {}),
+            **({"answer_tokens": measured.answer_tokens} if measured.answer_tokens else {}),
             # the figures to trust: the sealed test part, scored once, that no deciding step read
             **(
-                {"sealed_test": {"rows": sealed.details["n_test"], "sizing": sealed.details["sizing"]}}
+                {"sealed_test": {"rows": SealedOutput.of(sealed).n_test, "sizing": SealedOutput.of(sealed).sizing}}
                 if test and sealed is not None
                 else {}
             ),

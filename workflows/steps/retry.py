@@ -11,7 +11,8 @@ and visit 1, have no plan.
 
 from __future__ import annotations
 
-from trainteam.contract.step_io import GateOutput, StepResult, ToolContext
+from trainteam.contract.step_io import StepResult, ToolContext
+from trainteam.contract.step_outputs import GateOutput
 from trainteam.trainers.evaluation.diagnosis import Diagnosis, RetryPlan
 
 
@@ -27,7 +28,7 @@ def failed_gate(ctx: ToolContext, stage: str) -> tuple[str, StepResult] | None:
     """The latest failed gate output that judged ``stage`` (its step name and output), or None."""
     found = None
     for name, out in ctx.outputs.items():
-        if out.outcome == "failed" and out.stage == stage and GateOutput.written_by_gate(out):
+        if out.outcome == "failed" and out.stage == stage and GateOutput.written_by(out):
             found = (name, out)
     return found
 

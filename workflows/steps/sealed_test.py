@@ -14,6 +14,7 @@ from pathlib import Path
 
 from trainteam.agents.pairwise_judge import PairwiseResult, configured, pairwise_judge
 from trainteam.contract.step_io import StepResult, ToolContext
+from trainteam.contract.step_outputs import CorpusOutput, SealedOutput, TrainOutput
 from trainteam.curation.demo import read_jsonl
 from trainteam.curation.formats import example, query
 from trainteam.trainers.evaluation.battery import greedy_generations
@@ -29,7 +30,7 @@ PAIRWISE_PROMPTS = 20
 
 def _trained_on(ctx: ToolContext) -> list[Path]:
     """Every file the weights trained on (the train and align steps' record), for a battery without curation."""
-    return [Path(p) for name in ("train", "align") if (out := ctx.ran(name)) for p in out.details.get("trained_on", [])]
+    return [Path(p) for name in ("train", "align") if (out := ctx.ran(name)) for p in TrainOutput.of(out).trained_on]
 
 
 def sealed_test(ctx: ToolContext) -> StepResult:
@@ -37,10 +38,10 @@ def sealed_test(ctx: ToolContext) -> StepResult:
     final = ctx.output(ctx.inputs.of or "final_eval")
     found = sealed_test_set(ctx)
     if found is None:
-        why = ctx.output("prepare_corpus").details.get("sealed_test", "no sealed test part")
+        why = CorpusOutput.of(ctx.output("prepare_corpus")).sealed_test or "no sealed test part"
         return StepResult(outcome="skipped", summary=f"no sealed test: {why}")
     path, data_node = found
-    stage = stage_of(ctx, final.details["stage"])
+    stage = stage_of(ctx, final.stage or "")
     node, result = measure_stage(
         ctx,
         stage,
@@ -51,24 +52,24 @@ def sealed_test(ctx: ToolContext) -> StepResult:
         _trained_on(ctx),
         eval_set=("test", path, data_node),
     )
-    pairwise = _pairwise(ctx, path, result.answers, result.details.get("generation", {}).get("tokens"))
+    pairwise = _pairwise(ctx, path, result.answers, result.generation.tokens if result.generation else None)
     test, dev = result.metrics, final.metrics
     gap = {k: round(test[k] - dev[k], 5) for k in test if k in dev}
-    sizing = ctx.output("prepare_corpus").details.get("sealed_test", "")
+    sizing = CorpusOutput.of(ctx.output("prepare_corpus")).sealed_test or ""
     shown = ", ".join(f"{k} {test[k]:.3g} (dev {dev[k]:.3g})" for k in SHOWN if k in test and k in dev)
     return StepResult(
         summary=f"sealed test, {result.n_eval} rows scored once: {shown}; {pairwise.line()}",
         metrics=test,
         nodes={"test_eval": node, "checkpoint": final.checkpoint_node},
         artifacts={"checkpoint": str(final.checkpoint), "tokenizer": final.artifacts["tokenizer"]},
-        details={
-            "stage": stage.name,
-            "n_test": result.n_eval,
-            "dev": dev,
-            "gap": gap,
-            "sizing": sizing,
-            "pairwise": pairwise.model_dump(mode="json"),
-        },
+        details=SealedOutput(
+            stage=stage.name,
+            n_test=result.n_eval,
+            dev=dev,
+            gap=gap,
+            sizing=sizing,
+            pairwise=pairwise.model_dump(mode="json"),
+        ).model_dump(mode="json"),
     )
 
 

@@ -26,7 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.contract.stage_config import StageAttempt, recorded, resolve_stage
-from trainteam.contract.step_io import Carried, Decision, NeedsPerson, Resume, StepResult, ToolContext, budget_overrun
+from trainteam.contract.step_io import (
+    Carried,
+    Decision,
+    KeepProposal,
+    NeedsPerson,
+    RestartPlan,
+    Resume,
+    StepResult,
+    ToolContext,
+    budget_overrun,
+)
+from trainteam.contract.step_outputs import TrainOutput
 from trainteam.core.hashing import weights_hash
 from trainteam.curation import build_preference_pairs, score_reward
 from trainteam.curation.demo import read_jsonl
@@ -334,7 +345,7 @@ class _Stage:
             proposed=proposal,
             evidence=with_spike_curve({"monitor": ev, "spikes": self.spikes}, proposal, self.curves),
             requested_by=self.ctx.persona,
-            resume=Resume(kind="restart", stage=stage, value=proposal),
+            resume=Resume(kind="restart", stage=stage, restart=RestartPlan.model_validate(proposal)),
             refused="restart",
             carried=self.carried(),
         )
@@ -401,7 +412,7 @@ class _Stage:
             requested_by=self.ctx.persona,
             evidence=with_spike_curve({"monitor": details["evidence"], "spikes": self.spikes}, accept, self.curves),
             refused="acceptance",
-            resume=Resume(kind="keep_spiked", stage=stage, value=accept),
+            resume=Resume(kind="keep_spiked", stage=stage, keep=KeepProposal.model_validate(accept)),
             carried=self.carried(),
         )
         return StepResult(
@@ -759,7 +770,7 @@ def align(ctx: ToolContext) -> StepResult:
 def _trained_on(ctx: ToolContext) -> list[str]:
     """The files the train step's checkpoint trained on (none when it did not run)."""
     train = ctx.outputs.get("train")
-    return list(train.details.get("trained_on", [])) if train is not None else []
+    return TrainOutput.of(train).trained_on if train is not None else []
 
 
 def merge_adapters(ctx: ToolContext) -> StepResult:
