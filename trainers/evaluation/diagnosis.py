@@ -71,6 +71,8 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainteam.trainers.training.stage_change import Clearable, StageChange
+
 DiagnosisKind = Literal["under_fit", "over_fit", "instability", "data", "ceiling", "measurement"]
 Action = Literal["more_steps", "lower_lr", "higher_lr", "fewer_steps", "more_data", "stop"]
 
@@ -192,6 +194,23 @@ class ConfigChanges(BaseModel):
     def given(self) -> dict[str, float | int]:
         return self.model_dump(exclude_none=True)
 
+    def change(self) -> StageChange:
+        """These values as a retry's change: steps without epochs clear the stage's epochs, epochs without
+        steps clear its steps (the one given decides the length)."""
+        clears: frozenset[Clearable] = frozenset()
+        if self.max_steps is not None and self.num_train_epochs is None:
+            clears = frozenset({"num_train_epochs"})
+        elif self.num_train_epochs is not None and self.max_steps is None:
+            clears = frozenset({"max_steps"})
+        return StageChange(
+            source="retry",
+            max_steps=self.max_steps,
+            num_train_epochs=self.num_train_epochs,
+            learning_rate=self.learning_rate,
+            warmup_steps=self.warmup_steps,
+            clears=clears,
+        )
+
 
 class RetryPlan(BaseModel):
     """What the retry changes for the gated stage, and why; ``stop`` and ``more_data`` do not retrain."""
@@ -205,6 +224,12 @@ class RetryPlan(BaseModel):
     @property
     def retrains(self) -> bool:
         return self.action not in ("stop", "more_data")
+
+    def change(self) -> StageChange:
+        """The change the retry makes to the stage's settings (ValueError: a plan that does not retrain)."""
+        if not self.retrains:
+            raise ValueError(f"retry: a {self.action} plan does not retrain")
+        return self.changes.change()
 
     def line(self) -> str:
         shown = ", ".join(f"{k} {_num(v)}" for k, v in self.changes.given().items())

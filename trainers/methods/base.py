@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from trainteam.curation.formats import PromptFormat
 from trainteam.trainers.training.config import SpikeSignal, TrainConfig, loss_signals
+from trainteam.trainers.training.stage_change import StageChange
 
 StageRole = Literal["train", "align"]
 # Tool calls' arguments and tool schemas differ from row to row: Arrow would merge them into one
@@ -63,8 +64,8 @@ class TrainingMethod:
     # sequences of up to the row's tokens one row puts through a forward (DPO: chosen and rejected), for a
     # micro-batch bounded by tokens (training/micro_batch.py); None: rows interact inside a forward, never split
     sequences_per_row: int | None = 1
-    # (config, tokens) -> the config changes that make its sampled completions that long (none where the task set it)
-    completion_changes: Callable[[TrainConfig, int], dict[str, Any]] | None = None
+    # (config, tokens) -> the change that makes its sampled completions that long (None where the task set it)
+    completion_changes: Callable[[TrainConfig, int], StageChange | None] | None = None
     # What its trainer does with a row's tokens (the planner's and curation's counts):
     cuts_rows: bool = False  # a row longer than max_length is cut there by the trainer (curation keeps it)
     row_sequences: int = 1  # the most sequences one row's counted tokens span (a preference pair: chosen and rejected)

@@ -16,6 +16,7 @@ from trainteam.curation.formats import PromptFormat, prompt_format, prompt_text
 from trainteam.curation.rewards import default_rewards
 from trainteam.trainers.methods.base import TrainingMethod, is_peft
 from trainteam.trainers.training.config import SpikeSignal, TrainConfig
+from trainteam.trainers.training.stage_change import StageChange
 from trainteam.trainers.training.trainer_args import common_args, peft_config, trl_args
 
 
@@ -93,12 +94,12 @@ def row_tokens(tokenizer, rows: list[dict], fmt: PromptFormat) -> list[int]:
     return [len(F.prompt_ids(tokenizer, F.query(r), fmt)) for r in rows]
 
 
-def completion_changes(cfg: TrainConfig, tokens: int) -> dict[str, Any]:
-    """The change that makes the sampled completions ``tokens`` long (the answer checks' length), none where
+def completion_changes(cfg: TrainConfig, tokens: int) -> StageChange | None:
+    """The change that makes the sampled completions ``tokens`` long (the answer checks' length), None where
     the block sets their length."""
     if "max_completion_length" in cfg.grpo.model_fields_set:
-        return {}
-    return {"grpo": cfg.grpo.model_copy(update={"max_completion_length": tokens})}
+        return None
+    return StageChange(source="completion", grpo=cfg.grpo.model_copy(update={"max_completion_length": tokens}))
 
 
 def _holds_reference(cfg: TrainConfig) -> bool:

@@ -33,6 +33,7 @@ from trainteam.trainers.evaluation.metrics.metric_spec import AnswerRows, bootst
 from trainteam.trainers.fit.loop import train
 from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.console_lines import say
+from trainteam.trainers.training.stage_change import StageChange
 
 REDUCTION = 3  # the best third of the probes go on from the first rung
 FIRST_RUNG = 9  # the first rung sits at a ninth of the top rung
@@ -107,6 +108,18 @@ class Recipe(BaseModel):
         validation_alias=AliasChoices("per_device_train_batch_size", "per_device_batch_size")
     )
     warmup_steps: int
+
+    def change(self) -> StageChange:
+        """The recipe as a change to the stage's settings: its rate, length, batch and warm-up (in steps); the
+        search's length replaces any epochs, its warm-up any ratio."""
+        return StageChange(
+            source="recipe",
+            learning_rate=self.learning_rate,
+            max_steps=self.max_steps,
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            warmup_steps=self.warmup_steps,
+            clears=frozenset({"num_train_epochs", "warmup_ratio"}),
+        )
 
 
 class RecipeChoice(BaseModel):

@@ -1,20 +1,29 @@
 """What a stage trains with: one resolver from the task file to the TrainConfig the trainer gets.
 
-A stage's training settings are decided in one place, in this order, each a typed input:
+Every source of a stage's settings after its block says what it changes as one typed value, a
+``StageChange`` (``trainers/training/stage_change.py``), and ``apply_changes`` applies them to the stage's
+block in one order, validating the result once:
 
-1. the task (``TrainTask.train_config``): the stage's block as the task file wrote it (either spelling,
-   read at the edge by ``key_aliases``), its method, the task's ``threads`` and ``distributed`` block;
-   the engineer's per-stage overrides (``StageOverrides``, a plan-first tool's arguments) are written into
-   the task before the step runs (``with_overrides``), so the search and the judge read them too;
-2. the recipe the search chose (``Recipe``): its rate, length, batch and warm-up in steps;
-3. a retry's plan after a failed gate (``RetryPlan``): the judge's changes, its steps over any epochs;
-4. the attempt (``StageAttempt``): its folder, resumed from its newest checkpoint, and the learning-rate
-   factor a restart after a spike halves; GRPO's completion length where the task left it to the judge.
+1. ``task``: the task's ``threads`` (where the block sets none) and its ``distributed`` block
+   (``TrainTask.stage_change``); the block itself is the stage's as the task file wrote it (either spelling,
+   read at the edge by ``key_aliases``), its method set (``TrainTask.stage_block``);
+2. ``overrides``: the engineer's per-stage overrides (``StageOverrides``, a plan-first tool's arguments),
+   applied after step 1 and written back into the task's block before the step runs (``with_overrides``), so
+   the search and the judge read them too;
+3. ``recipe``: the recipe the search chose (``Recipe.change``): its rate, length, batch and warm-up in
+   steps, which replace any epochs and warm-up ratio;
+4. ``retry``: a retry's plan after a failed gate (``RetryPlan.change``): the judge's changes, its steps over
+   any epochs (and its epochs over any steps);
+5. ``attempt``: the attempt (``StageAttempt.change``): its folder, resumed from its newest checkpoint, and
+   the learning-rate factor a restart after a spike halves, times the rate the changes before it left;
+6. ``completion``: GRPO's completion length where the task left it to the judge (the method's
+   ``completion_changes``).
 
-The result carries TRL/transformers' own names (``per_device_train_batch_size``,
-``gradient_accumulation_steps``, ``max_length``...), is validated once more as a whole, and is what the
-step trains and records (the stage's Checkpoint node, ``runs show``). It lives in the contract room: the
-lowest that sees the task, the search's recipe and the judge's plan.
+``TrainTask.train_config(stage, *later)`` applies them (``resolve_stage`` hands it steps 3-6; alone, it is
+step 1). The result carries TRL/transformers' own names (``per_device_train_batch_size``,
+``gradient_accumulation_steps``, ``max_length``...) and is what the step trains and records (the stage's
+Checkpoint node, ``runs show``). It lives in the contract room: the lowest that sees the task, the search's
+recipe and the judge's plan.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from trainteam.trainers.evaluation.diagnosis import RetryPlan
 from trainteam.trainers.methods.method_registry import get_method
 from trainteam.trainers.search.recipe_search import Recipe
 from trainteam.trainers.training.config import TrainConfig
+from trainteam.trainers.training.stage_change import StageChange, apply_changes
 
 
 class StageOverrides(BaseModel):
@@ -50,6 +60,10 @@ class StageOverrides(BaseModel):
     strategy: Literal["single", "ddp", "fsdp", "zero2", "zero3"] | None = None
     max_length: int | None = Field(default=None, gt=0, validation_alias=AliasChoices("max_length", "seq_len"))
 
+    def change(self) -> StageChange:
+        """The overrides as a change to the stage's settings (a field left None: unchanged)."""
+        return StageChange(source="overrides", **dict(self))
+
 
 @dataclass(frozen=True)
 class StageAttempt:
@@ -59,13 +73,16 @@ class StageAttempt:
     output_dir: Path
     lr_factor: float = 1.0
 
+    def change(self) -> StageChange:
+        """The attempt as a change: its folder, resumed from its newest checkpoint, its rate factor."""
+        return StageChange(source="attempt", output_dir=self.output_dir, resume="auto", lr_factor=self.lr_factor)
+
 
 def with_overrides(task: TrainTask, stage: str, overrides: StageOverrides) -> TrainTask:
-    """The task whose ``stage`` trains with the engineer's overrides (ValidationError: a value TrainConfig
+    """The task whose ``stage`` trains with the engineer's overrides, applied to its settings (the task's
+    threads and distribution included) and written back as its block (ValidationError: a value TrainConfig
     refuses, as it would refuse it in a task file)."""
-    changes = overrides.model_dump(exclude_none=True)
-    cfg = TrainConfig.model_validate({**task.train_config(stage).model_dump(), **changes})
-    return task.with_training(stage, cfg)
+    return task.with_training(stage, apply_changes(task.train_config(stage), overrides.change()))
 
 
 def resolve_stage(
@@ -77,31 +94,20 @@ def resolve_stage(
     attempt: StageAttempt | None = None,
     completion_length: int | None = None,
 ) -> TrainConfig:
-    """The TrainConfig ``stage`` trains with (see the module docstring for the order). ``retry`` must be a
-    plan that retrains (the step stops before a plan that does not); ``completion_length`` is GRPO's when
-    the task did not set ``grpo.max_completion_length``."""
-    cfg = task.train_config(stage)
-    changes: dict = {}
-    if recipe is not None:  # the probes' warm-up is in steps; the search's length replaces any epochs
-        changes.update(recipe.model_dump(), num_train_epochs=None, warmup_ratio=None)
-    if retry is not None:
-        if not retry.retrains:
-            raise ValueError(f"retry: a {retry.action} plan does not retrain")
-        given = retry.changes.given()
-        changes.update(given)
-        if "max_steps" in given and "num_train_epochs" not in given:
-            changes["num_train_epochs"] = None  # a stage trained by epochs whose plan sets steps: the steps decide
-    if attempt is not None:
-        rate = changes.get("learning_rate", cfg.learning_rate)
-        changes.update(output_dir=attempt.output_dir, resume="auto", learning_rate=rate * attempt.lr_factor)
-    fit = get_method(cfg.method).completion_changes  # a method that samples completions (GRPO) sets their length
-    if completion_length is not None and fit is not None:
-        changes.update(fit(cfg, completion_length))
-    merged = {**cfg.model_dump(), **changes}
-    if merged.get("num_train_epochs") is not None and "max_steps" not in changes:
-        merged.pop("max_steps", None)  # epochs a plan set replace the steps the stage had
-    try:
-        return TrainConfig.model_validate(merged)
+    """The TrainConfig ``stage`` trains with: its block and the changes in the module docstring's order. ``retry``
+    must be a plan that retrains (ValueError otherwise: the step stops before a plan that does not);
+    ``completion_length`` is GRPO's when the task did not set ``grpo.max_completion_length``. A value the
+    resolved config refuses: ValueError naming ``training.<stage>``."""
+    block = task.stage_block(stage)
+    fit = get_method(block.method).completion_changes  # a method that samples completions (GRPO) sets their length
+    changes = (
+        recipe.change() if recipe is not None else None,
+        retry.change() if retry is not None else None,
+        attempt.change() if attempt is not None else None,
+        fit(block, completion_length) if completion_length is not None and fit is not None else None,
+    )
+    try:  # the block and the task's own change, then these: one apply_changes, validated once
+        return task.train_config(stage, *changes)
     except ValidationError as exc:
         raise ValueError(f"training.{stage}: the resolved settings are refused: {exc.errors()[0]['msg']}") from None
 

@@ -40,6 +40,7 @@ from trainteam.trainers.evaluation.precision import EvalPrecision
 from trainteam.trainers.methods.method_registry import METHODS, align_methods, from_scratch_method, train_methods
 from trainteam.trainers.training import key_aliases
 from trainteam.trainers.training.config import DistributedSpec, Method, ModelSpec, TokenizerConfig, TrainConfig
+from trainteam.trainers.training.stage_change import StageChange, apply_changes
 
 Stage = Method  # a stage of the plain form is named by its method (trainers/methods/)
 TRAIN_STAGES = train_methods()
@@ -491,17 +492,28 @@ class TrainTask(_Strict):
                 return s
         raise BadInput(f"curriculum: no stage {stage!r} (stages: {', '.join(self.stage_names())})")
 
-    def train_config(self, stage: str) -> TrainConfig:
-        """The training settings of a stage (a curriculum stage by name, or a plain stage)."""
+    def train_config(self, stage: str, *later: StageChange | None) -> TrainConfig:
+        """The training settings of a stage (a curriculum stage by name, or a plain stage): its block with the
+        task's own change (``stage_change``: threads, distribution) and the ``later`` ones (the stage resolver's:
+        ``trainteam.contract.stage_config.resolve_stage``) applied in their order, validated once
+        (ValidationError: a value TrainConfig refuses)."""
+        block = self.stage_block(stage)
+        return apply_changes(block, self.stage_change(block), *later)
+
+    def stage_block(self, stage: str) -> TrainConfig:
+        """A stage's block as the task gives it, its method set (a curriculum stage by name, or a plain stage)."""
         if self.curriculum is not None:
-            cfg = self._curriculum_stage(stage).train_config()
-        else:
-            cfg = (self.training.get(stage) or TrainConfig(method=stage)).model_copy(update={"method": stage})
-        if cfg.threads is None and self.threads is not None:
-            cfg = cfg.model_copy(update={"threads": self.threads})
-        if self.distributed is not None:
-            cfg = cfg.model_copy(update=self.distributed.train_fields())
-        return cfg
+            return self._curriculum_stage(stage).train_config()
+        return (self.training.get(stage) or TrainConfig(method=stage)).model_copy(update={"method": stage})
+
+    def stage_change(self, block: TrainConfig) -> StageChange | None:
+        """What the task sets in a stage's ``block`` (None: nothing): its ``threads`` where the block sets none,
+        and the strategy and process counts of its ``distributed`` block."""
+        threads = self.threads if block.threads is None else None
+        if threads is None and self.distributed is None:
+            return None
+        launch = self.distributed.train_fields() if self.distributed is not None else {}
+        return StageChange(source="task", threads=threads, **launch)
 
     def stage_data(self, stage: str) -> DataSpec:
         """The data a stage trains on: a curriculum stage's own, else the task's."""
