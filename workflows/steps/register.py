@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainteam.contract.step_io import StepResult, ToolContext
-from trainteam.contract.step_outputs import EvalOutput, SealedOutput
+from trainteam.contract.step_outputs import EvalOutput, RegisterOutput, SealedOutput
 from trainteam.graph.record import record_model
 from trainteam.trainers.serving.registry import ModelRecord, ModelRegistry
 from trainteam.workflows.report.evidence import register_evidence
@@ -81,7 +81,7 @@ def register_model(ctx: ToolContext) -> StepResult:
         summary=f"registered model {record.id} ({record.stage})",
         nodes={"model": node, "checkpoint": final.checkpoint_node},
         artifacts={"model": str(ckpt)},
-        details={"model_id": record.id},
+        details=RegisterOutput(model_id=record.id).model_dump(mode="json"),
     )
 
 

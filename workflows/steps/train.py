@@ -548,15 +548,15 @@ def _trained(
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
         metrics=runner.metrics,
         nodes={"checkpoint": parent, **({"tokenizer": tok_node} if tok_node else {})},
-        details={
-            "stages": names,
-            "losses": runner.curves,
-            "events": runner.events,
-            "spikes": runner.spikes,
-            "trained_on": seen,
-            "configs": runner.configs,
+        details=TrainOutput(
+            stages=names,
+            losses=runner.curves,
+            events=runner.events,
+            spikes=runner.spikes,
+            trained_on=seen,
+            configs=runner.configs,
             **record,
-        },
+        ).model_dump(mode="json", exclude_unset=True),
     )
 
 
@@ -756,14 +756,14 @@ def align(ctx: ToolContext) -> StepResult:
         artifacts={"checkpoint": str(final_dir), "tokenizer": str(final_dir)},
         metrics=runner.metrics,
         nodes={"checkpoint": node},
-        details={
-            "stages": [st.name],
-            "losses": runner.curves,
-            "events": runner.events,
-            "spikes": runner.spikes,
-            "configs": runner.configs,
-            "trained_on": [*_trained_on(ctx), str(data_path)],
-        },
+        details=TrainOutput(
+            stages=[st.name],
+            losses=runner.curves,
+            events=runner.events,
+            spikes=runner.spikes,
+            configs=runner.configs,
+            trained_on=[*_trained_on(ctx), str(data_path)],
+        ).model_dump(mode="json", exclude_unset=True),
     )
 
 
