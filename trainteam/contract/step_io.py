@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from trainteam.contract.train_task import BudgetSpec, TrainTask
 from trainteam.trainers.evaluation.battery import BatterySpec
@@ -113,7 +113,7 @@ class Resume(BaseModel):
     stage: str | None = None
     restart: RestartPlan | None = Field(None, description="restart: the spike restart proposed")
     keep: KeepProposal | None = Field(None, description="keep_spiked: the weights to keep as the stage's result")
-    pending: dict[str, Any] | None = Field(None, description="conversation: the persona's paused run (JSON)")
+    pending: dict[str, JsonValue] | None = Field(None, description="conversation: the persona's paused run (JSON)")
 
     @model_validator(mode="before")
     @classmethod
@@ -141,8 +141,12 @@ class NeedsPerson(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     action: str = Field(description="the approval's action; the engine numbers repeated asks within a step visit")
-    proposed: dict[str, Any] = Field(default_factory=dict)
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    proposed: dict[str, JsonValue] = Field(
+        default_factory=dict, description="what the person approves, as the approval queue stores and shows it"
+    )
+    evidence: dict[str, JsonValue] = Field(
+        default_factory=dict, description="what the person sees to decide (metrics, gates, curves), as stored"
+    )
     resume: Resume
     requested_by: str = ""
     refused: str = Field("approval", description="what a person's no refuses, in the run's error: restart, …")
