@@ -479,6 +479,12 @@ class TrainTask(_Strict):
             raise ValueError(f"{v[:8]}… looks like a secret key; it would be masked in every record")
         return v
 
+    def stored(self) -> dict[str, Any]:
+        """The task as a run stores it and hands it to its workflow (JSON): the fields a person or a decision set,
+        so that the task read back knows which those were (a GRPO block that leaves its completion length to the
+        judge, a battery that leaves its answer length to the references), as the task first read did."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
     def stage_names(self) -> list[str]:
         """Every stage in order: the curriculum's names, or the plain ``stages``."""
         return [s.name for s in self.curriculum] if self.curriculum is not None else list(self.stages)

@@ -644,7 +644,7 @@ class Engine:
     def start(self, spec: WorkflowSpec, task: TrainTask, run_id: str) -> WorkflowHandle:
         # The task as stored and as the workflow's input, which the run itself reads: a key pasted into its
         # description is masked in both; one in a field the run uses is refused before anything is written.
-        task_data = redacted_task(task.model_dump(mode="json"))
+        task_data = redacted_task(task.stored())
         self._runs().create(run_id, spec.name, task_data)
         with SetWorkflowID(run_id):
             return DBOS.start_workflow(run_workflow, run_id, spec.model_dump(mode="json", by_alias=True), task_data)

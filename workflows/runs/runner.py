@@ -133,7 +133,7 @@ def enqueue_run(new: NewRun) -> None:
     tables in a new workspace)."""
     from dbos import DBOS, DBOSClient
 
-    task_data = redacted_task(new.task.model_dump(mode="json"))
+    task_data = redacted_task(new.task.stored())
     RunStore(new.ws.engine).create(new.run_id, new.spec.name, task_data)
     DBOS.migrate(new.ws.dbos_database_url)
     client = DBOSClient(system_database_url=new.ws.dbos_database_url, application_name=APP_NAME)
