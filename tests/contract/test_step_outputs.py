@@ -67,3 +67,34 @@ def test_another_steps_output_reads_as_one_that_recorded_nothing():
 def test_a_recorded_output_of_the_wrong_type_is_refused_naming_the_field():
     with pytest.raises(ValidationError, match="n_test"):
         SealedOutput.of(StepResult(details={"n_test": "many"}))
+
+
+TASK = """name: judged
+model: {hidden_size: 32, num_layers: 1, num_heads: 2, max_position_embeddings: 128}
+data: {demo: addition, n_train: 64, n_eval: 8}
+budget: {max_wall_minutes: 5}
+stages: [pretrain, sft]
+training:
+  sft: {num_train_epochs: 2, learning_rate: 0.001, per_device_train_batch_size: 4}
+"""
+
+
+def test_the_judge_reads_the_config_the_attempt_trained_with_or_resolves_an_earlier_runs(tmp_path):
+    from trainteam.contract.stage_config import resolve_stage
+    from trainteam.contract.step_io import ToolContext
+    from trainteam.contract.train_task import load_task_file
+    from trainteam.trainers.search.recipe_search import Recipe
+    from trainteam.workflows.steps.judge import _attempt_config
+
+    (tmp_path / "task.yaml").write_text(TASK)
+    task = load_task_file(tmp_path / "task.yaml")
+    recipe = Recipe(learning_rate=4e-3, max_steps=30, per_device_train_batch_size=8, warmup_steps=2)
+    resolved = resolve_stage(task, "sft", recipe=recipe)
+    search = {"sft": {"chosen": recipe.model_dump(mode="json")}}
+    now = StepResult(details={"losses": {"sft": []}, "configs": {"sft": resolved.model_dump(mode="json")}})
+    # an earlier version kept four fields of the config: the judge resolves it as the step did
+    before = StepResult(details={"losses": {"sft": []}, "configs": {"sft": {"max_steps": 30}}, "search": search})
+    ctx = ToolContext(ws=None, run_id="r", step="gate", visit=1, persona="eval_judge", task=task)  # type: ignore[arg-type]
+    assert _attempt_config(ctx, "sft", now) == resolved
+    assert _attempt_config(ctx, "sft", before) == resolved
+    assert (resolved.learning_rate, resolved.max_steps, resolved.num_train_epochs) == (4e-3, 30, None)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from trainteam.agents.decisions import decide
+from trainteam.contract.stage_config import resolve_stage
 from trainteam.contract.step_io import Decision, GateFacts, StepResult, ToolContext
 from trainteam.contract.step_outputs import EvalOutput, GateOutput, TrainOutput
 from trainteam.contract.train_task import CurriculumStage
@@ -25,6 +26,8 @@ from trainteam.trainers.evaluation.diagnosis import (
 from trainteam.trainers.evaluation.gates import GateDecision, GateRule, accept_failed_gate, evaluate_gate
 from trainteam.trainers.evaluation.metrics.metric_registry import METRICS
 from trainteam.trainers.evaluation.stage_gate import StageInput, judge_stage
+from trainteam.trainers.search.recipe_search import Recipe
+from trainteam.trainers.training.config import TrainConfig
 from trainteam.trainers.training.tokenizer import load_tokenizer
 from trainteam.workflows.steps.corpus import stage_eval_set, stage_train_data
 from trainteam.workflows.steps.eval_length import eval_budget
@@ -417,12 +420,12 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
     if trained is None:
         return None
     record, metrics = TrainOutput.of(trained), trained.metrics
-    settings = _attempt_settings(ctx, stage, trained)
+    cfg = _attempt_config(ctx, stage, trained)
     failed = next((c for c in decision.checks if not c.passed), None)
-    steps = int(metrics.get(f"{stage}.steps", settings["max_steps"]))
+    steps = int(metrics.get(f"{stage}.steps", cfg.max_steps))
     return GateEvidence(
         stage=stage,
-        method=settings["method"],
+        method=cfg.method,
         metric=failed.metric if failed else "exact_match",
         value=failed.value if failed else None,
         bar=failed.threshold if failed else None,
@@ -430,11 +433,14 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
         heldout_loss=ev.metrics.get("heldout_loss"),
         earlier=_earlier(ctx, stage),
         steps=steps,
-        max_steps=int(metrics.get(f"{stage}.max_steps", settings["max_steps"])),
-        num_train_epochs=settings["num_train_epochs"],
-        learning_rate=settings["learning_rate"],
-        warmup_steps=settings["warmup_steps"],
-        batch_rows=settings["batch_rows"],
+        max_steps=int(metrics.get(f"{stage}.max_steps", cfg.max_steps)),
+        num_train_epochs=cfg.num_train_epochs,
+        learning_rate=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps,
+        batch_rows=cfg.per_device_train_batch_size
+        * cfg.gradient_accumulation_steps
+        * cfg.devices_per_node
+        * cfg.num_nodes,
         spikes=record.spikes_in(stage),
         probes=search_probes(record, stage),
         **_data_evidence(ctx, ev, stage, trained),
@@ -442,40 +448,24 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
     )
 
 
-def _attempt_settings(ctx: ToolContext, stage: str, trained: StepResult) -> dict:
-    """The settings the judged attempt trained with: the train step's record of them (the resolved config,
-    ``trainteam.contract.stage_config``) when it keeps one, else the task's, the recipe search's choice, and on
-    a retry the plan it followed."""
+def _attempt_config(ctx: ToolContext, stage: str, trained: StepResult) -> TrainConfig:
+    """The config the judged attempt trained with: the train step's record of it (the resolved config,
+    ``trainteam.contract.stage_config``), or for a run recorded before the step kept the whole config, the
+    resolver's on the task, the recipe search's choice and on a retry the plan this visit followed."""
     record = TrainOutput.of(trained)
-    resolved = record.config(stage)  # None: an earlier version kept four of its fields
-    cfg = resolved if resolved is not None else ctx.task.train_config(stage)
-    out = {
-        "method": cfg.method,
-        "max_steps": cfg.max_steps,
-        "num_train_epochs": cfg.num_train_epochs,
-        "learning_rate": cfg.learning_rate,
-        "warmup_steps": cfg.warmup_steps,
-        "batch_rows": cfg.per_device_train_batch_size
-        * cfg.gradient_accumulation_steps
-        * cfg.devices_per_node
-        * cfg.num_nodes,
-    }
+    resolved = record.config(stage)
     if resolved is not None:
-        return out
+        return resolved
     chosen = record.chosen(stage)
-    out.update({k: chosen[k] for k in ("learning_rate", "max_steps", "warmup_steps") if chosen.get(k) is not None})
-    if chosen.get("per_device_train_batch_size"):
-        out["batch_rows"] = (
-            int(chosen["per_device_train_batch_size"])
-            * cfg.gradient_accumulation_steps
-            * cfg.devices_per_node
-            * cfg.num_nodes
-        )
     before = ctx.outputs.get(ctx.step) if ctx.visit > 1 else None
     diagnosis = gate_diagnosis(before) if before else None
-    if diagnosis is not None and diagnosis.plan.stage == stage and diagnosis.plan.retrains:
-        out.update(diagnosis.plan.changes.given())
-    return out
+    followed = diagnosis is not None and diagnosis.plan.stage == stage and diagnosis.plan.retrains
+    return resolve_stage(
+        ctx.task,
+        stage,
+        recipe=Recipe.model_validate(chosen) if chosen else None,
+        retry=diagnosis.plan if diagnosis is not None and followed else None,
+    )
 
 
 def _earlier(ctx: ToolContext, stage: str) -> list[Attempt]:
