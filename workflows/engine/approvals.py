@@ -187,8 +187,10 @@ def cancel_run(ws: EngineWorkspace, run_id: str) -> list[str]:
     pending = store.list("pending", run_id)
     client = DBOSClient(system_database_url=ws.dbos_database_url)
     try:
-        client.cancel_workflow(run_id)
+        # marked cancelled here first: a worker handing the run back meanwhile reads it and cancels it again
+        # (``Engine._hand_back``)
         RunStore(ws.engine).set_status(run_id, "cancelled", error="cancelled by a person")
+        client.cancel_workflow(run_id)
         for row in pending:
             store.decide(row["id"], "expired", getpass.getuser(), "run cancelled")
             client.send(

@@ -11,7 +11,7 @@ The process's side is an ``Engine``: launched once per process (``Engine.launch`
 workspace, the executor id and its lease, the run logs and the CPU mark the thread rule measures
 from. DBOS registers module-level functions, so ``run_workflow`` stays a thin door to the engine
 launched here (``Engine.running()``); the steps it checkpoints are the engine's methods. DBOS's public API
-only, but for one call (``Engine._hand_back``, which says why).
+only (a dead executor's run goes back to the queue through ``Engine._hand_back``, which says how).
 
 Only long-running processes import this module (it imports dbos, ~1 s): the
 foreground of ``execute-workflow``, ``runs resume`` and ``worker``.
@@ -703,17 +703,29 @@ class Engine:
         ]
 
     def _hand_back(self, workflow_id: str, dead_executor: str) -> bool:
-        """Put a dead executor's PENDING run back on the run queue; False if it is no longer PENDING there.
+        """Put a dead executor's PENDING run back on the run queue, once; False where another worker does or the
+        run is no longer PENDING there. DBOS's public calls only, in this order:
 
-        The one DBOS private call left (``_sys_db.reenqueue_for_recovery``, what DBOS's own recovery calls),
-        because no public call does this safely: ``DBOS.resume_workflow(id, queue_name=RUN_QUEUE)`` re-enqueues
-        a run in any state but SUCCESS/ERROR, so of two workers that both saw the run PENDING under the dead
-        executor, the second would enqueue it again after a third had claimed it — one run executed twice.
-        ``reenqueue_for_recovery`` changes the row only while it is still PENDING under ``dead_executor``;
-        DBOS's public-facing recovery (``DBOS._recover_pending_workflows``, itself private) would put the run
-        on DBOS's internal queue, which every launched process takes from, not only workers."""
-        assert self.dbos is not None, "the engine is launched"
-        return self.dbos._sys_db.reenqueue_for_recovery(workflow_id, [dead_executor], RUN_QUEUE)
+        1. one worker claims the hand-back of this run from this dead executor (``RunStore.claim_handback``):
+           ``DBOS.resume_workflow`` re-enqueues a run in any state but SUCCESS/ERROR, so of two workers that both
+           saw the run PENDING under the dead executor, the second would otherwise queue it again after a third
+           had taken it (one run executed twice);
+        2. the run must still be PENDING under the dead executor (``DBOS.get_workflow_status``);
+        3. ``DBOS.resume_workflow(id, queue_name=RUN_QUEUE)`` queues it for the workers (DBOS's own recovery would
+           put it on DBOS's internal queue, which every launched process takes from);
+        4. a person's cancel that came between 2 and 3 is made again: ``runs cancel`` marks the run cancelled in
+           trainteam's store before it cancels it in DBOS (``approvals.cancel_run``), so either the run is read
+           cancelled here, or its DBOS cancel comes after the resume: a cancelled run stays cancelled."""
+        runs = self._runs()
+        if not runs.claim_handback(workflow_id, dead_executor, self.executor_id):
+            return False
+        status = DBOS.get_workflow_status(workflow_id)
+        if status is None or status.status != "PENDING" or status.executor_id != dead_executor:
+            return False
+        DBOS.resume_workflow(workflow_id, queue_name=RUN_QUEUE)
+        if (runs.get(workflow_id) or {}).get("status") == "cancelled":
+            DBOS.cancel_workflow(workflow_id)
+        return True
 
     def queue_busy(self) -> bool:
         """Runs waiting on the run queue, or running in this process."""

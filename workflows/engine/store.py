@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Column, Integer, String, Table, Text, func, select, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 
 from trainteam.contract.redaction import redact, redact_text
 from trainteam.core.db import JSONText, metadata, utcnow
@@ -74,6 +75,16 @@ approvals_table = Table(
 )
 
 
+handbacks_table = Table(  # which worker hands a dead executor's run back to the queue (``RunStore.claim_handback``)
+    "run_handbacks",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("dead_executor", String(128), primary_key=True),
+    Column("claimed_by", String(128), nullable=False),
+    Column("claimed_at", String(40), nullable=False),
+)
+
+
 def _masked_error(values: dict[str, Any]) -> dict[str, Any]:
     """An error text goes in redacted: a provider's or a library's message may echo a key."""
     if isinstance(values.get("error"), str):
@@ -94,6 +105,34 @@ class RunStore:
                 return bool(conn.exec_driver_sql(PG_ALIVE_SQL, (pg_objid(executor_id),)).scalar())
         db = self.engine.url.database
         return alive_sqlite(Path(db) if db else None, executor_id)
+
+    def claim_handback(self, run_id: str, dead_executor: str, me: str) -> bool:
+        """Whether the worker ``me`` hands ``run_id`` back from ``dead_executor``: one worker per death, the
+        first to write the pair; another only where that one died too before it could (its lease is free)."""
+        key = (handbacks_table.c.run_id == run_id, handbacks_table.c.dead_executor == dead_executor)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    handbacks_table.insert().values(
+                        run_id=run_id, dead_executor=dead_executor, claimed_by=me, claimed_at=utcnow()
+                    )
+                )
+            return True
+        except IntegrityError:
+            pass
+        with self.engine.connect() as conn:
+            claimer = conn.execute(select(handbacks_table.c.claimed_by).where(*key)).scalar()
+        if claimer is None or claimer == me:
+            return claimer == me
+        if self.executor_alive(claimer):
+            return False
+        with self.engine.begin() as conn:
+            taken = conn.execute(
+                update(handbacks_table)
+                .where(*key, handbacks_table.c.claimed_by == claimer)
+                .values(claimed_by=me, claimed_at=utcnow())
+            )
+        return taken.rowcount == 1
 
     def create(self, run_id: str, workflow: str, task: dict[str, Any]) -> None:
         now, task = utcnow(), redact(task)  # a key pasted into the task's text is never stored
