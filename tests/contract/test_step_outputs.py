@@ -95,6 +95,6 @@ def test_the_judge_reads_the_config_the_attempt_trained_with_or_resolves_an_earl
     # an earlier version kept four fields of the config: the judge resolves it as the step did
     before = StepResult(details={"losses": {"sft": []}, "configs": {"sft": {"max_steps": 30}}, "search": search})
     ctx = ToolContext(ws=None, run_id="r", step="gate", visit=1, persona="eval_judge", task=task)  # type: ignore[arg-type]
-    assert _attempt_config(ctx, "sft", now) == resolved
-    assert _attempt_config(ctx, "sft", before) == resolved
+    assert _attempt_config(ctx, "sft", TrainOutput.of(now)) == resolved
+    assert _attempt_config(ctx, "sft", TrainOutput.of(before)) == resolved
     assert (resolved.learning_rate, resolved.max_steps, resolved.num_train_epochs) == (4e-3, 30, None)

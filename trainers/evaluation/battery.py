@@ -143,6 +143,11 @@ class BatteryResult(BaseModel):
     generation: GenerationBudget | None = Field(None, description="the answer checks' length (the caller sizes it)")
 
     @property
+    def answer_tokens(self) -> int | None:
+        """max_new_tokens of the answer checks (None: not sized by the caller)."""
+        return self.generation.tokens if self.generation is not None else None
+
+    @property
     def precision(self) -> str:
         """The precision the battery loaded the weights in (``fp32``, ``bf16``)."""
         return str(self.details.get("precision", ""))

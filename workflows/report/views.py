@@ -73,7 +73,7 @@ def trained_in(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         output = found if isinstance(found := a.get("output"), dict) else {}
         for stage, config in TrainOutput.stored(output).configs.items():
             entry = {"step": a["step"], "visit": a["visit"], "stage": stage, "config": config}
-            if isinstance(config, dict) and entry not in out:  # a paused persona run and its continuation: one
+            if entry not in out:  # a paused persona run and its continuation: one
                 out.append(entry)
     return out
 
@@ -135,8 +135,7 @@ def searches_in(attempts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for a in attempts:
         output = found if isinstance(found := a.get("output"), dict) else {}
         for stage, report in TrainOutput.stored(output).search.items():
-            if isinstance(report, dict):
-                out[stage] = search_public(report)
+            out[stage] = search_public(report)
     return out
 
 

@@ -153,7 +153,9 @@ def evaluate(ctx: ToolContext) -> StepResult:
             metrics=dict(out.metrics),
             nodes={"eval": out.node("eval"), "checkpoint": trained.checkpoint_node},
             artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
-            details=EvalOutput.of(out).model_copy(update={"measured_by": name}).model_dump(mode="json"),
+            details=EvalOutput.of(out)
+            .model_copy(update={"measured_by": name})
+            .model_dump(mode="json", exclude_unset=True),
         )
     node, result = measure_stage(
         ctx,
@@ -167,7 +169,6 @@ def evaluate(ctx: ToolContext) -> StepResult:
     )
     m = result.metrics
     base = base_input(ctx)
-    tokens = result.generation.tokens if result.generation is not None else None
     output = EvalOutput(
         stages=[stage.name],
         stage=stage.name,
@@ -182,12 +183,12 @@ def evaluate(ctx: ToolContext) -> StepResult:
     )
     return StepResult(
         summary=f"{stage.name}: {scores_beside(m, base)} on {result.n_eval} held-out problems "
-        f"(answers up to {tokens} new tokens, scored in "
+        f"(answers up to {result.answer_tokens} new tokens, scored in "
         f"{result.precision}){_judged_by(result.answer_style)}",
         metrics=m,
         nodes={"eval": node, "checkpoint": trained.checkpoint_node},
         artifacts={"checkpoint": str(ckpt), "tokenizer": trained.artifacts["tokenizer"]},
-        details=output.model_dump(mode="json", exclude={"measured_by"}),
+        details=output.model_dump(mode="json", exclude_unset=True),
     )
 
 
@@ -361,7 +362,7 @@ def gate(ctx: ToolContext) -> StepResult:
         summary=summary,
         nodes=nodes,
         artifacts={"checkpoint": ev.artifacts["checkpoint"], "tokenizer": ev.artifacts["tokenizer"]},
-        details=output.model_dump(mode="json", exclude=set() if diagnosis else {"diagnosis"}),
+        details=output.model_dump(mode="json", exclude_unset=True),
     )
 
 
@@ -420,7 +421,7 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
     if trained is None:
         return None
     record, metrics = TrainOutput.of(trained), trained.metrics
-    cfg = _attempt_config(ctx, stage, trained)
+    cfg = _attempt_config(ctx, stage, record)
     failed = next((c for c in decision.checks if not c.passed), None)
     steps = int(metrics.get(f"{stage}.steps", cfg.max_steps))
     return GateEvidence(
@@ -448,23 +449,21 @@ def gate_evidence(ctx: ToolContext, ev: StepResult, decision: GateDecision) -> G
     )
 
 
-def _attempt_config(ctx: ToolContext, stage: str, trained: StepResult) -> TrainConfig:
+def _attempt_config(ctx: ToolContext, stage: str, record: TrainOutput) -> TrainConfig:
     """The config the judged attempt trained with: the train step's record of it (the resolved config,
     ``trainteam.contract.stage_config``), or for a run recorded before the step kept the whole config, the
     resolver's on the task, the recipe search's choice and on a retry the plan this visit followed."""
-    record = TrainOutput.of(trained)
     resolved = record.config(stage)
     if resolved is not None:
         return resolved
     chosen = record.chosen(stage)
     before = ctx.outputs.get(ctx.step) if ctx.visit > 1 else None
-    diagnosis = gate_diagnosis(before) if before else None
-    followed = diagnosis is not None and diagnosis.plan.stage == stage and diagnosis.plan.retrains
+    plan = diagnosis.plan if before and (diagnosis := gate_diagnosis(before)) else None
     return resolve_stage(
         ctx.task,
         stage,
         recipe=Recipe.model_validate(chosen) if chosen else None,
-        retry=diagnosis.plan if diagnosis is not None and followed else None,
+        retry=plan if plan is not None and plan.stage == stage and plan.retrains else None,
     )
 
 
@@ -553,8 +552,9 @@ def _final_decision(ctx: ToolContext, ev: StepResult):
             stage="final", passed=True, checks=[], reasons=["no earlier gate to hold the final weights to"]
         )
     name, last = passed[-1]
-    judged = GateOutput.of(last).judged
-    metrics = GateOutput.of(last).checked or [m for m in ("exact_match",) if m in judged and m in ev.metrics]
+    held = GateOutput.of(last)
+    judged = held.judged
+    metrics = held.checked or [m for m in ("exact_match",) if m in judged and m in ev.metrics]
     if not metrics:
         return GateDecision(
             stage="final", passed=True, checks=[], reasons=[f"{name} checked no metric that final_eval measured"]

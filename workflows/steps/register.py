@@ -54,6 +54,7 @@ def register_model(ctx: ToolContext) -> StepResult:
     measured = EvalOutput.of(final)
     sealed = ctx.ran("sealed_test")
     test = sealed.metrics if sealed is not None and sealed.outcome == "ok" else {}
+    scored = SealedOutput.of(sealed) if sealed is not None else SealedOutput()
     record, node = register_and_record(
         ctx.ws,
         ckpt,
@@ -69,11 +70,7 @@ def register_model(ctx: ToolContext) -> StepResult:
             # the answer length it was judged at: `trainteam serve` answers with it by default
             **({"answer_tokens": measured.answer_tokens} if measured.answer_tokens else {}),
             # the figures to trust: the sealed test part, scored once, that no deciding step read
-            **(
-                {"sealed_test": {"rows": SealedOutput.of(sealed).n_test, "sizing": SealedOutput.of(sealed).sizing}}
-                if test and sealed is not None
-                else {}
-            ),
+            **({"sealed_test": {"rows": scored.n_test, "sizing": scored.sizing}} if test else {}),
         },
         step_node=ctx.step_node,
     )

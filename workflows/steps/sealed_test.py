@@ -36,9 +36,9 @@ def _trained_on(ctx: ToolContext) -> list[Path]:
 def sealed_test(ctx: ToolContext) -> StepResult:
     """The final weights (``inputs.of``, default ``final_eval``) on the sealed test rows, once."""
     final = ctx.output(ctx.inputs.of or "final_eval")
-    found = sealed_test_set(ctx)
+    found, cut = sealed_test_set(ctx), CorpusOutput.of(ctx.output("prepare_corpus")).sealed_test
     if found is None:
-        why = CorpusOutput.of(ctx.output("prepare_corpus")).sealed_test or "no sealed test part"
+        why = cut or "no sealed test part"
         return StepResult(outcome="skipped", summary=f"no sealed test: {why}")
     path, data_node = found
     stage = stage_of(ctx, final.stage or "")
@@ -52,10 +52,9 @@ def sealed_test(ctx: ToolContext) -> StepResult:
         _trained_on(ctx),
         eval_set=("test", path, data_node),
     )
-    pairwise = _pairwise(ctx, path, result.answers, result.generation.tokens if result.generation else None)
+    pairwise = _pairwise(ctx, path, result.answers, result.answer_tokens)
     test, dev = result.metrics, final.metrics
     gap = {k: round(test[k] - dev[k], 5) for k in test if k in dev}
-    sizing = CorpusOutput.of(ctx.output("prepare_corpus")).sealed_test or ""
     shown = ", ".join(f"{k} {test[k]:.3g} (dev {dev[k]:.3g})" for k in SHOWN if k in test and k in dev)
     return StepResult(
         summary=f"sealed test, {result.n_eval} rows scored once: {shown}; {pairwise.line()}",
@@ -67,7 +66,7 @@ def sealed_test(ctx: ToolContext) -> StepResult:
             n_test=result.n_eval,
             dev=dev,
             gap=gap,
-            sizing=sizing,
+            sizing=cut or "",
             pairwise=pairwise.model_dump(mode="json"),
         ).model_dump(mode="json"),
     )
